@@ -1,0 +1,186 @@
+"""The one error hierarchy of deskpool.
+
+Every error a request can meet derives from :class:`DeskpoolError`. Each class carries the
+HTTP status and the stable ``code`` that the problem+json middleware writes, so a handler
+raises the domain error and never builds a response for it. Errors that only happen at
+startup (configuration, plugin loading) derive from :class:`StartupError`; the command line
+turns those into one clear message and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One invalid field of a request: where it is (a JSON pointer) and what is wrong."""
+
+    pointer: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        """Return the field error as it appears in a problem+json body."""
+        return {"pointer": self.pointer, "detail": self.message}
+
+
+class DeskpoolError(Exception):
+    """Base of every error deskpool raises on purpose.
+
+    :param detail: a human-readable explanation, safe to show a client (no secrets).
+    :param extra: additional members for the problem+json body.
+    """
+
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal_error"
+    title: ClassVar[str] = "Internal server error"
+    headers: Mapping[str, str]
+
+    def __init__(
+        self,
+        detail: str | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(detail or self.title)
+        self.detail = detail or self.title
+        self.headers = dict(headers or {})
+        self.extra: dict[str, Any] = dict(extra or {})
+
+
+class BadRequest(DeskpoolError):
+    """The request cannot be read at all (malformed JSON, a bad cursor)."""
+
+    status = 400
+    code = "bad_request"
+    title = "Bad request"
+
+
+class Unauthenticated(DeskpoolError):
+    """No valid bearer token came with a protected call (RFC 6750)."""
+
+    status = 401
+    code = "unauthenticated"
+    title = "Authentication required"
+
+    def __init__(self, detail: str | None = None, *, error: str | None = "invalid_token") -> None:
+        challenge = 'Bearer realm="deskpool"'
+        if error:
+            safe = (detail or self.title).replace('"', "'")
+            challenge += f', error="{error}", error_description="{safe}"'
+        super().__init__(detail, headers={"WWW-Authenticate": challenge})
+
+
+class Forbidden(DeskpoolError):
+    """The caller is known but lacks the permission the operation declares."""
+
+    status = 403
+    code = "forbidden"
+    title = "Permission denied"
+
+
+class NotFound(DeskpoolError):
+    """The addressed resource, or route, does not exist."""
+
+    status = 404
+    code = "not_found"
+    title = "Not found"
+
+
+class MethodNotAllowed(DeskpoolError):
+    """The route exists but not with this method."""
+
+    status = 405
+    code = "method_not_allowed"
+    title = "Method not allowed"
+
+
+class Conflict(DeskpoolError):
+    """The request conflicts with the current state (an illegal transition, a duplicate)."""
+
+    status = 409
+    code = "conflict"
+    title = "Conflict"
+
+
+class PayloadTooLarge(DeskpoolError):
+    """The request body is over the configured limit."""
+
+    status = 413
+    code = "payload_too_large"
+    title = "Payload too large"
+
+
+class UnsupportedMediaType(DeskpoolError):
+    """The request body is not JSON."""
+
+    status = 415
+    code = "unsupported_media_type"
+    title = "Unsupported media type"
+
+
+class ValidationFailed(DeskpoolError):
+    """The request is well formed but some fields are invalid."""
+
+    status = 422
+    code = "validation_failed"
+    title = "Validation failed"
+
+    def __init__(self, errors: Sequence[FieldError], detail: str | None = None) -> None:
+        super().__init__(detail or "One or more fields are invalid.")
+        self.errors = list(errors)
+        self.extra["errors"] = [error.as_dict() for error in self.errors]
+
+
+class RateLimited(DeskpoolError):
+    """The caller sent more requests than its budget allows."""
+
+    status = 429
+    code = "rate_limited"
+    title = "Too many requests"
+
+
+class ServiceUnavailable(DeskpoolError):
+    """A dependency or a required setting is missing; retrying later may help."""
+
+    status = 503
+    code = "service_unavailable"
+    title = "Service unavailable"
+
+
+class AuthNotConfigured(ServiceUnavailable):
+    """Protected routes answer this while the OIDC issuer or audience is unset (SPEC §5.1.4)."""
+
+    code = "auth_not_configured"
+    title = "Authentication is not configured"
+
+
+class StartupError(Exception):
+    """A process cannot start; the message says why and what to do, with no traceback."""
+
+
+class ConfigError(StartupError):
+    """One or more configuration variables are missing or invalid.
+
+    :param problems: one line per problem, each naming its variable.
+    """
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {problem}" for problem in self.problems)
+        super().__init__(f"invalid configuration:\n{lines}")
+
+
+class PluginLoadError(StartupError):
+    """An installed plugin could not be imported or registered."""
+
+
+class PluginNotFound(StartupError):
+    """A plugin chosen by a setting or argument is not installed."""
+
+
+class SchemaOutOfDate(StartupError):
+    """The database schema is behind the code; ``deskpool migrate`` brings it up to date."""

@@ -1,0 +1,188 @@
+"""The plugin contract: every hook deskpool calls, in one module.
+
+Each hook is a typed, empty function whose docstring is its reference documentation (the hook
+reference in ``docs/reference/hooks.md`` is generated from this module, and a test fails when a
+hook is undocumented). Plugins implement hooks with :data:`deskpool.plugins.hookimpl`; a plugin
+is a module (or an instance) named by an entry point in one of deskpool's entry-point groups.
+
+Hooks whose name starts with ``deskpool_register_`` receive a registry and add to it. Hooks may
+be ``async def`` where noted: the host awaits their results through one helper.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from deskpool.api.routes import RouteTable
+    from deskpool.config import Config, SettingRegistry
+    from deskpool.events import AuditEvent
+    from deskpool.registry import Registry
+    from deskpool.runtime import ComponentFactory, ReadinessCheck, Runtime
+
+hookspec = pluggy.HookspecMarker("deskpool")
+
+# --------------------------------------------------------------------------------- lifecycle
+
+
+@hookspec
+def deskpool_configure(config: Config) -> None:
+    """Inspect the loaded configuration, once, before anything starts.
+
+    Raise :class:`deskpool.errors.StartupError` to refuse to start with a clear message
+    (for example, a secret store whose key is invalid).
+
+    :param config: the frozen configuration of the process.
+    """
+
+
+@hookspec
+def deskpool_startup(runtime: Runtime) -> Any:
+    """Acquire what the plugin needs once the database and key-value store are connected.
+
+    May be ``async``. Called after migrations are checked and before any component starts.
+    Raise :class:`deskpool.errors.StartupError` to refuse to start.
+
+    :param runtime: the process runtime (configuration, database pool, key-value client).
+    """
+
+
+@hookspec
+def deskpool_shutdown(runtime: Runtime) -> Any:
+    """Release what :func:`deskpool_startup` acquired. May be ``async``.
+
+    Called after every component has stopped, in reverse registration order.
+
+    :param runtime: the process runtime.
+    """
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+@hookspec
+def deskpool_declare_settings(registry: SettingRegistry) -> None:
+    """Declare the environment variables the plugin reads.
+
+    Declared settings are read with the platform's own into the one configuration structure,
+    validated together, and listed in the generated configuration reference.
+
+    :param registry: call ``registry.add(Setting(...))`` once per variable.
+    """
+
+
+# -------------------------------------------------------------------------------- components
+
+
+@hookspec
+def deskpool_register_components(registry: Registry[ComponentFactory]) -> None:
+    """Register process components (``api``, ``worker``, ``gateway``, ``web``...).
+
+    ``deskpool run NAME...`` starts the components registered under those names.
+
+    :param registry: ``registry.add(name, factory)`` where ``factory(runtime)`` returns a
+        :class:`deskpool.runtime.Component`.
+    """
+
+
+@hookspec
+def deskpool_readiness_checks(runtime: Runtime) -> list[ReadinessCheck]:
+    """Return extra readiness checks reported by ``/readyz``.
+
+    :param runtime: the process runtime.
+    :returns: a list of :class:`deskpool.runtime.ReadinessCheck`.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def deskpool_register_routes(routes: RouteTable) -> None:
+    """Add REST operations to the API's route table.
+
+    Every operation declares its permission, schemas and responses there, so it appears in the
+    OpenAPI document and is protected like the built-in ones.
+
+    :param routes: the route table of the API.
+    """
+
+
+# -------------------------------------------------------------------------------------- auth
+
+
+@hookspec
+def deskpool_register_auth_providers(registry: Registry[Any]) -> None:
+    """Register auth providers (the ``AUTH_PROVIDER`` setting chooses one).
+
+    :param registry: ``registry.add(name, factory)`` where ``factory(runtime)`` returns a
+        :class:`deskpool.auth.AuthProvider`.
+    """
+
+
+# ----------------------------------------------------------------------------------- secrets
+
+
+@hookspec
+def deskpool_register_secret_stores(registry: Registry[Any]) -> None:
+    """Register secret stores (the ``SECRET_STORE`` setting chooses one).
+
+    :param registry: ``registry.add(name, factory)`` where ``factory(config)`` returns a
+        :class:`deskpool.secrets.SecretStore`.
+    """
+
+
+# -------------------------------------------------------------------------------- hypervisor
+
+
+@hookspec
+def deskpool_register_hypervisor_drivers(registry: Registry[Any]) -> None:
+    """Register hypervisor drivers; each cluster record names the driver it uses.
+
+    :param registry: ``registry.add(name, driver_class)`` where ``driver_class`` derives from
+        :class:`deskpool.drivers.HypervisorDriver`.
+    """
+
+
+# -------------------------------------------------------------------------------------- jobs
+
+
+@hookspec
+def deskpool_register_job_kinds(registry: Registry[Any]) -> None:
+    """Register job kinds the worker runs.
+
+    :param registry: ``registry.add(kind, handler)`` where ``handler`` is an async callable
+        taking the job context.
+    """
+
+
+@hookspec
+def deskpool_register_periodic_tasks(registry: Registry[Any]) -> None:
+    """Register periodic tasks; each runs once per interval across the whole deployment.
+
+    :param registry: ``registry.add(name, task)``.
+    """
+
+
+# --------------------------------------------------------------------------------- licensing
+
+
+@hookspec
+def deskpool_register_license_reporters(registry: Registry[Any]) -> None:
+    """Register licensing reporters (the ``LICENSE_REPORTER`` setting chooses one).
+
+    :param registry: ``registry.add(name, factory)``.
+    """
+
+
+# ------------------------------------------------------------------------------------ events
+
+
+@hookspec
+def deskpool_audit_event(event: AuditEvent) -> Any:
+    """Observe an audit event after the change it records has been committed.
+
+    May be ``async``. Observers must not raise; an exception is logged and ignored.
+
+    :param event: the recorded event (its details never contain secrets).
+    """

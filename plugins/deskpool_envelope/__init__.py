@@ -1,0 +1,1 @@
+"""deskpool envelope plugin (placeholder while it is being built)."""

@@ -1,0 +1,1 @@
+"""deskpool gateway plugin (placeholder while it is being built)."""

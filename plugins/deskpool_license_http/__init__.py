@@ -1,0 +1,1 @@
+"""deskpool license_http plugin (placeholder while it is being built)."""

@@ -1,0 +1,1 @@
+"""deskpool oidc plugin (placeholder while it is being built)."""

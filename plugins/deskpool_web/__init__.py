@@ -1,0 +1,1 @@
+"""deskpool web plugin (placeholder while it is being built)."""

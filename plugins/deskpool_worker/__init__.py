@@ -1,0 +1,1 @@
+"""deskpool worker plugin (placeholder while it is being built)."""
