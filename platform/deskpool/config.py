@@ -278,6 +278,9 @@ class Config(Mapping[str, Any]):
     """
 
     __slots__ = ("_settings", "_sources", "_values")
+    _values: dict[str, Any]
+    _settings: dict[str, Setting]
+    _sources: dict[str, str]
 
     def __init__(
         self,
@@ -350,9 +353,7 @@ def _display_value(setting: Setting, value: Any) -> str:
     if setting.type_name == "duration" and isinstance(value, float):
         return format_duration(value)
     if isinstance(value, tuple):
-        return ",".join(
-            "=".join(item) if isinstance(item, tuple) else str(item) for item in value
-        )
+        return ",".join("=".join(item) if isinstance(item, tuple) else str(item) for item in value)
     return str(value)
 
 
@@ -452,7 +453,9 @@ class _Section:
     owner: str = "deskpool"
     declared: list[str] = field(default_factory=list)
 
-    def add(self, name: str, parse: Callable[[str], Any], default: str | None, text: str, **kw: Any) -> None:
+    def add(
+        self, name: str, parse: Callable[[str], Any], default: str | None, text: str, **kw: Any
+    ) -> None:
         self.registry.add(
             Setting(name, parse, default, text, section=self.section, owner=self.owner, **kw)
         )
@@ -462,75 +465,413 @@ class _Section:
 def declare_core_settings(registry: SettingRegistry) -> None:
     """Declare every variable of SPEC.md that the platform itself reads."""
     general = _Section(registry, "General, API and ops")
-    general.add("APP_ENV", str, "development", "Deployment label, informational only. Logs are JSON unless it is `development`.")
-    general.add("LOG_LEVEL", parse_choice("debug", "info", "warn", "error"), "info", "One of debug, info, warn, error.", type_name="choice")
-    general.add("API_ADDR", parse_host_port, "127.0.0.1:8080", "API listen address. Use 0.0.0.0:8080 in a container.", type_name="host:port")
-    general.add("API_SHUTDOWN_TIMEOUT", parse_duration, "10s", "Graceful shutdown deadline for in-flight HTTP requests.", type_name="duration")
-    general.add("OPENAPI_PATH", str, "api/openapi/openapi.yaml", "Filesystem path of the document served at `GET /openapi.yaml`.", type_name="path")
-    general.add("API_CORS_ALLOWED_ORIGINS", parse_list, "", "Comma-separated browser origins allowed to call the API (exact origins, or `*` without credentials).", type_name="list", required="Yes, if the console is served from a different origin")
-    general.add("API_MAX_BODY_SIZE", parse_int(1024, 64 * 1024 * 1024), "1048576", "Largest request body accepted, in bytes; larger bodies are answered 413.", type_name="integer")
-    general.add("API_RATE_LIMIT_PER_MINUTE", parse_int(0), "600", "Requests per minute allowed to one principal (or one client address before authentication); 0 disables rate limiting.", type_name="integer")
-    general.add("API_PAGE_SIZE_DEFAULT", parse_int(1, 500), "50", "Items per page of a list when the client gives no `limit`.", type_name="integer")
-    general.add("API_PAGE_SIZE_MAX", parse_int(1, 500), "500", "Largest `limit` a list accepts.", type_name="integer")
-    general.add("METRICS_ADDR", parse_host_port, "0.0.0.0:9090", "Ops listener for `/metrics`, `/healthz` and `/readyz`, shared by the api and worker.", type_name="host:port", empty_disables=True)
+    general.add(
+        "APP_ENV",
+        str,
+        "development",
+        "Deployment label, informational only. Logs are JSON unless it is `development`.",
+    )
+    general.add(
+        "LOG_LEVEL",
+        parse_choice("debug", "info", "warn", "error"),
+        "info",
+        "One of debug, info, warn, error.",
+        type_name="choice",
+    )
+    general.add(
+        "API_ADDR",
+        parse_host_port,
+        "127.0.0.1:8080",
+        "API listen address. Use 0.0.0.0:8080 in a container.",
+        type_name="host:port",
+    )
+    general.add(
+        "API_SHUTDOWN_TIMEOUT",
+        parse_duration,
+        "10s",
+        "Graceful shutdown deadline for in-flight HTTP requests.",
+        type_name="duration",
+    )
+    general.add(
+        "OPENAPI_PATH",
+        str,
+        "api/openapi/openapi.yaml",
+        "Filesystem path of the document served at `GET /openapi.yaml`.",
+        type_name="path",
+    )
+    general.add(
+        "API_CORS_ALLOWED_ORIGINS",
+        parse_list,
+        "",
+        "Comma-separated browser origins allowed to call the API (exact origins, or `*` without credentials).",
+        type_name="list",
+        required="Yes, if the console is served from a different origin",
+    )
+    general.add(
+        "API_MAX_BODY_SIZE",
+        parse_int(1024, 64 * 1024 * 1024),
+        "1048576",
+        "Largest request body accepted, in bytes; larger bodies are answered 413.",
+        type_name="integer",
+    )
+    general.add(
+        "API_RATE_LIMIT_PER_MINUTE",
+        parse_int(0),
+        "600",
+        "Requests per minute allowed to one principal (or one client address before authentication); 0 disables rate limiting.",
+        type_name="integer",
+    )
+    general.add(
+        "API_PAGE_SIZE_DEFAULT",
+        parse_int(1, 500),
+        "50",
+        "Items per page of a list when the client gives no `limit`.",
+        type_name="integer",
+    )
+    general.add(
+        "API_PAGE_SIZE_MAX",
+        parse_int(1, 500),
+        "500",
+        "Largest `limit` a list accepts.",
+        type_name="integer",
+    )
+    general.add(
+        "METRICS_ADDR",
+        parse_host_port,
+        "0.0.0.0:9090",
+        "Ops listener for `/metrics`, `/healthz` and `/readyz`, shared by the api and worker.",
+        type_name="host:port",
+        empty_disables=True,
+    )
 
     plugins = _Section(registry, "Plugins")
-    plugins.add("AUTH_PROVIDER", str, "oidc", "Name of the auth provider plugin (entry point in `deskpool.auth_providers`).", type_name="name")
-    plugins.add("SECRET_STORE", str, "envelope", "Name of the secret store plugin (entry point in `deskpool.secret_stores`).", type_name="name")
-    plugins.add("LICENSE_REPORTER", str, "http", "Name of the licensing reporter plugin (entry point in `deskpool.license_reporters`).", type_name="name")
-    plugins.add("PLUGINS_DISABLED", parse_list, "", "Comma-separated entry-point names (or `group:name`) that are not loaded, in any group.", type_name="list")
+    plugins.add(
+        "AUTH_PROVIDER",
+        str,
+        "oidc",
+        "Name of the auth provider plugin (entry point in `deskpool.auth_providers`).",
+        type_name="name",
+    )
+    plugins.add(
+        "SECRET_STORE",
+        str,
+        "envelope",
+        "Name of the secret store plugin (entry point in `deskpool.secret_stores`).",
+        type_name="name",
+    )
+    plugins.add(
+        "LICENSE_REPORTER",
+        str,
+        "http",
+        "Name of the licensing reporter plugin (entry point in `deskpool.license_reporters`).",
+        type_name="name",
+    )
+    plugins.add(
+        "PLUGINS_DISABLED",
+        parse_list,
+        "",
+        "Comma-separated entry-point names (or `group:name`) that are not loaded, in any group.",
+        type_name="list",
+    )
 
     auth = _Section(registry, "Authentication")
-    auth.add("AUTH_OIDC_ISSUER_URL", parse_url("https", "http"), "", "Issuer URL of the identity provider. Protected routes answer 503 until it and the audience are set.", type_name="url", required="Yes")
-    auth.add("AUTH_OIDC_AUDIENCE", str, "", "OIDC client ID or audience that tokens are validated against.", required="Yes")
-    auth.add("AUTH_OIDC_GROUPS_CLAIM", str, "groups", "Token claim read for group membership. Dot-paths for nested claims are supported.", type_name="claim path")
-    auth.add("AUTH_OIDC_ROLES_CLAIM", str, "roles", "Token claim read for role membership.", type_name="claim path")
-    auth.add("AUTH_BOOTSTRAP_ADMIN_EMAILS", parse_list, "", "Email addresses that receive the `platform_admin` role automatically at first sign-in.", type_name="list", required="Recommended for first login")
-    auth.add("AUTH_BOOTSTRAP_ADMIN_SUBJECTS", parse_list, "", "Same mechanism, matched on the OIDC subject.", type_name="list")
-    auth.add("AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS", parse_bindings, "", "Comma-separated list of `<claim value>=<local group key>` bootstrap bindings.", type_name="bindings")
+    auth.add(
+        "AUTH_OIDC_ISSUER_URL",
+        parse_url("https", "http"),
+        "",
+        "Issuer URL of the identity provider. Protected routes answer 503 until it and the audience are set.",
+        type_name="url",
+        required="Yes",
+    )
+    auth.add(
+        "AUTH_OIDC_AUDIENCE",
+        str,
+        "",
+        "OIDC client ID or audience that tokens are validated against.",
+        required="Yes",
+    )
+    auth.add(
+        "AUTH_OIDC_GROUPS_CLAIM",
+        str,
+        "groups",
+        "Token claim read for group membership. Dot-paths for nested claims are supported.",
+        type_name="claim path",
+    )
+    auth.add(
+        "AUTH_OIDC_ROLES_CLAIM",
+        str,
+        "roles",
+        "Token claim read for role membership.",
+        type_name="claim path",
+    )
+    auth.add(
+        "AUTH_BOOTSTRAP_ADMIN_EMAILS",
+        parse_list,
+        "",
+        "Email addresses that receive the `platform_admin` role automatically at first sign-in.",
+        type_name="list",
+        required="Recommended for first login",
+    )
+    auth.add(
+        "AUTH_BOOTSTRAP_ADMIN_SUBJECTS",
+        parse_list,
+        "",
+        "Same mechanism, matched on the OIDC subject.",
+        type_name="list",
+    )
+    auth.add(
+        "AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS",
+        parse_bindings,
+        "",
+        "Comma-separated list of `<claim value>=<local group key>` bootstrap bindings.",
+        type_name="bindings",
+    )
 
     web = _Section(registry, "Web console (browser side)")
-    web.add("WEB_PUBLIC_API_BASE_URL", parse_url("http", "https"), "http://localhost:8080", "Public base URL of the API that the browser calls.", type_name="url", required="Yes in production")
-    web.add("WEB_PUBLIC_OIDC_AUTHORITY", parse_url("http", "https"), "", "Issuer/authority URL used by the browser; must equal `AUTH_OIDC_ISSUER_URL`.", type_name="url", required="Yes")
-    web.add("WEB_PUBLIC_OIDC_CLIENT_ID", str, "", "OIDC client ID of the console application.", required="Yes")
-    web.add("WEB_PUBLIC_OIDC_SCOPE", str, "openid profile email groups", "Scopes requested at sign-in. Include `offline_access` for silent token refresh.")
-    web.add("WEB_PUBLIC_OIDC_LOGOUT_URL", parse_url("http", "https"), "", "Explicit end-session URL; when empty, the provider's `end_session_endpoint` is used.", type_name="url")
-    web.add("WEB_ADDR", parse_host_port, "127.0.0.1:8082", "Listen address of the web console component.", type_name="host:port")
+    web.add(
+        "WEB_PUBLIC_API_BASE_URL",
+        parse_url("http", "https"),
+        "http://localhost:8080",
+        "Public base URL of the API that the browser calls.",
+        type_name="url",
+        required="Yes in production",
+    )
+    web.add(
+        "WEB_PUBLIC_OIDC_AUTHORITY",
+        parse_url("http", "https"),
+        "",
+        "Issuer/authority URL used by the browser; must equal `AUTH_OIDC_ISSUER_URL`.",
+        type_name="url",
+        required="Yes",
+    )
+    web.add(
+        "WEB_PUBLIC_OIDC_CLIENT_ID",
+        str,
+        "",
+        "OIDC client ID of the console application.",
+        required="Yes",
+    )
+    web.add(
+        "WEB_PUBLIC_OIDC_SCOPE",
+        str,
+        "openid profile email groups",
+        "Scopes requested at sign-in. Include `offline_access` for silent token refresh.",
+    )
+    web.add(
+        "WEB_PUBLIC_OIDC_LOGOUT_URL",
+        parse_url("http", "https"),
+        "",
+        "Explicit end-session URL; when empty, the provider's `end_session_endpoint` is used.",
+        type_name="url",
+    )
 
     data = _Section(registry, "Database and key-value store")
-    data.add("DATABASE_URL", parse_database_url, None, "Relational database connection string (PostgreSQL).", type_name="url", required="Yes", must_be_set=True, secret=True, shown_default="`postgresql://127.0.0.1:5432/deskpool?sslmode=disable` (documented, not applied: it must be set)")
-    data.add("DATABASE_MAX_CONNS", parse_int(1, 1000), "10", "Maximum connection pool size, per process.", type_name="integer")
-    data.add("DBSERVER_DB", str, "deskpool", "Database created on first start by the bundled database container; must match `DATABASE_URL`. Not read by the service.")
-    data.add("DBSERVER_USER", str, "deskpool", "Superuser role created on first start by the bundled database container; must match `DATABASE_URL`. Not read by the service.")
-    data.add("DBSERVER_PASSWORD", str, "", "Password of `DBSERVER_USER` for the bundled database container. Not read by the service.", secret=True)
-    data.add("KVSTORE_ADDR", parse_host_port, None, "host:port of the key-value store (Redis).", type_name="host:port", required="Yes", must_be_set=True, aliases=("REDIS_ADDR",), shown_default="`127.0.0.1:6379` (documented, not applied: it must be set)")
+    data.add(
+        "DATABASE_URL",
+        parse_database_url,
+        None,
+        "Relational database connection string (PostgreSQL).",
+        type_name="url",
+        required="Yes",
+        must_be_set=True,
+        secret=True,
+        shown_default="`postgresql://127.0.0.1:5432/deskpool?sslmode=disable` (documented, not applied: it must be set)",
+    )
+    data.add(
+        "DATABASE_MAX_CONNS",
+        parse_int(1, 1000),
+        "10",
+        "Maximum connection pool size, per process.",
+        type_name="integer",
+    )
+    data.add(
+        "DBSERVER_DB",
+        str,
+        "deskpool",
+        "Database created on first start by the bundled database container; must match `DATABASE_URL`. Not read by the service.",
+    )
+    data.add(
+        "DBSERVER_USER",
+        str,
+        "deskpool",
+        "Superuser role created on first start by the bundled database container; must match `DATABASE_URL`. Not read by the service.",
+    )
+    data.add(
+        "DBSERVER_PASSWORD",
+        str,
+        "",
+        "Password of `DBSERVER_USER` for the bundled database container. Not read by the service.",
+        secret=True,
+    )
+    data.add(
+        "KVSTORE_ADDR",
+        parse_host_port,
+        None,
+        "host:port of the key-value store (Redis).",
+        type_name="host:port",
+        required="Yes",
+        must_be_set=True,
+        aliases=("REDIS_ADDR",),
+        shown_default="`127.0.0.1:6379` (documented, not applied: it must be set)",
+    )
     data.add("KVSTORE_PASSWORD", str, "", "Password, if the store requires one.", secret=True)
     data.add("KVSTORE_DB", parse_int(0, 15), "0", "Logical database index.", type_name="integer")
+    data.add(
+        "KVSTORE_KEY_PREFIX",
+        str,
+        "deskpool:",
+        "Prefix of every key deskpool writes, so several deployments (or test runs) can share one store.",
+    )
 
     secrets = _Section(registry, "Secrets at rest")
-    secrets.add("SECRETS_MASTER_KEY", parse_master_key, "", "Envelope encryption key for stored credentials: 32 random bytes, base64. `deskpool secrets generate-key` prints one.", type_name="base64 key", required="Yes for production", secret=True)
-    secrets.add("SECRETS_MASTER_KEY_PREVIOUS", parse_master_key, "", "The retiring master key, set only during a key-rotation window.", type_name="base64 key", secret=True)
+    secrets.add(
+        "SECRETS_MASTER_KEY",
+        parse_master_key,
+        "",
+        "Envelope encryption key for stored credentials: 32 random bytes, base64. `deskpool secrets generate-key` prints one.",
+        type_name="base64 key",
+        required="Yes for production",
+        secret=True,
+    )
+    secrets.add(
+        "SECRETS_MASTER_KEY_PREVIOUS",
+        parse_master_key,
+        "",
+        "The retiring master key, set only during a key-rotation window.",
+        type_name="base64 key",
+        secret=True,
+    )
 
     gateway = _Section(registry, "Gateway and desktop daemon")
-    gateway.add("GATEWAY_ADDR", parse_host_port, "0.0.0.0:8081", "Gateway listen address.", type_name="host:port")
-    gateway.add("DESKTOPD_ADDRESS", parse_host_port, "desktopd:4822", "host:port of the remote desktop protocol daemon (guacd).", type_name="host:port")
-    gateway.add("GATEWAY_PUBLIC_WS_URL", parse_url("wss", "ws"), "", "Public `wss://` URL of the gateway tunnel, returned in the connection-token response.", type_name="url", required="Yes for browser desktop access")
-    gateway.add("DESKTOPD_LOG_LEVEL", parse_choice("trace", "debug", "info", "warning", "error"), "info", "Log level of the bundled daemon container. Separate from `LOG_LEVEL`; not read by the service.", type_name="choice")
+    gateway.add(
+        "GATEWAY_ADDR",
+        parse_host_port,
+        "0.0.0.0:8081",
+        "Gateway listen address.",
+        type_name="host:port",
+    )
+    gateway.add(
+        "DESKTOPD_ADDRESS",
+        parse_host_port,
+        "desktopd:4822",
+        "host:port of the remote desktop protocol daemon (guacd).",
+        type_name="host:port",
+    )
+    gateway.add(
+        "GATEWAY_PUBLIC_WS_URL",
+        parse_url("wss", "ws"),
+        "",
+        "Public `wss://` URL of the gateway tunnel, returned in the connection-token response.",
+        type_name="url",
+        required="Yes for browser desktop access",
+    )
+    gateway.add(
+        "DESKTOPD_LOG_LEVEL",
+        parse_choice("trace", "debug", "info", "warning", "error"),
+        "info",
+        "Log level of the bundled daemon container. Separate from `LOG_LEVEL`; not read by the service.",
+        type_name="choice",
+    )
 
     worker = _Section(registry, "Worker and reconciliation")
-    worker.add("WORKER_POLL_INTERVAL", parse_duration, "1m", "Job queue polling interval (a fallback: LISTEN/NOTIFY wakes idle workers at once).", type_name="duration")
-    worker.add("WORKER_CONCURRENCY", parse_int(1, 256), "8", "Jobs one worker process runs at the same time.", type_name="integer")
-    worker.add("POOL_RECONCILE_INTERVAL", parse_duration, "30s", "How often pool reconciliation runs.", type_name="duration")
-    worker.add("POOL_RECONCILE_BATCH_SIZE", parse_int(1, 100000), "50", "Maximum number of pools reconciled per cycle.", type_name="integer")
-    worker.add("GUEST_AGENT_WAIT_TIMEOUT", parse_duration, "10m", "How long provisioning waits for the guest agent before that step fails.", type_name="duration")
-    worker.add("WINDOWS_READY_WAIT_TIMEOUT", parse_duration, "30m", "How long provisioning waits for Windows Sysprep/OOBE before that step fails.", type_name="duration")
-    worker.add("WORKER_LEASE_DURATION", parse_duration, "5m", "How long a leased job runs without a heartbeat before another worker reclaims it.", type_name="duration")
-    worker.add("WORKER_SHUTDOWN_TIMEOUT", parse_duration, "30s", "Graceful drain deadline for in-flight jobs at shutdown. The supervisor's stop timeout must exceed it.", type_name="duration")
-    worker.add("AUDIT_RETENTION_MONTHS", parse_int(0, 1200), "0", "Trailing months of audit events kept. 0 keeps all.", type_name="integer")
-    worker.add("AUDIT_MAINTENANCE_INTERVAL", parse_duration, "24h", "How often upcoming audit partitions are provisioned and expired ones pruned.", type_name="duration")
+    worker.add(
+        "WORKER_POLL_INTERVAL",
+        parse_duration,
+        "1m",
+        "Job queue polling interval (a fallback: LISTEN/NOTIFY wakes idle workers at once).",
+        type_name="duration",
+    )
+    worker.add(
+        "WORKER_CONCURRENCY",
+        parse_int(1, 256),
+        "8",
+        "Jobs one worker process runs at the same time.",
+        type_name="integer",
+    )
+    worker.add(
+        "POOL_RECONCILE_INTERVAL",
+        parse_duration,
+        "30s",
+        "How often pool reconciliation runs.",
+        type_name="duration",
+    )
+    worker.add(
+        "POOL_RECONCILE_BATCH_SIZE",
+        parse_int(1, 100000),
+        "50",
+        "Maximum number of pools reconciled per cycle.",
+        type_name="integer",
+    )
+    worker.add(
+        "GUEST_AGENT_WAIT_TIMEOUT",
+        parse_duration,
+        "10m",
+        "How long provisioning waits for the guest agent before that step fails.",
+        type_name="duration",
+    )
+    worker.add(
+        "WINDOWS_READY_WAIT_TIMEOUT",
+        parse_duration,
+        "30m",
+        "How long provisioning waits for Windows Sysprep/OOBE before that step fails.",
+        type_name="duration",
+    )
+    worker.add(
+        "WORKER_LEASE_DURATION",
+        parse_duration,
+        "5m",
+        "How long a leased job runs without a heartbeat before another worker reclaims it.",
+        type_name="duration",
+    )
+    worker.add(
+        "WORKER_SHUTDOWN_TIMEOUT",
+        parse_duration,
+        "30s",
+        "Graceful drain deadline for in-flight jobs at shutdown. The supervisor's stop timeout must exceed it.",
+        type_name="duration",
+    )
+    worker.add(
+        "AUDIT_RETENTION_MONTHS",
+        parse_int(0, 1200),
+        "0",
+        "Trailing months of audit events kept. 0 keeps all.",
+        type_name="integer",
+    )
+    worker.add(
+        "AUDIT_MAINTENANCE_INTERVAL",
+        parse_duration,
+        "24h",
+        "How often upcoming audit partitions are provisioned and expired ones pruned.",
+        type_name="duration",
+    )
 
     licensing = _Section(registry, "Licensing")
-    licensing.add("LICENSE_REPORT_URL", parse_url("https", "http"), "", "Vendor activation-report endpoint. Empty disables activation reporting. The free edition never reports.", type_name="url")
-    licensing.add("LICENSE_REPORT_INTERVAL", parse_duration, "24h", "Activation-report cadence, with jitter.", type_name="duration")
-    licensing.add("LICENSE_WATERMARK_INTERVAL", parse_duration, "1h", "How often the worker persists the monotonic license-expiry watermark.", type_name="duration")
-    licensing.add("LICENSE_MANIFEST_PATH", str, "", "Path of the signed build manifest used for tamper detection.", type_name="path", shown_default="empty, meaning a file named after the executable with a manifest suffix")
+    licensing.add(
+        "LICENSE_REPORT_URL",
+        parse_url("https", "http"),
+        "",
+        "Vendor activation-report endpoint. Empty disables activation reporting. The free edition never reports.",
+        type_name="url",
+    )
+    licensing.add(
+        "LICENSE_REPORT_INTERVAL",
+        parse_duration,
+        "24h",
+        "Activation-report cadence, with jitter.",
+        type_name="duration",
+    )
+    licensing.add(
+        "LICENSE_WATERMARK_INTERVAL",
+        parse_duration,
+        "1h",
+        "How often the worker persists the monotonic license-expiry watermark.",
+        type_name="duration",
+    )
+    licensing.add(
+        "LICENSE_MANIFEST_PATH",
+        str,
+        "",
+        "Path of the signed build manifest used for tamper detection.",
+        type_name="path",
+        shown_default="empty, meaning a file named after the executable with a manifest suffix",
+    )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -31,11 +31,14 @@ class DeskpoolError(Exception):
 
     :param detail: a human-readable explanation, safe to show a client (no secrets).
     :param extra: additional members for the problem+json body.
+    :param status: overrides the class's HTTP status (for errors translated from elsewhere).
+    :param code: overrides the class's stable code.
+    :param title: overrides the class's title.
     """
 
-    status: ClassVar[int] = 500
-    code: ClassVar[str] = "internal_error"
-    title: ClassVar[str] = "Internal server error"
+    status: int = 500
+    code: str = "internal_error"
+    title: str = "Internal server error"
     headers: Mapping[str, str]
 
     def __init__(
@@ -44,7 +47,16 @@ class DeskpoolError(Exception):
         *,
         headers: Mapping[str, str] | None = None,
         extra: Mapping[str, Any] | None = None,
+        status: int | None = None,
+        code: str | None = None,
+        title: str | None = None,
     ) -> None:
+        if status is not None:
+            self.status = status
+        if code is not None:
+            self.code = code
+        if title is not None:
+            self.title = title
         super().__init__(detail or self.title)
         self.detail = detail or self.title
         self.headers = dict(headers or {})

@@ -9,7 +9,6 @@ at import time.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.metadata
 import inspect
 import logging
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pluggy
-from stevedore import ExtensionManager, NamedExtensionManager
+from stevedore import NamedExtensionManager
 
 from deskpool import hookspecs
 from deskpool.config import SettingRegistry, declare_core_settings, parse_list
@@ -54,7 +53,11 @@ CHOSEN_BY_SETTING: dict[str, str] = {
     "license_reporters": "LICENSE_REPORTER",
 }
 
-_SELECTION_DEFAULTS = {"AUTH_PROVIDER": "oidc", "SECRET_STORE": "envelope", "LICENSE_REPORTER": "http"}
+_SELECTION_DEFAULTS = {
+    "AUTH_PROVIDER": "oidc",
+    "SECRET_STORE": "envelope",
+    "LICENSE_REPORTER": "http",
+}
 
 
 @dataclass(frozen=True)
@@ -244,32 +247,27 @@ def load_plugins(selection: PluginSelection) -> PluginHost:
             failures.append(_load_failure_message(short_group, entry_point.name, error))
 
         if wanted is None:
-            manager: ExtensionManager = ExtensionManager(
-                group, on_load_failure_callback=on_failure
-            )
-            extensions = [
-                ext
-                for ext in manager
-                if not _is_disabled(short_group, ext.name, selection.disabled)
+            # Filter before loading: a disabled plugin is never imported.
+            wanted = [
+                ep.name
+                for ep in installed_entry_points(group)
+                if not _is_disabled(short_group, ep.name, selection.disabled)
             ]
-        else:
-            missing = []
+        missing: list[str] = []
 
-            def on_missing(names: Iterable[str]) -> None:
-                missing.extend(names)
+        def on_missing(names: Iterable[str], missing: list[str] = missing) -> None:
+            missing.extend(names)
 
-            manager = NamedExtensionManager(
-                group,
-                names=wanted,
-                name_order=True,
-                on_load_failure_callback=on_failure,
-                on_missing_entrypoints_callback=on_missing,
-                warn_on_missing_entrypoint=False,
-            )
-            extensions = list(manager)
-            for name in missing:
-                if any(name in message for message in failures):
-                    continue  # it failed to load: already reported
+        manager = NamedExtensionManager(
+            group,
+            names=wanted,
+            name_order=True,
+            on_load_failure_callback=on_failure,
+            on_missing_entrypoints_callback=on_missing,
+        )
+        extensions = list(manager)
+        for name in missing:
+            if not any(f"plugin {name!r}" in message for message in failures):
                 failures.append(_missing_message(short_group, group, name))
         for ext in extensions:
             if pm.is_registered(ext.plugin):
@@ -278,7 +276,9 @@ def load_plugins(selection: PluginSelection) -> PluginHost:
             pm.register(ext.plugin, name=f"{short_group}:{ext.name}")
             loaded.append((short_group, ext.name))
     if failures:
-        error_class = PluginLoadError if any("failed to load" in f for f in failures) else PluginNotFound
+        error_class = (
+            PluginLoadError if any("failed to load" in f for f in failures) else PluginNotFound
+        )
         raise error_class("\n".join(failures))
     return PluginHost(pm, loaded)
 
@@ -304,7 +304,8 @@ def _missing_message(short_group: str, group: str, name: str) -> str:
         if short_group in CHOSEN_BY_SETTING
         else ""
     )
-    return f"no {short_group[:-1].replace('_', ' ')} named {name!r} is installed; installed: {installed}{hint}"
+    kind = short_group[:-1].replace("_", " ")
+    return f"no {kind} named {name!r} is installed; installed: {installed}{hint}"
 
 
 def list_installed(host: PluginHost | None) -> list[InstalledPlugin]:

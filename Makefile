@@ -1,0 +1,47 @@
+# deskpool: the two commands of the quick start are `make run` and `make test`.
+# Both do all the set-up on a fresh Debian/Ubuntu machine with Python 3.11+.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DRIVERS := $(wildcard hypervisor_drivers/*/pyproject.toml)
+
+.PHONY: run test setup services lint docs openapi clean
+
+$(STAMP): pyproject.toml $(DRIVERS)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "deskpool needs Python 3.11 or newer"; exit 1; }
+	@$(PYTHON) -m venv --help >/dev/null 2>&1 || \
+	  { echo "python venv is missing: sudo apt-get install python3-venv"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test,lint]' $(foreach d,$(DRIVERS),-e $(dir $(d)))
+	touch $@
+
+setup: $(STAMP)
+
+services:
+	@bash scripts/ensure-services.sh
+
+# The main job: migrate, then run every component in one process.
+run: setup services
+	@bash scripts/dev-env.sh
+	@set -a && . ./.run/dev.env && set +a && $(BIN)/deskpool migrate && exec $(BIN)/deskpool run all
+
+# The whole test suite, lint and type checks included, through tox.
+test: setup services
+	$(BIN)/tox run -e lint,tests
+
+lint: setup
+	$(BIN)/tox run -e lint
+
+docs: setup
+	$(BIN)/deskpool config doc
+	$(BIN)/deskpool hooks doc
+
+openapi: setup
+	$(BIN)/deskpool openapi write
+
+clean:
+	rm -rf $(VENV) .tox .run build *.egg-info

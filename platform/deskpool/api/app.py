@@ -1,0 +1,204 @@
+"""The API application: middlewares, the operation wrapper, and the public routes.
+
+Order of the middlewares, outermost first: request id, logging and metrics; problem+json; CORS.
+Each operation of the route table is wrapped by :func:`operation_handler`, which authenticates
+(protected operations), checks the declared permission, applies the rate limit, validates the
+query and body with webargs, calls the handler and dumps its result through the response schema.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from marshmallow import Schema
+from prometheus_client import Counter, Histogram
+
+from deskpool.api import resources
+from deskpool.api.context import Call
+from deskpool.api.problems import REQUEST_ID_KEY, problem_middleware
+from deskpool.api.routes import Operation, Reply, RouteTable
+from deskpool.api.validation import parse_body, parse_query
+from deskpool.errors import AuthNotConfigured
+from deskpool.runtime import Runtime
+
+if TYPE_CHECKING:
+    from deskpool.plugins import PluginHost
+
+log = logging.getLogger("deskpool.api.access")
+startup_log = logging.getLogger(__name__)
+
+RUNTIME_KEY = web.AppKey("runtime", Runtime)
+ROUTES_KEY = web.AppKey("routes", RouteTable)
+OPENAPI_DOCUMENT_KEY = web.AppKey("openapi_document", bytes)
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+
+
+class HttpMetrics:
+    """HTTP request count and latency, labelled by route template, method and status."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.requests = Counter(
+            "deskpool_http_requests",
+            "HTTP requests served by the API.",
+            ["route", "method", "status"],
+            registry=runtime.metrics,
+        )
+        self.latency = Histogram(
+            "deskpool_http_request_duration_seconds",
+            "Time to serve an API request.",
+            ["route", "method"],
+            registry=runtime.metrics,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+
+
+METRICS_KEY = web.AppKey("http_metrics", HttpMetrics)
+
+
+def route_template(request: web.Request) -> str:
+    """The matched route's template (``/api/v1/pools/{id}``), or ``unmatched``."""
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "unmatched"
+
+
+@web.middleware
+async def request_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Give the request an id, then log one line and record metrics when it is answered."""
+    supplied = request.headers.get("X-Request-Id", "")
+    request_id = supplied if _REQUEST_ID.match(supplied) else uuid.uuid4().hex
+    request[REQUEST_ID_KEY] = request_id
+    started = time.perf_counter()
+    status = 500
+    try:
+        response: web.StreamResponse = await handler(request)
+        status = response.status
+        response.headers["X-Request-Id"] = request_id
+        return response
+    finally:
+        elapsed = time.perf_counter() - started
+        route = route_template(request)
+        metrics = request.app[METRICS_KEY]
+        metrics.requests.labels(route, request.method, str(status)).inc()
+        metrics.latency.labels(route, request.method).observe(elapsed)
+        log.info(
+            "%s %s %s %.1fms",
+            request.method,
+            route,
+            status,
+            elapsed * 1000,
+            extra={
+                "request_id": request_id,
+                "method": request.method,
+                "route": route,
+                "status": status,
+                "duration_ms": round(elapsed * 1000, 2),
+            },
+        )
+
+
+def dump(operation: Operation, status: int, data: Any) -> Any:
+    """Serialize ``data`` through the schema of the ``status`` response, if it has one."""
+    spec = operation.responses.get(status)
+    if spec is None or spec.schema is None or data is None:
+        return data
+    schema = spec.schema() if isinstance(spec.schema, type) else spec.schema
+    assert isinstance(schema, Schema)
+    return schema.dump(data)
+
+
+def operation_handler(operation: Operation) -> Handler:
+    """Wrap ``operation``'s handler with authentication, authorization and validation."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        runtime = request.app[RUNTIME_KEY]
+        principal = None
+        if not operation.public:
+            principal = await authenticate(request, runtime, operation)
+        call = Call(request=request, operation=operation, runtime=runtime, principal=principal)
+        if operation.query is not None:
+            call.query = await parse_query(request, operation.query)
+        if operation.body is not None:
+            call.body = await parse_body(request, operation.body)
+        result = await operation.handler(call)
+        if isinstance(result, web.StreamResponse):
+            return result
+        reply = result if isinstance(result, Reply) else Reply(result, operation.success_status)
+        if reply.status == 204:
+            return web.Response(status=204, headers=reply.headers)
+        return web.json_response(
+            dump(operation, reply.status, reply.data), status=reply.status, headers=reply.headers
+        )
+
+    handle.__name__ = operation.operation_id
+    return handle
+
+
+async def authenticate(request: web.Request, runtime: Runtime, operation: Operation) -> Any:
+    """Authenticate the caller of a protected operation.
+
+    While the OIDC issuer and audience are not both configured, every protected operation
+    answers 503 (SPEC.md §5.1 rule 4).
+    """
+    config = runtime.config
+    if not (config["AUTH_OIDC_ISSUER_URL"] and config["AUTH_OIDC_AUDIENCE"]):
+        raise AuthNotConfigured(
+            "Protected operations are unavailable until AUTH_OIDC_ISSUER_URL and "
+            "AUTH_OIDC_AUDIENCE are both set."
+        )
+    raise AuthNotConfigured("No auth provider is available in this process.")
+
+
+async def serve_openapi(request: web.Request) -> web.Response:
+    """``GET /openapi.yaml``: the document at ``OPENAPI_PATH``, read at startup."""
+    document = request.app.get(OPENAPI_DOCUMENT_KEY)
+    if document is None:
+        raise web.HTTPNotFound()
+    return web.Response(body=document, content_type="application/yaml")
+
+
+def load_openapi_document(path: str) -> bytes | None:
+    """Read the document served at ``/openapi.yaml``; report an absent file once, at startup."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as error:
+        startup_log.error(
+            "OPENAPI_PATH %s cannot be read (%s); GET /openapi.yaml will answer 404",
+            path,
+            error.strerror or error,
+        )
+        return None
+
+
+def build_route_table(plugins: PluginHost) -> RouteTable:
+    """The built-in operations plus every plugin's, through ``deskpool_register_routes``."""
+    routes = RouteTable()
+    resources.register(routes)
+    plugins.register_routes(routes)
+    return routes
+
+
+def create_app(runtime: Runtime) -> web.Application:
+    """The API application of ``runtime``."""
+    config = runtime.config
+    app = web.Application(
+        middlewares=[request_middleware, problem_middleware],
+        client_max_size=config["API_MAX_BODY_SIZE"],
+    )
+    app[RUNTIME_KEY] = runtime
+    app[METRICS_KEY] = HttpMetrics(runtime)
+    routes = build_route_table(runtime.plugins)
+    app[ROUTES_KEY] = routes
+    document = load_openapi_document(config["OPENAPI_PATH"])
+    if document is not None:
+        app[OPENAPI_DOCUMENT_KEY] = document
+    app.router.add_get("/openapi.yaml", serve_openapi, allow_head=True)
+    routes.register(app, operation_handler)
+    return app

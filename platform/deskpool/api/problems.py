@@ -1,0 +1,137 @@
+"""RFC 9457 problem details: the one place errors become HTTP responses.
+
+:func:`problem_middleware` catches every :class:`deskpool.errors.DeskpoolError`, aiohttp's own
+HTTP errors (unknown route, wrong method, body too large) and anything unexpected, and answers
+``application/problem+json``. An unexpected exception is logged with its traceback and answered
+500 with only the request id: no traceback or HTML error page ever reaches a client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from marshmallow import Schema, fields
+
+from deskpool.errors import (
+    BadRequest,
+    DeskpoolError,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+)
+
+log = logging.getLogger(__name__)
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+PROBLEM_TYPE_BASE = "https://deskpool.dev/problems/"
+REQUEST_ID_KEY = web.RequestKey("request_id", str)
+
+
+class FieldErrorSchema(Schema):
+    """One invalid field: a JSON pointer into the request and what is wrong with it."""
+
+    pointer = fields.String(required=True, metadata={"example": "/name"})
+    detail = fields.String(required=True)
+
+
+class ProblemSchema(Schema):
+    """An RFC 9457 problem details object with deskpool's stable ``code``."""
+
+    type = fields.String(
+        required=True, metadata={"description": "URI identifying the problem type."}
+    )
+    title = fields.String(required=True)
+    status = fields.Integer(required=True)
+    detail = fields.String(required=True)
+    instance = fields.String(required=True, metadata={"description": "The request path."})
+    code = fields.String(required=True, metadata={"description": "Stable machine-readable code."})
+    request_id = fields.String(required=True)
+    errors = fields.List(
+        fields.Nested(FieldErrorSchema), metadata={"description": "Field errors (422)."}
+    )
+    allowed = fields.List(fields.String(), metadata={"description": "Allowed methods (405)."})
+    installed = fields.List(
+        fields.String(), metadata={"description": "Installed choices, where one was unknown."}
+    )
+
+
+def problem_body(error: DeskpoolError, request: web.Request) -> dict[str, Any]:
+    """The problem+json body for ``error`` raised while serving ``request``."""
+    body: dict[str, Any] = {
+        "type": PROBLEM_TYPE_BASE + error.code,
+        "title": error.title,
+        "status": error.status,
+        "detail": error.detail,
+        "instance": request.path,
+        "code": error.code,
+        "request_id": request.get(REQUEST_ID_KEY, ""),
+    }
+    body.update(error.extra)
+    return body
+
+
+def problem_response(error: DeskpoolError, request: web.Request) -> web.Response:
+    """Render ``error`` as an ``application/problem+json`` response."""
+    response = web.Response(
+        status=error.status,
+        text=json.dumps(problem_body(error, request)),
+        content_type=PROBLEM_CONTENT_TYPE,
+        headers=error.headers,
+    )
+    return response
+
+
+def from_http_exception(exc: web.HTTPException) -> DeskpoolError:
+    """Translate an aiohttp HTTP error into the error hierarchy."""
+    if isinstance(exc, web.HTTPNotFound):
+        return NotFound("No operation matches this path.")
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = sorted(exc.allowed_methods)
+        return MethodNotAllowed(
+            f"{exc.method} is not allowed here; allowed: {', '.join(allowed)}.",
+            headers={"Allow": ", ".join(allowed)},
+            extra={"allowed": allowed},
+        )
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):
+        return PayloadTooLarge("The request body is larger than the server accepts.")
+    if isinstance(exc, web.HTTPUnsupportedMediaType):
+        return UnsupportedMediaType(exc.text or None)
+    if exc.status == 400:
+        return BadRequest(exc.text if exc.text and exc.text != exc.reason else None)
+    # Keep the status aiohttp chose, with a code derived from its reason phrase.
+    return DeskpoolError(
+        exc.reason,
+        status=exc.status,
+        code=exc.reason.lower().replace(" ", "_"),
+        title=exc.reason,
+    )
+
+
+@web.middleware
+async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Answer every error as problem+json; log unexpected ones with their traceback."""
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except DeskpoolError as error:
+        return problem_response(error, request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise  # redirects and the like pass through
+        return problem_response(from_http_exception(exc), request)
+    except Exception:
+        log.exception(
+            "unhandled error serving %s %s",
+            request.method,
+            request.path,
+            extra={"request_id": request.get(REQUEST_ID_KEY, "")},
+        )
+        return problem_response(
+            DeskpoolError("An unexpected error occurred; quote the request id to an operator."),
+            request,
+        )

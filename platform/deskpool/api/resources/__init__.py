@@ -1,0 +1,11 @@
+"""The built-in REST resources, each a module that adds its operations to the route table."""
+
+from __future__ import annotations
+
+from deskpool.api.resources import pools
+from deskpool.api.routes import RouteTable
+
+
+def register(routes: RouteTable) -> None:
+    """Add every built-in operation to ``routes``."""
+    pools.register(routes)

@@ -1,0 +1,256 @@
+"""The ``deskpool`` command.
+
+Every sub-command turns a :class:`deskpool.errors.StartupError` (bad configuration, a plugin
+that fails to load, a store that cannot be reached) into one clear message on stderr and exit
+status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from deskpool import __version__
+from deskpool.errors import StartupError
+
+EXIT_STARTUP = 2
+EXIT_CHECK_FAILED = 1
+
+CONFIG_REFERENCE_PATH = "docs/reference/configuration.md"
+HOOK_REFERENCE_PATH = "docs/reference/hooks.md"
+OPENAPI_DOCUMENT_PATH = "api/openapi/openapi.yaml"
+
+
+def _environ() -> dict[str, str]:
+    return dict(os.environ)
+
+
+# ------------------------------------------------------------------------------------- run
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run the named components until SIGTERM or SIGINT."""
+    from deskpool.host import Host, bootstrap
+
+    process = bootstrap(_environ(), args.components)
+    asyncio.run(Host(process).run())
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Apply pending migrations (idempotent, under an advisory lock)."""
+    from deskpool.db import connect_pool, migrate
+    from deskpool.host import bootstrap
+
+    process = bootstrap(_environ(), [])
+
+    async def run() -> list[str]:
+        pool = await connect_pool(process.config)
+        try:
+            async with pool.acquire() as connection:
+                return await migrate(connection)
+        finally:
+            await pool.close()
+
+    applied = asyncio.run(run())
+    if applied:
+        for label in applied:
+            print(f"applied {label}")
+    else:
+        print("schema is up to date")
+    return 0
+
+
+# --------------------------------------------------------------------------------- openapi
+
+
+def _render_openapi() -> str:
+    from deskpool.api.app import build_route_table
+    from deskpool.api.openapi import render_document
+    from deskpool.host import discover
+
+    return render_document(build_route_table(discover(_environ())))
+
+
+def cmd_openapi_write(args: argparse.Namespace) -> int:
+    """Write the OpenAPI document generated from the code."""
+    path = Path(args.path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(_render_openapi(), encoding="utf-8")
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_openapi_check(args: argparse.Namespace) -> int:
+    """Fail when the checked-in OpenAPI document differs from the code."""
+    return _check_generated(Path(args.path), _render_openapi(), "deskpool openapi write")
+
+
+def _check_generated(path: Path, expected: str, fix: str) -> int:
+    try:
+        current = path.read_text(encoding="utf-8")
+    except OSError:
+        current = None
+    if current == expected:
+        print(f"{path} is up to date")
+        return 0
+    print(f"{path} is out of date; run `{fix}` and commit the result", file=sys.stderr)
+    return EXIT_CHECK_FAILED
+
+
+# ---------------------------------------------------------------------------------- config
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    """Print the effective configuration, secrets redacted."""
+    from deskpool.host import bootstrap
+
+    process = bootstrap(_environ(), None, log_setup=False)
+    config = process.config
+    width = max(len(name) for name in config)
+    for name, value in config.display().items():
+        source = config.source(name)
+        print(f"{name:<{width}}  {value}  ({source})")
+    return 0
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    """Validate the configuration only."""
+    from deskpool.host import bootstrap
+
+    process = bootstrap(_environ(), None, log_setup=False)
+    print(f"configuration is valid ({len(process.config)} settings)")
+    return 0
+
+
+def _render_config_reference() -> str:
+    from deskpool.config import render_reference
+    from deskpool.host import discover
+
+    return render_reference(discover(_environ()).settings())
+
+
+def cmd_config_doc(args: argparse.Namespace) -> int:
+    """Write (or with ``--check``, verify) the configuration reference."""
+    path = Path(args.path)
+    text = _render_config_reference()
+    if args.check:
+        return _check_generated(path, text, "deskpool config doc")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {path}")
+    return 0
+
+
+def cmd_hooks_doc(args: argparse.Namespace) -> int:
+    """Write (or with ``--check``, verify) the hook reference."""
+    from deskpool.hookdoc import render_hook_reference
+
+    path = Path(args.path)
+    text = render_hook_reference()
+    if args.check:
+        return _check_generated(path, text, "deskpool hooks doc")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {path}")
+    return 0
+
+
+# --------------------------------------------------------------------------------- plugins
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    """List installed plugins, drivers and components with their distributions."""
+    from deskpool.host import discover
+    from deskpool.plugins import list_installed
+
+    rows = list_installed(discover(_environ()))
+    headers = ("GROUP", "NAME", "DISTRIBUTION", "VERSION", "LOADED", "TARGET")
+    table = [
+        (r.group, r.name, r.distribution, r.version, "yes" if r.loaded else "no", r.target)
+        for r in rows
+    ]
+    widths = [max(len(str(row[i])) for row in [headers, *table]) for i in range(len(headers))]
+    for row in [headers, *table]:
+        cells = (str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
+        print("  ".join(cells).rstrip())
+    return 0
+
+
+# ------------------------------------------------------------------------------------ main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``deskpool`` command."""
+    parser = argparse.ArgumentParser(
+        prog="deskpool", description="deskpool: virtual desktop administration platform"
+    )
+    parser.add_argument("--version", action="version", version=f"deskpool {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="run components until SIGTERM/SIGINT")
+    run.add_argument(
+        "components", nargs="+", metavar="COMPONENT", help="api, worker, gateway, web, or all"
+    )
+    run.set_defaults(func=cmd_run)
+
+    commands.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
+
+    openapi = commands.add_parser("openapi", help="the OpenAPI document").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    for name, func, text in (
+        ("write", cmd_openapi_write, "write the document generated from the code"),
+        ("check", cmd_openapi_check, "fail when the checked-in document differs"),
+    ):
+        sub = openapi.add_parser(name, help=text)
+        sub.add_argument("--path", default=OPENAPI_DOCUMENT_PATH)
+        sub.set_defaults(func=func)
+
+    config = commands.add_parser("config", help="configuration").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    config.add_parser("show", help="effective configuration, secrets redacted").set_defaults(
+        func=cmd_config_show
+    )
+    config.add_parser("check", help="validate the configuration only").set_defaults(
+        func=cmd_config_check
+    )
+    doc = config.add_parser("doc", help="write the Markdown configuration reference")
+    doc.add_argument("--path", default=CONFIG_REFERENCE_PATH)
+    doc.add_argument("--check", action="store_true", help="fail when the file differs")
+    doc.set_defaults(func=cmd_config_doc)
+
+    hooks = commands.add_parser("hooks", help="the hook reference").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    hooks_doc = hooks.add_parser("doc", help="write the Markdown hook reference")
+    hooks_doc.add_argument("--path", default=HOOK_REFERENCE_PATH)
+    hooks_doc.add_argument("--check", action="store_true", help="fail when the file differs")
+    hooks_doc.set_defaults(func=cmd_hooks_doc)
+
+    commands.add_parser(
+        "plugins", help="installed and loaded plugins with their distributions"
+    ).set_defaults(func=cmd_plugins)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``deskpool`` command."""
+    args = build_parser().parse_args(argv)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except StartupError as error:
+        print(f"deskpool: {error}", file=sys.stderr)
+        return EXIT_STARTUP
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

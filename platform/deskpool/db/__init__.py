@@ -1,0 +1,155 @@
+"""PostgreSQL: the connection pool and the schema migrations.
+
+SQL lives in numbered migration files (``migrations/NNNN_name.sql``) and in small repository
+modules per aggregate; there is no ORM. :func:`migrate` applies the pending migrations in order,
+each once, in its own transaction, under a PostgreSQL advisory lock so that two processes
+migrating at the same time do not collide.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+import asyncpg
+
+from deskpool.errors import StartupError
+
+if TYPE_CHECKING:
+    from deskpool.config import Config
+
+#: Key of the advisory lock held while migrating (an arbitrary constant: "deskpool" in ASCII).
+MIGRATION_LOCK_KEY = 0x6465736B706F6F6C
+
+_MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One SQL migration file."""
+
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def label(self) -> str:
+        """``0001_core`` style label."""
+        return f"{self.version:04d}_{self.name}"
+
+    @property
+    def checksum(self) -> str:
+        """SHA-256 of the SQL, recorded when applied."""
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SchemaStatus:
+    """Which migrations are applied and which are pending."""
+
+    applied: list[str]
+    pending: list[str]
+
+
+def known_migrations() -> list[Migration]:
+    """Every migration shipped with this version, in order."""
+    folder = importlib.resources.files("deskpool.db") / "migrations"
+    migrations = []
+    for entry in folder.iterdir():
+        match = _MIGRATION_NAME.match(entry.name)
+        if match:
+            migrations.append(
+                Migration(int(match.group(1)), match.group(2), entry.read_text(encoding="utf-8"))
+            )
+    migrations.sort(key=lambda m: m.version)
+    versions = [m.version for m in migrations]
+    if len(set(versions)) != len(versions):
+        raise StartupError(f"two migrations share a number: {versions}")
+    return migrations
+
+
+def describe_database(url: str) -> str:
+    """``host:port/dbname`` of a connection URL, for messages (never the password)."""
+    parts = urlsplit(url)
+    host = parts.hostname or "localhost"
+    return f"{host}:{parts.port or 5432}{parts.path or '/'}"
+
+
+async def connect_pool(config: Config) -> asyncpg.Pool:
+    """Open the connection pool sized by ``DATABASE_MAX_CONNS``.
+
+    :raises StartupError: naming the server (never the password) when it cannot be reached.
+    """
+    url = config["DATABASE_URL"]
+    size = config["DATABASE_MAX_CONNS"]
+    try:
+        pool = await asyncpg.create_pool(
+            url, min_size=min(1, size), max_size=size, timeout=10, command_timeout=60
+        )
+    except (OSError, asyncpg.PostgresError, TimeoutError) as error:
+        raise StartupError(
+            f"cannot connect to PostgreSQL at {describe_database(url)} (DATABASE_URL): "
+            f"{type(error).__name__}: {error}"
+        ) from None
+    assert pool is not None
+    return pool
+
+
+_CREATE_LEDGER = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version     integer PRIMARY KEY,
+    name        text NOT NULL,
+    checksum    text NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+async def _applied_versions(connection: asyncpg.Connection) -> dict[int, str]:
+    exists = await connection.fetchval("SELECT to_regclass('schema_migrations') IS NOT NULL")
+    if not exists:
+        return {}
+    rows = await connection.fetch("SELECT version, name FROM schema_migrations")
+    return {row["version"]: row["name"] for row in rows}
+
+
+async def schema_status(pool: asyncpg.Pool) -> SchemaStatus:
+    """Compare the applied migrations with those shipped in this version."""
+    async with pool.acquire() as connection:
+        applied = await _applied_versions(connection)
+    known = known_migrations()
+    return SchemaStatus(
+        applied=[m.label for m in known if m.version in applied],
+        pending=[m.label for m in known if m.version not in applied],
+    )
+
+
+async def migrate(connection: asyncpg.Connection) -> list[str]:
+    """Apply every pending migration, in order, under the migration advisory lock.
+
+    Idempotent: a second run applies nothing. Returns the labels applied by this call.
+    """
+    await connection.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
+    try:
+        await connection.execute(_CREATE_LEDGER)
+        applied = await _applied_versions(connection)
+        done = []
+        for migration in known_migrations():
+            if migration.version in applied:
+                continue
+            async with connection.transaction():
+                await connection.execute(migration.sql)
+                await connection.execute(
+                    "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+                    migration.version,
+                    migration.name,
+                    migration.checksum,
+                )
+            done.append(migration.label)
+        return done
+    finally:
+        await connection.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK_KEY)

@@ -1,0 +1,104 @@
+"""The ops listener at ``METRICS_ADDR``: ``/healthz``, ``/readyz`` and ``/metrics``.
+
+One listener per process, whatever components run in it. All three routes are unauthenticated:
+operators bind the listener to an internal address (see the operator guide).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from deskpool.runtime import Runtime
+
+if TYPE_CHECKING:
+    from deskpool.config import HostPort
+    from deskpool.runtime import ReadinessCheck
+
+log = logging.getLogger(__name__)
+
+RUNTIME_KEY = web.AppKey("runtime", Runtime)
+
+#: How long one readiness check may take before it counts as failed.
+READINESS_CHECK_TIMEOUT = 3.0
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """The process is alive and its event loop answers."""
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Every readiness check passes: 200; otherwise 503 naming each failing check."""
+    runtime = request.app[RUNTIME_KEY]
+    checks = runtime.readiness_checks()
+
+    async def run(check: ReadinessCheck) -> tuple[str, dict[str, object]]:
+        started = time.perf_counter()
+        try:
+            await asyncio.wait_for(check.probe(), READINESS_CHECK_TIMEOUT)
+        except Exception as error:  # a failing check is reported, never raised
+            detail = str(error) or type(error).__name__
+            return check.name, {"ok": False, "error": detail}
+        return check.name, {"ok": True, "seconds": round(time.perf_counter() - started, 4)}
+
+    results = dict(await asyncio.gather(*(run(check) for check in checks)))
+    failing = sorted(name for name, result in results.items() if not result["ok"])
+    body = {
+        "status": "ready" if not failing else "not_ready",
+        "failing": failing,
+        "checks": results,
+    }
+    return web.json_response(body, status=200 if not failing else 503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text exposition of the process's registry."""
+    runtime = request.app[RUNTIME_KEY]
+    payload = generate_latest(runtime.metrics)
+    response = web.Response(body=payload)
+    response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    return response
+
+
+def create_ops_app(runtime: Runtime) -> web.Application:
+    """The ops application (used by :class:`OpsListener` and by tests)."""
+    app = web.Application()
+    app[RUNTIME_KEY] = runtime
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+class OpsListener:
+    """Serves the ops application on ``METRICS_ADDR`` (disabled when it is set empty)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.address: HostPort | None = runtime.config["METRICS_ADDR"]
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        """Bind the listener, unless disabled."""
+        if self.address is None:
+            log.info("ops listener disabled (METRICS_ADDR is empty)")
+            return
+        self._runner = web.AppRunner(
+            create_ops_app(self.runtime), access_log=None, handle_signals=False, shutdown_timeout=2
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.address.host, self.address.port)
+        await site.start()
+        log.info("ops listener on http://%s (/healthz /readyz /metrics)", self.address)
+
+    async def stop(self) -> None:
+        """Close the listener."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

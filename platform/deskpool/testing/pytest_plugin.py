@@ -1,0 +1,118 @@
+"""pytest fixtures for deskpool, its plugins and drivers.
+
+Fixtures:
+
+- ``test_servers``: where the real PostgreSQL and Redis are (failing, never skipping, when
+  either does not answer).
+- ``migrated_database_url``: a database made for this test run, migrated, dropped at the end.
+- ``deskpool_environ``: an environment for a process of this test run (the database above,
+  Redis, a unique key prefix, the ops listener disabled).
+- ``make_config``: build a :class:`deskpool.config.Config` from that environment plus overrides.
+- ``runtime``: an opened :class:`deskpool.runtime.Runtime` (api component's plugins loaded).
+- ``api_client``: an aiohttp test client for the API application of ``runtime``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import asyncpg
+import pytest
+
+from deskpool.testing.services import (
+    ServiceAddresses,
+    ServiceMissing,
+    check_kvstore,
+    create_test_database,
+    drop_test_database,
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep stevedore's entry-point cache out of ``~/.cache`` so tests never see stale results."""
+    if "DESKPOOL_KEEP_XDG_CACHE" not in os.environ:
+        os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="deskpool-xdg-")
+
+
+@pytest.fixture(scope="session")
+def test_servers() -> ServiceAddresses:
+    """The servers this test run uses; fails (never skips) when one does not answer."""
+    servers = ServiceAddresses.from_environ()
+    try:
+        asyncio.run(check_kvstore(servers.kv_addr))
+    except ServiceMissing as error:
+        pytest.fail(str(error), pytrace=False)
+    return servers
+
+
+@pytest.fixture(scope="session")
+def migrated_database_url(test_servers: ServiceAddresses) -> Iterator[str]:
+    """A database of its own for this test run, migrated; dropped when the run ends."""
+    from deskpool.db import migrate
+
+    async def create() -> str:
+        url = await create_test_database(test_servers.admin_url)
+        connection = await asyncpg.connect(url)
+        try:
+            await migrate(connection)
+        finally:
+            await connection.close()
+        return url
+
+    try:
+        url = asyncio.run(create())
+    except ServiceMissing as error:
+        pytest.fail(str(error), pytrace=False)
+    yield url
+    asyncio.run(drop_test_database(test_servers.admin_url, url))
+
+
+@pytest.fixture
+def deskpool_environ(migrated_database_url: str, test_servers: ServiceAddresses) -> dict[str, str]:
+    """Environment variables for a deskpool process of this test run."""
+    return {
+        "DATABASE_URL": migrated_database_url,
+        "KVSTORE_ADDR": test_servers.kv_addr,
+        "KVSTORE_KEY_PREFIX": f"deskpool-test-{secrets.token_hex(4)}:",
+        "METRICS_ADDR": "",
+        "APP_ENV": "test",
+        "LOG_LEVEL": "info",
+        "XDG_CACHE_HOME": os.environ.get("XDG_CACHE_HOME", ""),
+    }
+
+
+@pytest.fixture
+def make_config(deskpool_environ: dict[str, str]) -> Callable[..., Any]:
+    """``make_config(**overrides)``: a configuration from the test environment."""
+    from deskpool.host import bootstrap
+
+    def make(components: list[str] | None = None, **overrides: str) -> Any:
+        environ = {**deskpool_environ, **overrides}
+        return bootstrap(environ, components or ["api"], log_setup=False)
+
+    return make
+
+
+@pytest.fixture
+async def runtime(make_config: Callable[..., Any]) -> AsyncIterator[Any]:
+    """An opened runtime with the api component's plugins loaded."""
+    from deskpool.runtime import Runtime
+
+    process = make_config()
+    opened = Runtime(process.config, process.plugins)
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+async def api_client(runtime: Any, aiohttp_client: Any) -> Any:
+    """An aiohttp test client for the API application of ``runtime``."""
+    from deskpool.api.app import create_app
+
+    return await aiohttp_client(create_app(runtime))
