@@ -24,8 +24,8 @@ from deskpool.api import resources
 from deskpool.api.context import Call
 from deskpool.api.problems import REQUEST_ID_KEY, problem_middleware
 from deskpool.api.routes import Operation, Reply, RouteTable
+from deskpool.api.security import authenticate
 from deskpool.api.validation import parse_body, parse_query
-from deskpool.errors import AuthNotConfigured
 from deskpool.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -139,21 +139,6 @@ def operation_handler(operation: Operation) -> Handler:
 
     handle.__name__ = operation.operation_id
     return handle
-
-
-async def authenticate(request: web.Request, runtime: Runtime, operation: Operation) -> Any:
-    """Authenticate the caller of a protected operation.
-
-    While the OIDC issuer and audience are not both configured, every protected operation
-    answers 503 (SPEC.md §5.1 rule 4).
-    """
-    config = runtime.config
-    if not (config["AUTH_OIDC_ISSUER_URL"] and config["AUTH_OIDC_AUDIENCE"]):
-        raise AuthNotConfigured(
-            "Protected operations are unavailable until AUTH_OIDC_ISSUER_URL and "
-            "AUTH_OIDC_AUDIENCE are both set."
-        )
-    raise AuthNotConfigured("No auth provider is available in this process.")
 
 
 async def serve_openapi(request: web.Request) -> web.Response:
