@@ -1,0 +1,652 @@
+"""The hypervisor driver contract: :class:`HypervisorDriver` and what it is built with.
+
+The platform calls the public coroutine methods of :class:`HypervisorDriver` (``clone``,
+``start``, ``delete``...). Each is final: it checks arguments and capabilities, runs the call
+under its deadline through :meth:`HypervisorDriver._call` (the one place every call passes,
+where it is timed and reported to the :class:`DriverCallObserver`), re-checks ownership before
+anything destructive, and delegates to the matching abstract ``do_*`` method that a driver
+implements. The docstrings of the ``do_*`` methods are the contract a driver author follows,
+in the manner of nova's ``virt/driver.py``.
+
+Time: every public call takes ``deadline``, an absolute :func:`time.monotonic` value (use
+:func:`deadline_after` to turn a timeout into one); ``None`` means ``default_timeout`` seconds
+from now. When it passes, the call is cancelled and :class:`DriverTimeout` is raised. Every
+call is also cancellable the ordinary asyncio way; a ``do_*`` method must let
+:class:`asyncio.CancelledError` propagate and may use :func:`remaining_time` to size its own
+waits (a guest shutdown timeout, a task poll).
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
+from types import TracebackType
+from typing import ClassVar, Protocol, Self, TypeVar, final
+
+from deskpool.drivers.errors import (
+    DriverBusy,
+    DriverError,
+    DriverTimeout,
+    Unsupported,
+    VmNotRunning,
+)
+from deskpool.drivers.model import (
+    CloneRequest,
+    ClusterConnection,
+    ClusterInfo,
+    ConsoleEndpoint,
+    ConsoleProtocol,
+    DriverCapabilities,
+    GuestInfo,
+    Node,
+    PowerState,
+    Template,
+    VirtualMachine,
+)
+from deskpool.drivers.ownership import DEFAULT_OWNER_TAG, OwnershipTags
+from deskpool.drivers.shared_state import SharedState
+
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+_current_deadline: ContextVar[float | None] = ContextVar("deskpool_driver_deadline", default=None)
+
+
+def deadline_after(seconds: float) -> float:
+    """The absolute deadline (a :func:`time.monotonic` value) ``seconds`` from now."""
+    return time.monotonic() + seconds
+
+
+def remaining_time(deadline: float | None = None) -> float:
+    """Seconds left before ``deadline``, by default the deadline of the driver call running.
+
+    Returns ``inf`` outside a driver call when no deadline is given, and never less than 0.
+    """
+    at = deadline if deadline is not None else _current_deadline.get()
+    if at is None:
+        return float("inf")
+    return max(0.0, at - time.monotonic())
+
+
+@dataclass(frozen=True)
+class DriverCall:
+    """One finished driver call, as the observer sees it.
+
+    :param driver: the driver's name (``proxmox``).
+    :param cluster_id: the cluster the driver instance serves.
+    :param operation: the public method called (``clone``).
+    :param seconds: how long it took.
+    :param outcome: ``ok``, ``cancelled``, or the error's stable ``code`` (``driver_timeout``,
+        ``vm_not_found``...); ``unexpected_error`` for an exception outside the hierarchy.
+    """
+
+    driver: str
+    cluster_id: str
+    operation: str
+    seconds: float
+    outcome: str
+
+
+class DriverCallObserver(Protocol):
+    """Receives every finished driver call (the platform times them into metrics)."""
+
+    def driver_call_finished(self, call: DriverCall) -> None:
+        """Record ``call``; must not raise and must not block."""
+        ...
+
+
+@dataclass(frozen=True)
+class DriverContext:
+    """What the platform gives a driver besides the connection.
+
+    :param shared_state: state shared by every process of the deployment (Redis-backed),
+        already namespaced for this cluster.
+    :param cluster_id: the cluster record's id, for messages and metrics.
+    :param owner_tag: the tag marking VMs as deskpool's.
+    :param clock: wall-clock time in seconds (:func:`time.time`); a driver that stores
+        timestamps in shared state reads this so other processes agree and tests can move time.
+    :param observer: told about every finished call, or ``None``.
+    """
+
+    shared_state: SharedState
+    cluster_id: str = "default"
+    owner_tag: str = DEFAULT_OWNER_TAG
+    clock: Callable[[], float] = field(default=time.time)
+    observer: DriverCallObserver | None = None
+
+
+class HypervisorDriver(abc.ABC):
+    """Base class of every hypervisor driver.
+
+    A driver class is registered under a short name through the
+    ``deskpool_register_hypervisor_drivers`` hook and instantiated once per cluster
+    connection, with the connection and a :class:`DriverContext`. Instantiation must not do
+    I/O; connect lazily on the first call and release everything in :meth:`close`.
+
+    A subclass sets :attr:`name` and :attr:`capabilities` and implements every ``do_*``
+    method. It raises only :class:`~deskpool.drivers.errors.DriverError` subclasses for
+    expected failures (mapping its hypervisor's errors onto them) and lets
+    :class:`asyncio.CancelledError` through.
+
+    :param connection: how to reach the cluster.
+    :param context: shared state, owner tag, clock and observer from the platform.
+    """
+
+    #: The name the driver is registered under (``proxmox``).
+    name: ClassVar[str] = ""
+    #: What the driver can do.
+    capabilities: ClassVar[DriverCapabilities] = DriverCapabilities()
+    #: Seconds a call may take when the caller gives no deadline.
+    default_timeout: ClassVar[float] = 600.0
+
+    def __init__(self, connection: ClusterConnection, context: DriverContext) -> None:
+        self.connection = connection
+        self.context = context
+        self.ownership = OwnershipTags(context.owner_tag)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} cluster={self.context.cluster_id!r}>"
+
+    async def close(self) -> None:
+        """Release what the driver holds (HTTP sessions, background tasks). Idempotent."""
+        return None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ the one call path
+
+    @final
+    async def _call(
+        self, operation: str, deadline: float | None, body: Callable[[], Awaitable[T]]
+    ) -> T:
+        """Run ``body`` as the driver call ``operation`` under ``deadline``.
+
+        This is the single place every public call passes: it applies the deadline, makes it
+        visible to :func:`remaining_time`, turns an expired deadline into
+        :class:`DriverTimeout`, and reports the call's duration and outcome to the observer.
+        """
+        at = deadline if deadline is not None else deadline_after(self.default_timeout)
+        started = time.monotonic()
+        outcome = "ok"
+        token = _current_deadline.set(at)
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout_at(loop.time() + (at - started)) as scope:
+                try:
+                    return await body()
+                except TimeoutError as error:
+                    if scope.expired():
+                        raise
+                    raise DriverTimeout(f"{operation}: {error or 'timed out'}") from error
+        except TimeoutError as error:
+            outcome = DriverTimeout.code
+            raise DriverTimeout(
+                f"{self.name} {operation} did not finish before its deadline"
+            ) from error
+        except DriverError as error:
+            outcome = error.code
+            raise
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        except Exception:
+            outcome = "unexpected_error"
+            raise
+        finally:
+            _current_deadline.reset(token)
+            self._report(operation, time.monotonic() - started, outcome)
+
+    def _report(self, operation: str, seconds: float, outcome: str) -> None:
+        observer = self.context.observer
+        if observer is None:
+            return
+        call = DriverCall(self.name, self.context.cluster_id, operation, seconds, outcome)
+        try:
+            observer.driver_call_finished(call)
+        except Exception:
+            log.exception("driver call observer failed for %s %s", self.name, operation)
+
+    def _require(self, capable: bool, what: str) -> None:
+        if not capable:
+            raise Unsupported(f"the {self.name} driver does not support {what}")
+
+    def _with_desktop_id(self, vm: VirtualMachine) -> VirtualMachine:
+        """``vm`` with :attr:`VirtualMachine.desktop_id` read from its tags."""
+        desktop_id = self.ownership.desktop_id_of(vm.tags) if not vm.template else None
+        return vm if vm.desktop_id == desktop_id else replace(vm, desktop_id=desktop_id)
+
+    async def _owned_vm(self, vm_id: str, desktop_id: str | None) -> VirtualMachine:
+        """Re-read the VM and refuse unless it is deskpool's (and ``desktop_id``'s)."""
+        vm = await self.do_get_vm(vm_id)
+        self.ownership.check(vm, desktop_id)
+        if vm.busy:
+            raise DriverBusy(f"VM {vm.id} is busy with another operation", vm_id=vm.id)
+        return vm
+
+    # ------------------------------------------------------------------ public operations
+
+    @final
+    async def check_connection(self, *, deadline: float | None = None) -> ClusterInfo:
+        """Reach the cluster with the connection's credentials and describe it.
+
+        :raises AuthenticationFailed: the credentials were rejected.
+        :raises ClusterUnreachable: the endpoint does not answer.
+        :raises TlsVerificationFailed: the certificate did not verify.
+        """
+        return await self._call("check_connection", deadline, self.do_check_connection)
+
+    @final
+    async def list_nodes(self, *, deadline: float | None = None) -> list[Node]:
+        """Every node of the cluster, online or not."""
+        return await self._call("list_nodes", deadline, self.do_list_nodes)
+
+    @final
+    async def list_templates(self, *, deadline: float | None = None) -> list[Template]:
+        """Every template desktops can be cloned from."""
+        return await self._call("list_templates", deadline, self.do_list_templates)
+
+    @final
+    async def list_owned_vms(self, *, deadline: float | None = None) -> list[VirtualMachine]:
+        """Every VM carrying deskpool's owner tag (templates excluded).
+
+        May lag a few seconds behind clones and deletions on hypervisors whose inventory is
+        refreshed periodically (Proxmox VE's cluster resources).
+        """
+
+        async def body() -> list[VirtualMachine]:
+            return [self._with_desktop_id(vm) for vm in await self.do_list_owned_vms()]
+
+        return await self._call("list_owned_vms", deadline, body)
+
+    @final
+    async def get_vm(self, vm_id: str, *, deadline: float | None = None) -> VirtualMachine:
+        """The VM ``vm_id`` as the hypervisor reports it now, tags included.
+
+        :raises VmNotFound: it does not exist.
+        """
+
+        async def body() -> VirtualMachine:
+            return self._with_desktop_id(await self.do_get_vm(vm_id))
+
+        return await self._call("get_vm", deadline, body)
+
+    @final
+    async def clone(
+        self,
+        template_id: str,
+        *,
+        name: str,
+        desktop_id: str,
+        linked: bool = True,
+        node: str | None = None,
+        storage: str | None = None,
+        deadline: float | None = None,
+    ) -> VirtualMachine:
+        """Clone ``template_id`` into a new, stopped VM for ``desktop_id``; return when done.
+
+        The new VM carries deskpool's owner tag and the desktop tag from the moment the
+        driver can set them. If the call is cancelled or times out, the clone may still
+        complete on the hypervisor; it then still carries the tags, so the reconciler finds
+        it through :meth:`list_owned_vms`.
+
+        :param template_id: a :attr:`Template.id`.
+        :param name: the VM's name (a DNS label is safest).
+        :param desktop_id: the desktop it is for (lower-case letters, digits, ``_+.-``).
+        :param linked: share the template's disks; ``False`` copies them.
+        :param node: the node to place it on (``capabilities.node_selection``).
+        :param storage: storage for a full clone's disks (``capabilities.storage_selection``);
+            linked clones always stay on the template's storage, so it is ignored for them.
+        :raises Unsupported: the clone kind, node or storage choice is not supported.
+        :raises NotFound: the template, node or storage does not exist.
+        :raises OperationFailed: the hypervisor ran the clone and it failed.
+        :raises ValueError: ``name`` is empty or ``desktop_id`` cannot be a tag.
+        """
+        if not name:
+            raise ValueError("a clone needs a name")
+        tags = self.ownership.tags_for(desktop_id)
+        if linked:
+            self._require(self.capabilities.linked_clone, "linked clones")
+        else:
+            self._require(self.capabilities.full_clone, "full clones")
+        if node is not None:
+            self._require(self.capabilities.node_selection, "choosing the node of a clone")
+        if storage is not None and not linked:
+            self._require(self.capabilities.storage_selection, "choosing the storage of a clone")
+        request = CloneRequest(
+            template_id=template_id,
+            name=name,
+            desktop_id=desktop_id,
+            tags=tags,
+            linked=linked,
+            node=node,
+            storage=None if linked else storage,
+            description=f"deskpool desktop {desktop_id}",
+        )
+
+        async def body() -> VirtualMachine:
+            vm = await self.do_clone(request)
+            if not self.ownership.is_owned(vm.tags) or (
+                self.ownership.desktop_id_of(vm.tags) != desktop_id
+            ):
+                raise DriverError(
+                    f"the {self.name} driver returned clone {vm.id} without deskpool's "
+                    "ownership tags (a driver bug)",
+                    vm_id=vm.id,
+                )
+            return self._with_desktop_id(vm)
+
+        return await self._call("clone", deadline, body)
+
+    @final
+    async def start(self, vm_id: str, *, deadline: float | None = None) -> None:
+        """Power the VM on; return once the hypervisor reports it running. Idempotent.
+
+        :raises VmNotFound: it does not exist.
+        :raises NodeUnavailable: its node is down.
+        :raises DriverBusy: a clone or another operation still holds it.
+        """
+        await self._call("start", deadline, lambda: self.do_start(vm_id))
+
+    @final
+    async def shutdown(
+        self,
+        vm_id: str,
+        *,
+        graceful: bool = True,
+        guest_timeout: float = 60.0,
+        desktop_id: str | None = None,
+        deadline: float | None = None,
+    ) -> None:
+        """Shut the VM down; return once it is stopped. Idempotent.
+
+        With ``graceful`` the guest is asked to shut down (ACPI or guest agent) and given
+        ``guest_timeout`` seconds before it is powered off; without, it is powered off at once.
+        Either way the VM is stopped when this returns (so ``deadline`` must leave room for
+        ``guest_timeout``).
+
+        :param desktop_id: when given, the VM must also carry this desktop's tag.
+        :raises NotOwned: the VM is not deskpool's (or not ``desktop_id``'s).
+        """
+        if guest_timeout < 0:
+            raise ValueError("guest_timeout must not be negative")
+
+        async def body() -> None:
+            vm = await self._owned_vm(vm_id, desktop_id)
+            if vm.power_state is not PowerState.STOPPED:
+                await self.do_shutdown(vm, graceful=graceful, guest_timeout=guest_timeout)
+
+        await self._call("shutdown", deadline, body)
+
+    @final
+    async def stop(
+        self, vm_id: str, *, desktop_id: str | None = None, deadline: float | None = None
+    ) -> None:
+        """Power the VM off at once (no guest shutdown). Idempotent.
+
+        :raises NotOwned: the VM is not deskpool's (or not ``desktop_id``'s).
+        """
+
+        async def body() -> None:
+            vm = await self._owned_vm(vm_id, desktop_id)
+            if vm.power_state is not PowerState.STOPPED:
+                await self.do_stop(vm)
+
+        await self._call("stop", deadline, body)
+
+    @final
+    async def reset(
+        self, vm_id: str, *, desktop_id: str | None = None, deadline: float | None = None
+    ) -> None:
+        """Hard-reset a running VM (like pressing the reset button).
+
+        :raises NotOwned: the VM is not deskpool's (or not ``desktop_id``'s).
+        :raises VmNotRunning: it is not running.
+        """
+
+        async def body() -> None:
+            vm = await self._owned_vm(vm_id, desktop_id)
+            if vm.power_state is not PowerState.RUNNING:
+                raise VmNotRunning(f"VM {vm.id} is {vm.power_state.value}", vm_id=vm.id)
+            await self.do_reset(vm)
+
+        await self._call("reset", deadline, body)
+
+    @final
+    async def delete(
+        self, vm_id: str, *, desktop_id: str | None = None, deadline: float | None = None
+    ) -> None:
+        """Delete the VM and its disks; a running VM is powered off first.
+
+        :raises NotOwned: the VM is not deskpool's (or not ``desktop_id``'s); nothing is done.
+        :raises VmNotFound: it does not exist (callers cleaning up may treat this as done).
+        """
+
+        async def body() -> None:
+            vm = await self._owned_vm(vm_id, desktop_id)
+            await self.do_delete(vm)
+
+        await self._call("delete", deadline, body)
+
+    @final
+    async def power_state(self, vm_id: str, *, deadline: float | None = None) -> PowerState:
+        """The VM's power state now.
+
+        :raises VmNotFound: it does not exist.
+        """
+        return await self._call("power_state", deadline, lambda: self.do_power_state(vm_id))
+
+    @final
+    async def agent_ping(self, vm_id: str, *, deadline: float | None = None) -> bool:
+        """Whether the guest agent answers now (``False`` while the guest boots).
+
+        :raises VmNotRunning: the VM is not running, so waiting is pointless.
+        :raises Unsupported: the driver has no guest agent support.
+        """
+        self._require(self.capabilities.guest_agent, "a guest agent")
+        return await self._call("agent_ping", deadline, lambda: self.do_agent_ping(vm_id))
+
+    @final
+    async def guest_info(self, vm_id: str, *, deadline: float | None = None) -> GuestInfo:
+        """Addresses and OS of the guest, from its agent.
+
+        :raises AgentNotRunning: the agent does not answer (yet).
+        :raises VmNotRunning: the VM is not running.
+        """
+        self._require(self.capabilities.guest_agent, "a guest agent")
+        return await self._call("guest_info", deadline, lambda: self.do_guest_info(vm_id))
+
+    @final
+    async def windows_ready(self, vm_id: str, *, deadline: float | None = None) -> bool:
+        """Whether Windows in the guest has finished Sysprep/OOBE (``False`` until then).
+
+        For a guest that is not Windows this is ``True`` as soon as its agent answers.
+
+        :raises VmNotRunning: the VM is not running, so waiting is pointless.
+        :raises Unsupported: the driver cannot tell (``capabilities.windows_readiness``).
+        """
+        self._require(self.capabilities.windows_readiness, "Windows readiness checks")
+        return await self._call("windows_ready", deadline, lambda: self.do_windows_ready(vm_id))
+
+    @final
+    async def console_endpoint(
+        self,
+        vm_id: str,
+        protocol: ConsoleProtocol | str,
+        *,
+        deadline: float | None = None,
+    ) -> ConsoleEndpoint:
+        """Where the gateway connects to show the VM's desktop with ``protocol``.
+
+        :raises Unsupported: the protocol is not in ``capabilities.console_protocols``.
+        :raises VmNotRunning: the VM is not running.
+        :raises AgentNotRunning: the address is not known yet.
+        """
+        try:
+            chosen = ConsoleProtocol(protocol)
+        except ValueError:
+            raise Unsupported(f"unknown console protocol {protocol!r}") from None
+        self._require(chosen in self.capabilities.console_protocols, f"{chosen.value} consoles")
+        return await self._call(
+            "console_endpoint", deadline, lambda: self.do_console_endpoint(vm_id, chosen)
+        )
+
+    # ------------------------------------------------------------------ what a driver implements
+
+    @abc.abstractmethod
+    async def do_check_connection(self) -> ClusterInfo:
+        """Reach the cluster, authenticate, and describe it.
+
+        Called when an administrator saves or tests a cluster connection, and by readiness
+        checks. Must make at least one authenticated request.
+
+        :returns: the product, its version and the cluster's name.
+        :raises AuthenticationFailed: credentials rejected (401/403 or equivalent).
+        :raises ClusterUnreachable: nothing answers at the endpoint.
+        :raises TlsVerificationFailed: the certificate does not verify or match the pin.
+        """
+
+    @abc.abstractmethod
+    async def do_list_nodes(self) -> list[Node]:
+        """Return every node of the cluster, including offline ones (``online=False``)."""
+
+    @abc.abstractmethod
+    async def do_list_templates(self) -> list[Template]:
+        """Return every template a desktop can be cloned from, with its OS family.
+
+        The OS family decides whether provisioning waits for Windows readiness, so report
+        :attr:`OsType.WINDOWS` for every Windows template.
+        """
+
+    @abc.abstractmethod
+    async def do_list_owned_vms(self) -> list[VirtualMachine]:
+        """Return every VM carrying the owner tag (``self.ownership.owner_tag``).
+
+        Exclude templates and VMs without the owner tag. VMs on unreachable nodes are
+        included with :attr:`PowerState.UNKNOWN` when the hypervisor still lists them.
+        """
+
+    @abc.abstractmethod
+    async def do_get_vm(self, vm_id: str) -> VirtualMachine:
+        """Read one VM, its tags from the authoritative source (not a cache).
+
+        The base class calls this before every destructive operation to re-check
+        ownership, so the tags must be current: a VM id deleted and reused a second ago must
+        show the new VM's tags.
+
+        :raises VmNotFound: no VM has this id.
+        :raises NodeUnavailable: its node cannot be reached.
+        """
+
+    @abc.abstractmethod
+    async def do_clone(self, request: CloneRequest) -> VirtualMachine:
+        """Clone ``request.template_id`` and return the new, stopped VM once the copy is done.
+
+        The new VM must carry every tag of ``request.tags`` (and keep the template's other
+        tags or not, as the hypervisor does). If the hypervisor cannot tag at creation,
+        tag right after, and make sure a cancelled or interrupted call still ends with a
+        tagged VM (or none): an untagged clone is a leak nobody will clean up. Store
+        ``request.description`` where administrators see it, when the hypervisor has such a
+        field.
+
+        Capabilities were checked by the caller; ``request.storage`` is only set for full
+        clones, ``request.node`` only when node selection is supported.
+
+        :raises NotFound: the template, node or storage does not exist.
+        :raises NodeUnavailable: the target node is down.
+        :raises OperationFailed: the clone ran and failed (no VM is left behind, or it is
+            tagged).
+        """
+
+    @abc.abstractmethod
+    async def do_start(self, vm_id: str) -> None:
+        """Power the VM on and return when the hypervisor reports it running.
+
+        Starting a running VM is not an error.
+
+        :raises VmNotFound: no VM has this id.
+        :raises DriverBusy: a lock (an unfinished clone) holds it.
+        """
+
+    @abc.abstractmethod
+    async def do_shutdown(
+        self, vm: VirtualMachine, *, graceful: bool, guest_timeout: float
+    ) -> None:
+        """Stop ``vm`` (owned, not stopped), gracefully within ``guest_timeout`` if ``graceful``.
+
+        With ``graceful``, ask the guest (ACPI power button or guest agent), wait up to
+        ``guest_timeout`` seconds, then power off. Without, power off at once. Return when the
+        hypervisor reports the VM stopped.
+        """
+
+    @abc.abstractmethod
+    async def do_stop(self, vm: VirtualMachine) -> None:
+        """Power ``vm`` (owned, not stopped) off at once and return when it is stopped."""
+
+    @abc.abstractmethod
+    async def do_reset(self, vm: VirtualMachine) -> None:
+        """Hard-reset ``vm`` (owned, running); return when the hypervisor accepted it."""
+
+    @abc.abstractmethod
+    async def do_delete(self, vm: VirtualMachine) -> None:
+        """Delete ``vm`` (owned) and its disks; return when it is gone.
+
+        Power it off first if it runs. Must not leave disks behind.
+
+        :raises VmNotFound: it vanished meanwhile.
+        """
+
+    @abc.abstractmethod
+    async def do_power_state(self, vm_id: str) -> PowerState:
+        """Return the VM's power state.
+
+        :raises VmNotFound: no VM has this id.
+        """
+
+    async def do_agent_ping(self, vm_id: str) -> bool:
+        """Return whether the guest agent answers (needs ``capabilities.guest_agent``).
+
+        ``False`` while the agent is silent; raise :class:`VmNotRunning` if the VM is not
+        running at all.
+        """
+        raise Unsupported(f"the {self.name} driver does not support a guest agent")
+
+    async def do_guest_info(self, vm_id: str) -> GuestInfo:
+        """Return the guest's addresses and OS, from its agent (``capabilities.guest_agent``).
+
+        :raises AgentNotRunning: the agent does not answer.
+        :raises VmNotRunning: the VM is not running.
+        """
+        raise Unsupported(f"the {self.name} driver does not support a guest agent")
+
+    async def do_windows_ready(self, vm_id: str) -> bool:
+        """Return whether Windows Sysprep/OOBE has finished (``capabilities.windows_readiness``).
+
+        ``False`` while the agent is silent or setup is still running; ``True`` for a guest
+        that is not Windows once its agent answers. Document how readiness is detected.
+
+        :raises VmNotRunning: the VM is not running.
+        """
+        raise Unsupported(f"the {self.name} driver cannot tell when Windows is ready")
+
+    @abc.abstractmethod
+    async def do_console_endpoint(self, vm_id: str, protocol: ConsoleProtocol) -> ConsoleEndpoint:
+        """Return where to connect for ``protocol`` (one of ``capabilities.console_protocols``).
+
+        :raises VmNotRunning: the VM is not running.
+        :raises AgentNotRunning: the guest's address is not known yet.
+        """
