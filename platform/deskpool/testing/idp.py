@@ -24,6 +24,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import ipaddress
 import json
 import os
 import secrets
@@ -37,6 +38,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from joserfc import jwt
 from joserfc.errors import JoseError, SecurityWarning
 from joserfc.jwk import ECKey, Key, KeyParameters, KeySet, OctKey, OKPKey, RSAKey, import_key
@@ -162,6 +164,7 @@ class TestIdentityProvider:
         (``/realms/deskpool``), to exercise issuers that are not at the root.
     :param users: users the authorization code flow signs in; the first is the default.
     :param token_lifetime: lifetime in seconds of tokens from the authorization code flow.
+    :param allow_remote: allow listening on an address that is not loopback.
     """
 
     __test__ = False  # a helper, not a test class pytest should collect
@@ -174,8 +177,10 @@ class TestIdentityProvider:
         issuer_path: str = "",
         users: Iterable[IdentityUser] | None = None,
         token_lifetime: float = 3600.0,
+        allow_remote: bool = False,
     ) -> None:
         self.audience = audience
+        self.allow_remote = allow_remote
         self.issuer_path = "/" + issuer_path.strip("/") if issuer_path.strip("/") else ""
         self.token_lifetime = token_lifetime
         self._keys: list[SigningKey] = list(keys) if keys is not None else []
@@ -218,9 +223,16 @@ class TestIdentityProvider:
         down, with a known address.
 
         :returns: the issuer URL.
+        :raises ValueError: for an address that is not loopback, unless ``allow_remote`` was
+            given: whoever reaches this issuer signs in without a password.
         """
         if self._socket is not None or self._runner is not None:
             raise RuntimeError("the identity provider is already bound")
+        if not self.allow_remote and not _is_loopback(host):
+            raise ValueError(
+                f"refusing to serve an identity provider that signs anyone in on {host!r}; "
+                "use a loopback address (or allow_remote=True inside an isolated container)"
+            )
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -244,7 +256,7 @@ class TestIdentityProvider:
         if self._socket is None:
             self.bind(host or self._host, port if port is not None else (self._port or 0))
         assert self._socket is not None
-        app = web.Application()
+        app = web.Application(middlewares=[_cors])
         app[APP_KEY_IDP] = self
         prefix = self.issuer_path
         app.router.add_get(prefix + "/.well-known/openid-configuration", _discovery)
@@ -589,6 +601,34 @@ class TestIdentityProvider:
         return body
 
 
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@web.middleware
+async def _cors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Let a browser console on another origin read discovery, keys and tokens."""
+    cors = {
+        "Access-Control-Allow-Origin": "*",
+        "Access-Control-Allow-Headers": "Authorization, Content-Type",
+        "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
+    }
+    if request.method == "OPTIONS":
+        return web.Response(status=204, headers=cors)
+    try:
+        response = await handler(request)
+    except web.HTTPException as redirect:
+        redirect.headers.update(cors)
+        raise
+    response.headers.update(cors)
+    return response
+
+
 def _redirect_allowed(redirect_uri: str) -> bool:
     parts = urlsplit(redirect_uri)
     return parts.scheme in {"http", "https"} and bool(parts.netloc) and not parts.fragment
@@ -719,6 +759,8 @@ class DevIdentityProvider(TestIdentityProvider):
     :param key_file: where the private JWK Set is kept.
     :param audience: the audience of access tokens (``AUTH_OIDC_AUDIENCE``).
     :param users: users the sign-in flow offers; a development administrator by default.
+    :param token_lifetime: lifetime in seconds of tokens from the sign-in flow.
+    :param allow_remote: allow listening on an address that is not loopback.
     """
 
     def __init__(
@@ -728,6 +770,7 @@ class DevIdentityProvider(TestIdentityProvider):
         audience: str = DEFAULT_AUDIENCE,
         users: Iterable[IdentityUser] | None = None,
         token_lifetime: float = 8 * 3600.0,
+        allow_remote: bool = False,
     ) -> None:
         self.key_file = Path(key_file)
         super().__init__(
@@ -735,6 +778,7 @@ class DevIdentityProvider(TestIdentityProvider):
             keys=self._load_or_create_keys(self.key_file),
             users=users,
             token_lifetime=token_lifetime,
+            allow_remote=allow_remote,
         )
 
     @staticmethod
