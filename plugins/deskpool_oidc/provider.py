@@ -243,24 +243,30 @@ class OidcAuthProvider(AuthProvider):
                 await self._discover()
             except _IssuerError as error:
                 self.last_error = str(error)
-                self._state = AuthProviderState.UNAVAILABLE
-                delay = self._retry_delay * random.uniform(0.8, 1.2)  # jitter, not a secret
-                self._retry_delay = min(self._retry_delay * 2, self.settings.retry_max)
-                self._next_attempt_at = self._monotonic() + delay
-                log.warning(
-                    "OIDC issuer %s cannot be used yet (%s); retrying in %.1fs",
-                    self.settings.issuer_url,
-                    error,
-                    delay,
-                )
-                self._first_attempt.set()
-                await asyncio.sleep(delay)
-                continue
-            self.last_error = None
-            self._state = AuthProviderState.READY
-            self._ready.set()
+            except Exception as error:  # a bug must not end the retries: log it and go on
+                log.exception("unexpected failure while contacting the OIDC issuer")
+                self.last_error = f"unexpected {type(error).__name__}"
+            else:
+                break
+            self._state = AuthProviderState.UNAVAILABLE
+            delay = self._retry_delay * random.uniform(0.8, 1.2)  # jitter, not a secret
+            self._retry_delay = min(self._retry_delay * 2, self.settings.retry_max)
+            self._next_attempt_at = self._monotonic() + delay
+            log.warning(
+                "OIDC issuer %s cannot be used yet (%s); retrying in %.1fs",
+                self.settings.issuer_url,
+                self.last_error,
+                delay,
+            )
             self._first_attempt.set()
-            log.info("OIDC issuer %s ready with %d keys", self._issuer, len(self._keys))
+            await asyncio.sleep(delay)
+        else:
+            return  # closed while retrying
+        self.last_error = None
+        self._state = AuthProviderState.READY
+        self._ready.set()
+        self._first_attempt.set()
+        log.info("OIDC issuer %s ready with %d keys", self._issuer, len(self._keys))
 
     async def _discover(self) -> None:
         configured = self.settings.issuer_url.strip()
