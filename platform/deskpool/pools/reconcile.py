@@ -1,0 +1,816 @@
+"""Pool reconciliation: from a pool's recorded and observed state, decide what to do.
+
+:func:`reconcile` is a pure function. It takes a pool, its desktop records, the VMs the
+hypervisor driver listed on the pool's cluster and the time, and returns a list of *actions*
+(frozen dataclasses, each with a human-readable ``reason`` for the audit trail). The worker
+applies them (through :func:`desktop_event` and the transitions of
+:mod:`deskpool.pools.states`, or through the driver), and the next pass sees the result.
+:func:`plan_pool` returns the same actions with the pool's health and counts;
+:func:`reconcile_pools` plans a whole batch of pools in one pass over the input.
+
+The rules, in the order they are applied:
+
+1. *Size.* An enabled pool wants ``max(min_size, busy + spare)`` desktops, never more than
+   ``max_size``, where *busy* desktops are those a user holds (assigned, in use or in a
+   session). Missing desktops are created with the next free names of the pool's naming
+   pattern; a create never takes the pool's records (deleting ones included) beyond
+   ``max_size``. Surplus desktops are deleted among the free ones: broken ones first (failed,
+   stuck, VM gone), then the newest. A disabled pool is frozen: nothing is created, rebuilt or
+   deleted. A draining pool creates nothing and deletes every desktop as it becomes free;
+   it still repairs the desktops users hold, until they are unassigned.
+2. *Timeouts.* A desktop that stays in a step longer than the step's timeout (plus a grace,
+   so that the job enforcing the same timeout wins the race) is failed at that step.
+3. *Drift.* A ready or in-use desktop whose VM vanished from the cluster is provisioned anew
+   under the same name; if its user owns it (persistent pool) it is marked failed instead, so
+   an administrator sees it, and retried like any failure. A VM tagged for the pool that
+   belongs to none of its desktops is an orphan: reported once, and deleted only when the
+   policy says so. VMs deskpool did not tag are never touched.
+4. *Failures.* A failed desktop is retried in place when its backoff has passed: the backoff
+   doubles with each consecutive failure, from ``failure_backoff_base`` up to
+   ``failure_backoff_max``, so a broken template costs a few clones an hour, not a storm.
+   Failed desktops keep their slot, so failures never make the pool create more desktops.
+5. *Hygiene.* A free ready desktop that was used since its last refresh, or was built from a
+   template the pool no longer uses, is refreshed; a free ready desktop whose VM is stopped is
+   powered on.
+
+Each desktop gets at most one action per pass, and the actions of one pass leave nothing for
+the next pass to do at the same time (convergence; see the unit tests). When the cluster's VMs
+could not be listed (``observed_vms`` is ``None``) only timeouts are acted on: the pass never
+mistakes an unreachable cluster for vanished VMs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from types import MappingProxyType
+from typing import TYPE_CHECKING, ClassVar
+from uuid import UUID
+
+from deskpool.config import format_duration
+from deskpool.pools.model import (
+    Desktop,
+    DesktopState,
+    ObservedVm,
+    Pool,
+    PoolState,
+    PowerState,
+)
+from deskpool.pools.naming import InvalidNamingPattern, name_key, next_free_names
+from deskpool.pools.states import (
+    Delete,
+    DesktopEvent,
+    Failed,
+    Refresh,
+    Replace,
+    Retry,
+)
+
+if TYPE_CHECKING:
+    from deskpool.config import Config
+
+S = DesktopState
+
+#: States in which the desktop's job owns every VM tagged with the desktop's id: it may be
+#: cloning, rebuilding or destroying one whose id is not recorded yet.
+_OWNS_TAGGED_VMS = frozenset({S.PROVISIONING, S.REFRESHING, S.DELETING, S.FAILED})
+
+#: Power states a spare is powered on from.
+_POWER_ON_FROM = frozenset({PowerState.STOPPED, PowerState.PAUSED})
+
+#: How many orphan names a health reason lists before it says "and N more".
+_NAMES_SHOWN = 5
+
+
+# --------------------------------------------------------------------------- policy
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReconcilePolicy:
+    """The knobs of reconciliation.
+
+    :ivar failure_backoff_base: the wait before the first retry of a failed desktop.
+    :ivar failure_backoff_max: the longest wait between retries.
+    :ivar delete_orphans: delete VMs tagged for a pool that belong to none of its desktops,
+        instead of only reporting them.
+    :ivar guest_agent_wait_timeout: ``GUEST_AGENT_WAIT_TIMEOUT``.
+    :ivar windows_ready_wait_timeout: ``WINDOWS_READY_WAIT_TIMEOUT``.
+    :ivar operation_timeout: how long cloning, powering on, refreshing or deleting may take
+        before the desktop is considered stuck (its job was lost).
+    :ivar timeout_grace: added to every timeout, so the job that enforces a wait timeout
+        itself fails the step first and reconciliation only catches desktops whose job was lost.
+    """
+
+    failure_backoff_base: timedelta = timedelta(seconds=30)
+    failure_backoff_max: timedelta = timedelta(hours=1)
+    delete_orphans: bool = False
+    guest_agent_wait_timeout: timedelta = timedelta(minutes=10)
+    windows_ready_wait_timeout: timedelta = timedelta(minutes=30)
+    operation_timeout: timedelta = timedelta(hours=1)
+    timeout_grace: timedelta = timedelta(minutes=1)
+
+    def __post_init__(self) -> None:
+        zero = timedelta(0)
+        if self.failure_backoff_base <= zero:
+            raise ValueError("failure_backoff_base must be positive")
+        if self.failure_backoff_max < self.failure_backoff_base:
+            raise ValueError("failure_backoff_max must be at least failure_backoff_base")
+        for name in ("guest_agent_wait_timeout", "windows_ready_wait_timeout", "operation_timeout"):
+            if getattr(self, name) <= zero:
+                raise ValueError(f"{name} must be positive")
+        if self.timeout_grace < zero:
+            raise ValueError("timeout_grace must not be negative")
+
+    @classmethod
+    def from_config(cls, config: Config) -> ReconcilePolicy:
+        """Return the policy with the wait timeouts of ``config`` and the other defaults."""
+        return cls(
+            guest_agent_wait_timeout=timedelta(seconds=config.duration("GUEST_AGENT_WAIT_TIMEOUT")),
+            windows_ready_wait_timeout=timedelta(
+                seconds=config.duration("WINDOWS_READY_WAIT_TIMEOUT")
+            ),
+        )
+
+    def step_timeout(self, state: DesktopState) -> timedelta | None:
+        """Return how long a desktop may stay in ``state``; ``None`` when it may stay forever."""
+        if state is S.WAITING_FOR_AGENT:
+            return self.guest_agent_wait_timeout
+        if state is S.WAITING_FOR_WINDOWS:
+            return self.windows_ready_wait_timeout
+        if state in (S.PROVISIONING, S.STARTING, S.REFRESHING, S.DELETING):
+            return self.operation_timeout
+        return None
+
+    def backoff(self, failure_count: int) -> timedelta:
+        """Return the wait before retrying after ``failure_count`` consecutive failures."""
+        doublings = min(max(failure_count, 1) - 1, 64)
+        seconds = self.failure_backoff_base.total_seconds() * 2.0**doublings
+        if seconds >= self.failure_backoff_max.total_seconds():
+            return self.failure_backoff_max
+        return timedelta(seconds=seconds)
+
+
+def retry_due_at(desktop: Desktop, policy: ReconcilePolicy) -> datetime | None:
+    """Return when a failed desktop is retried; ``None`` when it is not failed."""
+    if desktop.state is not S.FAILED:
+        return None
+    failed_at = desktop.last_failed_at or desktop.state_changed_at
+    return failed_at + policy.backoff(desktop.failure_count)
+
+
+# --------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, slots=True)
+class CreateDesktop:
+    """Create a desktop record named ``name`` (state ``provisioning``) and provision it."""
+
+    kind: ClassVar[str] = "create_desktop"
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteDesktop:
+    """Delete the desktop: destroy its VM, then its record."""
+
+    kind: ClassVar[str] = "delete_desktop"
+    desktop_id: UUID
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceDesktop:
+    """The desktop's VM vanished: provision a new one under the same name."""
+
+    kind: ClassVar[str] = "replace_desktop"
+    desktop_id: UUID
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RetryFailed:
+    """Retry a failed desktop whose backoff has passed (provision it anew, or delete it)."""
+
+    kind: ClassVar[str] = "retry_failed"
+    desktop_id: UUID
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshDesktop:
+    """Rebuild a free desktop from the pool's template."""
+
+    kind: ClassVar[str] = "refresh_desktop"
+    desktop_id: UUID
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class MarkVmMissing:
+    """The VM of a desktop its user owns vanished: mark the desktop failed with ``error``."""
+
+    kind: ClassVar[str] = "mark_vm_missing"
+    desktop_id: UUID
+    vm_id: str
+    error: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TimeOutStep:
+    """The desktop stayed in ``step`` past its timeout: fail it there with ``error``."""
+
+    kind: ClassVar[str] = "time_out_step"
+    desktop_id: UUID
+    step: DesktopState
+    error: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PowerOn:
+    """Power on (or resume) the VM of a free ready desktop."""
+
+    kind: ClassVar[str] = "power_on"
+    desktop_id: UUID
+    vm_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReportOrphan:
+    """Record, once, that a VM tagged for the pool belongs to none of its desktops."""
+
+    kind: ClassVar[str] = "report_orphan"
+    vm_id: str
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteOrphanVm:
+    """Destroy a VM tagged for the pool that belongs to none of its desktops."""
+
+    kind: ClassVar[str] = "delete_orphan_vm"
+    vm_id: str
+    name: str
+    reason: str
+
+
+#: Everything reconciliation may ask for.
+Action = (
+    CreateDesktop
+    | DeleteDesktop
+    | ReplaceDesktop
+    | RetryFailed
+    | RefreshDesktop
+    | MarkVmMissing
+    | TimeOutStep
+    | PowerOn
+    | ReportOrphan
+    | DeleteOrphanVm
+)
+
+
+def desktop_event(action: Action) -> DesktopEvent | None:
+    """Return the desktop event that applies ``action`` to its desktop's record.
+
+    ``None`` for actions that create a record (:class:`CreateDesktop`) or only act on the
+    cluster or the audit trail (:class:`PowerOn`, :class:`ReportOrphan`,
+    :class:`DeleteOrphanVm`).
+    """
+    match action:
+        case DeleteDesktop():
+            return Delete()
+        case ReplaceDesktop():
+            return Replace()
+        case RetryFailed():
+            return Retry()
+        case RefreshDesktop():
+            return Refresh()
+        case MarkVmMissing(error=error) | TimeOutStep(error=error):
+            return Failed(error)
+        case CreateDesktop() | PowerOn() | ReportOrphan() | DeleteOrphanVm():
+            return None
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+class HealthStatus(StrEnum):
+    """How well a pool is doing."""
+
+    #: Nothing is wrong.
+    HEALTHY = "healthy"
+    #: Something needs attention; the pool still serves users.
+    DEGRADED = "degraded"
+    #: Desktops fail and none is usable.
+    FAILING = "failing"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolHealth:
+    """A pool's health and, when it is not healthy, why (one sentence per cause)."""
+
+    status: HealthStatus
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSummary:
+    """Desktop counts of a pool.
+
+    :ivar by_state: the number of desktops in each state; every state is present.
+    :ivar available: desktops that can be handed to a new user now.
+    """
+
+    total: int
+    by_state: Mapping[DesktopState, int]
+    assigned: int
+    in_session: int
+    available: int
+
+
+def summarize(desktops: Iterable[Desktop]) -> PoolSummary:
+    """Count ``desktops`` by state, and those assigned, in a session and available."""
+    by_state = dict.fromkeys(DesktopState, 0)
+    total = assigned = in_session = available = 0
+    for desktop in desktops:
+        total += 1
+        by_state[desktop.state] += 1
+        assigned += desktop.assigned_user is not None
+        in_session += desktop.in_session
+        available += desktop.is_available
+    return PoolSummary(
+        total=total,
+        by_state=MappingProxyType(by_state),
+        assigned=assigned,
+        in_session=in_session,
+        available=available,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPlan:
+    """The outcome of one reconciliation pass over one pool.
+
+    :ivar generation: the pool generation the plan was made for; once the actions are
+        applied, the pool's ``reconciled_generation`` can be set to it.
+    """
+
+    pool_id: UUID
+    generation: int
+    actions: tuple[Action, ...]
+    health: PoolHealth
+    summary: PoolSummary = field(repr=False)
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def _duration(delta: timedelta) -> str:
+    return format_duration(delta.total_seconds())
+
+
+@dataclass(slots=True)
+class _Look:
+    """What one pass found about one desktop."""
+
+    desktop: Desktop
+    live: bool
+    busy: bool
+    stuck: timedelta | None
+    vanished: bool
+
+
+def reconcile(
+    pool: Pool,
+    desktops: Iterable[Desktop],
+    observed_vms: Iterable[ObservedVm] | None,
+    now: datetime,
+    policy: ReconcilePolicy,
+    *,
+    taken_names: Iterable[str] = (),
+    known_orphans: Collection[str] = frozenset(),
+) -> list[Action]:
+    """Return what to do to converge ``pool``; see the module documentation for the rules.
+
+    :param desktops: the pool's desktop records (records of other pools are ignored).
+    :param observed_vms: the VMs listed on the pool's cluster, or ``None`` when they could not
+        be listed. VMs of other pools and untagged VMs may be included; their names count as
+        taken.
+    :param now: the time of the pass (timezone-aware, like the desktops' times).
+    :param taken_names: further names present on the cluster (other pools' desktop records),
+        never given to a new desktop.
+    :param known_orphans: ids of orphan VMs already reported, so they are not reported again.
+    """
+    plan = plan_pool(
+        pool,
+        desktops,
+        observed_vms,
+        now,
+        policy,
+        taken_names=taken_names,
+        known_orphans=known_orphans,
+    )
+    return list(plan.actions)
+
+
+def plan_pool(
+    pool: Pool,
+    desktops: Iterable[Desktop],
+    observed_vms: Iterable[ObservedVm] | None,
+    now: datetime,
+    policy: ReconcilePolicy,
+    *,
+    taken_names: Iterable[str] = (),
+    known_orphans: Collection[str] = frozenset(),
+) -> PoolPlan:
+    """Return the actions of :func:`reconcile` with the pool's health and counts."""
+    mine = [desktop for desktop in desktops if desktop.pool_id == pool.id]
+    vms = None if observed_vms is None else list(observed_vms)
+    taken = {name_key(desktop.name) for desktop in mine}
+    taken.update(name_key(vm.name) for vm in vms or ())
+    taken.update(name_key(name) for name in taken_names)
+    return _plan(pool, mine, vms, now, policy, taken, known_orphans)
+
+
+def reconcile_pools(
+    pools: Iterable[Pool],
+    desktops: Iterable[Desktop],
+    observed_vms: Mapping[UUID, Iterable[ObservedVm]],
+    now: datetime,
+    policy: ReconcilePolicy,
+    *,
+    taken_names: Mapping[UUID, Iterable[str]] | None = None,
+    known_orphans: Collection[str] = frozenset(),
+) -> list[PoolPlan]:
+    """Plan a batch of pools in time linear in the number of pools, desktops and VMs.
+
+    :param desktops: the desktops of the pools, in any order (others are ignored).
+    :param observed_vms: cluster id -> the VMs listed on it; a cluster that is missing could
+        not be listed, and its pools are planned as with ``observed_vms=None``.
+    :param taken_names: cluster id -> further names present on it (desktop records of pools
+        outside the batch). Names given to new desktops of one pool are taken for the next.
+    :param known_orphans: ids of orphan VMs already reported.
+    :returns: one plan per pool, in the order of ``pools``.
+    """
+    batch = list(pools)
+    pool_by_id = {pool.id: pool for pool in batch}
+    desktops_of: dict[UUID, list[Desktop]] = {pool.id: [] for pool in batch}
+    pool_of_desktop: dict[UUID, Pool] = {}
+    owner_of_vm: dict[UUID, dict[str, UUID]] = {}
+    taken: dict[UUID, set[str]] = {}
+    for pool in batch:
+        taken.setdefault(pool.cluster_id, set())
+        owner_of_vm.setdefault(pool.cluster_id, {})
+    for desktop in desktops:
+        owner = pool_by_id.get(desktop.pool_id)
+        if owner is None:
+            continue
+        desktops_of[owner.id].append(desktop)
+        pool_of_desktop[desktop.id] = owner
+        taken[owner.cluster_id].add(name_key(desktop.name))
+        if desktop.vm_id is not None:
+            owner_of_vm[owner.cluster_id][desktop.vm_id] = owner.id
+    for cluster_id, extra in (taken_names or {}).items():
+        if cluster_id in taken:
+            taken[cluster_id].update(name_key(name) for name in extra)
+
+    vms_of: dict[UUID, list[ObservedVm]] = {}
+    for cluster_id, vms in observed_vms.items():
+        if cluster_id not in taken:
+            continue
+        present = taken[cluster_id]
+        owners = owner_of_vm[cluster_id]
+        for vm in vms:
+            present.add(name_key(vm.name))
+            pool_id = owners.get(vm.vm_id)
+            if pool_id is None and vm.desktop_id is not None:
+                tagged = pool_of_desktop.get(vm.desktop_id)
+                if tagged is not None and tagged.cluster_id == cluster_id:
+                    pool_id = tagged.id
+            if pool_id is None and vm.pool_id is not None:
+                tagged = pool_by_id.get(vm.pool_id)
+                if tagged is not None and tagged.cluster_id == cluster_id:
+                    pool_id = tagged.id
+            if pool_id is not None:
+                vms_of.setdefault(pool_id, []).append(vm)
+
+    return [
+        _plan(
+            pool,
+            desktops_of[pool.id],
+            vms_of.get(pool.id, []) if pool.cluster_id in observed_vms else None,
+            now,
+            policy,
+            taken[pool.cluster_id],
+            known_orphans,
+        )
+        for pool in batch
+    ]
+
+
+def find_unowned_vms(
+    observed_vms: Iterable[ObservedVm],
+    *,
+    pool_ids: Collection[UUID],
+    desktop_ids: Collection[UUID],
+) -> list[ObservedVm]:
+    """Return the tagged VMs of a cluster whose tags name no known pool and no known desktop.
+
+    Pool reconciliation reports the orphans tagged for a pool it knows; this finds the rest
+    (VMs of a deleted pool) for a cluster-wide pass, given every pool and desktop id.
+    """
+    return [
+        vm
+        for vm in observed_vms
+        if vm.is_tagged
+        and (vm.pool_id is None or vm.pool_id not in pool_ids)
+        and (vm.desktop_id is None or vm.desktop_id not in desktop_ids)
+    ]
+
+
+def _plan(
+    pool: Pool,
+    mine: Sequence[Desktop],
+    vms: Sequence[ObservedVm] | None,
+    now: datetime,
+    policy: ReconcilePolicy,
+    taken: set[str],
+    known_orphans: Collection[str],
+) -> PoolPlan:
+    """Plan one pool; ``taken`` holds the name keys present on the cluster and is extended."""
+    observed = vms is not None
+    by_id = {desktop.id: desktop for desktop in mine}
+    owner_of_vm = {desktop.vm_id: desktop for desktop in mine if desktop.vm_id is not None}
+    vm_by_id: dict[str, ObservedVm] = {}
+    orphans: list[ObservedVm] = []
+    for vm in vms or ():
+        if vm.vm_id in owner_of_vm:
+            vm_by_id[vm.vm_id] = vm
+            continue
+        tagged = by_id.get(vm.desktop_id) if vm.desktop_id is not None else None
+        if tagged is not None and (tagged.vm_id is None or tagged.state in _OWNS_TAGGED_VMS):
+            continue
+        if tagged is not None or vm.pool_id == pool.id:
+            orphans.append(vm)
+
+    # Look at every desktop once: is it stuck, has its VM vanished, who will hold it after
+    # this pass, and may it be deleted to shrink the pool?
+    looks: list[_Look] = []
+    live = busy = 0
+    removable: list[_Look] = []
+    for desktop in mine:
+        timeout = policy.step_timeout(desktop.state)
+        stuck = (
+            timeout
+            if timeout is not None
+            and now - desktop.state_changed_at > timeout + policy.timeout_grace
+            else None
+        )
+        vanished = (
+            observed
+            and desktop.state in (S.READY, S.IN_USE)
+            and desktop.vm_id is not None
+            and desktop.vm_id not in vm_by_id
+        )
+        is_live = not (
+            desktop.state is S.DELETING
+            or (desktop.state is S.FAILED and desktop.failed_step is S.DELETING)
+        )
+        owned = pool.is_persistent and desktop.assigned_user is not None
+        # A stuck or vanished desktop loses its session; only an owner keeps holding it.
+        holds = owned if (stuck or vanished) else desktop.is_busy
+        look = _Look(desktop, is_live, holds, stuck, vanished)
+        looks.append(look)
+        if not is_live:
+            continue
+        live += 1
+        if holds:
+            busy += 1
+        elif stuck or vanished or desktop.state in (S.READY, S.FAILED):
+            removable.append(look)
+
+    actions: list[Action] = []
+    handled: set[UUID] = set()
+    target = min(pool.max_size, max(pool.min_size, busy + pool.spare))
+    acting = observed and pool.state is not PoolState.DISABLED
+
+    # 1. Shrink: surplus desktops of an enabled pool, every free desktop of a draining one.
+    if acting:
+        if pool.state is PoolState.DRAINING:
+            doomed = _removal_order(removable)
+            why = f"pool {pool.name} is draining and the desktop is free"
+        else:
+            doomed = _removal_order(removable)[: max(0, live - target)]
+            why = f"pool {pool.name} has {live} desktops and needs {target}"
+        for look in doomed:
+            desktop = look.desktop
+            actions.append(DeleteDesktop(desktop.id, f"{desktop.name}: {why}{_state_note(look)}"))
+            handled.add(desktop.id)
+
+    # 2-5. Timeouts, drift, failures and hygiene, one action per desktop at most.
+    for look in looks:
+        desktop = look.desktop
+        if desktop.id in handled:
+            continue
+        action = _repair(pool, look, vm_by_id, now, policy, acting)
+        if action is not None:
+            actions.append(action)
+
+    # 1. Grow, never beyond max_size records (desktops being deleted still hold a VM).
+    naming_problem = None
+    if acting and pool.state is PoolState.ENABLED:
+        count = min(target - live, pool.max_size - len(mine))
+        if count > 0:
+            try:
+                names = next_free_names(pool.naming_pattern, count, taken)
+            except InvalidNamingPattern as exc:
+                naming_problem = f"no desktop can be created: {exc.detail}"
+                names = []
+            why = _size_note(pool, live, target, busy)
+            for name in names:
+                taken.add(name_key(name))
+                actions.append(CreateDesktop(name, f"{name}: {why}"))
+
+    # 3. Orphans.
+    for vm in orphans:
+        where = f"VM {vm.vm_id} ({vm.name}) is tagged for pool {pool.name}"
+        if policy.delete_orphans and acting:
+            actions.append(
+                DeleteOrphanVm(vm.vm_id, vm.name, f"{where} but belongs to none of its desktops")
+            )
+        elif vm.vm_id not in known_orphans:
+            actions.append(
+                ReportOrphan(
+                    vm.vm_id, vm.name, f"{where} but belongs to none of its desktops; left as is"
+                )
+            )
+
+    health = _health(pool, looks, orphans, observed, live, naming_problem)
+    return PoolPlan(pool.id, pool.generation, tuple(actions), health, summarize(mine))
+
+
+def _removal_order(removable: list[_Look]) -> list[_Look]:
+    """Broken desktops first (failed, stuck, VM gone), then the newest."""
+    newest = sorted(
+        removable, key=lambda look: (look.desktop.created_at, look.desktop.name), reverse=True
+    )
+    return sorted(
+        newest,
+        key=lambda look: 0 if look.stuck or look.vanished or look.desktop.state is S.FAILED else 1,
+    )
+
+
+def _state_note(look: _Look) -> str:
+    desktop = look.desktop
+    if look.vanished:
+        return f"; its VM {desktop.vm_id} vanished from the cluster"
+    if look.stuck:
+        return f"; it is stuck in {desktop.state}"
+    if desktop.state is S.FAILED:
+        return f"; it failed at {desktop.failed_step}: {desktop.last_error}"
+    return ""
+
+
+def _size_note(pool: Pool, live: int, target: int, busy: int) -> str:
+    if target == pool.max_size and busy + pool.spare > pool.max_size:
+        wanted = f"{busy} busy + {pool.spare} spare, capped at max_size {pool.max_size}"
+    elif pool.min_size >= busy + pool.spare:
+        wanted = f"min_size {pool.min_size}"
+    else:
+        wanted = f"{busy} busy + {pool.spare} spare"
+    return f"pool {pool.name} has {live} desktops and needs {target} ({wanted})"
+
+
+def _repair(
+    pool: Pool,
+    look: _Look,
+    vm_by_id: Mapping[str, ObservedVm],
+    now: datetime,
+    policy: ReconcilePolicy,
+    acting: bool,
+) -> Action | None:
+    """Return the timeout, drift, failure or hygiene action for one desktop, if any."""
+    desktop = look.desktop
+    if look.stuck is not None:
+        spent = _duration(now - desktop.state_changed_at)
+        limit = _duration(look.stuck)
+        return TimeOutStep(
+            desktop.id,
+            desktop.state,
+            f"timed out after {limit}",
+            f"{desktop.name} has been in {desktop.state} for {spent}, over its {limit} timeout",
+        )
+    if look.vanished and desktop.vm_id is not None:
+        lost = f"VM {desktop.vm_id} of {desktop.name} vanished from the cluster"
+        if look.busy or not acting or pool.state is not PoolState.ENABLED:
+            owner = f" while assigned to {desktop.assigned_user}" if look.busy else ""
+            return MarkVmMissing(
+                desktop.id, desktop.vm_id, "VM missing from the cluster", f"{lost}{owner}"
+            )
+        return ReplaceDesktop(desktop.id, f"{lost}; provisioning a new one")
+    if not acting:
+        return None
+    if desktop.state is S.FAILED:
+        due = retry_due_at(desktop, policy)
+        # A draining pool still repairs what users hold, and finishes failed deletions.
+        may_retry = pool.state is PoolState.ENABLED or look.busy or not look.live
+        if may_retry and due is not None and due <= now:
+            again = "deletion" if not look.live else "provisioning"
+            return RetryFailed(
+                desktop.id,
+                f"{desktop.name} failed at {desktop.failed_step}: {desktop.last_error}; "
+                f"retrying {again} (failure {desktop.failure_count}, waited "
+                f"{_duration(policy.backoff(desktop.failure_count))})",
+            )
+        return None
+    if pool.state is not PoolState.ENABLED or desktop.state is not S.READY or desktop.is_busy:
+        return None
+    if desktop.used_since_refresh:
+        return RefreshDesktop(
+            desktop.id, f"{desktop.name} was used since its last refresh and is free"
+        )
+    if desktop.template is not None and desktop.template != pool.template:
+        return RefreshDesktop(
+            desktop.id,
+            f"{desktop.name} was built from template {desktop.template}; "
+            f"pool {pool.name} now uses {pool.template}",
+        )
+    vm = vm_by_id.get(desktop.vm_id) if desktop.vm_id is not None else None
+    if vm is not None and vm.power_state in _POWER_ON_FROM:
+        return PowerOn(
+            desktop.id,
+            vm.vm_id,
+            f"{desktop.name} is a free ready desktop but its VM is {vm.power_state}",
+        )
+    return None
+
+
+def _health(
+    pool: Pool,
+    looks: Sequence[_Look],
+    orphans: Sequence[ObservedVm],
+    observed: bool,
+    live: int,
+    naming_problem: str | None,
+) -> PoolHealth:
+    """Say whether the pool is healthy and, if not, why."""
+    reasons: list[str] = []
+    failures: Counter[tuple[str, str]] = Counter()
+    stuck: Counter[tuple[str, str]] = Counter()
+    vanished = usable = available = 0
+    for look in looks:
+        desktop = look.desktop
+        if desktop.state is S.FAILED:
+            failures[(str(desktop.failed_step or "an unknown step"), desktop.last_error or "")] += 1
+        if look.stuck is not None:
+            stuck[(str(desktop.state), _duration(look.stuck))] += 1
+        if look.vanished:
+            vanished += 1
+        elif desktop.state in (S.READY, S.IN_USE):
+            usable += 1
+            available += desktop.is_available
+    if not observed:
+        reasons.append("the cluster's VMs could not be listed; only timeouts are acted on")
+    for (step, error), count in sorted(failures.items(), key=lambda item: (-item[1], item[0])):
+        why = f": {error}" if error else ""
+        reasons.append(f"{_plural(count, 'desktop')} failed at {step}{why}")
+    for (state, limit), count in sorted(stuck.items(), key=lambda item: (-item[1], item[0])):
+        reasons.append(f"{_plural(count, 'desktop')} stuck in {state} for over {limit}")
+    if vanished:
+        whose = "its VM" if vanished == 1 else "their VMs"
+        reasons.append(f"{_plural(vanished, 'desktop')} lost {whose} on the cluster")
+    if orphans:
+        names = ", ".join(vm.name for vm in orphans[:_NAMES_SHOWN])
+        more = f" and {len(orphans) - _NAMES_SHOWN} more" if len(orphans) > _NAMES_SHOWN else ""
+        verb = "belongs" if len(orphans) == 1 else "belong"
+        reasons.append(
+            f"{_plural(len(orphans), 'VM')} tagged for this pool {verb} to no desktop: "
+            f"{names}{more}"
+        )
+    if naming_problem:
+        reasons.append(naming_problem)
+    if (
+        pool.state is PoolState.ENABLED
+        and pool.spare > 0
+        and live >= pool.max_size
+        and available < pool.spare
+    ):
+        reasons.append(
+            f"at max_size ({pool.max_size}): {available} of {pool.spare} spare desktops available"
+        )
+    if not reasons:
+        return PoolHealth(HealthStatus.HEALTHY)
+    broken = failures or stuck or vanished
+    status = HealthStatus.FAILING if broken and not usable else HealthStatus.DEGRADED
+    return PoolHealth(status, tuple(reasons))
