@@ -11,11 +11,14 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 from deskpool import __version__
 from deskpool.errors import StartupError
+
+_T = TypeVar("_T")
 
 EXIT_STARTUP = 2
 EXIT_CHECK_FAILED = 1
@@ -181,6 +184,127 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------------- secrets
+
+
+def cmd_secrets_generate_key(args: argparse.Namespace) -> int:
+    """Print a new master key for ``SECRETS_MASTER_KEY``: 32 random bytes, base64."""
+    import base64
+
+    print(base64.b64encode(os.urandom(32)).decode("ascii"))
+    return 0
+
+
+async def _with_secrets_table(config: Any, work: Callable[[Any], Awaitable[_T]]) -> _T:
+    """Run ``work(pool)`` against the database once its schema is known to be current."""
+    from deskpool.db import connect_pool, schema_status
+    from deskpool.errors import SchemaOutOfDate
+
+    pool = await connect_pool(config)
+    try:
+        status = await schema_status(pool)
+        if status.pending:
+            raise SchemaOutOfDate(
+                f"the database schema is behind this version of deskpool "
+                f"({', '.join(status.pending)} pending); run `deskpool migrate` first"
+            )
+        return await work(pool)
+    finally:
+        await pool.close()
+
+
+def _print_key_usage(usage: Any) -> None:
+    rows = dict.fromkeys(k for k in (usage.current_key_id, *usage.previous_key_ids) if k)
+    rows.update(dict.fromkeys(usage.counts))
+    table = [("KEY ID", "ROLE", "VALUES")]
+    table += [(key_id, usage.role(key_id), str(usage.counts.get(key_id, 0))) for key_id in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(3)]
+    for row in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+
+
+def cmd_secrets_status(args: argparse.Namespace) -> int:
+    """Show how many sealed values are under each master key id."""
+    from deskpool.host import bootstrap
+    from deskpool.secrets import KeyUsage, build_secret_store, count_by_key_id
+
+    process = bootstrap(_environ(), [], log_setup=False)
+    store = build_secret_store(process.plugins, process.config)
+    counts = asyncio.run(_with_secrets_table(process.config, count_by_key_id))
+    usage = KeyUsage.of(counts, store)
+    _print_key_usage(usage)
+    print(f"total: {usage.total} sealed value(s)")
+    if usage.under_previous:
+        print(f"{usage.under_previous} under the previous key: run `deskpool secrets rewrap`")
+    if usage.unknown:
+        print(
+            f"{sum(usage.unknown.values())} under key ids no configured key matches: the "
+            f"processes refuse to start until the key they were sealed with is configured"
+        )
+        return EXIT_CHECK_FAILED
+    return 0
+
+
+def cmd_secrets_rewrap(args: argparse.Namespace) -> int:
+    """Re-wrap every sealed value under ``SECRETS_MASTER_KEY``, in batches (resumable)."""
+    from deskpool.host import bootstrap
+    from deskpool.secrets import (
+        KeyUsage,
+        RewrapBatch,
+        RewrapTotals,
+        build_secret_store,
+        count_by_key_id,
+        rewrap_all,
+    )
+
+    process = bootstrap(_environ(), [])
+    store = build_secret_store(process.plugins, process.config)
+    if store.current_key_id is None:
+        raise StartupError(
+            "SECRETS_MASTER_KEY is not set; `deskpool secrets rewrap` re-wraps every sealed "
+            "value under it (see docs/operators/secrets.md)"
+        )
+
+    def progress(batch: RewrapBatch, totals: RewrapTotals) -> None:
+        print(
+            f"batch {totals.batches}: re-wrapped {batch.rewrapped} of {batch.examined} "
+            f"({totals.rewrapped} so far)",
+            flush=True,
+        )
+
+    async def work(pool: Any) -> tuple[RewrapTotals, KeyUsage]:
+        before = KeyUsage.of(await count_by_key_id(pool), store)
+        print(
+            f"re-wrapping under key id {store.current_key_id}: "
+            f"{before.total - before.under_current} of {before.total} value(s) to do",
+            flush=True,
+        )
+        totals = await rewrap_all(pool, store, batch_size=args.batch_size, on_batch=progress)
+        return totals, KeyUsage.of(await count_by_key_id(pool), store)
+
+    totals, after = asyncio.run(_with_secrets_table(process.config, work))
+    print(
+        f"done: re-wrapped {totals.rewrapped} value(s); {totals.changed_meanwhile} changed "
+        f"meanwhile (written afresh by a running process); {len(totals.failed)} could not be "
+        f"opened"
+    )
+    previous = ", ".join(after.previous_key_ids) or "none configured"
+    print(f"remaining under the previous key ({previous}): {after.under_previous}")
+    if after.unknown:
+        print(f"remaining under unknown key ids: {sum(after.unknown.values())}")
+    if after.under_previous or after.unknown:
+        print("run `deskpool secrets rewrap` again; see `deskpool secrets status`")
+        return EXIT_CHECK_FAILED
+    return 0
+
+
+def _batch_size(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 10000:
+        raise argparse.ArgumentTypeError("must be between 1 and 10000")
+    return value
+
+
 # ------------------------------------------------------------------------------------ main
 
 
@@ -236,6 +360,23 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "plugins", help="installed and loaded plugins with their distributions"
     ).set_defaults(func=cmd_plugins)
+
+    secrets = commands.add_parser("secrets", help="secrets at rest").add_subparsers(
+        dest="action", required=True, metavar="ACTION"
+    )
+    secrets.add_parser(
+        "generate-key", help="print a new SECRETS_MASTER_KEY (32 random bytes, base64)"
+    ).set_defaults(func=cmd_secrets_generate_key)
+    secrets.add_parser("status", help="sealed values per master key id").set_defaults(
+        func=cmd_secrets_status
+    )
+    rewrap = secrets.add_parser(
+        "rewrap", help="re-wrap every sealed value under SECRETS_MASTER_KEY (resumable)"
+    )
+    rewrap.add_argument(
+        "--batch-size", type=_batch_size, default=500, help="values per batch (default 500)"
+    )
+    rewrap.set_defaults(func=cmd_secrets_rewrap)
     return parser
 
 
