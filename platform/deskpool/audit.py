@@ -1,0 +1,215 @@
+"""The audit trail: recording events, and keeping the monthly partitions of its table.
+
+Events are written with :func:`record_audit_event` on the caller's connection, inside the
+caller's transaction, so an event exists exactly when the change it records was committed.
+
+The ``audit_events`` table is partitioned by calendar month (UTC) on ``occurred_at`` and has
+no default partition. :func:`maintain_audit_partitions` (run by the worker every
+``AUDIT_MAINTENANCE_INTERVAL``) creates the coming months' partitions ahead of time, so a row
+never lacks a partition, and removes expired months whole: detach, then drop, never row-by-row
+deletes. Which partitions to create and drop is decided by the pure :func:`plan_partitions`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import asyncpg
+
+from deskpool.events import AuditEvent
+
+log = logging.getLogger(__name__)
+
+#: The partitioned table.
+AUDIT_TABLE = "audit_events"
+
+#: How many months after the current one always have a partition.
+MONTHS_AHEAD = 3
+
+#: Key of the advisory lock held while partitions are created or dropped ("audit" in ASCII).
+AUDIT_MAINTENANCE_LOCK_KEY = 0x6175646974
+
+#: How long partition DDL waits for the table's lock before giving up until the next run.
+PARTITION_LOCK_TIMEOUT = "10s"
+
+_PARTITION_NAME = re.compile(r"^audit_events_p(\d{4})(\d{2})$")
+
+
+# --------------------------------------------------------------------------- recording
+
+
+async def record_audit_event(connection: asyncpg.Connection, event: AuditEvent) -> int:
+    """Insert ``event`` on ``connection`` (inside the caller's transaction, if one is open).
+
+    :returns: the event's id.
+    """
+    event_id: int = await connection.fetchval(
+        f"""
+        INSERT INTO {AUDIT_TABLE} (occurred_at, actor, action, resource_type, resource_id,
+                                  outcome, request_id, source_address, details)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb)
+        RETURNING id
+        """,
+        event.occurred_at,
+        event.actor,
+        event.action,
+        event.resource_type,
+        event.resource_id,
+        event.outcome,
+        event.request_id,
+        event.source_address,
+        json.dumps(event.details, default=str),
+    )
+    return event_id
+
+
+# --------------------------------------------------------------------------- months
+
+
+def month_of(moment: datetime) -> datetime:
+    """The first instant (UTC) of the calendar month containing ``moment``."""
+    utc = moment.astimezone(UTC)
+    return datetime(utc.year, utc.month, 1, tzinfo=UTC)
+
+
+def add_months(month: datetime, count: int) -> datetime:
+    """The first instant of the month ``count`` months after ``month`` (a month start)."""
+    index = month.year * 12 + (month.month - 1) + count
+    return datetime(index // 12, index % 12 + 1, 1, tzinfo=UTC)
+
+
+def partition_name(month: datetime) -> str:
+    """The name of the partition holding ``month`` (``audit_events_p202611``)."""
+    return f"{AUDIT_TABLE}_p{month.year:04d}{month.month:02d}"
+
+
+def month_of_partition(name: str) -> datetime | None:
+    """The month a partition named by :func:`partition_name` holds; ``None`` for other names."""
+    match = _PARTITION_NAME.match(name)
+    if match is None or not 1 <= int(match.group(2)) <= 12:
+        return None
+    return datetime(int(match.group(1)), int(match.group(2)), 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """The months whose partitions to create, and those to detach and drop."""
+
+    create: tuple[datetime, ...]
+    drop: tuple[datetime, ...]
+
+
+def plan_partitions(
+    existing: Iterable[datetime],
+    now: datetime,
+    retention_months: int,
+    months_ahead: int = MONTHS_AHEAD,
+) -> PartitionPlan:
+    """Decide which monthly partitions to create and which to drop.
+
+    Every month from the current one to ``months_ahead`` months later gets a partition. With
+    ``retention_months`` N > 0, a partition is dropped once every event it can hold is more
+    than N months old (its month ended at least N months ago), so the trailing N months are
+    always kept whole; 0 keeps everything.
+
+    :param existing: the months that have a partition.
+    :param now: the current time.
+    """
+    if retention_months < 0:
+        raise ValueError("retention_months must not be negative")
+    have = set(existing)
+    current = month_of(now)
+    wanted = [add_months(current, ahead) for ahead in range(months_ahead + 1)]
+    create = tuple(month for month in wanted if month not in have)
+    drop: tuple[datetime, ...] = ()
+    if retention_months:
+        drop = tuple(
+            sorted(month for month in have if add_months(month, 1 + retention_months) <= now)
+        )
+    return PartitionPlan(create=create, drop=drop)
+
+
+# --------------------------------------------------------------------------- maintenance
+
+
+async def existing_partitions(connection: asyncpg.Connection) -> dict[datetime, str]:
+    """The monthly partitions attached to the audit table, by month."""
+    rows = await connection.fetch(
+        """
+        SELECT child.relname
+        FROM pg_inherits
+        JOIN pg_class child ON child.oid = pg_inherits.inhrelid
+        WHERE pg_inherits.inhparent = $1::regclass
+        """,
+        AUDIT_TABLE,
+    )
+    found: dict[datetime, str] = {}
+    for row in rows:
+        month = month_of_partition(row["relname"])
+        if month is None:
+            log.warning("audit table has a partition not named by deskpool: %s", row["relname"])
+            continue
+        found[month] = row["relname"]
+    return found
+
+
+async def create_partition(connection: asyncpg.Connection, month: datetime) -> None:
+    """Create the partition of ``month`` (a no-op when it exists)."""
+    name = partition_name(month)
+    upper = add_months(month, 1)
+    async with connection.transaction():
+        await connection.execute(f"SET LOCAL lock_timeout = '{PARTITION_LOCK_TIMEOUT}'")
+        await connection.execute(
+            f'CREATE TABLE IF NOT EXISTS "{name}" PARTITION OF {AUDIT_TABLE} '
+            f"FOR VALUES FROM ('{month.isoformat()}') TO ('{upper.isoformat()}')"
+        )
+
+
+async def drop_partition(connection: asyncpg.Connection, month: datetime) -> None:
+    """Detach the partition of ``month`` from the audit table, then drop it."""
+    name = partition_name(month)
+    async with connection.transaction():
+        await connection.execute(f"SET LOCAL lock_timeout = '{PARTITION_LOCK_TIMEOUT}'")
+        await connection.execute(f'ALTER TABLE {AUDIT_TABLE} DETACH PARTITION "{name}"')
+        await connection.execute(f'DROP TABLE "{name}"')
+
+
+async def maintain_audit_partitions(
+    connection: asyncpg.Connection,
+    retention_months: int,
+    *,
+    now: datetime | None = None,
+    months_ahead: int = MONTHS_AHEAD,
+) -> PartitionPlan:
+    """Create the coming months' partitions and drop expired ones.
+
+    Runs under an advisory lock, so two maintenance runs never interleave. Each partition is
+    created or dropped in its own short transaction.
+
+    :param retention_months: ``AUDIT_RETENTION_MONTHS`` (0 keeps everything).
+    :param now: the time to plan for; the database's clock when omitted.
+    :returns: what was done.
+    """
+    await connection.execute("SELECT pg_advisory_lock($1)", AUDIT_MAINTENANCE_LOCK_KEY)
+    try:
+        moment: datetime = now or await connection.fetchval("SELECT now()")
+        existing = await existing_partitions(connection)
+        plan = plan_partitions(existing, moment, retention_months, months_ahead)
+        for month in plan.create:
+            await create_partition(connection, month)
+            log.info("audit partition %s created", partition_name(month))
+        for month in plan.drop:
+            await drop_partition(connection, month)
+            log.info(
+                "audit partition %s dropped (AUDIT_RETENTION_MONTHS=%d)",
+                partition_name(month),
+                retention_months,
+            )
+        return plan
+    finally:
+        await connection.execute("SELECT pg_advisory_unlock($1)", AUDIT_MAINTENANCE_LOCK_KEY)
