@@ -1,61 +1,161 @@
 """The ``worker`` component: runs queued jobs and periodic tasks.
 
-At this stage the worker starts, reports ready and drains within ``WORKER_SHUTDOWN_TIMEOUT``;
-the job queue it serves is built on this component.
+The component combines a :class:`~deskpool_worker.runner.JobRunner` (at most
+``WORKER_CONCURRENCY`` jobs at once, claimed and completed in batches under leases of
+``WORKER_LEASE_DURATION``) and a :class:`~deskpool_worker.scheduler.PeriodicScheduler`. It runs
+the job kinds and periodic tasks that plugins register (``deskpool_register_job_kinds``,
+``deskpool_register_periodic_tasks``) and registers the platform's own periodic tasks: audit
+partition maintenance and the pruning of finished jobs.
+
+On stop (SIGTERM) it stops claiming, gives in-flight jobs and runs ``WORKER_SHUTDOWN_TIMEOUT``
+to finish, then cancels them and releases their leases so another worker takes them at once.
+The process supervisor's stop timeout must exceed ``WORKER_SHUTDOWN_TIMEOUT``
+(docs/operators/worker.md).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import os
+import secrets
+import socket
+from datetime import timedelta
+from typing import Any
 
+from deskpool.audit import maintain_audit_partitions
+from deskpool.jobs import queue
+from deskpool.jobs.metrics import JobMetrics
+from deskpool.jobs.model import JobKind
+from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
 from deskpool.runtime import ComponentFactory, Runtime
+from deskpool_worker.runner import JobRunner, RunnerSettings
+from deskpool_worker.scheduler import PeriodicScheduler
 
 log = logging.getLogger(__name__)
 
+#: How long succeeded and cancelled jobs stay listed before they are pruned.
+FINISHED_JOB_RETENTION = timedelta(days=7)
+
+#: How often finished jobs are pruned.
+JOB_PRUNE_INTERVAL = 3600.0
+
+
+def new_worker_id() -> str:
+    """``host:pid:random``: unique per process, and says where a lease holder runs."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+
 
 class WorkerComponent:
-    """Polls the job queue every ``WORKER_POLL_INTERVAL`` until stopped."""
+    """Runs jobs and periodic tasks until stopped.
+
+    :param runtime: the process runtime.
+    """
 
     name = "worker"
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = asyncio.Event()
+        config = runtime.config
+        self.worker_id = new_worker_id()
+        self.metrics = JobMetrics(runtime.metrics)
+        lease = timedelta(seconds=config.duration("WORKER_LEASE_DURATION"))
+        kinds = {name: JobKind.of(item) for name, item in runtime.plugins.job_kinds().items()}
+        self.runner = JobRunner(
+            runtime,
+            RunnerSettings(
+                worker_id=self.worker_id,
+                concurrency=config["WORKER_CONCURRENCY"],
+                lease=lease,
+                poll_interval=config.duration("WORKER_POLL_INTERVAL"),
+                kinds=kinds,
+            ),
+            self.metrics,
+        )
+        tasks = {
+            name: periodic_task(item) for name, item in runtime.plugins.periodic_tasks().items()
+        }
+        self.scheduler = PeriodicScheduler(
+            runtime, tasks, self.metrics, worker_id=self.worker_id, lease=lease
+        )
+        self._started = False
 
     @property
     def started(self) -> bool:
-        """Whether the loop is running."""
-        return self._task is not None and not self._task.done()
+        """Whether the worker runs."""
+        return self._started
 
     async def start(self) -> None:
-        """Start the loop."""
-        self._stopping.clear()
-        self._task = asyncio.create_task(self._run(), name="deskpool-worker")
-
-    async def _run(self) -> None:
-        interval = self.runtime.config.duration("WORKER_POLL_INTERVAL")
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), interval)
+        """Start the job runner and the periodic scheduler."""
+        await self.runner.start()
+        await self.scheduler.start()
+        self._started = True
+        log.info(
+            "worker %s: %d job kind(s) (%s), %d periodic task(s) (%s), concurrency %d",
+            self.worker_id,
+            len(self.runner.kinds),
+            ", ".join(sorted(self.runner.kinds)) or "none",
+            len(self.scheduler.tasks),
+            ", ".join(sorted(self.scheduler.tasks)) or "none",
+            self.runner.settings.concurrency,
+        )
 
     async def stop(self) -> None:
-        """Stop claiming and let the loop finish within ``WORKER_SHUTDOWN_TIMEOUT``."""
-        self._stopping.set()
-        if self._task is not None:
-            timeout = self.runtime.config.duration("WORKER_SHUTDOWN_TIMEOUT")
-            try:
-                await asyncio.wait_for(self._task, timeout)
-            except TimeoutError:
-                log.warning("worker did not drain within WORKER_SHUTDOWN_TIMEOUT")
-            self._task = None
+        """Stop claiming; drain within ``WORKER_SHUTDOWN_TIMEOUT``; release what is left."""
+        self._started = False
+        timeout = self.runtime.config.duration("WORKER_SHUTDOWN_TIMEOUT")
+        await asyncio.gather(self.runner.stop(timeout), self.scheduler.stop(timeout))
+
+
+def periodic_task(registered: Any) -> PeriodicTask:
+    """Check what a plugin registered as a periodic task."""
+    if not isinstance(registered, PeriodicTask):
+        raise TypeError(f"a periodic task is a deskpool.jobs.PeriodicTask, not {registered!r}")
+    return registered
+
+
+# --------------------------------------------------------------------------- built-in tasks
+
+
+async def audit_maintenance(context: PeriodicContext) -> None:
+    """Create the coming months' audit partitions; drop those past ``AUDIT_RETENTION_MONTHS``."""
+    retention = int(context.runtime.config["AUDIT_RETENTION_MONTHS"])
+    async with context.runtime.db.acquire() as connection:
+        await maintain_audit_partitions(connection, retention)
+
+
+async def prune_finished_jobs(context: PeriodicContext) -> None:
+    """Delete succeeded and cancelled jobs older than :data:`FINISHED_JOB_RETENTION`."""
+    async with context.runtime.db.acquire() as connection:
+        pruned = await queue.prune_finished(connection, FINISHED_JOB_RETENTION)
+    if pruned:
+        log.info("pruned %d finished job(s)", pruned)
 
 
 @hookimpl
 def deskpool_register_components(registry: Registry[ComponentFactory]) -> None:
     """Register the ``worker`` component."""
     registry.add("worker", WorkerComponent)
+
+
+@hookimpl
+def deskpool_register_periodic_tasks(registry: Registry[Any]) -> None:
+    """Register audit maintenance and job pruning."""
+    registry.add(
+        "audit_maintenance",
+        PeriodicTask(
+            audit_maintenance,
+            every="AUDIT_MAINTENANCE_INTERVAL",
+            description="Create upcoming audit partitions and drop expired ones.",
+        ),
+    )
+    registry.add(
+        "job_prune",
+        PeriodicTask(
+            prune_finished_jobs,
+            every=JOB_PRUNE_INTERVAL,
+            description="Delete succeeded and cancelled jobs after a week.",
+        ),
+    )

@@ -1,0 +1,528 @@
+"""The job runner: claims jobs in batches, runs them, and settles them under their leases.
+
+One :class:`JobRunner` per worker process runs at most ``WORKER_CONCURRENCY`` jobs at once. Its
+loops share the process's connection pool:
+
+- *claim*: whenever slots are free, claim up to that many due jobs in one statement; when none
+  is due, sleep until a NOTIFY on the jobs channel (:class:`JobNotifications`), the next due
+  time, or ``WORKER_POLL_INTERVAL``, whichever comes first;
+- *heartbeat*: every third of ``WORKER_LEASE_DURATION``, extend every held lease in one
+  statement; a job whose lease turns out lost is cancelled (its results would be rejected);
+- *complete*: successful attempts are recorded in batches (one statement for all that finished
+  since the last one), each accepted only with its current fencing token;
+- *sweep*: take back jobs whose lease expired without a heartbeat (their worker died).
+
+On :meth:`JobRunner.stop` it stops claiming, gives in-flight jobs the shutdown timeout, cancels
+the rest and releases their leases so another worker takes them at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+
+from deskpool.jobs import queue
+from deskpool.jobs.context import JobContext
+from deskpool.jobs.metrics import JobMetrics
+from deskpool.jobs.model import (
+    JOBS_CHANNEL,
+    ClaimedJob,
+    JobKind,
+    JobLease,
+    JobState,
+    LeaseLost,
+    PermanentJobFailure,
+    decide_failure,
+)
+from deskpool_worker.reconnect import DATABASE_ERRORS, ReconnectBackoff, wait_for_event
+
+if TYPE_CHECKING:
+    from deskpool.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+#: How often the queue-depth gauge is refreshed.
+QUEUE_DEPTH_INTERVAL = 15.0
+
+#: How long cancelled jobs get to unwind at shutdown before their leases are released.
+CANCEL_GRACE = 2.0
+
+#: How long a claim loop that found due jobs it could not take waits before looking again.
+CONTENDED_WAIT = 0.05
+
+#: The longest error text kept with a failed attempt.
+ERROR_TEXT_LIMIT = 2000
+
+
+@dataclass
+class RunningJob:
+    """A job this process is running."""
+
+    context: JobContext
+    kind: JobKind
+    started: float
+    task: asyncio.Task[None] | None = None
+    interrupted_by: str | None = None
+
+    def interrupt(self, reason: str) -> None:
+        """Cancel the attempt (``lease_lost`` or ``shutdown``)."""
+        if self.interrupted_by is None:
+            self.interrupted_by = reason
+        self.context.cancelled.set()
+        if self.task is not None:
+            self.task.cancel()
+
+
+def describe_error(error: BaseException) -> str:
+    """The text recorded as a failed attempt's error."""
+    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    return text[:ERROR_TEXT_LIMIT]
+
+
+class JobNotifications:
+    """One connection that LISTENs on the jobs channel, reconnected whenever it is lost.
+
+    :param dsn: the database URL.
+    :param on_notify: called on every notification, and after each (re)connection, since
+        notifications sent while disconnected are lost.
+    :param probe_interval: how often an idle connection is checked with a query.
+    """
+
+    def __init__(self, dsn: str, on_notify: Callable[[], None], probe_interval: float) -> None:
+        self.dsn = dsn
+        self.on_notify = on_notify
+        self.probe_interval = probe_interval
+        self.connected = asyncio.Event()
+        self.connections = 0
+
+    async def run(self) -> None:
+        """Listen until cancelled."""
+        backoff = ReconnectBackoff()
+        while True:
+            try:
+                connection = await asyncpg.connect(
+                    self.dsn, timeout=10, server_settings={"application_name": "deskpool-worker"}
+                )
+            except DATABASE_ERRORS as error:
+                delay = backoff.next_delay()
+                log.warning("cannot LISTEN for jobs (%s); retrying in %.1fs", error, delay)
+                await asyncio.sleep(delay)
+                continue
+            try:
+                await self._listen(connection)
+            except DATABASE_ERRORS as error:
+                log.warning("lost the job notification connection (%s); reconnecting", error)
+            finally:
+                self.connected.clear()
+                with contextlib.suppress(*DATABASE_ERRORS):
+                    await asyncio.wait_for(connection.close(), 2)
+            await asyncio.sleep(backoff.next_delay())
+            backoff.reset()
+
+    async def _listen(self, connection: asyncpg.Connection) -> None:
+        lost = asyncio.Event()
+        connection.add_termination_listener(lambda _connection: lost.set())
+        await connection.add_listener(JOBS_CHANNEL, lambda *_args: self.on_notify())
+        self.connections += 1
+        if self.connections > 1:
+            log.info("job notifications reconnected")
+        self.connected.set()
+        self.on_notify()
+        while not await wait_for_event(lost, self.probe_interval):
+            await connection.fetchval("SELECT 1", timeout=10)
+        raise asyncpg.ConnectionDoesNotExistError("the notification connection was closed")
+
+
+@dataclass
+class RunnerSettings:
+    """How a runner behaves (from ``WORKER_*``)."""
+
+    worker_id: str
+    concurrency: int
+    lease: timedelta
+    poll_interval: float
+    kinds: Mapping[str, JobKind] = field(default_factory=dict)
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """A third of the lease: two heartbeats may fail before the lease expires."""
+        return self.lease.total_seconds() / 3
+
+    @property
+    def sweep_interval(self) -> float:
+        """How often expired leases are looked for."""
+        return min(self.poll_interval, self.lease.total_seconds() / 2)
+
+
+class JobRunner:
+    """Runs the registered job kinds in one process.
+
+    :param runtime: the process runtime (its pool, configuration and dsn).
+    :param settings: concurrency, lease and kinds.
+    :param metrics: where to record.
+    """
+
+    def __init__(self, runtime: Runtime, settings: RunnerSettings, metrics: JobMetrics) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.metrics = metrics
+        self.kinds = dict(settings.kinds)
+        self.running: dict[int, RunningJob] = {}
+        self._completions: dict[JobLease, str] = {}
+        self._wake = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._completions_ready = asyncio.Event()
+        self._flushing = asyncio.Lock()
+        self._stopping = asyncio.Event()
+        self._claim_task: asyncio.Task[None] | None = None
+        self._background: list[asyncio.Task[None]] = []
+        self.notifications = JobNotifications(
+            runtime.config["DATABASE_URL"], self._wake.set, settings.poll_interval
+        )
+
+    @property
+    def claiming(self) -> bool:
+        """Whether the claim loop runs."""
+        return self._claim_task is not None and not self._claim_task.done()
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
+        self._background.append(asyncio.create_task(coroutine, name=name))
+
+    async def start(self) -> None:
+        """Start listening, claiming, heartbeating, completing and sweeping."""
+        self._stopping.clear()
+        self._spawn(self.notifications.run(), "deskpool-job-notifications")
+        self._spawn(self._heartbeat_loop(), "deskpool-job-heartbeats")
+        self._spawn(self._completion_loop(), "deskpool-job-completions")
+        self._spawn(self._sweep_loop(), "deskpool-job-lease-sweep")
+        self._spawn(self._depth_loop(), "deskpool-job-queue-depth")
+        if self.kinds:
+            self._claim_task = asyncio.create_task(self._claim_loop(), name="deskpool-job-claims")
+        else:
+            log.warning("no job kinds are registered: this worker claims no jobs")
+
+    # ----------------------------------------------------------------------- claiming
+
+    async def _pause(self, seconds: float) -> None:
+        await wait_for_event(self._stopping, seconds)
+
+    async def _claim_loop(self) -> None:
+        settings = self.settings
+        kinds = sorted(self.kinds)
+        backoff = ReconnectBackoff()
+        while not self._stopping.is_set():
+            free = settings.concurrency - len(self.running)
+            if free <= 0:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                continue
+            self._wake.clear()
+            due_in: float | None = None
+            try:
+                async with self.runtime.db.acquire() as connection:
+                    claimed = await queue.claim(
+                        connection,
+                        worker=settings.worker_id,
+                        kinds=kinds,
+                        limit=free,
+                        lease=settings.lease,
+                    )
+                    if len(claimed) < free:
+                        due_in = await queue.next_due_in(connection, kinds)
+            except DATABASE_ERRORS as error:
+                delay = backoff.next_delay()
+                log.warning("claiming jobs failed (%s); retrying in %.1fs", error, delay)
+                await self._pause(delay)
+                continue
+            backoff.reset()
+            if self._stopping.is_set():  # claimed while stopping: give them straight back
+                await self._release([job.lease for job in claimed])
+                return
+            for job in claimed:
+                self._launch(job)
+            if len(claimed) == free:
+                continue
+            if due_in is None:
+                timeout = settings.poll_interval
+            elif due_in <= 0:
+                timeout = 0 if claimed else CONTENDED_WAIT
+            else:
+                timeout = min(due_in, settings.poll_interval)
+            await wait_for_event(self._wake, timeout)
+
+    def _launch(self, job: ClaimedJob) -> None:
+        kind = self.kinds[job.kind]
+        loop = asyncio.get_running_loop()
+        context = JobContext(
+            job,
+            self.runtime,
+            lease_duration=self.settings.lease,
+            deadline=loop.time() + kind.timeout.total_seconds(),
+            heartbeat=lambda: self._heartbeat_one(job.id),
+        )
+        running = RunningJob(context, kind, started=loop.time())
+        self.running[job.id] = running
+        running.task = asyncio.create_task(self._execute(running), name=f"deskpool-job-{job.id}")
+        self.metrics.claim_latency.labels(job.kind).observe(job.waited)
+        self.metrics.in_flight.set(len(self.running))
+
+    # ----------------------------------------------------------------------- running
+
+    async def _execute(self, running: RunningJob) -> None:
+        context = running.context
+        outcome = "failed"
+        try:
+            try:
+                async with asyncio.timeout_at(context.deadline) as deadline:
+                    await running.kind.handler(context)
+            except asyncio.CancelledError:
+                if running.interrupted_by is None:
+                    raise
+                outcome = running.interrupted_by
+            except LeaseLost:
+                outcome = "lease_lost"
+                log.warning(
+                    "job %d (%s) lost its lease; attempt abandoned", context.id, context.kind
+                )
+            except TimeoutError as error:
+                if not deadline.expired():
+                    await self._record_failure(running, describe_error(error))
+                else:
+                    timeout = running.kind.timeout
+                    await self._record_failure(running, f"timed out after {timeout}")
+            except PermanentJobFailure as error:
+                await self._record_failure(running, describe_error(error), permanent=True)
+            except Exception as error:
+                log.warning(
+                    "job %d (%s) attempt %d failed",
+                    context.id,
+                    context.kind,
+                    context.attempt,
+                    exc_info=True,
+                )
+                await self._record_failure(running, describe_error(error))
+            else:
+                outcome = "succeeded"
+                self._completions[context.lease] = context.kind
+                self._completions_ready.set()
+        finally:
+            self.running.pop(context.id, None)
+            self._slot_freed.set()
+            self.metrics.in_flight.set(len(self.running))
+            elapsed = asyncio.get_running_loop().time() - running.started
+            self.metrics.run_duration.labels(context.kind, outcome).observe(elapsed)
+
+    async def _record_failure(
+        self, running: RunningJob, error: str, *, permanent: bool = False
+    ) -> None:
+        context = running.context
+        decision = decide_failure(
+            context.attempt, context.job.max_attempts, running.kind.retry, permanent=permanent
+        )
+        try:
+            async with self.runtime.db.acquire() as connection:
+                state = await queue.fail(
+                    connection,
+                    context.lease,
+                    error,
+                    retry_after=None if decision.dead else decision.delay,
+                )
+        except DATABASE_ERRORS as db_error:
+            log.warning(
+                "could not record the failure of job %d (%s); it is reclaimed when its lease "
+                "expires",
+                context.id,
+                db_error,
+            )
+            return
+        if state is None:
+            self._stale(context.lease, context.kind, "failure")
+        elif state is JobState.DEAD:
+            self.metrics.dead.labels(context.kind).inc()
+            log.error(
+                "job %d (%s) is dead after %d attempt(s): %s",
+                context.id,
+                context.kind,
+                context.attempt,
+                error,
+            )
+        else:
+            self.metrics.retries.labels(context.kind).inc()
+            log.info(
+                "job %d (%s) will retry in %.1fs",
+                context.id,
+                context.kind,
+                decision.delay.total_seconds(),
+            )
+            self._wake.set()  # look at the next due time again
+
+    def _stale(self, lease: JobLease, kind: str, what: str) -> None:
+        self.metrics.stale_results.labels(kind).inc()
+        log.warning(
+            "stale %s of job %d rejected: fence %d is no longer the job's lease (it was "
+            "reclaimed by another worker)",
+            what,
+            lease.job_id,
+            lease.fence,
+        )
+
+    # ----------------------------------------------------------------------- completions
+
+    async def _completion_loop(self) -> None:
+        while True:
+            await self._completions_ready.wait()
+            self._completions_ready.clear()
+            await self._flush_completions()
+
+    async def _flush_completions(self, attempts: int | None = None) -> None:
+        async with self._flushing:
+            await self._flush_completions_locked(attempts)
+
+    async def _flush_completions_locked(self, attempts: int | None) -> None:
+        backoff = ReconnectBackoff()
+        while self._completions and attempts != 0:
+            batch = dict(self._completions)
+            try:
+                async with self.runtime.db.acquire() as connection:
+                    accepted = await queue.complete(connection, list(batch))
+            except DATABASE_ERRORS as error:
+                delay = backoff.next_delay()
+                log.warning("recording completions failed (%s); retrying in %.1fs", error, delay)
+                attempts = None if attempts is None else attempts - 1
+                await asyncio.sleep(delay)
+                continue
+            for lease, kind in batch.items():
+                self._completions.pop(lease, None)
+                if lease not in accepted:
+                    self._stale(lease, kind, "completion")
+
+    # ----------------------------------------------------------------------- leases
+
+    async def _heartbeat_one(self, job_id: int) -> None:
+        running = self.running.get(job_id)
+        if running is None:
+            raise LeaseLost(f"job {job_id} is not running in this worker")
+        lease = running.context.lease
+        async with self.runtime.db.acquire() as connection:
+            held = await queue.heartbeat(connection, [lease], self.settings.lease)
+        if lease not in held:
+            running.interrupted_by = running.interrupted_by or "lease_lost"
+            running.context.cancelled.set()
+            raise LeaseLost(f"job {job_id} was reclaimed by another worker")
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_interval)
+            sent = [running.context.lease for running in self.running.values()]
+            sent += list(self._completions)
+            if not sent:
+                continue
+            try:
+                async with self.runtime.db.acquire() as connection:
+                    held = await queue.heartbeat(connection, sent, self.settings.lease)
+            except DATABASE_ERRORS as error:
+                log.warning("heartbeat failed (%s); retrying", error)
+                continue
+            lost = set(sent) - held
+            for running in list(self.running.values()):
+                if running.context.lease in lost:
+                    log.warning(
+                        "job %d (%s) lost its lease (reclaimed by another worker); cancelling",
+                        running.context.id,
+                        running.context.kind,
+                    )
+                    running.interrupt("lease_lost")
+
+    async def _sweep_loop(self) -> None:
+        interval = self.settings.sweep_interval
+        while True:
+            try:
+                async with self.runtime.db.acquire() as connection:
+                    reclaimed = await queue.reclaim_expired(connection)
+            except DATABASE_ERRORS as error:
+                log.warning("sweeping expired leases failed (%s)", error)
+                reclaimed = []
+            for job in reclaimed:
+                self.metrics.reclaims.labels(job.kind).inc()
+                if job.state is JobState.DEAD:
+                    self.metrics.dead.labels(job.kind).inc()
+                log.warning(
+                    "job %d (%s) reclaimed from worker %s: its lease expired without a "
+                    "heartbeat; now %s",
+                    job.id,
+                    job.kind,
+                    job.worker,
+                    job.state.value,
+                )
+            await asyncio.sleep(interval * random.uniform(0.8, 1.2))
+
+    async def _depth_loop(self) -> None:
+        while True:
+            try:
+                async with self.runtime.db.acquire() as connection:
+                    depth = await queue.queue_depth(connection)
+            except DATABASE_ERRORS as error:
+                log.debug("counting the queue failed (%s)", error)
+            else:
+                self.metrics.set_queue_depth(depth)
+            await asyncio.sleep(QUEUE_DEPTH_INTERVAL)
+
+    async def _release(self, leases: list[JobLease]) -> None:
+        if not leases:
+            return
+        try:
+            async with self.runtime.db.acquire() as connection:
+                released = await queue.release(connection, leases)
+        except DATABASE_ERRORS as error:
+            log.warning(
+                "could not release %d job(s) (%s); they are reclaimed when their leases expire",
+                len(leases),
+                error,
+            )
+            return
+        if released:
+            log.info("released %d job(s) for other workers to take at once", len(released))
+
+    # ----------------------------------------------------------------------- stopping
+
+    async def stop(self, drain_seconds: float) -> None:
+        """Stop claiming, drain within ``drain_seconds``, release what is left, stop the loops."""
+        self._stopping.set()
+        self._slot_freed.set()
+        self._wake.set()
+        if self._claim_task is not None:
+            await self._claim_task
+            self._claim_task = None
+        draining = [running.task for running in self.running.values() if running.task]
+        if draining:
+            log.info(
+                "waiting up to %.1fs for %d job(s) in flight (WORKER_SHUTDOWN_TIMEOUT)",
+                drain_seconds,
+                len(draining),
+            )
+            await asyncio.wait(draining, timeout=drain_seconds)
+        interrupted = list(self.running.values())
+        for running in interrupted:
+            log.warning(
+                "job %d (%s) did not finish within WORKER_SHUTDOWN_TIMEOUT; interrupting it",
+                running.context.id,
+                running.context.kind,
+            )
+            running.interrupt("shutdown")
+        tasks = [running.task for running in interrupted if running.task]
+        if tasks:
+            await asyncio.wait(tasks, timeout=CANCEL_GRACE)
+        await self._flush_completions(attempts=3)
+        await self._release([running.context.lease for running in interrupted])
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self._background.clear()
