@@ -44,6 +44,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dev(args: argparse.Namespace) -> int:
+    """The quick start: migrate, then run everything with a development identity provider."""
+    from deskpool.dev import main as dev_main
+
+    dev_main(_environ(), Path(args.state_dir), args.issuer_port)
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Apply pending migrations (idempotent, under an advisory lock)."""
     from deskpool.db import connect_pool, migrate
@@ -321,6 +329,13 @@ def build_parser() -> argparse.ArgumentParser:
         "components", nargs="+", metavar="COMPONENT", help="api, worker, gateway, web, or all"
     )
     run.set_defaults(func=cmd_run)
+
+    dev = commands.add_parser(
+        "dev", help="migrate and run everything with a development identity provider"
+    )
+    dev.add_argument("--state-dir", default=".run", help="where the dev issuer keeps its keys")
+    dev.add_argument("--issuer-port", type=int, default=8090, help="port of the dev issuer")
+    dev.set_defaults(func=cmd_dev)
 
     commands.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
 

@@ -115,7 +115,7 @@ def deskpool_register_routes(routes: RouteTable) -> None:
 def deskpool_register_auth_providers(registry: Registry[Any]) -> None:
     """Register auth providers (the ``AUTH_PROVIDER`` setting chooses one).
 
-    :param registry: ``registry.add(name, factory)`` where ``factory(runtime)`` returns a
+    :param registry: ``registry.add(name, factory)`` where ``factory(config)`` returns a
         :class:`deskpool.auth.AuthProvider`.
     """
 

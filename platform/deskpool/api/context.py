@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from deskpool.api.problems import REQUEST_ID_KEY
+from deskpool.events import AuditEvent, Outcome
 
 if TYPE_CHECKING:
     from deskpool.api.routes import Operation
@@ -36,6 +38,28 @@ class Call:
     def path_param(self, name: str) -> str:
         """A path parameter of the matched route."""
         return self.request.match_info[name]
+
+    def audit_event(
+        self,
+        action: str,
+        resource_type: str,
+        resource_id: str | None,
+        details: dict[str, Any] | None = None,
+        outcome: Outcome = "success",
+    ) -> AuditEvent:
+        """An audit event of this call, by its caller, with its request id and address."""
+        actor = getattr(self.principal, "id", None) or "anonymous"
+        return AuditEvent(
+            action=action,
+            actor=str(actor),
+            resource_type=resource_type,
+            resource_id=resource_id,
+            outcome=outcome,
+            occurred_at=datetime.now(UTC),
+            request_id=self.request_id or None,
+            source_address=self.request.remote,
+            details=dict(details or {}),
+        )
 
     @property
     def request_id(self) -> str:

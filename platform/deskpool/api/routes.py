@@ -60,6 +60,8 @@ class Operation:
     :param paginated: the operation is a cursor-paginated list (``limit`` and ``cursor``).
     :param entitlement: the permission is not required when the caller is entitled to the
         addressed object instead (desktop users opening a pool they are entitled to).
+    :param authenticated: with no permission, the operation still needs a valid token (the
+        caller's own information, ``/api/v1/me``).
     """
 
     method: str
@@ -75,11 +77,12 @@ class Operation:
     description: str = ""
     paginated: bool = False
     entitlement: bool = False
+    authenticated: bool = False
 
     @property
     def public(self) -> bool:
         """Whether the operation needs no token."""
-        return self.permission is None
+        return self.permission is None and not self.authenticated
 
     @property
     def success_status(self) -> int:
@@ -122,6 +125,7 @@ class RouteTable:
         description: str = "",
         paginated: bool = False,
         entitlement: bool = False,
+        authenticated: bool = False,
         operation_id: str | None = None,
     ) -> Callable[[Handler], Handler]:
         """Decorator form of :meth:`add`; the operation id defaults to the handler's name."""
@@ -142,6 +146,7 @@ class RouteTable:
                     description=description,
                     paginated=paginated,
                     entitlement=entitlement,
+                    authenticated=authenticated,
                 )
             )
             return handler

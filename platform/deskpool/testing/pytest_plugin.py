@@ -10,6 +10,10 @@ Fixtures:
 - ``make_config``: build a :class:`deskpool.config.Config` from that environment plus overrides.
 - ``runtime``: an opened :class:`deskpool.runtime.Runtime` (api component's plugins loaded).
 - ``api_client``: an aiohttp test client for the API application of ``runtime``.
+- ``identity_provider``: a running test OIDC issuer on loopback
+  (:class:`deskpool.testing.idp.TestIdentityProvider`).
+- ``secure_runtime`` / ``secure_api_client``: the same, configured against that issuer, and
+  ``bearer(sub, **claims)``: an ``Authorization`` header for a token it signs.
 """
 
 from __future__ import annotations
@@ -116,3 +120,53 @@ async def api_client(runtime: Any, aiohttp_client: Any) -> Any:
     from deskpool.api.app import create_app
 
     return await aiohttp_client(create_app(runtime))
+
+
+@pytest.fixture
+async def identity_provider() -> AsyncIterator[Any]:
+    """A running test OIDC issuer on loopback."""
+    from deskpool.testing.idp import TestIdentityProvider
+
+    async with TestIdentityProvider() as idp:
+        yield idp
+
+
+@pytest.fixture
+def secure_environ(deskpool_environ: dict[str, str], identity_provider: Any) -> dict[str, str]:
+    """The test environment, with the OIDC issuer and audience of ``identity_provider``."""
+    return {
+        **deskpool_environ,
+        "AUTH_OIDC_ISSUER_URL": identity_provider.issuer_url,
+        "AUTH_OIDC_AUDIENCE": identity_provider.audience,
+    }
+
+
+@pytest.fixture
+async def secure_runtime(secure_environ: dict[str, str]) -> AsyncIterator[Any]:
+    """An opened runtime whose API authenticates against ``identity_provider``."""
+    from deskpool.host import bootstrap
+    from deskpool.runtime import Runtime
+
+    process = bootstrap(secure_environ, ["api"], log_setup=False)
+    opened = Runtime(process.config, process.plugins)
+    await opened.open()
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+async def secure_api_client(secure_runtime: Any, aiohttp_client: Any) -> Any:
+    """An aiohttp test client for the API of ``secure_runtime``."""
+    from deskpool.api.app import create_app
+
+    return await aiohttp_client(create_app(secure_runtime))
+
+
+@pytest.fixture
+def bearer(identity_provider: Any) -> Callable[..., dict[str, str]]:
+    """``bearer(sub, **claims)``: headers carrying a token the test issuer signed."""
+
+    def make(sub: str = "alice", **claims: Any) -> dict[str, str]:
+        return {"Authorization": f"Bearer {identity_provider.issue_token(sub, **claims)}"}
+
+    return make

@@ -1,0 +1,280 @@
+"""From a bearer token to a :class:`Principal`, cheaply on the warm path.
+
+The auth provider verifies the token (and caches verified tokens until their expiry). This
+module turns the verified identity into a principal: the user is created at first sign-in
+(bootstrap admins receive ``platform_admin`` then, in the same transaction, with audit events),
+and its groups, grants and effective permissions are resolved from the database once, then
+cached in the process. Any change to grants, memberships, bindings or roles calls
+:func:`identity_changed`, which publishes on a Redis channel; every process clears its cache
+when it hears it (and entries also expire after :data:`PRINCIPAL_CACHE_SECONDS`, in case a
+message is lost). The warm path touches neither the database nor Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import asyncpg
+from redis.exceptions import RedisError
+
+from deskpool.audit import record_audit_event
+from deskpool.auth import AuthProvider, VerifiedToken, bearer_token_from_header
+from deskpool.errors import AuthNotConfigured, Forbidden, StartupError
+from deskpool.events import AuditEvent
+from deskpool.identity import repository
+from deskpool.identity.principal import GroupRef, Principal
+from deskpool.permissions import resolve_permissions
+
+if TYPE_CHECKING:
+    from deskpool.config import Config
+    from deskpool.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+#: How long a resolved principal is reused without hearing of a change.
+PRINCIPAL_CACHE_SECONDS = 60.0
+#: How many principals one process keeps.
+PRINCIPAL_CACHE_SIZE = 10_000
+
+_CacheKey = tuple[str, str, tuple[str, ...], tuple[str, ...], str | None, str | None]
+
+
+def invalidation_channel(config: Config) -> str:
+    """The Redis channel on which identity changes are announced."""
+    return f"{config['KVSTORE_KEY_PREFIX']}identity:changed"
+
+
+async def identity_changed(runtime: Runtime) -> None:
+    """Announce that grants, memberships, bindings or roles changed (call after commit)."""
+    try:
+        await runtime.kv.publish(invalidation_channel(runtime.config), b"1")
+    except RedisError:
+        log.warning(
+            "could not announce an identity change; caches expire within %ss",
+            PRINCIPAL_CACHE_SECONDS,
+        )
+
+
+def bootstrap_admin_reason(config: Config, token: VerifiedToken) -> str | None:
+    """Why a first sign-in receives ``platform_admin``, or ``None``.
+
+    Emails match case-insensitively, and only when the token does not say ``email_verified``
+    is false.
+    """
+    if token.subject in config["AUTH_BOOTSTRAP_ADMIN_SUBJECTS"]:
+        return "subject listed in AUTH_BOOTSTRAP_ADMIN_SUBJECTS"
+    emails = {email.lower() for email in config["AUTH_BOOTSTRAP_ADMIN_EMAILS"]}
+    verified_flag = token.claims.get("email_verified")
+    not_false = verified_flag is not False and str(verified_flag).lower() != "false"
+    if token.email and token.email.lower() in emails and not_false:
+        return "email listed in AUTH_BOOTSTRAP_ADMIN_EMAILS"
+    return None
+
+
+class Authenticator:
+    """Authenticates requests for one process.
+
+    :param runtime: the process runtime.
+    :param provider: the auth provider chosen by ``AUTH_PROVIDER``.
+    """
+
+    def __init__(self, runtime: Runtime, provider: AuthProvider) -> None:
+        self.runtime = runtime
+        self.provider = provider
+        self.config = runtime.config
+        self._cache: OrderedDict[_CacheKey, tuple[float, Principal]] = OrderedDict()
+        self._listener: asyncio.Task[None] | None = None
+
+    @property
+    def configured(self) -> bool:
+        """Whether the OIDC issuer and audience are both set."""
+        return bool(self.config["AUTH_OIDC_ISSUER_URL"] and self.config["AUTH_OIDC_AUDIENCE"])
+
+    async def start(self) -> None:
+        """Create the bootstrap bindings, start the provider and the invalidation listener."""
+        bindings = self.config["AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS"]
+        if bindings:
+            await self._create_bootstrap_bindings(bindings)
+        await self.provider.start()
+        self._listener = asyncio.create_task(self._listen(), name="identity-invalidation")
+
+    async def close(self) -> None:
+        """Stop the listener and the provider."""
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+            self._listener = None
+        await self.provider.close()
+
+    def clear(self) -> None:
+        """Forget every cached principal."""
+        self._cache.clear()
+
+    async def _listen(self) -> None:
+        channel = invalidation_channel(self.config)
+        delay = 0.5
+        while True:
+            pubsub = self.runtime.kv.pubsub()
+            try:
+                await pubsub.subscribe(channel)
+                delay = 0.5
+                self.clear()  # anything may have changed while not subscribed
+                async for message in pubsub.listen():
+                    if message.get("type") == "message":
+                        self.clear()
+            except (RedisError, OSError) as error:
+                log.warning("identity invalidation channel lost (%s); retrying", error)
+                self.clear()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+            finally:
+                with contextlib.suppress(RedisError, OSError):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def _create_bootstrap_bindings(self, bindings: tuple[tuple[str, str], ...]) -> None:
+        try:
+            async with self.runtime.db.acquire() as connection, connection.transaction():
+                created = await repository.ensure_bootstrap_bindings(connection, bindings)
+                for claim_value, group_key in created:
+                    await record_audit_event(
+                        connection,
+                        AuditEvent(
+                            action="oidc_group_binding.create",
+                            actor="system:bootstrap",
+                            resource_type="roles",
+                            resource_id=None,
+                            outcome="success",
+                            occurred_at=datetime.now(UTC),
+                            details={
+                                "claim_value": claim_value,
+                                "group": group_key,
+                                "source": "AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS",
+                            },
+                        ),
+                    )
+        except asyncpg.CheckViolationError:
+            raise StartupError(
+                "AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS names a local group key that is not "
+                "valid (lowercase letters, digits, '.', '_' and '-')"
+            ) from None
+        if created:
+            await identity_changed(self.runtime)
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        """The principal of an ``Authorization`` header value.
+
+        :raises AuthNotConfigured: the OIDC issuer or audience is not set (503).
+        :raises Unauthenticated: no token, or one the provider does not accept (401).
+        :raises ServiceUnavailable: the provider cannot verify yet (503).
+        :raises Forbidden: the user is disabled (403).
+        """
+        if not self.configured:
+            raise AuthNotConfigured(
+                "Protected operations are unavailable until AUTH_OIDC_ISSUER_URL and "
+                "AUTH_OIDC_AUDIENCE are both set."
+            )
+        token = bearer_token_from_header(authorization)
+        verified = await self.provider.verify(token)
+        key: _CacheKey = (
+            verified.issuer,
+            verified.subject,
+            verified.groups,
+            verified.roles,
+            verified.email,
+            verified.name,
+        )
+        now = time.monotonic()
+        cached = self._cache.get(key)
+        if cached is not None and now - cached[0] < PRINCIPAL_CACHE_SECONDS:
+            principal = cached[1]
+        else:
+            principal = await self._resolve(verified)
+            self._cache[key] = (now, principal)
+            self._cache.move_to_end(key)
+            while len(self._cache) > PRINCIPAL_CACHE_SIZE:
+                self._cache.popitem(last=False)
+        if principal.disabled:
+            raise Forbidden("This account is disabled.")
+        return principal
+
+    async def _resolve(self, token: VerifiedToken) -> Principal:
+        async with self.runtime.db.acquire() as connection, connection.transaction():
+            user = await repository.upsert_user(
+                connection,
+                issuer=token.issuer,
+                subject=token.subject,
+                email=token.email,
+                display_name=token.name or token.username,
+            )
+            if user.created:
+                await self._first_sign_in(connection, user, token)
+            groups = await repository.groups_of(connection, user.id, token.groups)
+            group_refs = tuple(GroupRef(*group) for group in groups)
+            user_grants, group_grants = await repository.grants_of(
+                connection, user.id, [g.id for g in group_refs]
+            )
+            roles = await repository.role_definitions(connection)
+        effective = resolve_permissions(user_grants, group_grants, roles, claimed_roles=token.roles)
+        return Principal(
+            id=user.id,
+            issuer=user.issuer,
+            subject=user.subject,
+            email=user.email,
+            display_name=user.display_name,
+            disabled=user.disabled,
+            groups=group_refs,
+            claimed_groups=token.groups,
+            claimed_roles=token.roles,
+            effective=effective,
+        )
+
+    async def _first_sign_in(
+        self, connection: asyncpg.Connection, user: repository.UserRow, token: VerifiedToken
+    ) -> None:
+        now = datetime.now(UTC)
+        await record_audit_event(
+            connection,
+            AuditEvent(
+                action="user.create",
+                actor=user.id,
+                resource_type="users",
+                resource_id=user.id,
+                outcome="success",
+                occurred_at=now,
+                details={
+                    "reason": "first sign-in",
+                    "issuer": user.issuer,
+                    "subject": user.subject,
+                    "email": user.email,
+                },
+            ),
+        )
+        reason = bootstrap_admin_reason(self.config, token)
+        if reason is None:
+            return
+        grant = await repository.grant(
+            connection,
+            subject_type="user",
+            subject_id=user.id,
+            role_key="platform_admin",
+            source="bootstrap",
+        )
+        await record_audit_event(
+            connection,
+            AuditEvent(
+                action="grant.create",
+                actor="system:bootstrap",
+                resource_type="roles",
+                resource_id=str(grant["id"]),
+                outcome="success",
+                occurred_at=now,
+                details={"role": "platform_admin", "user": user.id, "reason": reason},
+            ),
+        )
