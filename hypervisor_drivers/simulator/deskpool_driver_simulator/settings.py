@@ -172,14 +172,16 @@ class SimulatorSettings:
         timings = Timings(
             **{item.name: read(item.name, _seconds, item.default) for item in fields(Timings)}
         )
-        try:
-            faults = _faults_from(
-                {key: options[key] for key in options if key in {f.name for f in fields(Faults)}},
-                "options",
-            )
-        except (TypeError, ValueError) as error:
-            problems.append(str(error))
-            faults = Faults()
+        faults = Faults(
+            **{
+                item.name: read(
+                    item.name,
+                    _rate if item.name == "clone_failure_rate" else _patterns,
+                    item.default,
+                )
+                for item in fields(Faults)
+            }
+        )
         unknown_offline = faults.offline_nodes - set(nodes)
         if unknown_offline:
             problems.append(f"offline_nodes names unknown nodes: {sorted(unknown_offline)}")

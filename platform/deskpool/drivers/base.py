@@ -185,14 +185,22 @@ class HypervisorDriver(abc.ABC):
         outcome = "ok"
         token = _current_deadline.set(at)
         loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        cancel_requests = task.cancelling() if task is not None else 0
         try:
             async with asyncio.timeout_at(loop.time() + (at - started)) as scope:
                 try:
-                    return await body()
+                    result = await body()
                 except TimeoutError as error:
                     if scope.expired():
                         raise
                     raise DriverTimeout(f"{operation}: {error or 'timed out'}") from error
+            if task is not None and task.cancelling() > cancel_requests:
+                # A library below swallowed our cancellation (Python 3.11's asyncio.wait_for,
+                # used by redis-py and others, does when its result arrives at the same
+                # moment): honour it, so a cancelled call never looks like a finished one.
+                raise asyncio.CancelledError
+            return result
         except TimeoutError as error:
             outcome = DriverTimeout.code
             raise DriverTimeout(

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from redis.exceptions import LockError, RedisError
+from redis.exceptions import RedisError
 
 from deskpool.drivers.errors import DriverBusy, TransientDriverError
 
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     import redis.asyncio as redis
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class SharedStateUnavailable(TransientDriverError):
@@ -166,6 +169,17 @@ end
 return 1
 """
 
+# KEYS[1]: lock key. ARGV[1]: the holder's token. Deletes the lock only if we still hold it.
+_RELEASE_LOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+#: How often a waiter retries a held lock, at most.
+LOCK_RETRY_SECONDS = 0.02
+
 
 def _as_bytes(value: Any) -> bytes | None:
     if value is None or isinstance(value, bytes):
@@ -176,6 +190,11 @@ def _as_bytes(value: Any) -> bytes | None:
 class RedisSharedState:
     """:class:`SharedState` in Redis, every key under ``prefix``.
 
+    Locks are Redis keys set with ``NX`` and an expiry, holding a random token; release
+    deletes the key only if it still holds that token. Both acquire and release are safe
+    against cancellation: a lock is never left held by a cancelled caller for longer than it
+    takes Redis to answer.
+
     :param client: a ``redis.asyncio.Redis`` client (the platform's key-value client).
     :param prefix: prepended to every key and lock name, e.g. ``deskpool:driver:<cluster id>:``.
     """
@@ -184,30 +203,37 @@ class RedisSharedState:
         self.client = client
         self.prefix = prefix
         self._compare_and_set = client.register_script(_COMPARE_AND_SET)
+        self._release_lock = client.register_script(_RELEASE_LOCK)
 
     def _key(self, key: str) -> str:
         return self.prefix + key
 
+    async def _run(self, what: str, call: Awaitable[T]) -> T:
+        """Await one Redis call, mapping its failures and honouring a swallowed cancellation."""
+        task = asyncio.current_task()
+        cancel_requests = task.cancelling() if task is not None else 0
+        try:
+            result = await call
+        except (RedisError, OSError) as error:
+            raise SharedStateUnavailable(f"{what} failed: {error}") from error
+        if task is not None and task.cancelling() > cancel_requests:
+            # redis-py waits with asyncio.wait_for, which on Python 3.11 can swallow a
+            # cancellation arriving with the reply: do not let the caller carry on.
+            raise asyncio.CancelledError
+        return result
+
     async def get(self, key: str) -> bytes | None:
         """The value stored under ``key``, or ``None``."""
-        try:
-            return _as_bytes(await self.client.get(self._key(key)))
-        except (RedisError, OSError) as error:
-            raise SharedStateUnavailable(f"reading driver state failed: {error}") from error
+        return _as_bytes(await self._run("reading driver state", self.client.get(self._key(key))))
 
     async def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
         """Store ``value`` under ``key``."""
-        try:
-            await self.client.set(self._key(key), value, px=int(ttl * 1000) if ttl else None)
-        except (RedisError, OSError) as error:
-            raise SharedStateUnavailable(f"writing driver state failed: {error}") from error
+        px = int(ttl * 1000) if ttl else None
+        await self._run("writing driver state", self.client.set(self._key(key), value, px=px))
 
     async def delete(self, key: str) -> None:
         """Remove ``key``."""
-        try:
-            await self.client.delete(self._key(key))
-        except (RedisError, OSError) as error:
-            raise SharedStateUnavailable(f"deleting driver state failed: {error}") from error
+        await self._run("deleting driver state", self.client.delete(self._key(key)))
 
     async def compare_and_set(
         self, key: str, expected: bytes | None, value: bytes | None, *, ttl: float | None = None
@@ -220,10 +246,9 @@ class RedisSharedState:
             value or b"",
             str(int(ttl * 1000)) if ttl else "0",
         ]
-        try:
-            replaced = await self._compare_and_set(keys=[self._key(key)], args=args)
-        except (RedisError, OSError) as error:
-            raise SharedStateUnavailable(f"updating driver state failed: {error}") from error
+        replaced = await self._run(
+            "updating driver state", self._compare_and_set(keys=[self._key(key)], args=args)
+        )
         return bool(replaced)
 
     def lock(
@@ -232,23 +257,32 @@ class RedisSharedState:
         """A Redis lock named ``name`` (expires after ``ttl`` if its holder dies)."""
         return self._hold(name, ttl, wait)
 
+    async def _release(self, key: str, token: bytes) -> None:
+        try:
+            await self._release_lock(keys=[key], args=[token])
+        except (RedisError, OSError) as error:
+            log.warning("releasing driver lock %s failed (it expires by itself): %s", key, error)
+
     @asynccontextmanager
     async def _hold(self, name: str, ttl: float, wait: float) -> AsyncIterator[None]:
-        lock = self.client.lock(self._key(f"lock:{name}"), timeout=ttl, blocking_timeout=wait)
+        key = self._key(f"lock:{name}")
+        token = secrets.token_hex(16).encode()
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + wait
         try:
-            acquired = await lock.acquire()
-        except (RedisError, OSError) as error:
-            raise SharedStateUnavailable(f"taking driver lock {name!r} failed: {error}") from error
-        if not acquired:
-            raise DriverBusy(f"shared lock {name!r} is held elsewhere")
+            while not await self._run(
+                f"taking driver lock {name!r}",
+                self.client.set(key, token, nx=True, px=max(1, int(ttl * 1000))),
+            ):
+                left = give_up - loop.time()
+                if left <= 0:
+                    raise DriverBusy(f"shared lock {name!r} is held elsewhere")
+                await asyncio.sleep(min(LOCK_RETRY_SECONDS, left))
+        except BaseException:
+            # Cancelled or failed while taking it: the SET may have succeeded all the same.
+            await asyncio.shield(self._release(key, token))
+            raise
         try:
             yield
         finally:
-            try:
-                await lock.release()
-            except LockError:
-                log.warning("driver lock %r expired while held (ttl %ss)", name, ttl)
-            except (RedisError, OSError) as error:
-                raise SharedStateUnavailable(
-                    f"releasing driver lock {name!r} failed: {error}"
-                ) from error
+            await asyncio.shield(self._release(key, token))
