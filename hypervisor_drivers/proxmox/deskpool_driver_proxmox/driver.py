@@ -1,4 +1,4 @@
-r"""The Proxmox VE driver: desktops as QEMU VMs cloned from templates, through the REST API.
+"""The Proxmox VE driver: desktops as QEMU VMs cloned from templates, through the REST API.
 
 Connection:
 
@@ -25,7 +25,7 @@ clone task ends. If the caller is cancelled in between, a background task watche
 and tags it when the clone finishes, so no clone is left untagged.
 
 Windows readiness: the guest agent's ``get-osinfo`` tells Windows (``id: mswindows``) from
-other systems; for Windows, the agent reads ``C:\Windows\Setup\State\State.ini`` and the
+other systems; for Windows, the agent reads ``State.ini`` (:data:`WINDOWS_STATE_FILE`) and the
 desktop is ready when it says ``ImageState=IMAGE_STATE_COMPLETE`` (Windows writes that state
 when the specialize and oobeSystem passes are done, see Microsoft's "Windows Setup States").
 """

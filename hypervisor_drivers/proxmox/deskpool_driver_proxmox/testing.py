@@ -1,4 +1,4 @@
-r"""A fake Proxmox VE API for tests: an aiohttp server speaking ``/api2/json`` on 127.0.0.1.
+"""A fake Proxmox VE API for tests: an aiohttp server speaking ``/api2/json`` on 127.0.0.1.
 
 :class:`FakeProxmox` implements the part of the Proxmox VE REST API the driver uses, the way
 ``pveproxy`` and ``qemu-server`` behave (checked against their sources):
@@ -10,7 +10,8 @@ r"""A fake Proxmox VE API for tests: an aiohttp server speaking ``/api2/json`` o
   the JSON schema of each method: ``400 Parameter verification failed.`` with
   ``{"errors": {"name": "why"}, "data": null}``; a body on ``GET`` is ``501``;
 - every answer as ``{"data": ...}``; errors as a status whose reason phrase is the message,
-  with ``{"data": null, "message": "...\n"}``; ``501 Method 'GET /x' not implemented``;
+  with ``{"data": null, "message": "..."}`` (the message ends with a newline);
+  ``501 Method 'GET /x' not implemented`` for what does not exist;
 - requests for a node that is down answer ``595`` with an empty body, as ``pveproxy`` does
   when it cannot proxy to that node;
 - ``/version``, ``/nodes``, ``/cluster/status``, ``/cluster/nextid``, ``/cluster/resources``;
@@ -27,7 +28,9 @@ r"""A fake Proxmox VE API for tests: an aiohttp server speaking ``/api2/json`` o
 
 Time runs for real but fast (see :class:`FakeTimings`); faults are injected through methods
 (``set_node_online``, ``silence_agent``, ``stall_oobe``, ``ignore_shutdown``,
-``fail_next_clone``). The fake serves plain HTTP, or HTTPS when given an SSL context.
+``fail_next_clone``, ``steal_next_id``). Every request is recorded in ``requests`` and every
+task started is put on the ``started_tasks`` queue. The fake serves plain HTTP, or HTTPS when
+given an SSL context.
 """
 
 from __future__ import annotations
@@ -253,6 +256,9 @@ class FakeProxmox:
         self._ssl = ssl_context
         self._runner: web.AppRunner | None = None
         self._clone_failures: list[str] = []
+        self._stolen_ids = 0
+        #: Every task started, in order: tests await ``started_tasks.get()`` instead of polling.
+        self.started_tasks: asyncio.Queue[FakeTask] = asyncio.Queue()
         self._next_pid = 4000 + os.getpid() % 1000
         self.endpoint = ""
         self.add_template(9000, "ubuntu-2204-tpl", ostype="l26", tags="ubuntu")
@@ -358,6 +364,15 @@ class FakeProxmox:
     def fail_next_clone(self, message: str = "clone failed: storage error (fake)") -> None:
         """Make the next clone task fail with ``message`` (the VM is cleaned up)."""
         self._clone_failures.append(message)
+
+    def steal_next_id(self, count: int = 1) -> None:
+        """Let another client take the next ``count`` ids ``/cluster/nextid`` hands out.
+
+        Each such id is answered and at once taken by a new foreign VM, as when two clients
+        clone at the same moment; the clone that asked for it then fails with ``config file
+        already exists``.
+        """
+        self._stolen_ids += count
 
     def running_tasks(self) -> list[FakeTask]:
         """Tasks not finished yet."""
@@ -575,6 +590,7 @@ class FakeProxmox:
                 task.exitstatus = "OK"
 
         task.runner = asyncio.get_running_loop().create_task(run())
+        self.started_tasks.put_nowait(task)
         return upid
 
     def _agent_up(self, vm: FakeVm) -> bool:
@@ -643,6 +659,9 @@ class FakeProxmox:
         vmid = 100
         while vmid in self.vms:
             vmid += 1
+        if self._stolen_ids:
+            self._stolen_ids -= 1
+            self.add_vm(vmid, f"raced-{vmid}", running=False)
         return str(vmid)
 
     def _resource(self, vm: FakeVm) -> dict[str, Any]:

@@ -1,0 +1,365 @@
+"""The Proxmox VE driver against the API fake: wire format, faults, ownership, TLS, secrets."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import hashlib
+import ipaddress
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from deskpool.drivers import (
+    AgentNotRunning,
+    AuthenticationFailed,
+    ClusterConnection,
+    DriverContext,
+    DriverError,
+    InMemorySharedState,
+    NodeUnavailable,
+    NotOwned,
+    OperationFailed,
+    PermissionDenied,
+    PowerState,
+    TlsVerificationFailed,
+    deadline_after,
+)
+from deskpool_driver_proxmox import ProxmoxDriver
+from deskpool_driver_proxmox.testing import (
+    ALL_PRIVILEGES,
+    TOKEN_ID,
+    TOKEN_SECRET,
+    FakeProxmox,
+    FakeTimings,
+)
+
+LINUX_TEMPLATE = "9000"
+WINDOWS_TEMPLATE = "9001"
+
+
+def make_driver(
+    fake: FakeProxmox, *, secret: str = TOKEN_SECRET, **connection: Any
+) -> ProxmoxDriver:
+    return ProxmoxDriver(
+        ClusterConnection(
+            connection.pop("endpoint", fake.endpoint),
+            {"token_id": TOKEN_ID, "token_secret": secret},
+            options={"task_poll_interval": 0.005},
+            **connection,
+        ),
+        DriverContext(InMemorySharedState(), cluster_id="pve-test"),
+    )
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeProxmox]:
+    async with FakeProxmox() as running:
+        yield running
+
+
+@pytest.fixture
+async def driver(fake: FakeProxmox) -> AsyncIterator[ProxmoxDriver]:
+    opened = make_driver(fake)
+    yield opened
+    await opened.close()
+
+
+def requests_to(fake: FakeProxmox, method: str, suffix: str) -> list[dict[str, str]]:
+    return [r.params for r in fake.requests if r.method == method and r.path.endswith(suffix)]
+
+
+# ---------------------------------------------------------------------------- wire format
+
+
+async def test_a_linked_clone_to_another_node_speaks_the_api(
+    fake: FakeProxmox, driver: ProxmoxDriver
+) -> None:
+    vm = await driver.clone(LINUX_TEMPLATE, name="desk-1", desktop_id="d1", node="pve2")
+    assert (vm.node, vm.power_state) == ("pve2", PowerState.STOPPED)
+    clone = next(r for r in fake.requests if r.path.endswith("/clone"))
+    assert clone.method == "POST"
+    assert clone.path == f"/nodes/pve1/qemu/{LINUX_TEMPLATE}/clone"
+    assert clone.content_type == "application/x-www-form-urlencoded"
+    assert clone.params == {
+        "newid": vm.id,
+        "name": "desk-1",
+        "full": "0",
+        "target": "pve2",
+        "description": "deskpool desktop d1",
+    }
+    assert requests_to(fake, "PUT", f"/qemu/{vm.id}/config") == [
+        {"tags": "deskpool;deskpool-desktop-d1;ubuntu"}
+    ]
+    assert fake.vms[int(vm.id)].config["tags"] == "deskpool;deskpool-desktop-d1;ubuntu"
+    assert any("/tasks/UPID:pve1:" in r.path and r.path.endswith("/status") for r in fake.requests)
+
+
+async def test_a_full_clone_names_its_storage(fake: FakeProxmox, driver: ProxmoxDriver) -> None:
+    vm = await driver.clone(
+        LINUX_TEMPLATE, name="desk-1", desktop_id="d1", linked=False, storage="local-lvm"
+    )
+    params = requests_to(fake, "POST", "/clone")[0]
+    assert (params["full"], params["storage"]) == ("1", "local-lvm")
+    assert "target" not in params
+    assert fake.vms[int(vm.id)].config["scsi0"].startswith(f"local-lvm:vm-{vm.id}-disk-0")
+
+
+async def test_power_calls_send_their_parameters(fake: FakeProxmox, driver: ProxmoxDriver) -> None:
+    vm = await driver.clone(LINUX_TEMPLATE, name="desk-1", desktop_id="d1")
+    await driver.start(vm.id)
+    await driver.shutdown(vm.id, guest_timeout=12.5, desktop_id="d1")
+    assert requests_to(fake, "POST", "/status/shutdown") == [{"timeout": "13", "forceStop": "1"}]
+    await driver.start(vm.id)
+    await driver.delete(vm.id, desktop_id="d1")
+    assert requests_to(fake, "POST", "/status/stop")  # a running VM is stopped first
+    deletes = [r for r in fake.requests if r.method == "DELETE"]
+    assert deletes[0].path == f"/nodes/pve1/qemu/{vm.id}"
+    assert deletes[0].params["purge"] == "1"
+    assert deletes[0].params["destroy-unreferenced-disks"] == "1"
+    assert int(vm.id) not in fake.vms
+
+
+# ---------------------------------------------------------------------------- faults
+
+
+async def test_a_node_that_is_down(fake: FakeProxmox, driver: ProxmoxDriver) -> None:
+    vm = await driver.clone(LINUX_TEMPLATE, name="desk-1", desktop_id="d1", node="pve2")
+    fake.set_node_online("pve2", False)
+    with pytest.raises(NodeUnavailable) as raised:
+        await driver.power_state(vm.id)
+    assert raised.value.retryable
+    with pytest.raises(NodeUnavailable):
+        await driver.delete(vm.id)
+    assert [n.online for n in await driver.list_nodes()] == [True, False]
+    assert [v.power_state for v in await driver.list_owned_vms()] == [PowerState.UNKNOWN]
+    fake.set_node_online("pve2", True)
+    assert await driver.power_state(vm.id) is PowerState.STOPPED
+
+
+async def test_a_silent_agent(fake: FakeProxmox, driver: ProxmoxDriver) -> None:
+    vm = await driver.clone(WINDOWS_TEMPLATE, name="win-1", desktop_id="d1")
+    fake.silence_agent(int(vm.id))
+    await driver.start(vm.id)
+    assert not await driver.agent_ping(vm.id)
+    assert not await driver.windows_ready(vm.id)
+    with pytest.raises(AgentNotRunning):
+        await driver.guest_info(vm.id)
+    with pytest.raises(AgentNotRunning):
+        await driver.console_endpoint(vm.id, "rdp")
+
+
+async def test_windows_stuck_in_oobe_is_not_ready(fake: FakeProxmox) -> None:
+    fake.timings = FakeTimings(agent_seconds=0, oobe_seconds=0)
+    driver = make_driver(fake)
+    try:
+        vm = await driver.clone(WINDOWS_TEMPLATE, name="win-1", desktop_id="d1")
+        fake.stall_oobe(int(vm.id))
+        await driver.start(vm.id)
+        assert await driver.agent_ping(vm.id)
+        assert not await driver.windows_ready(vm.id)
+        reads = requests_to(fake, "GET", "/agent/file-read")
+        assert reads[-1]["file"] == r"C:\Windows\Setup\State\State.ini"
+        fake.stall_oobe(int(vm.id), False)
+        assert await driver.windows_ready(vm.id)
+        info = await driver.guest_info(vm.id)
+        assert info.os_name == "Windows 11 Pro"
+        assert info.addresses[0].startswith("10.20.")
+    finally:
+        await driver.close()
+
+
+async def test_a_failed_clone_task(fake: FakeProxmox, driver: ProxmoxDriver) -> None:
+    fake.fail_next_clone("clone failed: no space left on device")
+    with pytest.raises(OperationFailed, match="no space left"):
+        await driver.clone(LINUX_TEMPLATE, name="desk-1", desktop_id="d1")
+    assert await driver.list_owned_vms() == []
+    assert [vm.vmid for vm in fake.vms.values() if not vm.is_template] == []
+
+
+async def test_a_clone_retries_when_its_id_is_taken(
+    fake: FakeProxmox, driver: ProxmoxDriver
+) -> None:
+    fake.steal_next_id(2)
+    vm = await driver.clone(LINUX_TEMPLATE, name="desk-1", desktop_id="d1")
+    assert vm.id == "102"
+    assert fake.vms[100].config["name"] == "raced-100"
+    assert fake.vms[100].config["tags"] == ""
+    assert len(requests_to(fake, "POST", "/clone")) == 3
+
+
+async def test_a_token_lacking_a_privilege(fake: FakeProxmox, driver: ProxmoxDriver) -> None:
+    fake.tokens[TOKEN_ID].privileges = ALL_PRIVILEGES - {"VM.Clone"}
+    with pytest.raises(PermissionDenied, match=r"VM\.Clone"):
+        await driver.clone(LINUX_TEMPLATE, name="desk-1", desktop_id="d1")
+
+
+async def test_parameter_errors_name_the_parameter(driver: ProxmoxDriver) -> None:
+    with pytest.raises(DriverError, match="name: invalid format"):
+        await driver.clone(LINUX_TEMPLATE, name="not_a_dns_name!", desktop_id="d1")
+
+
+# ---------------------------------------------------------------------------- ownership
+
+
+@pytest.mark.parametrize("node", ["pve1", "pve2"])
+async def test_a_reused_id_is_not_touched(
+    fake: FakeProxmox, driver: ProxmoxDriver, node: str
+) -> None:
+    vm = await driver.clone(LINUX_TEMPLATE, name="desk-1", desktop_id="d1")
+    # Someone deletes it behind deskpool's back and makes a VM of their own with the same id,
+    # possibly on another node than the one the driver remembers.
+    del fake.vms[int(vm.id)]
+    fake.add_vm(int(vm.id), "payroll-db", node=node, tags="prod")
+    for operation in ("delete", "stop", "shutdown", "reset"):
+        with pytest.raises(NotOwned):
+            await getattr(driver, operation)(vm.id, desktop_id="d1")
+    survivor = fake.vms[int(vm.id)]
+    assert (survivor.config["name"], survivor.running) == ("payroll-db", True)
+
+
+async def test_a_cancelled_clone_is_still_tagged(fake: FakeProxmox) -> None:
+    fake.timings = FakeTimings(clone_seconds=0.2)
+    driver = make_driver(fake)
+    clone = asyncio.create_task(driver.clone(LINUX_TEMPLATE, name="desk-1", desktop_id="d1"))
+    task = await fake.started_tasks.get()
+    assert task.type == "qmclone"
+    clone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await clone
+    assert task.exitstatus is None  # the clone goes on on the cluster
+    await driver.close()  # waits for the background watcher
+    assert task.exitstatus == "OK"
+    (made,) = [vm for vm in fake.vms.values() if not vm.is_template]
+    assert made.config["tags"] == "deskpool;deskpool-desktop-d1;ubuntu"
+
+
+async def test_a_deadline_during_a_clone_still_tags_it(fake: FakeProxmox) -> None:
+    fake.timings = FakeTimings(clone_seconds=0.2)
+    driver = make_driver(fake)
+    with pytest.raises(DriverError, match="deadline"):
+        await driver.clone(
+            LINUX_TEMPLATE,
+            name="desk-1",
+            desktop_id="d1",
+            deadline=deadline_after(0.05),
+        )
+    await driver.close()
+    (made,) = [vm for vm in fake.vms.values() if not vm.is_template]
+    assert "deskpool-desktop-d1" in made.config["tags"]
+
+
+# ---------------------------------------------------------------------------- secrets
+
+
+async def test_the_token_secret_never_reaches_logs_or_errors(
+    fake: FakeProxmox, leak_guard: Any
+) -> None:
+    secret = leak_guard.plaintext("proxmox-token")
+    fake.tokens[TOKEN_ID].secret = secret
+    driver = make_driver(fake, secret=secret)
+    wrong = make_driver(fake, secret=leak_guard.plaintext("wrong-token"))
+    try:
+        with leak_guard.watching("proxmox driver"):
+            assert (await driver.check_connection()).version == "8.2.4"
+            vm = await driver.clone(LINUX_TEMPLATE, name="desk-1", desktop_id="d1")
+            await driver.delete(vm.id)
+            with pytest.raises(AuthenticationFailed) as raised:
+                await wrong.check_connection()
+        shown = f"{raised.value!r} {raised.value.detail} {driver.connection!r} {driver.client!r}"
+        assert leak_guard.found_in(shown) == []
+    finally:
+        await driver.close()
+        await wrong.close()
+
+
+# ---------------------------------------------------------------------------- TLS
+
+
+class ServerCertificate:
+    def __init__(self, directory: Path) -> None:
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pve1.test")])
+        now = datetime.datetime.now(datetime.UTC)
+        certificate = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False,
+            )
+            .sign(key, hashes.SHA256())
+        )
+        self.pem = certificate.public_bytes(serialization.Encoding.PEM).decode()
+        self.fingerprint = ":".join(
+            f"{b:02X}"
+            for b in hashlib.sha256(certificate.public_bytes(serialization.Encoding.DER)).digest()
+        )
+        cert_file, key_file = directory / "pve.pem", directory / "pve.key"
+        cert_file.write_text(self.pem)
+        key_file.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(cert_file, key_file)
+
+
+@pytest.fixture
+def server_certificate(tmp_path: Path) -> ServerCertificate:
+    return ServerCertificate(tmp_path)
+
+
+@pytest.fixture
+async def tls_fake(server_certificate: ServerCertificate) -> AsyncIterator[FakeProxmox]:
+    async with FakeProxmox(ssl_context=server_certificate.context) as running:
+        assert running.endpoint.startswith("https://127.0.0.1:")
+        yield running
+
+
+@pytest.mark.parametrize(
+    ("settings", "accepted"),
+    [
+        ({}, False),
+        ({"ca_cert": "pem"}, True),
+        ({"fingerprint": "pin"}, True),
+        ({"fingerprint": ":".join(["00"] * 32)}, False),
+        ({"tls_verify": False}, True),
+    ],
+    ids=["system-cas", "ca-cert", "fingerprint", "wrong-fingerprint", "unverified"],
+)
+async def test_tls_settings(
+    tls_fake: FakeProxmox,
+    server_certificate: ServerCertificate,
+    settings: dict[str, Any],
+    accepted: bool,
+) -> None:
+    if settings.get("ca_cert") == "pem":
+        settings["ca_cert"] = server_certificate.pem
+    if settings.get("fingerprint") == "pin":
+        settings["fingerprint"] = server_certificate.fingerprint
+    driver = make_driver(tls_fake, **settings)
+    try:
+        if accepted:
+            assert (await driver.check_connection()).product == "Proxmox VE"
+        else:
+            with pytest.raises(TlsVerificationFailed):
+                await driver.check_connection()
+    finally:
+        await driver.close()
