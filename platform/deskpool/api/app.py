@@ -1,9 +1,12 @@
-"""The API application: middlewares, the operation wrapper, and the public routes.
+"""The API application: middlewares, the operation wrapper, and the documentation routes.
 
-Order of the middlewares, outermost first: request id, logging and metrics; problem+json; CORS.
-Each operation of the route table is wrapped by :func:`operation_handler`, which authenticates
-(protected operations), checks the declared permission, applies the rate limit, validates the
-query and body with webargs, calls the handler and dumps its result through the response schema.
+Order of the middlewares, outermost first: request id, logging, metrics and RateLimit headers;
+CORS; problem+json. CORS sits outside the problem middleware so error responses carry its
+headers too. Each operation of the route table is wrapped by :func:`operation_handler`, which
+refuses an oversized body, authenticates (protected operations) and checks the declared
+permission, applies the rate limit (by principal after authentication; by client address on
+public operations), validates the query and body with webargs, calls the handler and dumps its
+result through the response schema.
 """
 
 from __future__ import annotations
@@ -20,12 +23,16 @@ from aiohttp.typedefs import Handler
 from marshmallow import Schema
 from prometheus_client import Counter, Histogram
 
-from deskpool.api import resources
+from deskpool.api import docs, openapi, resources
 from deskpool.api.context import Call
+from deskpool.api.cors import CorsPolicy, cors_middleware
+from deskpool.api.openapi import OPENAPI_DOCUMENT_KEY
+from deskpool.api.pagination import PageLimits, check_page_contract
 from deskpool.api.problems import REQUEST_ID_KEY, problem_middleware
+from deskpool.api.ratelimit import RateLimiter, add_rate_limit_headers
 from deskpool.api.routes import Operation, Reply, RouteTable
-from deskpool.api.security import authenticate
-from deskpool.api.validation import parse_body, parse_query
+from deskpool.api.security import authenticate, install_authentication
+from deskpool.api.validation import DeskpoolParser, check_body_size, parse_body, parse_query
 from deskpool.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -36,7 +43,9 @@ startup_log = logging.getLogger(__name__)
 
 RUNTIME_KEY = web.AppKey("runtime", Runtime)
 ROUTES_KEY = web.AppKey("routes", RouteTable)
-OPENAPI_DOCUMENT_KEY = web.AppKey("openapi_document", bytes)
+RATE_LIMITER_KEY = web.AppKey("rate_limiter", RateLimiter)
+PAGE_LIMITS_KEY = web.AppKey("page_limits", PageLimits)
+PARSER_KEY = web.AppKey("request_parser", DeskpoolParser)
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
@@ -80,7 +89,9 @@ async def request_middleware(request: web.Request, handler: Handler) -> web.Stre
     try:
         response: web.StreamResponse = await handler(request)
         status = response.status
-        response.headers["X-Request-Id"] = request_id
+        if not response.prepared:
+            response.headers["X-Request-Id"] = request_id
+            add_rate_limit_headers(request, response)
         return response
     finally:
         elapsed = time.perf_counter() - started
@@ -115,18 +126,29 @@ def dump(operation: Operation, status: int, data: Any) -> Any:
 
 
 def operation_handler(operation: Operation) -> Handler:
-    """Wrap ``operation``'s handler with authentication, authorization and validation."""
+    """Wrap ``operation``'s handler with the limits, authentication and validation it declares."""
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        runtime = request.app[RUNTIME_KEY]
+        app = request.app
+        runtime = app[RUNTIME_KEY]
+        limiter = app[RATE_LIMITER_KEY]
+        parser = app[PARSER_KEY]
+        if operation.body is not None:
+            check_body_size(request, runtime.config["API_MAX_BODY_SIZE"])
         principal = None
-        if not operation.public:
+        if operation.public:
+            await limiter.check(request, None)
+        else:
             principal = await authenticate(request, runtime, operation)
+            await limiter.check(request, principal)
         call = Call(request=request, operation=operation, runtime=runtime, principal=principal)
         if operation.query is not None:
-            call.query = await parse_query(request, operation.query)
+            call.query = await parse_query(request, operation.query, parser)
+        if operation.paginated:
+            call.query["limit"] = app[PAGE_LIMITS_KEY].resolve(call.query.get("limit"))
+            call.query.setdefault("cursor", None)
         if operation.body is not None:
-            call.body = await parse_body(request, operation.body)
+            call.body = await parse_body(request, operation.body, parser)
         result = await operation.handler(call)
         if isinstance(result, web.StreamResponse):
             return result
@@ -141,21 +163,13 @@ def operation_handler(operation: Operation) -> Handler:
     return handle
 
 
-async def serve_openapi(request: web.Request) -> web.Response:
-    """``GET /openapi.yaml``: the document at ``OPENAPI_PATH``, read at startup."""
-    document = request.app.get(OPENAPI_DOCUMENT_KEY)
-    if document is None:
-        raise web.HTTPNotFound()
-    return web.Response(body=document, content_type="application/yaml")
-
-
 def load_openapi_document(path: str) -> bytes | None:
-    """Read the document served at ``/openapi.yaml``; report an absent file once, at startup."""
+    """Read the document served at ``/openapi.yaml``; report an unreadable file once, here."""
     try:
         return Path(path).read_bytes()
     except OSError as error:
         startup_log.error(
-            "OPENAPI_PATH %s cannot be read (%s); GET /openapi.yaml will answer 404",
+            "OPENAPI_PATH %s cannot be read (%s); GET /openapi.yaml will answer 503",
             path,
             error.strerror or error,
         )
@@ -163,27 +177,44 @@ def load_openapi_document(path: str) -> bytes | None:
 
 
 def build_route_table(plugins: PluginHost) -> RouteTable:
-    """The built-in operations plus every plugin's, through ``deskpool_register_routes``."""
+    """The built-in operations plus every plugin's, through ``deskpool_register_routes``.
+
+    :raises ValueError: an operation breaks a rule of the table (a list that does not page).
+    """
     routes = RouteTable()
+    openapi.register(routes)
+    docs.register(routes)
     resources.register(routes)
     plugins.register_routes(routes)
+    for operation in routes.operations():
+        check_page_contract(operation)
     return routes
 
 
 def create_app(runtime: Runtime) -> web.Application:
-    """The API application of ``runtime``."""
+    """The API application of ``runtime``.
+
+    :raises ConfigError: ``API_CORS_ALLOWED_ORIGINS`` holds something that is not an origin.
+    """
     config = runtime.config
+    cors = CorsPolicy.from_setting(config["API_CORS_ALLOWED_ORIGINS"])
     app = web.Application(
-        middlewares=[request_middleware, problem_middleware],
+        middlewares=[request_middleware, cors_middleware(cors), problem_middleware],
         client_max_size=config["API_MAX_BODY_SIZE"],
     )
     app[RUNTIME_KEY] = runtime
     app[METRICS_KEY] = HttpMetrics(runtime)
+    app[RATE_LIMITER_KEY] = RateLimiter(
+        runtime.kv, config["KVSTORE_KEY_PREFIX"], config["API_RATE_LIMIT_PER_MINUTE"]
+    )
+    app[PAGE_LIMITS_KEY] = PageLimits.from_config(config)
+    app[PARSER_KEY] = DeskpoolParser()
+    install_authentication(app, runtime)
     routes = build_route_table(runtime.plugins)
     app[ROUTES_KEY] = routes
     document = load_openapi_document(config["OPENAPI_PATH"])
     if document is not None:
         app[OPENAPI_DOCUMENT_KEY] = document
-    app.router.add_get("/openapi.yaml", serve_openapi, allow_head=True)
+    docs.install_docs(app, config)
     routes.register(app, operation_handler)
     return app

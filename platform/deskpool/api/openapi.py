@@ -3,7 +3,15 @@
 apispec is used directly (aiohttp-apispec 2.2.3 fails to import with marshmallow 4 and cannot
 write OpenAPI 3.1). ``deskpool openapi write`` writes the document to
 ``api/openapi/openapi.yaml``; ``deskpool openapi check`` fails when the checked-in file differs,
-and a test runs the check, so the document cannot drift from the code.
+and a test runs the check, so the document cannot drift from the code. The running instance
+serves the file at ``OPENAPI_PATH`` as ``GET /openapi.yaml`` (an operation of the document
+itself).
+
+Besides what each operation declares, the document lists every problem response an operation
+can give, from what it declares: a path parameter can be 404; a body 400, 413, 415 and 422; a
+query 400 and 422; a protected operation 401 (with ``WWW-Authenticate``), 403 and 503; a
+protected change 409; and every operation 429 (with ``Retry-After``), since all are rate
+limited. Success responses carry the RateLimit headers.
 """
 
 from __future__ import annotations
@@ -12,89 +20,185 @@ import re
 from typing import Any
 
 import yaml
+from aiohttp import web
 from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
 
 from deskpool import __version__
+from deskpool.api.context import Call
+from deskpool.api.docs import DISCOVERY_PATH
+from deskpool.api.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.routes import Operation, ResponseSpec, RouteTable
+from deskpool.errors import ServiceUnavailable
 
 _PATH_PARAM = re.compile(r"{([^}:]+)(?::[^}]*)?}")
 
-DESCRIPTION = """\
+#: The document the API serves, read from ``OPENAPI_PATH`` at startup.
+OPENAPI_DOCUMENT_KEY = web.AppKey("openapi_document", bytes)
+
+DESCRIPTION = f"""\
 The REST API of deskpool, a virtual desktop administration platform. The web console is one
 client of this API and has no private interface.
 
-Every protected operation needs `Authorization: Bearer <access token>`: an OIDC access token
-from the identity provider configured for this instance (issuer and audience are validated on
-every request). Each operation declares the permission it needs in `x-permission`
-(`<resource>:read` for reads, `<resource>:manage` for changes); `platform:admin` overrides
-every check. While the instance has no OIDC issuer and audience configured, protected
-operations answer 503.
+## Authentication and permissions
 
-Errors are `application/problem+json` (RFC 9457) with a stable `code`. Lists are paginated
-with a bounded `limit` and an opaque `next` cursor.
+Every protected operation needs `Authorization: Bearer <access token>`: an OIDC access token
+from the identity provider configured for this instance (issuer, audience, signature and expiry
+are validated on every request). Each operation declares the permission it needs in
+`x-permission` (`<resource>:read` for reads, `<resource>:manage` for changes); `platform:admin`
+overrides every check. While the instance has no OIDC issuer and audience configured, protected
+operations answer 503. The interactive documentation at `/docs` signs in through the issuer
+(authorization code with PKCE) to try requests.
+
+## Errors
+
+Every error is `application/problem+json` (RFC 9457): `type`, `title`, `status`, `detail`,
+`instance`, a stable machine-readable `code` and the `request_id` (also in the `X-Request-Id`
+response header; a client may send its own). A 422 lists each invalid field in `errors` with a
+JSON pointer; a 401 carries a `WWW-Authenticate: Bearer` challenge (RFC 6750). Unknown paths are
+404 and unsupported methods 405, in the same format.
+
+## Limits
+
+- Request bodies are at most `API_MAX_BODY_SIZE` bytes (default 1 MiB); larger ones are 413.
+- Lists are paginated: `limit` (default `API_PAGE_SIZE_DEFAULT`, {DEFAULT_LIMIT}; at most
+  `API_PAGE_SIZE_MAX`, {MAX_LIMIT}) and `cursor`, the opaque `next` of the previous page, which
+  is null on the last page.
+- Each caller (the signed-in user; the client address on public operations) may send
+  `API_RATE_LIMIT_PER_MINUTE` requests per minute (default 600). Responses carry
+  `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` and `RateLimit-Policy`; a request
+  over the budget is 429 with `Retry-After`.
+- Browsers may call the API from the origins in `API_CORS_ALLOWED_ORIGINS`.
 """
 
-_STANDARD_PROBLEMS = {
-    400: "The request cannot be read (malformed JSON, a bad cursor).",
-    401: "No valid bearer token (see the WWW-Authenticate header).",
-    403: "The caller lacks the operation's permission.",
-    404: "The resource does not exist.",
-    409: "The request conflicts with the resource's current state.",
-    413: "The request body is larger than the server accepts.",
-    415: "The request body is not application/json.",
-    422: "One or more fields are invalid (see `errors`).",
-    429: "Rate limit exceeded (see the Retry-After and RateLimit-* headers).",
-    503: "Authentication is not configured, or a dependency is unavailable.",
+#: The problem responses, written once under ``components/responses``: status, name, text.
+_STANDARD_PROBLEMS: dict[int, tuple[str, str]] = {
+    400: ("BadRequest", "The request cannot be read (malformed JSON, a bad cursor)."),
+    401: ("Unauthenticated", "No valid bearer token (see the WWW-Authenticate header)."),
+    403: ("Forbidden", "The caller lacks the operation's permission."),
+    404: ("NotFound", "The resource does not exist."),
+    409: ("Conflict", "The request conflicts with the resource's current state."),
+    413: ("PayloadTooLarge", "The request body is larger than API_MAX_BODY_SIZE."),
+    415: ("UnsupportedMediaType", "The request body is not application/json."),
+    422: ("ValidationFailed", "One or more fields are invalid (see `errors`)."),
+    429: ("RateLimited", "Rate limit exceeded (see the Retry-After and RateLimit-* headers)."),
+    503: (
+        "ServiceUnavailable",
+        "Authentication is not configured, or a dependency is unavailable.",
+    ),
 }
 
-_RATE_LIMIT_HEADERS = {
-    "RateLimit-Limit": "Requests allowed in the current window.",
-    "RateLimit-Remaining": "Requests left in the current window.",
-    "RateLimit-Reset": "Seconds until the window resets.",
+#: Response headers, written once under ``components/headers``.
+_HEADERS: dict[str, dict[str, Any]] = {
+    "RateLimit-Limit": {
+        "description": "Requests the caller may send in one window (API_RATE_LIMIT_PER_MINUTE).",
+        "schema": {"type": "integer", "minimum": 1},
+    },
+    "RateLimit-Remaining": {
+        "description": "Requests the caller has left in the current window.",
+        "schema": {"type": "integer", "minimum": 0},
+    },
+    "RateLimit-Reset": {
+        "description": "Seconds until the current window ends.",
+        "schema": {"type": "integer", "minimum": 0},
+    },
+    "RateLimit-Policy": {
+        "description": "The quota and its window in seconds, `<limit>;w=<seconds>`.",
+        "schema": {"type": "string"},
+    },
+    "Retry-After": {
+        "description": "Seconds to wait before the next request.",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 0},
+    },
+    "WWW-Authenticate": {
+        "description": (
+            'The bearer challenge (RFC 6750): `Bearer realm="deskpool"`, with '
+            '`error="invalid_token"` and an `error_description` when a token was sent and '
+            "refused."
+        ),
+        "required": True,
+        "schema": {"type": "string"},
+    },
 }
+_RATE_LIMIT_HEADERS = (
+    "RateLimit-Limit",
+    "RateLimit-Remaining",
+    "RateLimit-Reset",
+    "RateLimit-Policy",
+)
+
+
+#: Media types of documents a client parses into a structure (the OpenAPI document itself).
+_STRUCTURED_TYPES = {"application/yaml", "application/openapi+yaml"}
 
 
 def problem_statuses(operation: Operation) -> list[int]:
     """The problem responses an operation can answer, from what it declares."""
-    statuses = {404 if _PATH_PARAM.search(operation.path) else 0}
+    statuses = {429}
+    if _PATH_PARAM.search(operation.path):
+        statuses.add(404)
     if operation.body is not None:
         statuses |= {400, 413, 415, 422}
     if operation.query is not None:
         statuses |= {400, 422}
     if not operation.public:
-        statuses |= {401, 403, 429, 503}
-    if operation.method in {"PUT", "PATCH", "DELETE", "POST"} and not operation.public:
-        statuses.add(409)
-    statuses.discard(0)
+        statuses |= {401, 403, 503}
+        if operation.method in {"PUT", "PATCH", "DELETE", "POST"}:
+            statuses.add(409)
     statuses -= set(operation.responses)
     return sorted(statuses)
 
 
-def _response(spec: ResponseSpec) -> dict[str, Any]:
+def _response(status: int, spec: ResponseSpec) -> dict[str, Any]:
     out: dict[str, Any] = {"description": spec.description}
     if spec.schema is not None:
         out["content"] = {spec.content_type: {"schema": spec.schema}}
+    elif spec.content_type in _STRUCTURED_TYPES:
+        out["content"] = {spec.content_type: {"schema": {"type": "object"}}}
     elif spec.content_type != "application/json":
         out["content"] = {spec.content_type: {"schema": {"type": "string"}}}
-    if spec.headers:
-        out["headers"] = {
-            name: {"description": text, "schema": {"type": "string"}}
-            for name, text in spec.headers.items()
-        }
+    headers: dict[str, Any] = {}
+    if 200 <= status < 300:
+        headers |= {name: name for name in _RATE_LIMIT_HEADERS}
+    headers |= {
+        name: {"description": text, "schema": {"type": "string"}}
+        for name, text in spec.headers.items()
+    }
+    if headers:
+        out["headers"] = headers
     return out
 
 
-def _operation(operation: Operation) -> dict[str, Any]:
-    description = operation.description
+def _problem(status: int) -> dict[str, Any]:
+    problem: dict[str, Any] = {
+        "description": _STANDARD_PROBLEMS[status][1],
+        "content": {PROBLEM_CONTENT_TYPE: {"schema": "Problem"}},
+    }
+    if status == 429:
+        problem["headers"] = {"Retry-After": "Retry-After"} | {
+            name: name for name in _RATE_LIMIT_HEADERS
+        }
+    if status == 401:
+        problem["headers"] = {"WWW-Authenticate": "WWW-Authenticate"}
+    return problem
+
+
+def _description(operation: Operation) -> str:
     if operation.permission:
         needed = f"Requires the permission `{operation.permission}`"
         if operation.entitlement:
             needed += ", or an entitlement to the addressed pool"
-        description = f"{description}\n\n{needed} (or `platform:admin`).".strip()
+        needed += " (or `platform:admin`)."
+    elif operation.public:
+        needed = "Public: no token needed."
     else:
-        description = f"{description}\n\nPublic: no token needed.".strip()
+        needed = "Requires a valid access token; no particular permission."
+    return f"{operation.description}\n\n{needed}".strip()
+
+
+def _operation(operation: Operation) -> dict[str, Any]:
     parameters: list[Any] = [
         {"in": "path", "name": name, "required": True, "schema": {"type": "string"}}
         for name in _PATH_PARAM.findall(operation.path)
@@ -102,35 +206,16 @@ def _operation(operation: Operation) -> dict[str, Any]:
     if operation.query is not None:
         parameters.append({"in": "query", "schema": operation.query})
     responses: dict[str, Any] = {
-        str(status): _response(spec) for status, spec in sorted(operation.responses.items())
+        str(status): _response(status, spec) for status, spec in sorted(operation.responses.items())
     }
     for status in problem_statuses(operation):
-        problem: dict[str, Any] = {
-            "description": _STANDARD_PROBLEMS[status],
-            "content": {PROBLEM_CONTENT_TYPE: {"schema": "Problem"}},
-        }
-        if status == 429:
-            problem["headers"] = {
-                "Retry-After": {"description": "Seconds to wait.", "schema": {"type": "integer"}},
-                **{
-                    name: {"description": text, "schema": {"type": "integer"}}
-                    for name, text in _RATE_LIMIT_HEADERS.items()
-                },
-            }
-        if status == 401:
-            problem["headers"] = {
-                "WWW-Authenticate": {
-                    "description": "The bearer challenge (RFC 6750).",
-                    "schema": {"type": "string"},
-                }
-            }
-        responses[str(status)] = problem
+        responses[str(status)] = _STANDARD_PROBLEMS[status][0]
     out: dict[str, Any] = {
         "operationId": operation.operation_id,
         "summary": operation.summary,
-        "description": description,
+        "description": _description(operation),
         "tags": list(operation.tags),
-        "responses": responses,
+        "responses": dict(sorted(responses.items())),
         "security": [] if operation.public else [{"bearerAuth": []}, {"openIdConnect": []}],
     }
     if operation.permission:
@@ -158,24 +243,31 @@ def build_document(routes: RouteTable) -> dict[str, Any]:
         },
     )
     spec.components.schema("Problem", schema=ProblemSchema)
+    for name, header in _HEADERS.items():
+        spec.components.header(name, header)
+    for status, (name, _) in sorted(_STANDARD_PROBLEMS.items()):
+        spec.components.response(name, _problem(status))
     spec.components.security_scheme(
         "bearerAuth",
         {
             "type": "http",
             "scheme": "bearer",
             "bearerFormat": "JWT",
-            "description": "An OIDC access token from the instance's identity provider.",
+            "description": (
+                "An OIDC access token from the instance's identity provider "
+                "(AUTH_OIDC_ISSUER_URL), for the audience AUTH_OIDC_AUDIENCE."
+            ),
         },
     )
     spec.components.security_scheme(
         "openIdConnect",
         {
             "type": "openIdConnect",
-            "openIdConnectUrl": "/.well-known/openid-configuration",
+            "openIdConnectUrl": DISCOVERY_PATH,
             "description": (
-                "Sign in through the instance's OIDC issuer (AUTH_OIDC_ISSUER_URL); "
-                "authorization code with PKCE. The interactive documentation at /docs "
-                "points this at the configured issuer."
+                "Sign in through the instance's OIDC issuer (AUTH_OIDC_ISSUER_URL) with the "
+                "authorization code flow and PKCE. The URL, relative to the API, redirects to "
+                "the issuer's discovery document."
             ),
         },
     )
@@ -216,3 +308,41 @@ def render_document(routes: RouteTable) -> str:
         allow_unicode=True,
         width=100,
     )
+
+
+# --------------------------------------------------------------------------- GET /openapi.yaml
+
+
+async def get_openapi_document(call: Call) -> web.Response:
+    """``GET /openapi.yaml``: the document at ``OPENAPI_PATH``, as read at startup."""
+    document = call.request.app.get(OPENAPI_DOCUMENT_KEY)
+    if document is None:
+        raise ServiceUnavailable(
+            "The OpenAPI document could not be read at startup (OPENAPI_PATH); see the log."
+        )
+    return web.Response(
+        body=document, content_type="application/yaml", headers={"Cache-Control": "no-cache"}
+    )
+
+
+def register(routes: RouteTable) -> None:
+    """Declare ``GET /openapi.yaml`` in the route table (the document lists itself)."""
+    routes.route(
+        "GET",
+        "/openapi.yaml",
+        summary="The OpenAPI document",
+        description=(
+            "The OpenAPI 3.1 document of the running version, in YAML: the authoritative "
+            "source of every request and response shape."
+        ),
+        tags=("documentation",),
+        permission=None,
+        responses={
+            200: ResponseSpec("The document.", content_type="application/yaml"),
+            503: ResponseSpec(
+                "The document could not be read at startup (OPENAPI_PATH).",
+                ProblemSchema,
+                content_type=PROBLEM_CONTENT_TYPE,
+            ),
+        },
+    )(get_openapi_document)

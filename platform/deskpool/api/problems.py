@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from marshmallow import Schema, fields
+from marshmallow import INCLUDE, Schema, fields, validate
 
 from deskpool.errors import (
     BadRequest,
@@ -35,12 +35,34 @@ REQUEST_ID_KEY = web.RequestKey("request_id", str)
 class FieldErrorSchema(Schema):
     """One invalid field: a JSON pointer into the request and what is wrong with it."""
 
-    pointer = fields.String(required=True, metadata={"example": "/name"})
-    detail = fields.String(required=True)
+    pointer = fields.String(
+        required=True,
+        metadata={
+            "description": (
+                "JSON pointer (RFC 6901) to the field: from the body's root for body fields "
+                '(`/name`; `""` is the body itself), under `/query` for query parameters.'
+            ),
+            "example": "/name",
+        },
+    )
+    detail = fields.String(required=True, metadata={"description": "What is wrong with it."})
+    location = fields.String(
+        validate=validate.OneOf(["body", "query"]),
+        metadata={"description": "The part of the request the field is in."},
+    )
 
 
 class ProblemSchema(Schema):
-    """An RFC 9457 problem details object with deskpool's stable ``code``."""
+    """An RFC 9457 problem details object with deskpool's stable ``code``.
+
+    Extension members beyond those listed may appear (RFC 9457 §3.2); clients ignore the ones
+    they do not know.
+    """
+
+    class Meta:
+        """Extension members are allowed."""
+
+        unknown = INCLUDE
 
     type = fields.String(
         required=True, metadata={"description": "URI identifying the problem type."}
@@ -57,6 +79,9 @@ class ProblemSchema(Schema):
     allowed = fields.List(fields.String(), metadata={"description": "Allowed methods (405)."})
     installed = fields.List(
         fields.String(), metadata={"description": "Installed choices, where one was unknown."}
+    )
+    max_size = fields.Integer(
+        metadata={"description": "The largest request body accepted, in bytes (413)."}
     )
 
 
@@ -75,15 +100,21 @@ def problem_body(error: DeskpoolError, request: web.Request) -> dict[str, Any]:
     return body
 
 
+#: The challenge a 401 carries when the error that caused it named none (RFC 6750 §3).
+BEARER_CHALLENGE = 'Bearer realm="deskpool"'
+
+
 def problem_response(error: DeskpoolError, request: web.Request) -> web.Response:
     """Render ``error`` as an ``application/problem+json`` response."""
-    response = web.Response(
+    headers = dict(error.headers)
+    if error.status == 401:
+        headers.setdefault("WWW-Authenticate", BEARER_CHALLENGE)
+    return web.Response(
         status=error.status,
         text=json.dumps(problem_body(error, request)),
         content_type=PROBLEM_CONTENT_TYPE,
-        headers=error.headers,
+        headers=headers,
     )
-    return response
 
 
 def from_http_exception(exc: web.HTTPException) -> DeskpoolError:
@@ -98,7 +129,11 @@ def from_http_exception(exc: web.HTTPException) -> DeskpoolError:
             extra={"allowed": allowed},
         )
     if isinstance(exc, web.HTTPRequestEntityTooLarge):
-        return PayloadTooLarge("The request body is larger than the server accepts.")
+        return PayloadTooLarge(
+            f"{exc.text} (API_MAX_BODY_SIZE)."
+            if exc.text
+            else "The request body is larger than this server accepts (API_MAX_BODY_SIZE)."
+        )
     if isinstance(exc, web.HTTPUnsupportedMediaType):
         return UnsupportedMediaType(exc.text or None)
     if exc.status == 400:

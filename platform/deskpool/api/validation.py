@@ -1,50 +1,105 @@
 """Request validation with webargs, from the same marshmallow schemas the document is made of.
 
-Malformed JSON is a 400; a body that is not JSON is a 415; unknown fields, wrong types and
-missing required fields are a 422 whose ``errors`` list each field with its JSON pointer.
+What a client gets for a request that cannot be served as sent:
+
+- a body over ``API_MAX_BODY_SIZE``: 413 (``payload_too_large``), before anything is read when
+  ``Content-Length`` says so;
+- a body that is not ``application/json`` (or ``application/*+json``): 415;
+- a body that is not valid JSON (syntax, encoding, nesting too deep): 400 (``bad_request``);
+- a missing body, unknown fields, wrong types, missing required fields, values out of range:
+  422 (``validation_failed``) whose ``errors`` list every invalid field with a JSON pointer
+  (RFC 6901) and its location. Body fields are pointed to from the body's root (``/name``,
+  ``/disks/0/size``; the body itself is ``""``); query parameters are pointed to under
+  ``/query`` (``/query/limit``).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from aiohttp import web
 from marshmallow import EXCLUDE, RAISE, Schema, ValidationError
+from webargs import core
 from webargs.aiohttpparser import AIOHTTPParser
 
-from deskpool.errors import BadRequest, FieldError, UnsupportedMediaType, ValidationFailed
+from deskpool.errors import (
+    BadRequest,
+    FieldError,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
+
+#: Where a field error is, as its ``location`` member says.
+BODY = "body"
+QUERY = "query"
 
 
-def _pointer_segments(messages: Any, prefix: str) -> Iterator[FieldError]:
+@dataclass(frozen=True)
+class LocatedFieldError(FieldError):
+    """A field error that also says which part of the request it is in (``body``, ``query``)."""
+
+    location: str = BODY
+
+    def as_dict(self) -> dict[str, str]:
+        """Return the field error as it appears in a problem+json body."""
+        return {"pointer": self.pointer, "detail": self.message, "location": self.location}
+
+
+def _escape(segment: str) -> str:
+    return segment.replace("~", "~0").replace("/", "~1")
+
+
+def _field_errors(messages: Any, prefix: str, location: str) -> Iterator[FieldError]:
     if isinstance(messages, Mapping):
         for key, value in messages.items():
-            segment = str(key).replace("~", "~0").replace("/", "~1")
-            path = prefix if key == "_schema" else f"{prefix}/{segment}"
-            yield from _pointer_segments(value, path)
+            path = prefix if key == "_schema" else f"{prefix}/{_escape(str(key))}"
+            yield from _field_errors(value, path, location)
     elif isinstance(messages, list) and all(isinstance(m, str) for m in messages):
         for message in messages:
-            yield FieldError(prefix or "/", message)
+            yield LocatedFieldError(prefix, message, location)
     elif isinstance(messages, list):
         for item in messages:
-            yield from _pointer_segments(item, prefix)
+            yield from _field_errors(item, prefix, location)
     else:
-        yield FieldError(prefix or "/", str(messages))
+        yield LocatedFieldError(prefix, str(messages), location)
 
 
 def field_errors(messages: Any, location: str) -> list[FieldError]:
     """Flatten marshmallow's nested messages into field errors with JSON pointers.
 
-    Body fields are pointed to from the body's root (``/name``); query parameters are prefixed
-    with ``/query`` so a client can tell them apart.
+    :param location: webargs' location name (``json`` for the body, ``query``).
     """
-    prefix = "" if location == "json" else f"/{location}"
-    return list(_pointer_segments(messages, prefix))
+    if location == "json":
+        return list(_field_errors(messages, "", BODY))
+    return list(_field_errors(messages, f"/{_escape(location)}", location))
 
 
 class DeskpoolParser(AIOHTTPParser):
     """webargs' aiohttp parser, raising deskpool's errors instead of aiohttp's."""
+
+    async def load_json(self, req: web.Request, schema: Schema) -> Any:
+        """The decoded JSON body.
+
+        :raises ValidationFailed: there is no body (operations that read one require it).
+        :raises BadRequest: the body is not text in its charset, not JSON, or nested too deeply.
+        """
+        raw = await req.read() if req.body_exists else b""
+        if not raw.strip():
+            raise ValidationFailed([LocatedFieldError("", "A JSON request body is required.")])
+        try:
+            text = raw.decode(req.charset or "utf-8")
+        except (UnicodeDecodeError, LookupError):
+            raise BadRequest("The request body is not text in its declared charset.") from None
+        try:
+            return json.loads(text)
+        except RecursionError:
+            raise BadRequest("The request body nests too deeply to be read.") from None
+        except ValueError as error:
+            raise BadRequest(f"The request body is not valid JSON: {error}.") from None
 
     def handle_error(
         self,
@@ -62,30 +117,40 @@ class DeskpoolParser(AIOHTTPParser):
             (location, messages) = next(iter(messages.items()))
         raise ValidationFailed(field_errors(messages, str(location)))
 
-    def _handle_invalid_json_error(
-        self,
-        error: json.JSONDecodeError | UnicodeDecodeError,
-        req: web.Request,
-        *args: Any,
-        **kwargs: Any,
-    ) -> NoReturn:
-        raise BadRequest(f"The request body is not valid JSON: {error}.")
+
+def check_body_size(request: web.Request, limit: int) -> None:
+    """Refuse a body whose declared length is over ``limit`` bytes, without reading it.
+
+    A body sent without ``Content-Length`` (chunked) is counted as it is read; aiohttp stops at
+    ``limit`` and the problem middleware answers the same 413.
+
+    :raises PayloadTooLarge: the declared length is over the limit.
+    """
+    length = request.content_length
+    if length is not None and length > limit:
+        raise PayloadTooLarge(
+            f"The request body is {length} bytes; this server accepts at most {limit} bytes "
+            "(API_MAX_BODY_SIZE).",
+            extra={"max_size": limit},
+        )
 
 
-_parser = DeskpoolParser()
-
-
-async def parse_body(request: web.Request, schema: type[Schema]) -> dict[str, Any]:
+async def parse_body(
+    request: web.Request, schema: type[Schema], parser: DeskpoolParser
+) -> dict[str, Any]:
     """Validate the JSON body of ``request`` against ``schema`` (unknown fields rejected)."""
-    if request.body_exists and request.content_type != "application/json":
-        raise UnsupportedMediaType("The request body must be application/json.")
-    if not request.body_exists:
-        raise ValidationFailed([FieldError("/", "A JSON request body is required.")])
-    result: dict[str, Any] = await _parser.parse(schema(unknown=RAISE), request, location="json")
+    if request.body_exists and not core.is_json(request.content_type):
+        raise UnsupportedMediaType(
+            "The request body must be application/json; it was "
+            f"{request.content_type or 'sent without a Content-Type'}."
+        )
+    result: dict[str, Any] = await parser.parse(schema(unknown=RAISE), request, location="json")
     return result
 
 
-async def parse_query(request: web.Request, schema: type[Schema]) -> dict[str, Any]:
-    """Validate the query parameters of ``request`` against ``schema``."""
-    result: dict[str, Any] = await _parser.parse(schema(unknown=EXCLUDE), request, location="query")
+async def parse_query(
+    request: web.Request, schema: type[Schema], parser: DeskpoolParser
+) -> dict[str, Any]:
+    """Validate the query parameters of ``request`` against ``schema`` (unknown ones ignored)."""
+    result: dict[str, Any] = await parser.parse(schema(unknown=EXCLUDE), request, location="query")
     return result

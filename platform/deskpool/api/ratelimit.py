@@ -1,0 +1,157 @@
+"""Per-principal rate limiting, held in Redis.
+
+Each caller has a budget of ``API_RATE_LIMIT_PER_MINUTE`` requests per window of one minute
+(0 turns rate limiting off). The caller is the authenticated principal on protected operations
+(its local id, else its token subject) and the client address on public ones, so one user's
+budget follows them across addresses and every API process shares it through Redis.
+
+The window is a fixed one that opens with a caller's first request: one Redis key per caller,
+incremented and given its expiry atomically by a Lua script, so concurrent requests on several
+processes count exactly. Every counted response carries the ``RateLimit-Limit``,
+``RateLimit-Remaining``, ``RateLimit-Reset`` and ``RateLimit-Policy`` headers (the IETF
+RateLimit header fields draft); the request over budget is answered 429 with ``Retry-After``.
+
+Redis holds only what may be lost (DESIGN §5): while it cannot be reached requests are served
+unlimited, and the outage is logged once, not per request. After a failure the limiter leaves
+Redis alone for :data:`STORE_RETRY_SECONDS`, so an outage does not add the client's connection
+retries to every request.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from deskpool.errors import RateLimited
+
+log = logging.getLogger(__name__)
+
+#: Length of one rate-limit window, in seconds.
+WINDOW_SECONDS = 60
+#: How long the limiter stays suspended after the store failed to answer, in seconds.
+STORE_RETRY_SECONDS = 5.0
+
+_COUNT_SCRIPT = """
+local count = redis.call('INCR', KEYS[1])
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  ttl = tonumber(ARGV[1])
+end
+return {count, ttl}
+"""
+
+
+@dataclass(frozen=True)
+class RateLimitState:
+    """Where a caller stands in its current window."""
+
+    limit: int
+    remaining: int
+    reset_seconds: int
+
+    @property
+    def exceeded(self) -> bool:
+        """Whether the request that produced this state is over the budget."""
+        return self.remaining < 0
+
+    def headers(self) -> dict[str, str]:
+        """The RateLimit header fields describing this state."""
+        return {
+            "RateLimit-Limit": str(self.limit),
+            "RateLimit-Remaining": str(max(self.remaining, 0)),
+            "RateLimit-Reset": str(self.reset_seconds),
+            "RateLimit-Policy": f"{self.limit};w={WINDOW_SECONDS}",
+        }
+
+
+#: The state of the request's caller, for the headers of whatever response it gets.
+RATE_LIMIT_STATE_KEY = web.RequestKey("rate_limit_state", RateLimitState)
+
+
+def caller_key(principal: Any, request: web.Request) -> str:
+    """Who a request counts against: the principal's id or subject, else the client address."""
+    for attribute in ("id", "subject"):
+        value = getattr(principal, attribute, None) if principal is not None else None
+        if value:
+            return f"principal:{value}"
+    return f"address:{request.remote or 'unknown'}"
+
+
+class RateLimiter:
+    """Counts requests per caller in Redis and refuses those over budget.
+
+    :param kv: the Redis client.
+    :param key_prefix: ``KVSTORE_KEY_PREFIX``.
+    :param per_minute: ``API_RATE_LIMIT_PER_MINUTE``; 0 disables the limiter.
+    """
+
+    def __init__(self, kv: Redis, key_prefix: str, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self._key_prefix = f"{key_prefix}ratelimit:"
+        self._count = kv.register_script(_COUNT_SCRIPT)
+        self._store_down = False
+        self._suspended_until = 0.0
+
+    @property
+    def enabled(self) -> bool:
+        """Whether requests are limited at all."""
+        return self.per_minute > 0
+
+    async def count(self, caller: str) -> RateLimitState | None:
+        """Count one request of ``caller``; ``None`` when disabled or Redis is unreachable."""
+        if not self.enabled or time.monotonic() < self._suspended_until:
+            return None
+        try:
+            count, ttl_ms = await self._count(
+                keys=[self._key_prefix + caller], args=[WINDOW_SECONDS * 1000]
+            )
+        except (RedisError, OSError) as error:
+            self._suspended_until = time.monotonic() + STORE_RETRY_SECONDS
+            if not self._store_down:
+                log.warning(
+                    "rate limiting is suspended: the key-value store cannot be reached (%s: %s)",
+                    type(error).__name__,
+                    error,
+                )
+                self._store_down = True
+            return None
+        if self._store_down:
+            log.warning("rate limiting resumed: the key-value store answers again")
+            self._store_down = False
+        return RateLimitState(
+            limit=self.per_minute,
+            remaining=self.per_minute - int(count),
+            reset_seconds=max(1, math.ceil(int(ttl_ms) / 1000)),
+        )
+
+    async def check(self, request: web.Request, principal: Any) -> None:
+        """Count the request against its caller; remember the state for the response headers.
+
+        :raises RateLimited: the caller is over budget (429 with ``Retry-After``).
+        """
+        state = await self.count(caller_key(principal, request))
+        if state is None:
+            return
+        request[RATE_LIMIT_STATE_KEY] = state
+        if state.exceeded:
+            raise RateLimited(
+                f"More than {state.limit} requests in {WINDOW_SECONDS} seconds; retry in "
+                f"{state.reset_seconds} seconds.",
+                headers={"Retry-After": str(state.reset_seconds), **state.headers()},
+            )
+
+
+def add_rate_limit_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """Put the caller's RateLimit headers on ``response``, if the request was counted."""
+    state = request.get(RATE_LIMIT_STATE_KEY)
+    if state is not None and not response.prepared:
+        for name, value in state.headers().items():
+            response.headers.setdefault(name, value)
