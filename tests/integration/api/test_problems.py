@@ -170,3 +170,19 @@ async def test_a_client_request_id_is_kept(client: Any) -> None:
 async def test_an_unusable_request_id_is_replaced(client: Any) -> None:
     response = await client.get("/api/v1/no-such-thing", headers={"X-Request-Id": "a b\tc"})
     assert response.headers["X-Request-Id"] != "a b\tc"
+
+
+async def test_a_missing_token_is_401_with_a_bare_bearer_challenge(secure_api_client: Any) -> None:
+    response = await secure_api_client.get("/api/v1/pools")
+    await problem(response, 401, "unauthenticated")
+    challenge = response.headers["WWW-Authenticate"]
+    assert challenge.startswith("Bearer ")
+    assert "error=" not in challenge
+
+
+async def test_a_refused_token_is_401_with_invalid_token(secure_api_client: Any) -> None:
+    response = await secure_api_client.get(
+        "/api/v1/pools", headers={"Authorization": "Bearer not.a.token"}
+    )
+    await problem(response, 401, "unauthenticated")
+    assert 'error="invalid_token"' in response.headers["WWW-Authenticate"]
