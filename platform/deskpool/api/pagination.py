@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 DEFAULT_LIMIT = 50
 #: The largest ``limit`` any instance accepts (``API_PAGE_SIZE_MAX`` cannot exceed it).
 MAX_LIMIT = 500
+#: What a cursor is made of: unpadded base64url, as :func:`encode_cursor` writes it.
+CURSOR_PATTERN = r"^[A-Za-z0-9_-]+$"
 
 
 class PageQuery(Schema):
@@ -55,7 +57,7 @@ class PageQuery(Schema):
         },
     )
     cursor = fields.String(
-        validate=validate.Length(min=1, max=1024),
+        validate=[validate.Length(min=1, max=1024), validate.Regexp(CURSOR_PATTERN)],
         metadata={
             "description": (
                 "The `next` cursor of the previous page, as given (opaque); omit it for the "

@@ -61,7 +61,7 @@ def call(case: Any, base_url: str, **kwargs: Any) -> Any:
     response = case.call(base_url=base_url, **kwargs)
     if (
         response.status_code == 400
-        and response.headers.get("Content-Type", [""])[0].startswith("text/plain")
+        and response.headers.get("content-type", [""])[0].startswith("text/plain")
         and response.text.startswith("Got more than")
     ):
         reject()

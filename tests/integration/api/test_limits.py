@@ -183,7 +183,15 @@ async def test_a_limit_out_of_bounds_is_422(make_api_client: ApiClientFactory, l
     assert [(e["pointer"], e["location"]) for e in errors] == [("/query/limit", "query")]
 
 
-@pytest.mark.parametrize("cursor", ["%%%", "bm90IGpzb24", "W1tbW1s"])
+async def test_a_cursor_outside_its_alphabet_is_422(make_api_client: ApiClientFactory) -> None:
+    client = await make_api_client(numbers=3)
+    response = await client.get("/test/numbers", params={"cursor": "%%%"})
+    assert response.status == 422
+    errors = (await response.json())["errors"]
+    assert [e["pointer"] for e in errors] == ["/query/cursor"]
+
+
+@pytest.mark.parametrize("cursor", ["bm90IGpzb24", "W1tbW1s", "x"])
 async def test_a_cursor_this_server_did_not_issue_is_400(
     make_api_client: ApiClientFactory, cursor: str
 ) -> None:
