@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from deskpool.api.resources import identity, jobs, pools
+from deskpool.api.resources import clusters, identity, jobs, pools
 from deskpool.api.routes import RouteTable
 
 
 def register(routes: RouteTable) -> None:
     """Add every built-in operation to ``routes``."""
+    clusters.register(routes)
     identity.register(routes)
     jobs.register(routes)
     pools.register(routes)

@@ -1,0 +1,322 @@
+"""SQL of the cluster aggregate: connection records and their sealed credentials.
+
+A cluster record (table ``clusters``) holds everything needed to reach a cluster except its
+credentials. Those are one JSON document of strings (``{"token_id": ..., "token_secret": ...}``,
+whatever the driver asks for) sealed by the secret store into ``sealed_secrets`` under
+:func:`credentials_context`; what is read back with a record is only
+:class:`~deskpool.secrets.SecretMetadata` (set or not, and when it last changed). Writes take a
+connection, so the API writes a record, its credentials and its audit event in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from deskpool.errors import Conflict
+from deskpool.secrets import (
+    SecretContext,
+    SecretDecryptionFailed,
+    SecretMetadata,
+    SecretStore,
+    SecretValue,
+    delete_secrets_of,
+    get_secret,
+    put_secret,
+)
+
+#: The secret-store kind of a cluster's credentials (the owner is the cluster's id).
+CREDENTIALS_KIND = "cluster.credentials"
+#: The field the credentials document is sealed under.
+CREDENTIALS_FIELD = "values"
+
+
+class ClusterNameTaken(Conflict):
+    """Another cluster already has this name (names are compared without case)."""
+
+    code = "cluster_name_taken"
+    title = "A cluster with this name exists"
+
+
+def credentials_context(cluster_id: uuid.UUID | str) -> SecretContext:
+    """The secret context a cluster's credentials are sealed for."""
+    return SecretContext.of(CREDENTIALS_KIND, cluster_id, CREDENTIALS_FIELD)
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """How to reach a cluster, credentials aside (what a driver's connection is built from).
+
+    :param endpoint: the cluster's API address, in the form its driver documents.
+    :param tls_verify: verify the server certificate.
+    :param ca_certificate: PEM text of the CA to trust instead of the system's.
+    :param fingerprint: the pinned SHA-256 fingerprint (``AB:CD:...``), if any.
+    :param options: driver-specific settings.
+    """
+
+    endpoint: str
+    tls_verify: bool = True
+    ca_certificate: str | None = None
+    fingerprint: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClusterRecord:
+    """A stored cluster connection, with what may be said about its credentials."""
+
+    id: uuid.UUID
+    name: str
+    driver: str
+    settings: ConnectionSettings
+    credentials: SecretMetadata
+    created_at: datetime
+    updated_at: datetime
+    last_check_at: datetime | None = None
+    last_check_ok: bool | None = None
+    last_check_error: str | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> ClusterRecord:
+        """Read a row of :data:`_SELECT` (the record joined with its credentials' metadata)."""
+        options = row["options"]
+        changed_at = row["credentials_changed_at"]
+        return cls(
+            id=row["id"],
+            name=row["name"],
+            driver=row["driver"],
+            settings=ConnectionSettings(
+                endpoint=row["endpoint"],
+                tls_verify=row["tls_verify"],
+                ca_certificate=row["ca_certificate"],
+                fingerprint=row["fingerprint"],
+                options=json.loads(options) if isinstance(options, str) else dict(options),
+            ),
+            credentials=SecretMetadata(is_set=changed_at is not None, changed_at=changed_at),
+            created_at=row["created_at"],
+            updated_at=row["updated_at"],
+            last_check_at=row["last_check_at"],
+            last_check_ok=row["last_check_ok"],
+            last_check_error=row["last_check_error"],
+        )
+
+
+# The metadata of the sealed credentials comes with each record (one query for a whole page);
+# nothing sealed is read here.
+_SELECT = f"""
+SELECT c.*, s.updated_at AS credentials_changed_at
+  FROM clusters AS c
+  LEFT JOIN sealed_secrets AS s
+    ON s.kind = '{CREDENTIALS_KIND}' AND s.field = '{CREDENTIALS_FIELD}' AND s.owner_id = c.id::text
+"""
+
+
+async def insert_cluster(
+    connection: asyncpg.Connection,
+    *,
+    cluster_id: uuid.UUID,
+    name: str,
+    driver: str,
+    settings: ConnectionSettings,
+) -> None:
+    """Insert a cluster record (its credentials are stored with :func:`store_credentials`).
+
+    :raises ClusterNameTaken: the name is in use.
+    """
+    try:
+        await connection.execute(
+            """
+            INSERT INTO clusters (id, name, driver, endpoint, tls_verify, ca_certificate,
+                                  fingerprint, options)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)
+            """,
+            cluster_id,
+            name,
+            driver,
+            settings.endpoint,
+            settings.tls_verify,
+            settings.ca_certificate,
+            settings.fingerprint,
+            json.dumps(dict(settings.options)),
+        )
+    except asyncpg.UniqueViolationError:
+        raise ClusterNameTaken(f"A cluster named {name!r} exists.") from None
+
+
+async def get_cluster(
+    db: asyncpg.Connection | asyncpg.Pool, cluster_id: uuid.UUID, *, for_update: bool = False
+) -> ClusterRecord | None:
+    """The cluster ``cluster_id``, or ``None``; ``for_update`` locks its row."""
+    lock = " FOR UPDATE OF c" if for_update else ""
+    row = await db.fetchrow(f"{_SELECT} WHERE c.id = $1{lock}", cluster_id)
+    return None if row is None else ClusterRecord.from_row(row)
+
+
+async def list_clusters(
+    db: asyncpg.Connection | asyncpg.Pool,
+    *,
+    limit: int,
+    after_name: str | None = None,
+    driver: str | None = None,
+) -> list[ClusterRecord]:
+    """Up to ``limit`` clusters in name order, after ``after_name``, of ``driver`` if given."""
+    rows = await db.fetch(
+        f"""{_SELECT}
+        WHERE ($1::text IS NULL OR c.name > $1) AND ($2::text IS NULL OR c.driver = $2)
+        ORDER BY c.name
+        LIMIT $3""",
+        after_name,
+        driver,
+        limit,
+    )
+    return [ClusterRecord.from_row(row) for row in rows]
+
+
+async def clusters_by_driver(db: asyncpg.Connection | asyncpg.Pool) -> dict[str, int]:
+    """How many clusters each driver serves."""
+    rows = await db.fetch("SELECT driver, count(*) AS n FROM clusters GROUP BY driver")
+    return {row["driver"]: int(row["n"]) for row in rows}
+
+
+async def update_cluster(
+    connection: asyncpg.Connection,
+    cluster_id: uuid.UUID,
+    *,
+    name: str,
+    settings: ConnectionSettings,
+) -> None:
+    """Replace a cluster's name and settings; ``updated_at`` becomes now.
+
+    :raises ClusterNameTaken: the name is in use by another cluster.
+    """
+    try:
+        await connection.execute(
+            """
+            UPDATE clusters
+               SET name = $2, endpoint = $3, tls_verify = $4, ca_certificate = $5,
+                   fingerprint = $6, options = $7::jsonb, updated_at = now()
+             WHERE id = $1
+            """,
+            cluster_id,
+            name,
+            settings.endpoint,
+            settings.tls_verify,
+            settings.ca_certificate,
+            settings.fingerprint,
+            json.dumps(dict(settings.options)),
+        )
+    except asyncpg.UniqueViolationError:
+        raise ClusterNameTaken(f"A cluster named {name!r} exists.") from None
+
+
+async def delete_cluster(connection: asyncpg.Connection, cluster_id: uuid.UUID) -> bool:
+    """Delete a cluster and its credentials; ``False`` when it did not exist."""
+    deleted = await connection.fetchval(
+        "DELETE FROM clusters WHERE id = $1 RETURNING true", cluster_id
+    )
+    await delete_secrets_of(connection, CREDENTIALS_KIND, str(cluster_id))
+    return bool(deleted)
+
+
+async def record_check(
+    db: asyncpg.Connection | asyncpg.Pool,
+    cluster_id: uuid.UUID,
+    *,
+    ok: bool,
+    error: str | None,
+) -> datetime | None:
+    """Record the outcome of a connection check; the check's time, or ``None`` if it is gone."""
+    checked_at: datetime | None = await db.fetchval(
+        """
+        UPDATE clusters SET last_check_at = now(), last_check_ok = $2, last_check_error = $3
+         WHERE id = $1
+        RETURNING last_check_at
+        """,
+        cluster_id,
+        ok,
+        error,
+    )
+    return checked_at
+
+
+async def pools_using_cluster(db: asyncpg.Connection | asyncpg.Pool, cluster_id: uuid.UUID) -> int:
+    """How many desktop pools provision on ``cluster_id`` (a cluster in use is not deleted).
+
+    Counts rows of ``pools`` whose ``cluster_id`` is this cluster; 0 while the schema has no
+    such table or column (the pools migration adds them).
+    """
+    has_column = await db.fetchval(
+        """
+        SELECT true FROM information_schema.columns
+         WHERE table_schema = current_schema() AND table_name = 'pools'
+           AND column_name = 'cluster_id'
+        """
+    )
+    if not has_column:
+        return 0
+    count: int = await db.fetchval("SELECT count(*) FROM pools WHERE cluster_id = $1", cluster_id)
+    return count
+
+
+# ------------------------------------------------------------------------------ credentials
+
+
+async def store_credentials(
+    connection: asyncpg.Connection,
+    store: SecretStore,
+    cluster_id: uuid.UUID,
+    credentials: Mapping[str, SecretValue | str],
+) -> SecretMetadata:
+    """Seal ``credentials`` as the cluster's, replacing what it had.
+
+    :raises SecretsUnavailable: no master key is configured (a 503 problem).
+    """
+    document = json.dumps(
+        {
+            key: value.reveal() if isinstance(value, SecretValue) else value
+            for key, value in credentials.items()
+        },
+        sort_keys=True,
+    )
+    return await put_secret(
+        connection, store, credentials_context(cluster_id), SecretValue(document)
+    )
+
+
+async def delete_credentials(connection: asyncpg.Connection, cluster_id: uuid.UUID) -> None:
+    """Remove the cluster's credentials (it then connects without any)."""
+    await delete_secrets_of(connection, CREDENTIALS_KIND, str(cluster_id))
+
+
+async def load_credentials(
+    db: asyncpg.Connection | asyncpg.Pool, store: SecretStore, cluster_id: uuid.UUID
+) -> dict[str, str]:
+    """Open the cluster's credentials; ``{}`` when none are stored.
+
+    The plaintexts returned are for building a driver connection (whose ``repr`` redacts them)
+    and nothing else.
+
+    :raises SecretDecryptionFailed: the sealed document does not open or is not a credentials
+        document.
+    """
+    context = credentials_context(cluster_id)
+    sealed = await get_secret(db, store, context)
+    if sealed is None:
+        return {}
+    try:
+        document = json.loads(sealed.reveal())
+    except ValueError:
+        document = None
+    if not isinstance(document, dict) or not all(
+        isinstance(key, str) and isinstance(value, str) for key, value in document.items()
+    ):
+        raise SecretDecryptionFailed(
+            f"The stored credential {context} is not a credentials document.", context=context
+        )
+    return document

@@ -1,0 +1,99 @@
+"""Fixtures of the cluster tests: an API with a master key, on a database of the module's own.
+
+Clusters seal credentials, so these tests never use the run's shared database (sealed values
+left there would stop the api from starting without a key in other tests): each test gets the
+module's database with no sealed value and no cluster, a fresh master key, and callers holding
+exactly ``clusters:read``, ``clusters:manage``, or nothing.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import pytest
+from tests.secret_leak_guard import LeakGuard
+
+from deskpool.runtime import Runtime
+
+Headers = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Callers:
+    """Authorization headers of the test's callers."""
+
+    manager: Headers
+    reader: Headers
+    nobody: Headers
+
+
+async def seed_user(runtime: Runtime, issuer: str, subject: str, permission: str | None) -> None:
+    """Create a user (as a first sign-in would) holding exactly ``permission``."""
+    async with runtime.db.acquire() as connection:
+        user_id = await connection.fetchval(
+            "INSERT INTO users (issuer, subject) VALUES ($1, $2) RETURNING id", issuer, subject
+        )
+        if permission is not None:
+            await connection.execute(
+                "INSERT INTO grants (subject_type, subject_id, permission) VALUES ('user', $1, $2)",
+                user_id,
+                permission,
+            )
+
+
+@pytest.fixture
+def clusters_environ(
+    secure_environ: dict[str, str], isolated_database_url: str, leak_guard: LeakGuard
+) -> dict[str, str]:
+    """The secure test environment on the module's database, with a master key."""
+    return {
+        **secure_environ,
+        "DATABASE_URL": isolated_database_url,
+        "SECRETS_MASTER_KEY": leak_guard.master_key(),
+    }
+
+
+@pytest.fixture
+async def clusters_runtime(clusters_environ: dict[str, str]) -> AsyncIterator[Runtime]:
+    """An opened api runtime on the module's database, emptied of clusters."""
+    from deskpool.host import bootstrap
+
+    connection = await asyncpg.connect(clusters_environ["DATABASE_URL"])
+    try:
+        await connection.execute("TRUNCATE clusters")
+    finally:
+        await connection.close()
+    process = bootstrap(clusters_environ, ["api"], log_setup=False)
+    runtime = Runtime(process.config, process.plugins)
+    await runtime.open()
+    yield runtime
+    await runtime.close()
+
+
+@pytest.fixture
+async def client(clusters_runtime: Runtime, aiohttp_client: Any) -> Any:
+    """A test client of the API of ``clusters_runtime``."""
+    from deskpool.api.app import create_app
+
+    return await aiohttp_client(create_app(clusters_runtime))
+
+
+@pytest.fixture
+async def callers(
+    clusters_runtime: Runtime, identity_provider: Any, bearer: Callable[..., Headers]
+) -> Callers:
+    """A manager, a reader, and a caller with no permission (unique subjects per test)."""
+    suffix = secrets.token_hex(4)
+    issuer = identity_provider.issuer_url
+    subjects = {
+        "manager": ("clusters:manage", f"manager-{suffix}"),
+        "reader": ("clusters:read", f"reader-{suffix}"),
+        "nobody": (None, f"nobody-{suffix}"),
+    }
+    for permission, subject in subjects.values():
+        await seed_user(clusters_runtime, issuer, subject, permission)
+    return Callers(**{role: bearer(subject) for role, (_, subject) in subjects.items()})

@@ -1,0 +1,462 @@
+"""Cluster connections through the real API, with the test identity provider and real drivers."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import uuid
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from tests.integration.clusters.conftest import Callers
+
+from deskpool.clusters import driver_manager_for, repository
+from deskpool.runtime import Runtime
+
+PROBLEM = "application/problem+json"
+CLUSTERS = "/api/v1/clusters"
+
+
+def simulator_cluster(name: str = "lab", **changes: Any) -> dict[str, Any]:
+    return {"name": name, "driver": "simulator", "endpoint": "simulator://local", **changes}
+
+
+async def create(client: Any, headers: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+    response = await client.post(CLUSTERS, json=body, headers=headers)
+    assert response.status == 201, await response.text()
+    created: dict[str, Any] = await response.json()
+    return created
+
+
+def self_signed_pem() -> str:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "deskpool test CA")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return certificate.public_bytes(serialization.Encoding.PEM).decode()
+
+
+async def audit_actions(runtime: Runtime, cluster_id: str) -> list[str]:
+    rows = await runtime.db.fetch(
+        "SELECT action FROM audit_events WHERE resource_type = 'clusters' AND resource_id = $1 "
+        "ORDER BY id",
+        cluster_id,
+    )
+    return [row["action"] for row in rows]
+
+
+# ------------------------------------------------------------------------------- CRUD
+
+
+async def test_create_read_change_and_delete(
+    client: Any, callers: Callers, clusters_runtime: Runtime
+) -> None:
+    pem = self_signed_pem()
+    body = simulator_cluster(
+        credentials={"token": "not-checked-by-this-simulator"},
+        tls={"ca_certificate": pem, "fingerprint": "ab" * 32},
+        options={"cluster_name": "lab-sim"},
+    )
+    created = await create(client, callers.manager, body)
+    cluster_id = created["id"]
+    assert created["name"] == "lab"
+    assert created["driver"] == "simulator"
+    assert created["driver_status"] == "installed"
+    assert created["endpoint"] == "simulator://local"
+    assert created["tls"] == {
+        "verify": True,
+        "ca_certificate": pem.strip() + "\n",
+        "fingerprint": ":".join(["AB"] * 32),
+    }
+    assert created["options"] == {"cluster_name": "lab-sim"}
+    assert created["credentials"]["set"] is True
+    first_change = created["credentials"]["changed_at"]
+    assert first_change is not None
+    assert created["last_check_at"] is None
+    assert created["last_check_ok"] is None
+    assert "not-checked-by-this-simulator" not in json.dumps(created)
+
+    got = await client.get(f"{CLUSTERS}/{cluster_id}", headers=callers.reader)
+    assert got.status == 200
+    assert await got.json() == created
+
+    listed = await client.get(CLUSTERS, headers=callers.reader)
+    assert [item["id"] for item in (await listed.json())["items"]] == [cluster_id]
+
+    renamed = await client.patch(
+        f"{CLUSTERS}/{cluster_id}",
+        json={"name": "Lab 2", "tls": {"fingerprint": None}, "options": {}},
+        headers=callers.manager,
+    )
+    assert renamed.status == 200, await renamed.text()
+    changed = await renamed.json()
+    assert changed["name"] == "Lab 2"
+    assert changed["tls"]["fingerprint"] is None
+    assert changed["tls"]["ca_certificate"] == pem.strip() + "\n"
+    assert changed["options"] == {}
+    assert changed["credentials"]["changed_at"] == first_change
+    assert changed["updated_at"] > created["updated_at"]
+
+    rotated = await client.patch(
+        f"{CLUSTERS}/{cluster_id}", json={"credentials": {"token": "t2"}}, headers=callers.manager
+    )
+    assert rotated.status == 200
+    assert (await rotated.json())["credentials"]["changed_at"] > first_change
+
+    removed = await client.patch(
+        f"{CLUSTERS}/{cluster_id}", json={"credentials": None}, headers=callers.manager
+    )
+    assert (await removed.json())["credentials"] == {"set": False, "changed_at": None}
+
+    deleted = await client.delete(f"{CLUSTERS}/{cluster_id}", headers=callers.manager)
+    assert deleted.status == 204
+    gone = await client.get(f"{CLUSTERS}/{cluster_id}", headers=callers.reader)
+    assert gone.status == 404
+    assert gone.content_type == PROBLEM
+    assert await audit_actions(clusters_runtime, cluster_id) == [
+        "cluster.create",
+        "cluster.update",
+        "cluster.update",
+        "cluster.update",
+        "cluster.delete",
+    ]
+
+
+async def test_deleting_a_cluster_deletes_its_credentials_and_driver_state(
+    client: Any, callers: Callers, clusters_runtime: Runtime
+) -> None:
+    created = await create(client, callers.manager, simulator_cluster(credentials={"t": "x"}))
+    manager = driver_manager_for(clusters_runtime)
+    await manager.context_for(created["id"]).shared_state.set("cluster", b"{}")
+    other = manager.context_for(uuid.uuid4()).shared_state
+    await other.set("cluster", b"{}")
+    prefix = manager.shared_state_prefix(created["id"])
+    assert [key async for key in clusters_runtime.kv.scan_iter(match=prefix + "*")]
+
+    deleted = await client.delete(f"{CLUSTERS}/{created['id']}", headers=callers.manager)
+    assert deleted.status == 204
+    assert await clusters_runtime.db.fetchval("SELECT count(*) FROM sealed_secrets") == 0
+    assert [key async for key in clusters_runtime.kv.scan_iter(match=prefix + "*")] == []
+    assert await other.get("cluster") == b"{}"
+
+
+async def test_permissions(client: Any, callers: Callers) -> None:
+    created = await create(client, callers.manager, simulator_cluster())
+    one = f"{CLUSTERS}/{created['id']}"
+    reads = [("GET", CLUSTERS), ("GET", one), ("GET", f"{one}/nodes"), ("GET", f"{one}/templates")]
+    changes = [
+        ("POST", CLUSTERS, simulator_cluster("other")),
+        ("PATCH", one, {"name": "renamed"}),
+        ("POST", f"{one}/check", None),
+        ("DELETE", one, None),
+    ]
+    for method, path in reads:
+        assert (await client.request(method, path)).status == 401, path
+        assert (await client.request(method, path, headers=callers.nobody)).status == 403, path
+        response = await client.request(method, path, headers=callers.reader)
+        assert response.status == 200, f"{method} {path}: {await response.text()}"
+    for method, path, body in changes:
+        for headers in ({}, callers.nobody, callers.reader):
+            response = await client.request(method, path, json=body, headers=headers)
+            assert response.status == (401 if not headers else 403), f"{method} {path}"
+            assert response.content_type == PROBLEM
+    for method, path, body in changes:
+        response = await client.request(method, path, json=body, headers=callers.manager)
+        assert response.status in (200, 201, 204), f"{method} {path}: {await response.text()}"
+
+
+async def test_list_pages_in_name_order_and_filters_by_driver(
+    client: Any, callers: Callers, clusters_runtime: Runtime
+) -> None:
+    for name in ("charlie", "alpha", "bravo"):
+        await create(client, callers.manager, simulator_cluster(name))
+    await clusters_runtime.db.execute(
+        "INSERT INTO clusters (name, driver, endpoint) VALUES ('delta', 'gone', 'x')"
+    )
+    first = await (await client.get(CLUSTERS, params={"limit": "2"}, headers=callers.reader)).json()
+    assert [item["name"] for item in first["items"]] == ["alpha", "bravo"]
+    second = await (
+        await client.get(
+            CLUSTERS, params={"limit": "2", "cursor": first["next"]}, headers=callers.reader
+        )
+    ).json()
+    assert [item["name"] for item in second["items"]] == ["charlie", "delta"]
+    assert second["next"] is None
+    only = await (
+        await client.get(CLUSTERS, params={"driver": "simulator"}, headers=callers.reader)
+    ).json()
+    assert [item["name"] for item in only["items"]] == ["alpha", "bravo", "charlie"]
+    bad = await client.get(CLUSTERS, params={"cursor": "bm90IGpzb24"}, headers=callers.reader)
+    assert bad.status == 400
+
+
+# ------------------------------------------------------------------------------- validation
+
+
+async def test_an_unknown_driver_is_422_listing_the_installed_drivers(
+    client: Any, callers: Callers, clusters_runtime: Runtime
+) -> None:
+    response = await client.post(
+        CLUSTERS, json=simulator_cluster(driver="vmware-esxi"), headers=callers.manager
+    )
+    assert response.status == 422
+    assert response.content_type == PROBLEM
+    problem = await response.json()
+    assert problem["code"] == "validation_failed"
+    installed = driver_manager_for(clusters_runtime).installed()
+    assert "simulator" in installed
+    assert problem["installed"] == installed
+    assert [error["pointer"] for error in problem["errors"]] == ["/driver"]
+    assert "simulator" in problem["errors"][0]["detail"]
+    assert await clusters_runtime.db.fetchval("SELECT count(*) FROM clusters") == 0
+
+
+@pytest.mark.parametrize(
+    ("change", "pointer"),
+    [
+        ({"tls": {"fingerprint": "12:34"}}, "/tls/fingerprint"),
+        ({"tls": {"ca_certificate": "-----BEGIN CERTIFICATE-----\nnope"}}, "/tls/ca_certificate"),
+        ({"name": " padded "}, "/name"),
+        ({"credentials": {"token": 42}}, "/credentials/token/value"),
+        ({"driver": "simulator", "surprise": True}, "/surprise"),
+    ],
+)
+async def test_invalid_fields_are_422_with_pointers(
+    client: Any, callers: Callers, change: dict[str, Any], pointer: str
+) -> None:
+    response = await client.post(
+        CLUSTERS, json=simulator_cluster(**change), headers=callers.manager
+    )
+    assert response.status == 422, await response.text()
+    problem = await response.json()
+    assert pointer in [error["pointer"] for error in problem["errors"]]
+
+
+async def test_settings_the_driver_refuses_are_422_and_not_stored(
+    client: Any, callers: Callers, clusters_runtime: Runtime
+) -> None:
+    refused = await client.post(
+        CLUSTERS,
+        json=simulator_cluster(options={"boot_seconds": -1, "no_such_option": 1}),
+        headers=callers.manager,
+    )
+    assert refused.status == 422
+    problem = await refused.json()
+    assert problem["code"] == "driver_configuration_invalid"
+    assert "no_such_option" in problem["detail"]
+    assert await clusters_runtime.db.fetchval("SELECT count(*) FROM clusters") == 0
+
+    created = await create(client, callers.manager, simulator_cluster())
+    change = await client.patch(
+        f"{CLUSTERS}/{created['id']}",
+        json={"options": {"nodes": []}},
+        headers=callers.manager,
+    )
+    assert change.status == 422
+    assert (await change.json())["code"] == "driver_configuration_invalid"
+    unchanged = await client.get(f"{CLUSTERS}/{created['id']}", headers=callers.reader)
+    assert (await unchanged.json())["options"] == {}
+
+
+async def test_names_are_unique_without_regard_to_case(client: Any, callers: Callers) -> None:
+    first = await create(client, callers.manager, simulator_cluster("Lab"))
+    again = await client.post(CLUSTERS, json=simulator_cluster("lab"), headers=callers.manager)
+    assert again.status == 409
+    assert (await again.json())["code"] == "cluster_name_taken"
+    second = await create(client, callers.manager, simulator_cluster("other"))
+    rename = await client.patch(
+        f"{CLUSTERS}/{second['id']}", json={"name": "LAB"}, headers=callers.manager
+    )
+    assert rename.status == 409
+    assert first["name"] == "Lab"
+
+
+# ------------------------------------------------------------------------------- the driver
+
+
+async def test_check_nodes_and_templates_through_the_driver(
+    client: Any, callers: Callers, clusters_runtime: Runtime
+) -> None:
+    created = await create(
+        client, callers.manager, simulator_cluster(options={"cluster_name": "lab-sim"})
+    )
+    one = f"{CLUSTERS}/{created['id']}"
+    response = await client.post(f"{one}/check", headers=callers.manager)
+    assert response.status == 200
+    result = await response.json()
+    assert result["ok"] is True
+    assert result["error"] is None
+    assert result["product"] == "deskpool simulator"
+    assert result["version"]
+    assert result["cluster_name"] == "lab-sim"
+    record = await (await client.get(one, headers=callers.reader)).json()
+    assert record["last_check_ok"] is True
+    assert record["last_check_at"] == result["checked_at"]
+    assert record["last_check_error"] is None
+
+    nodes = await (await client.get(f"{one}/nodes", headers=callers.reader)).json()
+    assert [node["name"] for node in nodes["items"]] == ["sim-node-1", "sim-node-2"]
+    assert all(node["online"] for node in nodes["items"])
+    page = await (await client.get(f"{one}/nodes?limit=1", headers=callers.reader)).json()
+    assert [node["name"] for node in page["items"]] == ["sim-node-1"]
+    rest = await (
+        await client.get(f"{one}/nodes?limit=1&cursor={page['next']}", headers=callers.reader)
+    ).json()
+    assert [node["name"] for node in rest["items"]] == ["sim-node-2"]
+    assert rest["next"] is None
+
+    templates = await (await client.get(f"{one}/templates", headers=callers.reader)).json()
+    assert {(t["name"], t["os_type"]) for t in templates["items"]} == {
+        ("ubuntu-22.04", "linux"),
+        ("windows-11", "windows"),
+    }
+    assert await audit_actions(clusters_runtime, created["id"]) == [
+        "cluster.create",
+        "cluster.check",
+    ]
+
+
+async def test_a_failed_check_is_a_result_and_is_counted(
+    client: Any, callers: Callers, clusters_runtime: Runtime
+) -> None:
+    created = await create(
+        client,
+        callers.manager,
+        simulator_cluster(credentials={"token": "wrong"}, options={"required_token": "right"}),
+    )
+    one = f"{CLUSTERS}/{created['id']}"
+    response = await client.post(f"{one}/check", headers=callers.manager)
+    assert response.status == 200
+    result = await response.json()
+    assert result["ok"] is False
+    assert result["error"]["code"] == "driver_authentication_failed"
+    assert result["error"]["retryable"] is False
+    assert result["product"] is None
+    record = await (await client.get(one, headers=callers.reader)).json()
+    assert record["last_check_ok"] is False
+    assert record["last_check_error"].startswith("driver_authentication_failed: ")
+    row = await clusters_runtime.db.fetchrow(
+        "SELECT outcome, details FROM audit_events WHERE action = 'cluster.check' "
+        "AND resource_id = $1",
+        created["id"],
+    )
+    assert row["outcome"] == "failure"
+
+    nodes = await client.get(f"{one}/nodes", headers=callers.reader)
+    assert nodes.status == 502
+    assert nodes.content_type == PROBLEM
+    assert (await nodes.json())["code"] == "driver_authentication_failed"
+
+    metrics = clusters_runtime.metrics
+    labels = {"driver": "simulator", "operation": "check_connection"}
+    outcome = "driver_authentication_failed"
+    assert (
+        metrics.get_sample_value("deskpool_driver_calls_total", {**labels, "outcome": outcome}) == 1
+    )
+    fixed = await client.patch(
+        one, json={"credentials": {"token": "right"}}, headers=callers.manager
+    )
+    assert fixed.status == 200
+    assert (await (await client.post(f"{one}/check", headers=callers.manager)).json())["ok"]
+    assert metrics.get_sample_value("deskpool_driver_calls_total", {**labels, "outcome": "ok"}) == 1
+    assert (
+        metrics.get_sample_value(
+            "deskpool_driver_call_duration_seconds_count", {**labels, "outcome": "ok"}
+        )
+        == 1
+    )
+    listed = metrics.get_sample_value(
+        "deskpool_driver_calls_total",
+        {"driver": "simulator", "operation": "list_nodes", "outcome": outcome},
+    )
+    assert listed == 1
+
+
+async def test_a_cluster_whose_driver_is_not_installed(
+    client: Any, callers: Callers, clusters_runtime: Runtime
+) -> None:
+    cluster_id = await clusters_runtime.db.fetchval(
+        "INSERT INTO clusters (name, driver, endpoint) VALUES ('old', 'gone', 'https://old') "
+        "RETURNING id::text"
+    )
+    listed = await (await client.get(CLUSTERS, headers=callers.reader)).json()
+    assert [(c["name"], c["driver_status"]) for c in listed["items"]] == [("old", "not_installed")]
+    one = f"{CLUSTERS}/{cluster_id}"
+    assert (await (await client.get(one, headers=callers.reader)).json())["driver_status"] == (
+        "not_installed"
+    )
+    installed = driver_manager_for(clusters_runtime).installed()
+    for method, path, headers in [
+        ("POST", f"{one}/check", callers.manager),
+        ("GET", f"{one}/nodes", callers.reader),
+        ("GET", f"{one}/templates", callers.reader),
+    ]:
+        response = await client.request(method, path, headers=headers)
+        assert response.status == 503, path
+        assert response.content_type == PROBLEM
+        problem = await response.json()
+        assert problem["code"] == "driver_not_installed"
+        assert problem["driver"] == "gone"
+        assert problem["installed"] == installed
+    renamed = await client.patch(one, json={"name": "older"}, headers=callers.manager)
+    assert renamed.status == 200
+    assert (await client.delete(one, headers=callers.manager)).status == 204
+
+
+async def test_a_cluster_in_use_by_pools_is_not_deleted(
+    client: Any, callers: Callers, clusters_runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    created = await create(client, callers.manager, simulator_cluster())
+    cluster_id = uuid.UUID(created["id"])
+    assert await repository.pools_using_cluster(clusters_runtime.db, cluster_id) == 0
+
+    async def two_pools(db: Any, wanted: uuid.UUID) -> int:
+        return 2 if wanted == cluster_id else 0
+
+    monkeypatch.setattr(repository, "pools_using_cluster", two_pools)
+    refused = await client.delete(f"{CLUSTERS}/{cluster_id}", headers=callers.manager)
+    assert refused.status == 409
+    problem = await refused.json()
+    assert problem["code"] == "cluster_in_use"
+    assert problem["pools"] == 2
+    still = await client.get(f"{CLUSTERS}/{cluster_id}", headers=callers.reader)
+    assert still.status == 200
+
+
+async def test_setup_says_whether_a_cluster_is_connected(
+    client: Any, callers: Callers, clusters_runtime: Runtime
+) -> None:
+    assert (await client.get("/api/v1/setup")).status == 401
+    before = await (await client.get("/api/v1/setup", headers=callers.nobody)).json()
+    assert before == {
+        "cluster_connected": False,
+        "cluster_count": 0,
+        "can_connect_cluster": False,
+        "is_platform_admin": False,
+        "installed_drivers": driver_manager_for(clusters_runtime).installed(),
+    }
+    manager_view = await (await client.get("/api/v1/setup", headers=callers.manager)).json()
+    assert manager_view["can_connect_cluster"] is True
+    await clusters_runtime.db.execute(
+        "INSERT INTO clusters (name, driver, endpoint) VALUES ('old', 'gone', 'x')"
+    )
+    orphaned = await (await client.get("/api/v1/setup", headers=callers.reader)).json()
+    assert (orphaned["cluster_connected"], orphaned["cluster_count"]) == (False, 1)
+    await create(client, callers.manager, simulator_cluster())
+    after = await (await client.get("/api/v1/setup", headers=callers.reader)).json()
+    assert (after["cluster_connected"], after["cluster_count"]) == (True, 2)
+    assert after["can_connect_cluster"] is False
