@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DRIVERS := $(wildcard hypervisor_drivers/*/pyproject.toml)
 
-.PHONY: run test setup services lint docs openapi clean
+.PHONY: run test setup services browser lint docs openapi clean
 
 $(STAMP): pyproject.toml $(DRIVERS)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -24,13 +24,16 @@ setup: $(STAMP)
 services:
 	@bash scripts/ensure-services.sh
 
+browser:
+	@bash scripts/ensure-browser.sh
+
 # The main job: migrate, then run every component in one process.
 run: setup services
 	@bash scripts/dev-env.sh
 	@set -a && . ./.run/dev.env && set +a && $(BIN)/deskpool migrate && exec $(BIN)/deskpool run all
 
 # The whole test suite, lint and type checks included, through tox.
-test: setup services
+test: setup services browser
 	$(BIN)/tox run -e lint,tests
 
 lint: setup

@@ -22,8 +22,10 @@ from deskpool.errors import SchemaOutOfDate, StartupError
 from deskpool.kv import connect_kv
 
 if TYPE_CHECKING:
+    from deskpool.clusters.drivers import DriverManager
     from deskpool.config import Config
     from deskpool.plugins import PluginHost
+    from deskpool.secrets import SecretStore
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,8 @@ class Runtime:
         self.components: dict[str, Component] = {}
         self._db: asyncpg.Pool | None = None
         self._kv: redis.Redis | None = None
+        self._drivers: DriverManager | None = None
+        self._secret_store: SecretStore | None = None
         self._opened = False
 
     @property
@@ -92,6 +96,24 @@ class Runtime:
         if self._kv is None:
             raise RuntimeError("the runtime is not open")
         return self._kv
+
+    @property
+    def drivers(self) -> DriverManager:
+        """The hypervisor driver manager of this process (made on first use)."""
+        if self._drivers is None:
+            from deskpool.clusters.drivers import DriverManager
+
+            self._drivers = DriverManager(self)
+        return self._drivers
+
+    @property
+    def secret_store(self) -> SecretStore:
+        """The secret store ``SECRET_STORE`` chooses (made on first use)."""
+        if self._secret_store is None:
+            from deskpool.secrets import build_secret_store
+
+            self._secret_store = build_secret_store(self.plugins, self.config)
+        return self._secret_store
 
     async def open(self, *, require_current_schema: bool = True) -> None:
         """Connect to PostgreSQL and Redis, check the schema, and run plugin startup hooks.

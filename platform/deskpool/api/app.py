@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from marshmallow import Schema
+from marshmallow import EXCLUDE, RAISE, Schema
 from prometheus_client import Counter, Histogram
 
 from deskpool.api import docs, openapi, resources
@@ -67,6 +67,23 @@ class HttpMetrics:
             registry=runtime.metrics,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
+        # Children by label values: looking them up in prometheus_client on every request
+        # costs more than the rest of the bookkeeping.
+        self._counted: dict[tuple[str, str, int], Any] = {}
+        self._timed: dict[tuple[str, str], Any] = {}
+
+    def observe(self, route: str, method: str, status: int, seconds: float) -> None:
+        """Count one answered request and its latency."""
+        counter = self._counted.get((route, method, status))
+        if counter is None:
+            counter = self.requests.labels(route, method, str(status))
+            self._counted[(route, method, status)] = counter
+        counter.inc()
+        timer = self._timed.get((route, method))
+        if timer is None:
+            timer = self.latency.labels(route, method)
+            self._timed[(route, method)] = timer
+        timer.observe(seconds)
 
 
 METRICS_KEY = web.AppKey("http_metrics", HttpMetrics)
@@ -96,37 +113,39 @@ async def request_middleware(request: web.Request, handler: Handler) -> web.Stre
     finally:
         elapsed = time.perf_counter() - started
         route = route_template(request)
-        metrics = request.app[METRICS_KEY]
-        metrics.requests.labels(route, request.method, str(status)).inc()
-        metrics.latency.labels(route, request.method).observe(elapsed)
-        log.info(
-            "%s %s %s %.1fms",
-            request.method,
-            route,
-            status,
-            elapsed * 1000,
-            extra={
-                "request_id": request_id,
-                "method": request.method,
-                "route": route,
-                "status": status,
-                "duration_ms": round(elapsed * 1000, 2),
-            },
-        )
+        request.app[METRICS_KEY].observe(route, request.method, status, elapsed)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "%s %s %s %.1fms",
+                request.method,
+                route,
+                status,
+                elapsed * 1000,
+                extra={
+                    "request_id": request_id,
+                    "method": request.method,
+                    "route": route,
+                    "status": status,
+                    "duration_ms": round(elapsed * 1000, 2),
+                },
+            )
 
 
-def dump(operation: Operation, status: int, data: Any) -> Any:
-    """Serialize ``data`` through the schema of the ``status`` response, if it has one."""
-    spec = operation.responses.get(status)
-    if spec is None or spec.schema is None or data is None:
-        return data
-    schema = spec.schema() if isinstance(spec.schema, type) else spec.schema
-    assert isinstance(schema, Schema)
-    return schema.dump(data)
+def response_schemas(operation: Operation) -> dict[int, Schema]:
+    """One schema instance per documented response, made once (instances are reusable)."""
+    schemas = {}
+    for status, spec in operation.responses.items():
+        if spec.schema is not None:
+            schemas[status] = spec.schema() if isinstance(spec.schema, type) else spec.schema
+    return schemas
 
 
 def operation_handler(operation: Operation) -> Handler:
     """Wrap ``operation``'s handler with the limits, authentication and validation it declares."""
+    # Schemas are built once per operation: building one costs more than serving a request.
+    dumpers = response_schemas(operation)
+    query_schema = operation.query(unknown=EXCLUDE) if operation.query is not None else None
+    body_schema = operation.body(unknown=RAISE) if operation.body is not None else None
 
     async def handle(request: web.Request) -> web.StreamResponse:
         app = request.app
@@ -142,22 +161,24 @@ def operation_handler(operation: Operation) -> Handler:
             principal = await authenticate(request, runtime, operation)
             await limiter.check(request, principal)
         call = Call(request=request, operation=operation, runtime=runtime, principal=principal)
-        if operation.query is not None:
-            call.query = await parse_query(request, operation.query, parser)
+        if query_schema is not None:
+            call.query = await parse_query(request, query_schema, parser)
         if operation.paginated:
             call.query["limit"] = app[PAGE_LIMITS_KEY].resolve(call.query.get("limit"))
             call.query.setdefault("cursor", None)
-        if operation.body is not None:
-            call.body = await parse_body(request, operation.body, parser)
+        if body_schema is not None:
+            call.body = await parse_body(request, body_schema, parser)
         result = await operation.handler(call)
         if isinstance(result, web.StreamResponse):
             return result
         reply = result if isinstance(result, Reply) else Reply(result, operation.success_status)
         if reply.status == 204:
             return web.Response(status=204, headers=reply.headers)
-        return web.json_response(
-            dump(operation, reply.status, reply.data), status=reply.status, headers=reply.headers
+        dumper = dumpers.get(reply.status)
+        data = (
+            dumper.dump(reply.data) if dumper is not None and reply.data is not None else reply.data
         )
+        return web.json_response(data, status=reply.status, headers=reply.headers)
 
     handle.__name__ = operation.operation_id
     return handle
@@ -204,9 +225,15 @@ def create_app(runtime: Runtime) -> web.Application:
     )
     app[RUNTIME_KEY] = runtime
     app[METRICS_KEY] = HttpMetrics(runtime)
-    app[RATE_LIMITER_KEY] = RateLimiter(
+    limiter = RateLimiter(
         runtime.kv, config["KVSTORE_KEY_PREFIX"], config["API_RATE_LIMIT_PER_MINUTE"]
     )
+    app[RATE_LIMITER_KEY] = limiter
+
+    async def close_limiter(app: web.Application) -> None:
+        await limiter.close()
+
+    app.on_cleanup.append(close_limiter)
     app[PAGE_LIMITS_KEY] = PageLimits.from_config(config)
     app[PARSER_KEY] = DeskpoolParser()
     install_authentication(app, runtime)

@@ -6,10 +6,15 @@ Each caller has a budget of ``API_RATE_LIMIT_PER_MINUTE`` requests per window of
 budget follows them across addresses and every API process shares it through Redis.
 
 The window is a fixed one that opens with a caller's first request: one Redis key per caller,
-incremented and given its expiry atomically by a Lua script, so concurrent requests on several
-processes count exactly. Every counted response carries the ``RateLimit-Limit``,
-``RateLimit-Remaining``, ``RateLimit-Reset`` and ``RateLimit-Policy`` headers (the IETF
-RateLimit header fields draft); the request over budget is answered 429 with ``Retry-After``.
+incremented and given its expiry atomically by a Lua script. Redis stays off the hot path: a
+process counts its callers' requests locally and adds them to the shared counters in one
+pipeline every :data:`FLUSH_SECONDS`, reading back the deployment-wide totals; only a caller's
+first request of a window waits for Redis. Several processes therefore see each other's requests
+within :data:`FLUSH_SECONDS`, which may let a caller exceed its budget by the requests of that
+interval, a deliberate trade for a cheap warm path. Every counted response carries the
+``RateLimit-Limit``, ``RateLimit-Remaining``, ``RateLimit-Reset`` and ``RateLimit-Policy``
+headers (the IETF RateLimit header fields draft); the request over budget is answered 429 with
+``Retry-After``.
 
 Redis holds only what may be lost (DESIGN §5): while it cannot be reached requests are served
 unlimited, and the outage is logged once, not per request. After a failure the limiter leaves
@@ -19,6 +24,8 @@ retries to every request.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -38,8 +45,11 @@ WINDOW_SECONDS = 60
 #: How long the limiter stays suspended after the store failed to answer, in seconds.
 STORE_RETRY_SECONDS = 5.0
 
+#: How often locally counted requests are added to the shared counters, in seconds.
+FLUSH_SECONDS = 0.05
+
 _COUNT_SCRIPT = """
-local count = redis.call('INCR', KEYS[1])
+local count = redis.call('INCRBY', KEYS[1], ARGV[2])
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl < 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
@@ -85,52 +95,124 @@ def caller_key(principal: Any, request: web.Request) -> str:
     return f"address:{request.remote or 'unknown'}"
 
 
+@dataclass
+class _Window:
+    """A caller's current window as this process knows it."""
+
+    shared_count: int
+    pending: int
+    resets_at: float
+
+
 class RateLimiter:
-    """Counts requests per caller in Redis and refuses those over budget.
+    """Counts requests per caller, shared through Redis, and refuses those over budget.
 
     :param kv: the Redis client.
     :param key_prefix: ``KVSTORE_KEY_PREFIX``.
     :param per_minute: ``API_RATE_LIMIT_PER_MINUTE``; 0 disables the limiter.
+    :param flush_seconds: how often local counts are added to the shared counters.
     """
 
-    def __init__(self, kv: Redis, key_prefix: str, per_minute: int) -> None:
+    def __init__(
+        self, kv: Redis, key_prefix: str, per_minute: int, flush_seconds: float = FLUSH_SECONDS
+    ) -> None:
         self.per_minute = per_minute
+        self.flush_seconds = flush_seconds
         self._key_prefix = f"{key_prefix}ratelimit:"
         self._count = kv.register_script(_COUNT_SCRIPT)
+        self._kv = kv
         self._store_down = False
         self._suspended_until = 0.0
+        self._windows: dict[str, _Window] = {}
+        self._flusher: asyncio.Task[None] | None = None
 
     @property
     def enabled(self) -> bool:
         """Whether requests are limited at all."""
         return self.per_minute > 0
 
-    async def count(self, caller: str) -> RateLimitState | None:
-        """Count one request of ``caller``; ``None`` when disabled or Redis is unreachable."""
-        if not self.enabled or time.monotonic() < self._suspended_until:
-            return None
-        try:
-            count, ttl_ms = await self._count(
-                keys=[self._key_prefix + caller], args=[WINDOW_SECONDS * 1000]
+    def _store_failed(self, error: BaseException) -> None:
+        self._suspended_until = time.monotonic() + STORE_RETRY_SECONDS
+        if not self._store_down:
+            log.warning(
+                "rate limiting is suspended: the key-value store cannot be reached (%s: %s)",
+                type(error).__name__,
+                error,
             )
-        except (RedisError, OSError) as error:
-            self._suspended_until = time.monotonic() + STORE_RETRY_SECONDS
-            if not self._store_down:
-                log.warning(
-                    "rate limiting is suspended: the key-value store cannot be reached (%s: %s)",
-                    type(error).__name__,
-                    error,
-                )
-                self._store_down = True
-            return None
+            self._store_down = True
+
+    def _store_answered(self) -> None:
         if self._store_down:
             log.warning("rate limiting resumed: the key-value store answers again")
             self._store_down = False
+
+    async def count(self, caller: str) -> RateLimitState | None:
+        """Count one request of ``caller``; ``None`` when disabled or Redis is unreachable."""
+        now = time.monotonic()
+        if not self.enabled or now < self._suspended_until:
+            return None
+        window = self._windows.get(caller)
+        if window is None or now >= window.resets_at:
+            # The first request of a window learns the shared count and expiry from Redis.
+            try:
+                count, ttl_ms = await self._count(
+                    keys=[self._key_prefix + caller], args=[WINDOW_SECONDS * 1000, 1]
+                )
+            except (RedisError, OSError) as error:
+                self._store_failed(error)
+                return None
+            self._store_answered()
+            window = _Window(int(count), 0, now + int(ttl_ms) / 1000)
+            self._windows[caller] = window
+        else:
+            window.pending += 1
+            if self._flusher is None or self._flusher.done():
+                self._flusher = asyncio.create_task(self._flush_soon(), name="ratelimit-flush")
         return RateLimitState(
             limit=self.per_minute,
-            remaining=self.per_minute - int(count),
-            reset_seconds=max(1, math.ceil(int(ttl_ms) / 1000)),
+            remaining=self.per_minute - window.shared_count - window.pending,
+            reset_seconds=max(1, math.ceil(window.resets_at - now)),
         )
+
+    async def _flush_soon(self) -> None:
+        await asyncio.sleep(self.flush_seconds)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Add the locally counted requests to the shared counters and read the totals back."""
+        now = time.monotonic()
+        for caller in [c for c, w in self._windows.items() if now >= w.resets_at]:
+            del self._windows[caller]
+        pending = [(caller, w, w.pending) for caller, w in self._windows.items() if w.pending]
+        if not pending:
+            return
+        for _, window, amount in pending:
+            window.pending -= amount
+        try:
+            async with self._kv.pipeline(transaction=False) as pipe:
+                for caller, _, amount in pending:
+                    await self._count(
+                        keys=[self._key_prefix + caller],
+                        args=[WINDOW_SECONDS * 1000, amount],
+                        client=pipe,
+                    )
+                results = await pipe.execute()
+        except (RedisError, OSError) as error:
+            self._store_failed(error)
+            return
+        self._store_answered()
+        for (_, window, _), (count, ttl_ms) in zip(pending, results, strict=True):
+            window.shared_count = int(count)
+            window.resets_at = min(window.resets_at, now + int(ttl_ms) / 1000)
+
+    async def close(self) -> None:
+        """Flush what is still counted locally and stop the background flush."""
+        if self._flusher is not None and not self._flusher.done():
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+        self._flusher = None
+        await self.flush()
 
     async def check(self, request: web.Request, principal: Any) -> None:
         """Count the request against its caller; remember the state for the response headers.

@@ -160,9 +160,15 @@ class RouteTable:
     def register(self, app: web.Application, wrap: Callable[[Operation], AiohttpHandler]) -> None:
         """Add every operation to ``app``'s router, each handler wrapped by ``wrap``."""
         for operation in self.operations():
-            app.router.add_route(
-                operation.method, operation.path, wrap(operation), name=operation.operation_id
-            )
+            if operation.method == "GET":
+                # HEAD is answered wherever GET is (RFC 9110 §9.3.2).
+                app.router.add_get(
+                    operation.path, wrap(operation), name=operation.operation_id, allow_head=True
+                )
+            else:
+                app.router.add_route(
+                    operation.method, operation.path, wrap(operation), name=operation.operation_id
+                )
 
 
 def _camel(name: str) -> str:

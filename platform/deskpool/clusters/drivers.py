@@ -36,7 +36,7 @@ from deskpool.drivers import (
 from deskpool.drivers.shared_state import RedisSharedState
 from deskpool.errors import ServiceUnavailable
 from deskpool.registry import Registry
-from deskpool.secrets import SecretStore, build_secret_store
+from deskpool.secrets import SecretStore
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime
@@ -50,9 +50,6 @@ NOT_INSTALLED = "not_installed"
 
 #: Latency buckets of driver calls: from a cached read to a slow full clone.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
-
-#: The runtime attribute holding its driver manager (until the runtime has a property for it).
-_RUNTIME_ATTRIBUTE = "_deskpool_driver_manager"
 
 
 class DriverNotInstalled(ServiceUnavailable):
@@ -163,7 +160,7 @@ class DriverManager:
     def secret_store(self) -> SecretStore:
         """The secret store chosen by ``SECRET_STORE`` (built once)."""
         if self._secret_store is None:
-            self._secret_store = build_secret_store(self.runtime.plugins, self.runtime.config)
+            self._secret_store = self.runtime.secret_store
         return self._secret_store
 
     def shared_state_prefix(self, cluster_id: uuid.UUID | str) -> str:
@@ -272,9 +269,5 @@ def _glob_escape(text: str) -> str:
 
 
 def driver_manager_for(runtime: Runtime) -> DriverManager:
-    """The driver manager of ``runtime``, made on first use and kept on the runtime."""
-    manager = getattr(runtime, _RUNTIME_ATTRIBUTE, None)
-    if not isinstance(manager, DriverManager):
-        manager = DriverManager(runtime)
-        setattr(runtime, _RUNTIME_ATTRIBUTE, manager)
-    return manager
+    """The driver manager of ``runtime`` (one per runtime: its metrics are registered once)."""
+    return runtime.drivers

@@ -9,6 +9,7 @@ import pytest
 from aiohttp.test_utils import make_mocked_request
 from tests.integration.api.extra_operations import PROBLEM, ApiClientFactory, NumberSchema
 
+from deskpool.api.app import RATE_LIMITER_KEY
 from deskpool.api.pagination import PageLimits, PageQuery, check_page_contract, page_schema
 from deskpool.api.ratelimit import RateLimiter, caller_key
 from deskpool.api.routes import Operation, ResponseSpec
@@ -64,8 +65,14 @@ async def test_the_budget_is_shared_through_redis_by_every_process(
     two = await make_api_client(**settings)
     prefix = settings["KVSTORE_KEY_PREFIX"]
     await _clear_prefix(one, prefix)
+    # Each process's first request of the window is counted in Redis at once: the budget of 2
+    # is used up across the two processes.
     assert (await one.get("/test/numbers")).status == 200
     assert (await two.get("/test/numbers")).status == 200
+    # Later requests are counted locally and shared at the next flush, so a process learns of
+    # the other's requests within FLUSH_SECONDS (here: at the explicit flush).
+    await one.get("/test/numbers")
+    await one.app[RATE_LIMITER_KEY].flush()
     assert (await one.get("/test/numbers")).status == 429
     assert (await two.get("/test/numbers")).status == 429
     await _clear_prefix(one, prefix)

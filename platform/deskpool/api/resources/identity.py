@@ -24,7 +24,9 @@ from deskpool.identity.repository import parse_id, role_definitions
 from deskpool.permissions import PermissionCatalog, builtin_roles
 
 KEY_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
+PERMISSION_PATTERN = r"^[a-z_]+:(read|manage|admin)$"
 _key = validate.Regexp(KEY_PATTERN, error="lowercase letters, digits, '.', '_' and '-'")
+_permission = validate.Regexp(PERMISSION_PATTERN, error="a permission: <resource>:read|manage")
 
 
 # ---------------------------------------------------------------------------------- schemas
@@ -126,14 +128,16 @@ class RoleCreateSchema(Schema):
 
     key = fields.String(required=True, validate=_key)
     description = fields.String(load_default="", validate=validate.Length(max=2000))
-    permissions = fields.List(fields.String(), required=True, validate=validate.Length(min=1))
+    permissions = fields.List(
+        fields.String(validate=_permission), required=True, validate=validate.Length(min=1)
+    )
 
 
 class RoleChangeSchema(Schema):
     """Changes to a custom role."""
 
     description = fields.String(validate=validate.Length(max=2000))
-    permissions = fields.List(fields.String(), validate=validate.Length(min=1))
+    permissions = fields.List(fields.String(validate=_permission), validate=validate.Length(min=1))
 
 
 class GrantSchema(Schema):
@@ -154,7 +158,7 @@ class GrantCreateSchema(Schema):
     subject_type = fields.String(required=True, validate=validate.OneOf(["user", "group"]))
     subject_id = fields.UUID(required=True)
     role_key = fields.String(validate=_key)
-    permission = fields.String(validate=validate.Length(min=3, max=100))
+    permission = fields.String(validate=_permission)
 
 
 class GrantQuery(PageQuery):
