@@ -111,6 +111,31 @@ async def enqueue(
     return Job.from_record(row)
 
 
+async def enqueue_many(
+    connection: asyncpg.Connection,
+    kind: str,
+    payloads: Sequence[Mapping[str, Any]],
+    *,
+    priority: int = 0,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> list[int]:
+    """Add one job of ``kind`` per payload, due now, in one statement; return their ids."""
+    if max_attempts < 1:
+        raise ValueError("max_attempts must be at least 1")
+    rows = await connection.fetch(
+        """
+        INSERT INTO jobs (kind, payload, priority, max_attempts)
+        SELECT $1, payload::jsonb, $3, $4 FROM unnest($2::text[]) AS payload
+        RETURNING id
+        """,
+        kind,
+        [json.dumps(dict(payload)) for payload in payloads],
+        priority,
+        max_attempts,
+    )
+    return [row["id"] for row in rows]
+
+
 # --------------------------------------------------------------------------- the worker's side
 
 

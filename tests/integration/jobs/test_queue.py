@@ -266,3 +266,10 @@ async def test_finished_jobs_are_pruned_but_dead_ones_are_kept(db: asyncpg.Conne
         (second.id, "dead"),
         (third.id, "running"),
     ]
+
+
+async def test_many_jobs_are_enqueued_in_one_statement(db: asyncpg.Connection) -> None:
+    ids = await queue.enqueue_many(db, "k", [{"n": n} for n in range(3)], priority=2)
+    claimed = await claim(db)
+    assert sorted(job.id for job in claimed) == sorted(ids)
+    assert sorted(job.payload["n"] for job in claimed) == [0, 1, 2]

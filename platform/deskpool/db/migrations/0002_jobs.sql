@@ -30,10 +30,12 @@ CREATE TABLE jobs (
     finished_at       timestamptz
 );
 
--- Claims walk due jobs in priority order.
+-- Claims walk queued jobs in priority order; the other states have small partial indexes of
+-- their own, so claims and completions touch as few index entries as possible and heartbeats
+-- (which change no indexed column) can be HOT updates.
 CREATE INDEX jobs_due ON jobs (priority DESC, run_at, id) WHERE state = 'queued';
--- Lists and queue depth by state and kind; lease sweeps find running jobs here.
-CREATE INDEX jobs_state_kind ON jobs (state, kind, id DESC);
+CREATE INDEX jobs_running ON jobs (id) WHERE state = 'running';
+CREATE INDEX jobs_dead ON jobs (kind, id) WHERE state = 'dead';
 -- A desktop's (or any resource's) jobs.
 CREATE INDEX jobs_resource ON jobs (resource_type, resource_id, id DESC)
     WHERE resource_type IS NOT NULL;
