@@ -27,10 +27,11 @@ services:
 browser:
 	@bash scripts/ensure-browser.sh
 
-# The main job: migrate, then run every component in one process.
+# The main job: `deskpool dev` migrates, then runs every component in one process with the
+# simulator driver and a development identity provider, and prints where everything is.
 run: setup services
 	@bash scripts/dev-env.sh
-	@set -a && . ./.run/dev.env && set +a && $(BIN)/deskpool migrate && exec $(BIN)/deskpool run all
+	@set -a && . ./.run/dev.env && set +a && exec $(BIN)/deskpool dev
 
 # The whole test suite, lint and type checks included, through tox.
 test: setup services browser
