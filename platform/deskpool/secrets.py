@@ -13,9 +13,10 @@ returned in clear. A feature that keeps a credential calls the repository functi
   responses show: credentials are write-only).
 
 The store itself is a plugin (entry-point group ``deskpool.secret_stores``, chosen by
-``SECRET_STORE``; the first-party one is ``envelope``). Its contract is :class:`SecretStore`:
-``encrypt``, ``decrypt``, ``rewrap`` and the ids of its keys. The context is bound to the sealed
-value, so a sealed value copied into another row or field does not open.
+``SECRET_STORE``; the first-party one is ``envelope``); a process reaches it as
+``runtime.secret_store`` (built once by :func:`build_secret_store`). Its contract is
+:class:`SecretStore`: ``encrypt``, ``decrypt``, ``rewrap`` and the ids of its keys. The context is
+bound to the sealed value, so a sealed value copied into another row or field does not open.
 
 Key rotation works on the same table: :func:`count_by_key_id` (``deskpool secrets status`` and
 the startup rules) and :func:`rewrap_batch` / :func:`rewrap_all` (``deskpool secrets rewrap``),

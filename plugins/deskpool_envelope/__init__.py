@@ -113,4 +113,4 @@ async def check_keys(runtime: Runtime, store: SecretStore) -> None:
 @hookimpl
 async def deskpool_startup(runtime: Runtime) -> None:
     """Refuse to start when the configured keys cannot open what is stored (SPEC.md §7)."""
-    await check_keys(runtime, EnvelopeSecretStore.from_config(runtime.config))
+    await check_keys(runtime, runtime.secret_store)

@@ -29,7 +29,6 @@ from deskpool.secrets import (
     SecretMetadata,
     SecretsUnavailable,
     SecretValue,
-    build_secret_store,
     count_by_key_id,
     delete_secret,
     delete_secrets_of,
@@ -249,10 +248,9 @@ class CredentialRoutes:
             responses={200: ResponseSpec("The credential's status.", CredentialStatus)},
         )
         async def put_test_credential(call: Call) -> dict[str, SecretMetadata]:
-            store = build_secret_store(call.runtime.plugins, call.runtime.config)
             owner = call.path_param("owner")
             metadata = await put_secret(
-                call.runtime.db, store, context(owner), call.body["api_token"]
+                call.runtime.db, call.runtime.secret_store, context(owner), call.body["api_token"]
             )
             return {"api_token": metadata}
 
