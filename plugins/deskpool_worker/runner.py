@@ -188,11 +188,6 @@ class JobRunner:
             runtime.config["DATABASE_URL"], self._wake.set, settings.poll_interval
         )
 
-    @property
-    def claiming(self) -> bool:
-        """Whether the claim loop runs."""
-        return self._claim_task is not None and not self._claim_task.done()
-
     def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
         self._background.append(asyncio.create_task(coroutine, name=name))
 

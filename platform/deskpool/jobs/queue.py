@@ -28,6 +28,9 @@ from deskpool.jobs.model import (
     JobState,
 )
 
+#: Jobs one claim takes at most.
+MAX_CLAIM = 1000
+
 #: Jobs a lease sweep reclaims at most in one statement.
 RECLAIM_BATCH = 500
 
@@ -153,21 +156,26 @@ async def claim(
     attempt count and fencing token incremented. Jobs other workers are claiming are skipped,
     never waited for.
     """
+    if not 1 <= limit <= MAX_CLAIM:
+        raise ValueError(f"a claim takes 1 to {MAX_CLAIM} jobs")
+    # The limit is written into the statement (one prepared statement per batch size), so the
+    # cached plan knows the batch is small and walks jobs_due in order instead of sorting the
+    # whole backlog.
     rows = await connection.fetch(
-        """
+        f"""
         WITH due AS (
             SELECT id FROM jobs
             WHERE state = 'queued' AND run_at <= now() AND kind = ANY($1::text[])
             ORDER BY priority DESC, run_at, id
-            LIMIT $2
+            LIMIT {int(limit)}
             FOR UPDATE SKIP LOCKED
         )
         UPDATE jobs SET
             state = 'running',
             attempts = jobs.attempts + 1,
             fence = jobs.fence + 1,
-            worker = $3,
-            lease_expires_at = now() + $4::interval,
+            worker = $2,
+            lease_expires_at = now() + $3::interval,
             heartbeat_at = now(),
             started_at = now(),
             updated_at = now()
@@ -178,7 +186,6 @@ async def claim(
                   extract(epoch FROM now() - jobs.run_at)::float8 AS waited
         """,
         list(kinds),
-        limit,
         worker,
         lease,
     )
