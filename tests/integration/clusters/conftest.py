@@ -64,7 +64,7 @@ async def clusters_runtime(clusters_environ: dict[str, str]) -> AsyncIterator[Ru
 
     connection = await asyncpg.connect(clusters_environ["DATABASE_URL"])
     try:
-        await connection.execute("TRUNCATE clusters")
+        await connection.execute("TRUNCATE clusters CASCADE")
     finally:
         await connection.close()
     process = bootstrap(clusters_environ, ["api"], log_setup=False)
