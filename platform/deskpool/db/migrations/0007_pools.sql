@@ -22,6 +22,9 @@ CREATE TABLE pools (
     reconciled_generation  bigint NOT NULL DEFAULT 0,
     reconciled_at          timestamptz,
     health                 jsonb NOT NULL DEFAULT '{}'::jsonb,
+    -- Active Directory join of Windows desktops: {"domain", "username", "organizational_unit"};
+    -- the password is sealed in sealed_secrets (kind pool.domain_join, field password).
+    domain_join            jsonb,
     created_at             timestamptz NOT NULL DEFAULT now(),
     updated_at             timestamptz NOT NULL DEFAULT now()
 );
