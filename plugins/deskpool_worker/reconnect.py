@@ -19,6 +19,7 @@ DATABASE_ERRORS: tuple[type[BaseException], ...] = (
     TimeoutError,
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
 )
 
 

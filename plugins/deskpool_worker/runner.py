@@ -58,6 +58,9 @@ CANCEL_GRACE = 2.0
 #: How long a claim loop that found due jobs it could not take waits before looking again.
 CONTENDED_WAIT = 0.05
 
+#: How long a loop that failed unexpectedly waits before it starts again.
+LOOP_RESTART_DELAY = 1.0
+
 #: The longest error text kept with a failed attempt.
 ERROR_TEXT_LIMIT = 2000
 
@@ -188,19 +191,34 @@ class JobRunner:
             runtime.config["DATABASE_URL"], self._wake.set, settings.poll_interval
         )
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, None], name: str) -> None:
-        self._background.append(asyncio.create_task(coroutine, name=name))
+    def _spawn(self, loop: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+        self._background.append(asyncio.create_task(self._supervise(loop, name), name=name))
+
+    async def _supervise(self, loop: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+        """Run one of the runner's loops, restarting it if a bug escapes it.
+
+        A worker whose loop silently died would hold its slots and claim nothing.
+        """
+        while True:
+            try:
+                await loop()
+                return
+            except Exception:
+                log.exception("worker loop %s failed; restarting it", name)
+                await asyncio.sleep(LOOP_RESTART_DELAY)
 
     async def start(self) -> None:
         """Start listening, claiming, heartbeating, completing and sweeping."""
         self._stopping.clear()
-        self._spawn(self.notifications.run(), "deskpool-job-notifications")
-        self._spawn(self._heartbeat_loop(), "deskpool-job-heartbeats")
-        self._spawn(self._completion_loop(), "deskpool-job-completions")
-        self._spawn(self._sweep_loop(), "deskpool-job-lease-sweep")
-        self._spawn(self._depth_loop(), "deskpool-job-queue-depth")
+        self._spawn(self.notifications.run, "deskpool-job-notifications")
+        self._spawn(self._heartbeat_loop, "deskpool-job-heartbeats")
+        self._spawn(self._completion_loop, "deskpool-job-completions")
+        self._spawn(self._sweep_loop, "deskpool-job-lease-sweep")
+        self._spawn(self._depth_loop, "deskpool-job-queue-depth")
         if self.kinds:
-            self._claim_task = asyncio.create_task(self._claim_loop(), name="deskpool-job-claims")
+            self._claim_task = asyncio.create_task(
+                self._supervise(self._claim_loop, "claims"), name="deskpool-job-claims"
+            )
         else:
             log.warning("no job kinds are registered: this worker claims no jobs")
 

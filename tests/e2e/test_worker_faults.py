@@ -318,7 +318,7 @@ async def test_the_worker_reconnects_when_the_database_drops_its_connections(
     second = await queue.enqueue(db, "record", {"seconds": 0})
     await until(
         lambda: db.fetchval("SELECT state = 'succeeded' FROM jobs WHERE id = $1", second.id),
-        "a job enqueued after the reconnection ran",
+        f"a job enqueued after the reconnection ran; the worker wrote:\n{worker.output}",
     )
     assert worker.process is not None
     assert worker.process.returncode is None
