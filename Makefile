@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml $(DRIVERS)
 	  { echo "python venv is missing: sudo apt-get install python3-venv"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test,lint]' $(foreach d,$(DRIVERS),-e $(dir $(d)))
+	$(BIN)/pip install -q -e '.[test,lint,dev]' $(foreach d,$(DRIVERS),-e $(dir $(d)))
 	touch $@
 
 setup: $(STAMP)
