@@ -746,6 +746,23 @@ async def list_desktops(
     return [desktop_record_from_row(row) for row in rows]
 
 
+async def desktops_held_by(
+    db: Db, user_id: str | uuid.UUID, pool_ids: Collection[uuid.UUID] | None = None
+) -> list[Desktop]:
+    """The desktops assigned to the user (in ``pool_ids`` if given), in use first, then ready."""
+    rows = await db.fetch(
+        """
+        SELECT * FROM desktops
+         WHERE assigned_user = $1 AND ($2::uuid[] IS NULL OR pool_id = ANY($2))
+         ORDER BY CASE state WHEN 'in_use' THEN 0 WHEN 'ready' THEN 1 ELSE 2 END,
+                  created_at, name, id
+        """,
+        _user_uuid(user_id),
+        None if pool_ids is None else list(pool_ids),
+    )
+    return [desktop_from_row(row) for row in rows]
+
+
 async def _write_desktop(connection: asyncpg.Connection, desktop: Desktop) -> Desktop:
     row = await connection.fetchrow(
         """

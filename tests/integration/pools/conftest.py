@@ -1,22 +1,27 @@
-"""Fixtures of the pool tests: database connections, a cluster record and pool builders.
+"""Fixtures of the pool tests: database connections, cluster records, pools and callers.
 
 The repository tests run on the run's shared database with unique names (a pool per test on
-a cluster of its own), so they never see each other's rows.
+a cluster of its own), so they never see each other's rows. The API tests seal domain-join
+passwords, so they run on a database of the module's own with a master key (as the cluster
+tests do), emptied of clusters (and so of pools) before each test.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import asyncpg
 import pytest
+from tests.secret_leak_guard import LeakGuard
 
 from deskpool.pools import repository
 from deskpool.pools.model import DesktopState, OsType, Pool, PoolKind
+from deskpool.runtime import Runtime
 
 MakePool = Callable[..., Awaitable[Pool]]
 
@@ -102,3 +107,112 @@ async def add_user(connection: asyncpg.Connection) -> str:
         f"user-{secrets.token_hex(6)}",
     )
     return str(user_id)
+
+
+# ------------------------------------------------------------------------------ the API
+
+
+Headers = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """A signed-in test user: its id and authorization headers."""
+
+    id: str
+    headers: Headers
+
+
+async def seed_user(
+    runtime: Runtime, issuer: str, subject: str, *permissions: str, groups: Sequence[str] = ()
+) -> str:
+    """Create a user (as a first sign-in would) holding ``permissions``, in ``groups``."""
+    async with runtime.db.acquire() as connection:
+        user_id = await connection.fetchval(
+            "INSERT INTO users (issuer, subject) VALUES ($1, $2) RETURNING id", issuer, subject
+        )
+        for permission in permissions:
+            await connection.execute(
+                "INSERT INTO grants (subject_type, subject_id, permission) VALUES ('user', $1, $2)",
+                user_id,
+                permission,
+            )
+        for group_id in groups:
+            await connection.execute(
+                "INSERT INTO group_members (group_id, user_id) VALUES ($1, $2)",
+                uuid.UUID(group_id),
+                user_id,
+            )
+    return str(user_id)
+
+
+@pytest.fixture
+def pools_environ(
+    secure_environ: dict[str, str], isolated_database_url: str, leak_guard: LeakGuard
+) -> dict[str, str]:
+    """The secure test environment on the module's database, with a master key."""
+    return {
+        **secure_environ,
+        "DATABASE_URL": isolated_database_url,
+        "SECRETS_MASTER_KEY": leak_guard.master_key(),
+        "POOL_RECONCILE_INTERVAL": "20s",
+    }
+
+
+@pytest.fixture
+async def pools_runtime(pools_environ: dict[str, str]) -> AsyncIterator[Runtime]:
+    """An opened api runtime on the module's database, emptied of pools and clusters."""
+    from deskpool.host import bootstrap
+
+    connection = await asyncpg.connect(pools_environ["DATABASE_URL"])
+    try:
+        await connection.execute("TRUNCATE clusters, jobs CASCADE")
+    finally:
+        await connection.close()
+    process = bootstrap(pools_environ, ["api"], log_setup=False)
+    runtime = Runtime(process.config, process.plugins)
+    await runtime.open()
+    yield runtime
+    await runtime.close()
+
+
+@pytest.fixture
+async def client(pools_runtime: Runtime, aiohttp_client: Any) -> Any:
+    """A test client of the API of ``pools_runtime``."""
+    from deskpool.api.app import create_app
+
+    return await aiohttp_client(create_app(pools_runtime))
+
+
+@pytest.fixture
+def new_caller(
+    pools_runtime: Runtime, identity_provider: Any, bearer: Callable[..., Headers]
+) -> Callable[..., Awaitable[Caller]]:
+    """``await new_caller(*permissions, groups=())``: a new signed-in user."""
+
+    async def make(*permissions: str, groups: Sequence[str] = ()) -> Caller:
+        subject = f"user-{secrets.token_hex(6)}"
+        user_id = await seed_user(
+            pools_runtime, identity_provider.issuer_url, subject, *permissions, groups=groups
+        )
+        return Caller(user_id, bearer(subject))
+
+    return make
+
+
+@pytest.fixture
+async def api_cluster(pools_runtime: Runtime) -> Callable[..., Awaitable[str]]:
+    """``await api_cluster(driver="simulator", **options)``: a cluster record's id."""
+
+    async def make(driver: str = "simulator", **options: Any) -> str:
+        async with pools_runtime.db.acquire() as connection:
+            cluster_id = await connection.fetchval(
+                "INSERT INTO clusters (name, driver, endpoint, options) "
+                "VALUES ($1, $2, 'simulator://local', $3::jsonb) RETURNING id",
+                f"cluster-{secrets.token_hex(6)}",
+                driver,
+                json.dumps(options),
+            )
+        return str(cluster_id)
+
+    return make

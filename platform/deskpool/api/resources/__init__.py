@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from deskpool.api.resources import clusters, identity, jobs, pools
+from deskpool.api.resources import clusters, desktops, identity, jobs, pools
 from deskpool.api.routes import RouteTable
 
 
 def register(routes: RouteTable) -> None:
     """Add every built-in operation to ``routes``."""
     clusters.register(routes)
+    desktops.register(routes)
     identity.register(routes)
     jobs.register(routes)
     pools.register(routes)

@@ -1,16 +1,265 @@
-"""Desktop pools (``pools:read`` / ``pools:manage``).
+"""Desktop pools (``pools:read`` / ``pools:manage``), their entitlements, and opening a desktop.
 
-The foundation serves the list so that the protection rules can be seen; the pool resource
-itself (create, change, reconcile) arrives with the pools work.
+A pool is a set of desktops cloned from one template of one cluster, kept between its
+``min_size`` and ``max_size`` with ``spare`` free desktops ready (the rules are in
+:mod:`deskpool.pools.reconcile`). The API stores what an administrator wants; the worker's
+reconciliation makes it so. A pool's response shows the ``generation`` of its settings, the
+``reconciled_generation`` the last reconciliation pass saw, the pass's ``health`` and the
+desktop counts by state.
+
+- *Validation.* Settings are checked by :func:`deskpool.pools.model.validate_pool` (422 with a
+  JSON pointer per invalid field); the cluster must exist (422 ``/cluster_id``). The template is
+  checked against the cluster when its driver answers: a template id, or a unique template name
+  (stored as its id). Only a driver that *lists* the templates and has none by that name makes
+  the request fail (422 ``/template``), or one whose operating system differs from ``os_type``
+  (422 ``/os_type``). When the driver cannot be asked (not installed, unreachable, credentials
+  refused, too slow) the pool is stored anyway and the response's ``template_check`` says
+  ``not_verified`` with the reason: provisioning then reports the problem on the desktops.
+- *Generations.* A change to a setting reconciliation reads (sizes, template, state...) bumps
+  the generation; a rename or a new description does not.
+- *Deletion.* A pool is deleted only when it has no desktops (409 ``pool_not_empty``
+  otherwise): set its state to ``draining`` first; reconciliation deletes each desktop once it
+  is free, and the empty pool can then be deleted. No request ever destroys a desktop a user
+  holds as a side effect.
+- *Domain join.* Windows pools may carry Active Directory join settings; the password is
+  write-only, sealed by the secret store (``pool.domain_join``), and a response only says
+  whether it is set.
+- *Opening a desktop.* ``POST /api/v1/me/pools/{pool_id}/desktop`` hands the caller a desktop
+  (:func:`deskpool.pools.repository.allocate_desktop`): entitled users (directly or through a
+  group) and holders of ``pools:manage`` may; 409 when the pool is disabled or draining, 503
+  with ``Retry-After`` when no desktop is ready.
+
+Every change is recorded in the audit trail in the same transaction.
 """
 
 from __future__ import annotations
 
-from marshmallow import Schema, fields
+import logging
+import re
+import string
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+from marshmallow import Schema, ValidationError, fields, validate
 
 from deskpool.api.context import Call
-from deskpool.api.pagination import Page, PageQuery, page_schema
-from deskpool.api.routes import ResponseSpec, RouteTable
+from deskpool.api.pagination import Page, PageQuery, decode_cursor, page_schema, paginate
+from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
+from deskpool.api.resources.jobs import JobSchema
+from deskpool.api.routes import Reply, ResponseSpec, RouteTable
+from deskpool.api.secret_fields import SecretInput, SecretStatusSchema
+from deskpool.api.validation import LocatedFieldError
+from deskpool.audit import record_audit_event
+from deskpool.clusters import repository as clusters
+from deskpool.clusters.drivers import driver_manager_for
+from deskpool.clusters.repository import ClusterRecord
+from deskpool.drivers import DriverError, deadline_after
+from deskpool.drivers import OsType as TemplateOsType
+from deskpool.errors import BadRequest, DeskpoolError, Forbidden, NotFound, ValidationFailed
+from deskpool.identity.repository import parse_id
+from deskpool.jobs import queue
+from deskpool.jobs.model import Job, JobState
+from deskpool.pools import repository
+from deskpool.pools.allocation import DesktopNotReady, NoDesktopAvailable
+from deskpool.pools.model import (
+    MAX_POOL_NAME_LENGTH,
+    MAX_POOL_SIZE,
+    CloneMode,
+    Desktop,
+    DesktopState,
+    OsType,
+    Pool,
+    PoolKind,
+    PoolState,
+    validate_pool,
+    validate_pool_change,
+)
+from deskpool.pools.naming import MAX_NAME_LENGTH
+from deskpool.pools.reconcile import PoolSummary
+from deskpool.pools.repository import DomainJoin, PoolRecord, SubjectType
+
+log = logging.getLogger(__name__)
+
+#: Seconds a pool change waits for the cluster's driver to list its templates.
+TEMPLATE_CHECK_TIMEOUT = 10.0
+
+#: The job kind of an immediate reconciliation (payload ``{"pool_id": ...}``).
+RECONCILE_JOB_KIND = "pool.reconcile"
+
+#: How many templates a "no such template" error lists.
+_TEMPLATES_LISTED = 10
+
+_ACTIVE_JOB_STATES = frozenset({JobState.QUEUED, JobState.RUNNING})
+
+
+# ---------------------------------------------------------------------------------- fields
+
+
+def storable_text(value: Any) -> None:
+    """Refuse text PostgreSQL cannot store: NUL characters and unpaired surrogates."""
+    values = value if isinstance(value, list) else [value]
+    for item in values:
+        if not isinstance(item, str):
+            continue
+        if "\x00" in item:
+            raise ValidationError("Must not contain NUL characters.")
+        try:
+            item.encode()
+        except UnicodeEncodeError:
+            raise ValidationError("Must not contain unpaired surrogates.") from None
+
+
+def bounded_name_width(value: Any) -> None:
+    """Refuse a naming pattern whose number is padded beyond a host name's length.
+
+    :func:`deskpool.pools.naming.pattern_problems` renders the pattern to check it; a width of
+    ``{n:0999999999}`` would render a gigabyte first, so it is refused before (a name is at
+    most :data:`~deskpool.pools.naming.MAX_NAME_LENGTH` characters anyway).
+    """
+    if not isinstance(value, str):
+        return
+    try:
+        parts = list(string.Formatter().parse(value))
+    except ValueError:
+        return  # not a format string: validate_pool says so
+    for _, _, spec, _ in parts:
+        if spec and any(int(number) > MAX_NAME_LENGTH for number in re.findall(r"\d+", spec)):
+            raise ValidationError(
+                f"The number's width must be at most {MAX_NAME_LENGTH} (a host name's length)."
+            )
+
+
+def _text(minimum: int, maximum: int, *, extra: Sequence[Any] = (), **kwargs: Any) -> fields.String:
+    return fields.String(
+        validate=[validate.Length(min=minimum, max=maximum), storable_text, *extra], **kwargs
+    )
+
+
+def _size(minimum: int, description: str, **kwargs: Any) -> fields.Integer:
+    return fields.Integer(
+        strict=True,
+        validate=validate.Range(min=minimum, max=MAX_POOL_SIZE),
+        metadata={"description": description},
+        **kwargs,
+    )
+
+
+def _choice(values: Sequence[str], description: str, **kwargs: Any) -> fields.String:
+    return fields.String(
+        validate=validate.OneOf(list(values)), metadata={"description": description}, **kwargs
+    )
+
+
+_KINDS = [kind.value for kind in PoolKind]
+_OS_TYPES = [os_type.value for os_type in OsType]
+_CLONE_MODES = [mode.value for mode in CloneMode]
+_POOL_STATES = [state.value for state in PoolState]
+_DESKTOP_STATES = [state.value for state in DesktopState]
+_SUBJECT_TYPES = [subject.value for subject in SubjectType]
+
+_DESCRIPTIONS = {
+    "name": f"Unique among pools (without case), at most {MAX_POOL_NAME_LENGTH} characters.",
+    "description": "Free text for administrators.",
+    "cluster_id": "The cluster desktops are cloned on (fixed while the pool has desktops).",
+    "template": (
+        "The cluster's template desktops are cloned from: its id (a unique template name is "
+        "accepted and stored as the id)."
+    ),
+    "kind": (
+        "`persistent`: a user keeps one desktop; `non_persistent`: desktops are lent and "
+        "rebuilt after logoff (fixed while the pool has desktops)."
+    ),
+    "os_type": "The template's guest OS; Windows adds the Sysprep/OOBE wait.",
+    "clone_mode": "`linked` (copy-on-write, fast) or `full` clones.",
+    "min_size": "Desktops kept even when nobody uses them.",
+    "max_size": f"The most desktops the pool ever has (1 to {MAX_POOL_SIZE}).",
+    "spare": "Free ready desktops kept on top of those in use.",
+    "naming_pattern": (
+        "How desktops are named: one `{n}` field, e.g. `lab-{n:03}`; every name must be a "
+        "host name (a Windows computer name for Windows pools)."
+    ),
+    "target_nodes": "Nodes new desktops may be placed on; empty for any node.",
+    "storage": "The storage new desktops' disks go to; null for the template's.",
+    "state": (
+        "`enabled`: kept at size and handing out desktops; `disabled`: frozen, hands out "
+        "nothing; `draining`: desktops are deleted as they become free."
+    ),
+}
+
+
+# ---------------------------------------------------------------------------------- schemas
+
+
+class DomainJoinInputSchema(Schema):
+    """Active Directory join of a Windows pool's desktops."""
+
+    domain = _text(
+        1, 253, required=True, metadata={"description": "The domain's DNS name (corp.example)."}
+    )
+    username = _text(
+        1, 256, required=True, metadata={"description": "The account that joins computers."}
+    )
+    organizational_unit = _text(
+        1,
+        1024,
+        allow_none=True,
+        load_default=None,
+        metadata={"description": "Where computer accounts go (`OU=Desktops,DC=corp,...`)."},
+    )
+    password = SecretInput(
+        max_bytes=1024,
+        metadata={
+            "description": (
+                "The account's password. Write-only: sealed at rest, never returned. Required "
+                "when the pool has none yet; left out, the stored one is kept."
+            )
+        },
+    )
+
+
+class DomainJoinSchema(Schema):
+    """A pool's Active Directory join settings (the password is described, never shown)."""
+
+    domain = fields.String(required=True)
+    username = fields.String(required=True)
+    organizational_unit = fields.String(required=True, allow_none=True)
+    password = fields.Nested(SecretStatusSchema, required=True)
+
+
+class PoolHealthSchema(Schema):
+    """The verdict of the last reconciliation pass."""
+
+    status = fields.String(
+        required=True,
+        validate=validate.OneOf(["healthy", "degraded", "failing"]),
+        metadata={"description": "`healthy`, `degraded` (still serving) or `failing`."},
+    )
+    reasons = fields.List(
+        fields.String(),
+        required=True,
+        metadata={"description": "Why it is not healthy, one sentence per cause."},
+    )
+
+
+DesktopStateCountsSchema = Schema.from_dict(
+    {state: fields.Integer(required=True) for state in _DESKTOP_STATES},
+    name="DesktopStateCounts",
+)
+
+
+class DesktopCountsSchema(Schema):
+    """A pool's desktops, counted."""
+
+    total = fields.Integer(required=True)
+    by_state = fields.Nested(DesktopStateCountsSchema, required=True)
+    assigned = fields.Integer(required=True, metadata={"description": "Held by a user."})
+    in_session = fields.Integer(required=True, metadata={"description": "With a connection."})
+    available = fields.Integer(
+        required=True, metadata={"description": "Ready, free and clean: can be handed out now."}
+    )
 
 
 class PoolSchema(Schema):
@@ -18,20 +267,991 @@ class PoolSchema(Schema):
 
     id = fields.String(required=True)
     name = fields.String(required=True)
+    description = fields.String(required=True)
+    cluster_id = fields.String(required=True)
+    template = fields.String(required=True)
+    kind = _choice(_KINDS, _DESCRIPTIONS["kind"], required=True)
+    os_type = _choice(_OS_TYPES, _DESCRIPTIONS["os_type"], required=True)
+    clone_mode = _choice(_CLONE_MODES, _DESCRIPTIONS["clone_mode"], required=True)
+    min_size = fields.Integer(required=True)
+    max_size = fields.Integer(required=True)
+    spare = fields.Integer(required=True)
+    naming_pattern = fields.String(required=True)
+    target_nodes = fields.List(fields.String(), required=True)
+    storage = fields.String(required=True, allow_none=True)
+    state = _choice(_POOL_STATES, _DESCRIPTIONS["state"], required=True)
+    domain_join = fields.Nested(DomainJoinSchema, required=True, allow_none=True)
+    generation = fields.Integer(
+        required=True, metadata={"description": "Incremented by every change of a setting."}
+    )
+    reconciled_generation = fields.Integer(
+        required=True,
+        metadata={
+            "description": (
+                "The generation the last finished reconciliation saw; equal to `generation` "
+                "once the pool's current settings have been acted on."
+            )
+        },
+    )
+    reconciled_at = fields.AwareDateTime(required=True, allow_none=True)
+    health = fields.Nested(
+        PoolHealthSchema,
+        required=True,
+        allow_none=True,
+        metadata={"description": "Null until reconciliation first looked at the pool."},
+    )
+    counts = fields.Nested(DesktopCountsSchema, required=True)
+    created_at = fields.AwareDateTime(required=True)
+    updated_at = fields.AwareDateTime(required=True)
+
+
+class TemplateCheckSchema(Schema):
+    """Whether the pool's template was found on its cluster."""
+
+    status = fields.String(
+        required=True,
+        validate=validate.OneOf(["verified", "not_verified", "not_checked"]),
+        metadata={
+            "description": (
+                "`verified`: the driver lists it; `not_verified`: the driver could not be "
+                "asked (see `detail`), the pool is stored anyway; `not_checked`: the change "
+                "did not touch the template or cluster."
+            )
+        },
+    )
+    detail = fields.String(required=True, allow_none=True)
+
+
+class PoolWriteSchema(PoolSchema):
+    """A pool as created or changed, with the outcome of its template check."""
+
+    template_check = fields.Nested(TemplateCheckSchema, required=True)
+
+
+class PoolCreateSchema(Schema):
+    """A new desktop pool."""
+
+    name = _text(
+        1, MAX_POOL_NAME_LENGTH, required=True, metadata={"description": _DESCRIPTIONS["name"]}
+    )
+    description = _text(
+        0, 1000, load_default="", metadata={"description": _DESCRIPTIONS["description"]}
+    )
+    cluster_id = fields.UUID(required=True, metadata={"description": _DESCRIPTIONS["cluster_id"]})
+    template = _text(1, 200, required=True, metadata={"description": _DESCRIPTIONS["template"]})
+    kind = _choice(_KINDS, _DESCRIPTIONS["kind"], required=True)
+    os_type = _choice(_OS_TYPES, _DESCRIPTIONS["os_type"], required=True)
+    clone_mode = _choice(_CLONE_MODES, _DESCRIPTIONS["clone_mode"], load_default="linked")
+    min_size = _size(0, _DESCRIPTIONS["min_size"], load_default=0)
+    max_size = _size(1, _DESCRIPTIONS["max_size"], required=True)
+    spare = _size(0, _DESCRIPTIONS["spare"], load_default=0)
+    naming_pattern = _text(
+        1,
+        100,
+        required=True,
+        extra=[bounded_name_width],
+        metadata={"description": _DESCRIPTIONS["naming_pattern"]},
+    )
+    target_nodes = fields.List(
+        _text(1, 100),
+        validate=validate.Length(max=64),
+        load_default=list,
+        metadata={"description": _DESCRIPTIONS["target_nodes"]},
+    )
+    storage = _text(
+        1,
+        200,
+        allow_none=True,
+        load_default=None,
+        metadata={"description": _DESCRIPTIONS["storage"]},
+    )
+    state = _choice(_POOL_STATES, _DESCRIPTIONS["state"], load_default="enabled")
+    domain_join = fields.Nested(
+        DomainJoinInputSchema,
+        allow_none=True,
+        load_default=None,
+        metadata={"description": "Active Directory join (Windows pools only)."},
+    )
+
+
+class PoolChangeSchema(Schema):
+    """Changes to a pool; what is absent stays as it is."""
+
+    name = _text(1, MAX_POOL_NAME_LENGTH, metadata={"description": _DESCRIPTIONS["name"]})
+    description = _text(0, 1000, metadata={"description": _DESCRIPTIONS["description"]})
+    cluster_id = fields.UUID(metadata={"description": _DESCRIPTIONS["cluster_id"]})
+    template = _text(1, 200, metadata={"description": _DESCRIPTIONS["template"]})
+    kind = _choice(_KINDS, _DESCRIPTIONS["kind"])
+    os_type = _choice(_OS_TYPES, _DESCRIPTIONS["os_type"])
+    clone_mode = _choice(_CLONE_MODES, _DESCRIPTIONS["clone_mode"])
+    min_size = _size(0, _DESCRIPTIONS["min_size"])
+    max_size = _size(1, _DESCRIPTIONS["max_size"])
+    spare = _size(0, _DESCRIPTIONS["spare"])
+    naming_pattern = _text(
+        1,
+        100,
+        extra=[bounded_name_width],
+        metadata={"description": _DESCRIPTIONS["naming_pattern"]},
+    )
+    target_nodes = fields.List(
+        _text(1, 100),
+        validate=validate.Length(max=64),
+        metadata={"description": _DESCRIPTIONS["target_nodes"]},
+    )
+    storage = _text(1, 200, allow_none=True, metadata={"description": _DESCRIPTIONS["storage"]})
+    state = _choice(_POOL_STATES, _DESCRIPTIONS["state"])
+    domain_join = fields.Nested(
+        DomainJoinInputSchema,
+        allow_none=True,
+        metadata={"description": "Replaces the join settings; null removes them and the password."},
+    )
+
+
+class PoolQuery(PageQuery):
+    """Filters of the pool list."""
+
+    cluster_id = fields.UUID(metadata={"description": "Only pools on this cluster."})
+    state = _choice(_POOL_STATES, "Only pools in this state.")
+
+
+class EntitlementSchema(Schema):
+    """A user or group that may open a pool's desktops."""
+
+    pool_id = fields.String(required=True)
+    subject_type = _choice(_SUBJECT_TYPES, "`user` or `group`.", required=True)
+    subject_id = fields.String(required=True)
+    created_at = fields.AwareDateTime(required=True)
+
+
+class EntitlementCreateSchema(Schema):
+    """An entitlement to grant."""
+
+    subject_type = _choice(_SUBJECT_TYPES, "`user` or `group`.", required=True)
+    subject_id = fields.UUID(required=True, metadata={"description": "The user's or group's id."})
+
+
+class AllocatedDesktopSchema(Schema):
+    """The desktop handed to the caller."""
+
+    id = fields.String(required=True)
+    name = fields.String(required=True)
+    state = _choice(
+        _DESKTOP_STATES, "The desktop's state (`in_use` once handed out).", required=True
+    )
+    pool_id = fields.String(required=True)
+
+
+class HeldDesktopSchema(Schema):
+    """A desktop the caller holds in a pool."""
+
+    id = fields.String(required=True)
+    name = fields.String(required=True)
+    state = _choice(_DESKTOP_STATES, "The desktop's state.", required=True)
+
+
+_AVAILABILITY = ["available", "no_desktop_available", "desktop_not_ready", "disabled", "draining"]
+
+
+class MyPoolSchema(Schema):
+    """A pool the caller may open, and whether opening it would give a desktop now."""
+
+    id = fields.String(required=True)
+    name = fields.String(required=True)
+    description = fields.String(required=True)
+    kind = _choice(_KINDS, _DESCRIPTIONS["kind"], required=True)
+    os_type = _choice(_OS_TYPES, _DESCRIPTIONS["os_type"], required=True)
+    state = _choice(_POOL_STATES, _DESCRIPTIONS["state"], required=True)
+    availability = _choice(
+        _AVAILABILITY,
+        (
+            "`available`: opening it gives a desktop now; `no_desktop_available`: none is "
+            "ready, try again shortly; `desktop_not_ready`: the caller's own desktop is being "
+            "built or repaired; `disabled` / `draining`: the pool gives out no new desktop."
+        ),
+        required=True,
+    )
+    desktop = fields.Nested(
+        HeldDesktopSchema,
+        required=True,
+        allow_none=True,
+        metadata={"description": "The desktop the caller holds in the pool, if any."},
+    )
+
+
+_RETRY_AFTER = {"Retry-After": "Seconds to wait before trying again."}
+
+_ALLOCATION_PROBLEMS = {
+    503: ResponseSpec(
+        "No desktop is ready (`no_desktop_available`), or the caller's own desktop is not "
+        "(`desktop_not_ready`); try again after `Retry-After` seconds.",
+        ProblemSchema,
+        content_type=PROBLEM_CONTENT_TYPE,
+        headers=_RETRY_AFTER,
+    ),
+}
+
+
+# ---------------------------------------------------------------------------------- views
+
+
+def counts_view(summary: PoolSummary) -> dict[str, Any]:
+    """The ``counts`` member of a pool."""
+    return {
+        "total": summary.total,
+        "by_state": {str(state): count for state, count in summary.by_state.items()},
+        "assigned": summary.assigned,
+        "in_session": summary.in_session,
+        "available": summary.available,
+    }
+
+
+def _empty_summary() -> PoolSummary:
+    return PoolSummary(
+        total=0, by_state=dict.fromkeys(DesktopState, 0), assigned=0, in_session=0, available=0
+    )
+
+
+def pool_view(record: PoolRecord, summary: PoolSummary | None) -> dict[str, Any]:
+    """A pool as the API shows it."""
+    pool = record.pool
+    join = record.domain_join
+    health = record.health
+    return {
+        "id": str(pool.id),
+        "name": pool.name,
+        "description": record.description,
+        "cluster_id": str(pool.cluster_id),
+        "template": pool.template,
+        "kind": str(pool.kind),
+        "os_type": str(pool.os_type),
+        "clone_mode": str(pool.clone_mode),
+        "min_size": pool.min_size,
+        "max_size": pool.max_size,
+        "spare": pool.spare,
+        "naming_pattern": pool.naming_pattern,
+        "target_nodes": list(pool.target_nodes),
+        "storage": pool.storage,
+        "state": str(pool.state),
+        "domain_join": None
+        if join is None
+        else {
+            "domain": join.domain,
+            "username": join.username,
+            "organizational_unit": join.organizational_unit,
+            "password": record.domain_join_password,
+        },
+        "generation": pool.generation,
+        "reconciled_generation": pool.reconciled_generation,
+        "reconciled_at": record.reconciled_at,
+        "health": None
+        if health is None
+        else {"status": str(health.status), "reasons": list(health.reasons)},
+        "counts": counts_view(summary or _empty_summary()),
+        "created_at": record.created_at,
+        "updated_at": record.updated_at,
+    }
+
+
+async def _views(db: Any, records: Sequence[PoolRecord]) -> list[dict[str, Any]]:
+    counts = await repository.pool_counts(db, [record.pool.id for record in records])
+    return [pool_view(record, counts.get(record.pool.id)) for record in records]
+
+
+async def _view(db: Any, record: PoolRecord) -> dict[str, Any]:
+    return (await _views(db, [record]))[0]
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def pool_id_of(call: Call) -> uuid.UUID:
+    """The ``{pool_id}`` of the path; anything but a UUID is a 404."""
+    return parse_id(call.path_param("pool_id"), "pool")
+
+
+async def existing_pool(call: Call) -> PoolRecord:
+    """The pool addressed by the path, or 404."""
+    pool_id = pool_id_of(call)
+    record = await repository.get_pool_record(call.runtime.db, pool_id)
+    if record is None:
+        raise NotFound(f"No pool has the id {pool_id}.")
+    return record
+
+
+def cursor_pair(cursor: str | None) -> tuple[str, str] | None:
+    """A ``[text, uuid]`` list cursor, or ``None`` for the first page; anything else is 400."""
+    after = decode_cursor(cursor)
+    if after is None:
+        return None
+    if isinstance(after, list) and len(after) == 2 and all(isinstance(part, str) for part in after):
+        try:
+            storable_text(after[0])
+            uuid.UUID(after[1])
+        except (ValueError, ValidationError):
+            pass
+        else:
+            return after[0], after[1]
+    raise BadRequest("The cursor is not one this server issued.")
+
+
+async def audit(
+    call: Call,
+    connection: asyncpg.Connection,
+    action: str,
+    resource_type: str,
+    resource_id: str,
+    /,
+    **details: Any,
+) -> None:
+    """Record an audit event of this call in the connection's transaction."""
+    await record_audit_event(
+        connection, call.audit_event(action, resource_type, resource_id, details)
+    )
+
+
+def _field_error(pointer: str, message: str) -> ValidationFailed:
+    return ValidationFailed([LocatedFieldError(pointer, message)])
+
+
+@dataclass(frozen=True)
+class TemplateCheck:
+    """The outcome of checking a pool's template against its cluster."""
+
+    template: str
+    status: str
+    detail: str | None = None
+
+    def view(self) -> dict[str, Any]:
+        """The ``template_check`` member of a write response."""
+        return {"status": self.status, "detail": self.detail}
+
+
+def _not_verified(template: str, why: str) -> TemplateCheck:
+    return TemplateCheck(template, "not_verified", why)
+
+
+async def check_template(
+    call: Call, cluster: ClusterRecord, template: str, os_type: OsType
+) -> TemplateCheck:
+    """Look ``template`` up on ``cluster``; return its id and whether it was verified.
+
+    :raises ValidationFailed: the driver lists the templates and none is ``template`` (or
+        several are named so), or the template's OS is not ``os_type``.
+    """
+    manager = driver_manager_for(call.runtime)
+    try:
+        async with manager.open(cluster) as driver:
+            templates = await driver.list_templates(deadline=deadline_after(TEMPLATE_CHECK_TIMEOUT))
+    except DriverError as error:
+        return _not_verified(template, f"{error.code}: {error.detail}")
+    except DeskpoolError as error:  # the driver is not installed, or its credentials won't open
+        return _not_verified(template, f"{error.code}: {error.detail}")
+    except Exception as error:  # a driver outside its contract: not the caller's problem
+        log.exception("the %s driver failed listing templates of %s", cluster.driver, cluster.id)
+        return _not_verified(
+            template,
+            f"driver_unexpected_error: the {cluster.driver} driver raised {type(error).__name__}",
+        )
+    found = [item for item in templates if item.id == template]
+    if not found:
+        found = [item for item in templates if item.name == template]
+        if len(found) > 1:
+            raise _field_error(
+                "/template",
+                f"{len(found)} templates of the cluster are named {template!r}; give the id "
+                f"({', '.join(sorted(item.id for item in found))}).",
+            )
+    if not found:
+        listed = ", ".join(
+            f"{item.name} (id {item.id})"
+            for item in sorted(templates, key=lambda t: t.name)[:_TEMPLATES_LISTED]
+        )
+        more = len(templates) - _TEMPLATES_LISTED
+        suffix = f" and {more} more" if more > 0 else ""
+        raise _field_error(
+            "/template",
+            f"The cluster {cluster.name!r} has no template {template!r}; it has: "
+            f"{listed or 'none'}{suffix}.",
+        )
+    chosen = found[0]
+    if chosen.os_type in (TemplateOsType.LINUX, TemplateOsType.WINDOWS) and str(
+        chosen.os_type
+    ) != str(os_type):
+        raise _field_error(
+            "/os_type",
+            f"The template {chosen.name!r} is a {chosen.os_type} template, not {os_type}.",
+        )
+    return TemplateCheck(chosen.id, "verified")
+
+
+async def _cluster_or_422(db: Any, cluster_id: uuid.UUID) -> ClusterRecord:
+    cluster = await clusters.get_cluster(db, cluster_id)
+    if cluster is None:
+        raise _field_error("/cluster_id", f"No cluster has the id {cluster_id}.")
+    return cluster
+
+
+def _domain_join_of(body: Mapping[str, Any]) -> DomainJoin | None:
+    join = body.get("domain_join")
+    if join is None:
+        return None
+    return DomainJoin(
+        domain=join["domain"],
+        username=join["username"],
+        organizational_unit=join.get("organizational_unit"),
+    )
+
+
+def _check_domain_join(pool: Pool, join: DomainJoin | None) -> None:
+    if join is not None and pool.os_type is not OsType.WINDOWS:
+        raise _field_error("/domain_join", "Only Windows pools join a domain.")
+
+
+def _raise_invalid(errors: list[Any]) -> None:
+    if errors:
+        raise ValidationFailed(
+            [LocatedFieldError(error.pointer, error.message) for error in errors]
+        )
+
+
+_MODEL_FIELDS = (
+    "name",
+    "template",
+    "min_size",
+    "max_size",
+    "spare",
+    "naming_pattern",
+    "storage",
+)
+
+
+def _model_changes(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The model fields a create or change body sets, as model values."""
+    changes: dict[str, Any] = {key: body[key] for key in _MODEL_FIELDS if key in body}
+    if "cluster_id" in body:
+        changes["cluster_id"] = body["cluster_id"]
+    if "kind" in body:
+        changes["kind"] = PoolKind(body["kind"])
+    if "os_type" in body:
+        changes["os_type"] = OsType(body["os_type"])
+    if "clone_mode" in body:
+        changes["clone_mode"] = CloneMode(body["clone_mode"])
+    if "state" in body:
+        changes["state"] = PoolState(body["state"])
+    if "target_nodes" in body:
+        changes["target_nodes"] = tuple(body["target_nodes"])
+    return changes
+
+
+async def _reconcile_job(connection: asyncpg.Connection, record: PoolRecord) -> Job:
+    """Enqueue an immediate reconciliation of the pool, once per generation and pass.
+
+    The idempotency key names the pool, its generation and its last finished pass, so asking
+    again before anything changed returns the same job; once a pass finished (or the settings
+    changed) a new job is made. A job that ended without a pass (dead, cancelled) is not
+    handed back: a new one is enqueued after it.
+    """
+    pool = record.pool
+    passed = record.reconciled_at.timestamp() if record.reconciled_at else 0
+    key = f"{RECONCILE_JOB_KIND}:{pool.id}:g{pool.generation}:r{passed:.6f}"
+    arguments: dict[str, Any] = {
+        "resource_type": "pools",
+        "resource_id": str(pool.id),
+    }
+    payload = {"pool_id": str(pool.id)}
+    job = await queue.enqueue(
+        connection, RECONCILE_JOB_KIND, payload, idempotency_key=key, **arguments
+    )
+    if job.state in (JobState.DEAD, JobState.CANCELLED):
+        job = await queue.enqueue(
+            connection,
+            RECONCILE_JOB_KIND,
+            payload,
+            idempotency_key=f"{key}:after:{job.id}",
+            **arguments,
+        )
+    return job
+
+
+def _availability(pool: Pool, held: Sequence[Desktop], available: int) -> str:
+    """What opening ``pool`` would give now (as :func:`.allocation.choose_desktop` decides)."""
+    if pool.state is PoolState.DISABLED:
+        return "disabled"
+    usable = [d for d in held if d.state in (DesktopState.READY, DesktopState.IN_USE)]
+    if pool.is_persistent and held:
+        return "available" if usable else "desktop_not_ready"
+    if not pool.is_persistent and any(d.state is DesktopState.IN_USE for d in usable):
+        return "available"
+    if pool.state is PoolState.DRAINING:
+        return "draining"
+    return "available" if available else "no_desktop_available"
+
+
+def _retry_after(call: Call) -> str:
+    """Seconds until the next reconciliation pass may have made a desktop ready."""
+    seconds = call.runtime.config.duration("POOL_RECONCILE_INTERVAL")
+    return str(max(1, min(int(seconds), 300)))
+
+
+async def may_open(call: Call, pool_id: uuid.UUID) -> bool:
+    """Whether the caller may open desktops of the pool: ``pools:manage`` or an entitlement."""
+    principal = call.principal
+    if principal.may("pools:manage"):
+        return True
+    return await repository.is_entitled(call.runtime.db, pool_id, principal.id, principal.group_ids)
+
+
+# ----------------------------------------------------------------------------------- routes
 
 
 def register(routes: RouteTable) -> None:
-    """Add the pool operations."""
+    """Add the pool, entitlement and "my pools" operations."""
 
     @routes.route(
         "GET",
         "/api/v1/pools",
         summary="List desktop pools",
+        description="In name order (without case), with desktop counts; filter by cluster, state.",
         tags=("pools",),
         permission="pools:read",
-        query=PageQuery,
+        query=PoolQuery,
         paginated=True,
         responses={200: ResponseSpec("A page of pools.", page_schema(PoolSchema))},
     )
     async def list_pools(call: Call) -> Page:
-        return Page(items=[], next=None)
+        limit = int(call.query["limit"])
+        state = call.query.get("state")
+        records = await repository.list_pools(
+            call.runtime.db,
+            limit=limit + 1,
+            after=cursor_pair(call.query.get("cursor")),
+            cluster_id=call.query.get("cluster_id"),
+            state=PoolState(state) if state else None,
+        )
+        page = paginate(records, limit, repository.pool_cursor)
+        return Page(await _views(call.runtime.db, page.items), page.next)
+
+    @routes.route(
+        "POST",
+        "/api/v1/pools",
+        summary="Create a desktop pool",
+        description=(
+            "Invalid settings are 422 with a pointer per field; an unknown cluster is 422 "
+            "`/cluster_id`. The template is looked up on the cluster: 422 `/template` only when "
+            "the driver lists the templates and has no such one, 422 `/os_type` when its OS "
+            "differs; when the driver cannot be asked, the pool is created and "
+            "`template_check.status` is `not_verified`. A name in use is 409 "
+            "`pool_name_taken`; a domain-join password without a master key, 503 "
+            "`secrets_key_missing`. Reconciliation creates the desktops."
+        ),
+        tags=("pools",),
+        permission="pools:manage",
+        body=PoolCreateSchema,
+        responses={201: ResponseSpec("The new pool.", PoolWriteSchema)},
+    )
+    async def create_pool(call: Call) -> Reply:
+        body = call.body
+        pool = Pool(id=uuid.uuid4(), **_model_changes(body))
+        _raise_invalid(validate_pool(pool))
+        join = _domain_join_of(body)
+        _check_domain_join(pool, join)
+        password = (body.get("domain_join") or {}).get("password")
+        if join is not None and password is None:
+            raise _field_error("/domain_join/password", "Missing data for required field.")
+        cluster = await _cluster_or_422(call.runtime.db, pool.cluster_id)
+        check = await check_template(call, cluster, pool.template, pool.os_type)
+        pool = Pool(id=pool.id, **{**_model_changes(body), "template": check.template})
+        async with call.runtime.db.acquire() as connection, connection.transaction():
+            await repository.create_pool(
+                connection, pool, description=body["description"], domain_join=join
+            )
+            if password is not None:
+                await repository.store_domain_join_password(
+                    connection, call.runtime.secret_store, pool.id, password
+                )
+            await audit(
+                call,
+                connection,
+                "pool.create",
+                "pools",
+                str(pool.id),
+                name=pool.name,
+                cluster_id=str(pool.cluster_id),
+                template=pool.template,
+                kind=str(pool.kind),
+                min_size=pool.min_size,
+                max_size=pool.max_size,
+                spare=pool.spare,
+                state=str(pool.state),
+                domain_join=join is not None,
+                template_check=check.status,
+            )
+            record = await repository.get_pool_record(connection, pool.id)
+        assert record is not None
+        return Reply({**pool_view(record, None), "template_check": check.view()}, 201)
+
+    @routes.route(
+        "GET",
+        "/api/v1/pools/{pool_id}",
+        summary="Get a desktop pool",
+        tags=("pools",),
+        permission="pools:read",
+        responses={200: ResponseSpec("The pool.", PoolSchema)},
+    )
+    async def get_pool(call: Call) -> dict[str, Any]:
+        return await _view(call.runtime.db, await existing_pool(call))
+
+    @routes.route(
+        "PATCH",
+        "/api/v1/pools/{pool_id}",
+        summary="Change a desktop pool",
+        description=(
+            "Members given replace the stored ones; the result is validated as a whole, as on "
+            "creation. The cluster, kind and OS cannot change while the pool has desktops. A "
+            "new template or cluster is looked up as on creation. A change reconciliation "
+            "reads bumps `generation`. `domain_join: null` removes the join settings and "
+            "password; a `domain_join` without `password` keeps the stored password."
+        ),
+        tags=("pools",),
+        permission="pools:manage",
+        body=PoolChangeSchema,
+        responses={200: ResponseSpec("The pool.", PoolWriteSchema)},
+    )
+    async def update_pool(call: Call) -> dict[str, Any]:
+        pool_id = pool_id_of(call)
+        body = call.body
+        changes = _model_changes(body)
+        before = await repository.get_pool_record(call.runtime.db, pool_id)
+        if before is None:
+            raise NotFound(f"No pool has the id {pool_id}.")
+        planned = repository.with_changes(before.pool, changes)
+        check = TemplateCheck(planned.template, "not_checked")
+        if planned.template != before.pool.template or planned.cluster_id != before.pool.cluster_id:
+            _raise_invalid(validate_pool(planned))
+            cluster = await _cluster_or_422(call.runtime.db, planned.cluster_id)
+            check = await check_template(call, cluster, planned.template, planned.os_type)
+            if "template" in changes:
+                changes["template"] = check.template
+        replaces_join = "domain_join" in body
+        join = _domain_join_of(body)
+        password = (body.get("domain_join") or {}).get("password")
+        async with call.runtime.db.acquire() as connection, connection.transaction():
+            current = await repository.get_pool_record(connection, pool_id, for_update=True)
+            if current is None:
+                raise NotFound(f"No pool has the id {pool_id}.")
+            proposed = repository.with_changes(current.pool, changes)
+            counts = await repository.pool_counts(connection, [pool_id])
+            _raise_invalid(
+                validate_pool_change(current.pool, proposed, has_desktops=counts[pool_id].total > 0)
+            )
+            if proposed.cluster_id != current.pool.cluster_id:
+                await _cluster_or_422(connection, proposed.cluster_id)
+            _check_domain_join(proposed, join if replaces_join else current.domain_join)
+            if (
+                replaces_join
+                and join is not None
+                and password is None
+                and not current.domain_join_password.is_set
+            ):
+                raise _field_error("/domain_join/password", "Missing data for required field.")
+            updated = await repository.update_pool(
+                connection,
+                current.pool,
+                proposed,
+                description=body.get("description"),
+                **({"domain_join": join} if replaces_join else {}),
+            )
+            if replaces_join and join is None:
+                await repository.delete_domain_join_password(connection, pool_id)
+            elif password is not None:
+                await repository.store_domain_join_password(
+                    connection, call.runtime.secret_store, pool_id, password
+                )
+            await audit(
+                call,
+                connection,
+                "pool.update",
+                "pools",
+                str(pool_id),
+                fields=sorted(body),
+                generation=updated.pool.generation,
+                state=str(updated.pool.state),
+                domain_join_password=(
+                    "removed"
+                    if replaces_join and join is None
+                    else "replaced"
+                    if password is not None
+                    else "unchanged"
+                ),
+                template_check=check.status,
+            )
+            record = await repository.get_pool_record(connection, pool_id)
+            assert record is not None
+            view = await _view(connection, record)
+        return {**view, "template_check": check.view()}
+
+    @routes.route(
+        "DELETE",
+        "/api/v1/pools/{pool_id}",
+        summary="Delete a desktop pool",
+        description=(
+            "Only an empty pool is deleted (409 `pool_not_empty` otherwise, with the count in "
+            "`desktops`): set its state to `draining` first, and reconciliation deletes each "
+            "desktop as it becomes free. Its entitlements and domain-join password go with it."
+        ),
+        tags=("pools",),
+        permission="pools:manage",
+        responses={204: ResponseSpec("Deleted.")},
+    )
+    async def delete_pool(call: Call) -> Reply:
+        pool_id = pool_id_of(call)
+        async with call.runtime.db.acquire() as connection, connection.transaction():
+            record = await repository.get_pool_record(connection, pool_id)
+            if record is None or not await repository.delete_pool(connection, pool_id):
+                raise NotFound(f"No pool has the id {pool_id}.")
+            await audit(
+                call, connection, "pool.delete", "pools", str(pool_id), name=record.pool.name
+            )
+        return Reply(None, 204)
+
+    @routes.route(
+        "POST",
+        "/api/v1/pools/{pool_id}/reconcile",
+        summary="Reconcile a pool now",
+        description=(
+            "Enqueues an immediate reconciliation (job kind `pool.reconcile`) instead of "
+            "waiting for the next periodic pass. Asking again before a pass finished and "
+            "before the settings changed returns the same job."
+        ),
+        tags=("pools",),
+        permission="pools:manage",
+        responses={202: ResponseSpec("The reconciliation job.", JobSchema)},
+    )
+    async def reconcile_pool(call: Call) -> Reply:
+        pool_id = pool_id_of(call)
+        async with call.runtime.db.acquire() as connection, connection.transaction():
+            record = await repository.get_pool_record(connection, pool_id)
+            if record is None:
+                raise NotFound(f"No pool has the id {pool_id}.")
+            job = await _reconcile_job(connection, record)
+            await audit(
+                call,
+                connection,
+                "pool.reconcile",
+                "pools",
+                str(pool_id),
+                job_id=job.id,
+                generation=record.pool.generation,
+            )
+        return Reply(job, 202)
+
+    # -- entitlements
+    @routes.route(
+        "GET",
+        "/api/v1/pools/{pool_id}/entitlements",
+        summary="List who may open a pool's desktops",
+        description="Groups first, then users, by id.",
+        tags=("pools",),
+        permission="pools:read",
+        query=PageQuery,
+        paginated=True,
+        responses={200: ResponseSpec("A page of entitlements.", page_schema(EntitlementSchema))},
+    )
+    async def list_pool_entitlements(call: Call) -> Page:
+        record = await existing_pool(call)
+        limit = int(call.query["limit"])
+        after = cursor_pair(call.query.get("cursor"))
+        if after is not None and after[0] not in _SUBJECT_TYPES:
+            raise BadRequest("The cursor is not one this server issued.")
+        items = await repository.list_entitlements(
+            call.runtime.db, record.pool.id, limit=limit + 1, after=after
+        )
+        page = paginate(items, limit, repository.entitlement_cursor)
+        return Page([_entitlement_view(item) for item in page.items], page.next)
+
+    @routes.route(
+        "POST",
+        "/api/v1/pools/{pool_id}/entitlements",
+        summary="Entitle a user or group to a pool",
+        description=(
+            "The user or group must exist (422 `/subject_id`). Granting an entitlement that "
+            "exists answers it with 200."
+        ),
+        tags=("pools",),
+        permission="pools:manage",
+        body=EntitlementCreateSchema,
+        responses={
+            201: ResponseSpec("Granted.", EntitlementSchema),
+            200: ResponseSpec("It existed already.", EntitlementSchema),
+        },
+    )
+    async def grant_pool_entitlement(call: Call) -> Reply:
+        pool_id = pool_id_of(call)
+        subject_type = SubjectType(call.body["subject_type"])
+        subject_id: uuid.UUID = call.body["subject_id"]
+        async with call.runtime.db.acquire() as connection, connection.transaction():
+            if not await repository.pool_exists(connection, pool_id):
+                raise NotFound(f"No pool has the id {pool_id}.")
+            if not await repository.subject_exists(connection, subject_type, subject_id):
+                raise _field_error("/subject_id", f"No {subject_type} has the id {subject_id}.")
+            entitlement, created = await repository.grant_entitlement(
+                connection, pool_id, subject_type, subject_id
+            )
+            if created:
+                await audit(
+                    call,
+                    connection,
+                    "pool.entitlement.grant",
+                    "pools",
+                    str(pool_id),
+                    subject_type=str(subject_type),
+                    subject_id=str(subject_id),
+                )
+        return Reply(_entitlement_view(entitlement), 201 if created else 200)
+
+    @routes.route(
+        "DELETE",
+        "/api/v1/pools/{pool_id}/entitlements/{subject_type}/{subject_id}",
+        summary="Revoke an entitlement",
+        description=("Desktops the user holds stay theirs until an administrator unassigns them."),
+        tags=("pools",),
+        permission="pools:manage",
+        responses={204: ResponseSpec("Revoked.")},
+    )
+    async def revoke_pool_entitlement(call: Call) -> Reply:
+        pool_id = pool_id_of(call)
+        raw_type = call.path_param("subject_type")
+        if raw_type not in _SUBJECT_TYPES:
+            raise NotFound(f"No entitlement of a {raw_type!r}: subjects are users and groups.")
+        subject_type = SubjectType(raw_type)
+        subject_id = parse_id(call.path_param("subject_id"), subject_type.value)
+        async with call.runtime.db.acquire() as connection, connection.transaction():
+            if not await repository.revoke_entitlement(
+                connection, pool_id, subject_type, subject_id
+            ):
+                raise NotFound(f"The {subject_type} {subject_id} is not entitled to the pool.")
+            await audit(
+                call,
+                connection,
+                "pool.entitlement.revoke",
+                "pools",
+                str(pool_id),
+                subject_type=str(subject_type),
+                subject_id=str(subject_id),
+            )
+        return Reply(None, 204)
+
+    # -- the caller's pools
+    @routes.route(
+        "GET",
+        "/api/v1/me/pools",
+        summary="The pools the caller is entitled to",
+        description=(
+            "Pools the caller is entitled to (directly or through a group), in name order, "
+            "with whether opening one gives a desktop now and the desktop the caller holds. "
+            "Holders of `pools:manage` may open any pool, but only pools they are entitled to "
+            "are listed here."
+        ),
+        tags=("me",),
+        permission=None,
+        authenticated=True,
+        query=PageQuery,
+        paginated=True,
+        responses={200: ResponseSpec("A page of pools.", page_schema(MyPoolSchema))},
+    )
+    async def list_my_pools(call: Call) -> Page:
+        principal = call.principal
+        db = call.runtime.db
+        limit = int(call.query["limit"])
+        after = cursor_pair(call.query.get("cursor"))
+        entitled = await repository.entitled_pools(db, principal.id, principal.group_ids)
+        records = (
+            await repository.list_pools(db, limit=limit + 1, after=after, pool_ids=entitled)
+            if entitled
+            else []
+        )
+        page = paginate(records, limit, repository.pool_cursor)
+        ids = [record.pool.id for record in page.items]
+        counts = await repository.pool_counts(db, ids)
+        held: dict[uuid.UUID, list[Desktop]] = {pool_id: [] for pool_id in ids}
+        for desktop in await repository.desktops_held_by(db, principal.id, ids):
+            held[desktop.pool_id].append(desktop)
+        items = []
+        for record in page.items:
+            pool = record.pool
+            mine = [d for d in held[pool.id] if d.state is not DesktopState.DELETING]
+            items.append(
+                {
+                    "id": str(pool.id),
+                    "name": pool.name,
+                    "description": record.description,
+                    "kind": str(pool.kind),
+                    "os_type": str(pool.os_type),
+                    "state": str(pool.state),
+                    "availability": _availability(pool, mine, counts[pool.id].available),
+                    "desktop": (
+                        {"id": str(mine[0].id), "name": mine[0].name, "state": str(mine[0].state)}
+                        if mine
+                        else None
+                    ),
+                }
+            )
+        return Page(items, page.next)
+
+    @routes.route(
+        "POST",
+        "/api/v1/me/pools/{pool_id}/desktop",
+        summary="Open a desktop of a pool",
+        description=(
+            "Hands the caller a desktop: the one they hold (persistent pools, reconnects), else "
+            "a free ready one. Entitled users (directly or through a group) and holders of "
+            "`pools:manage` may; others get 403. 409 `pool_unavailable` when the pool is "
+            "disabled, or draining and the caller holds nothing there; 503 "
+            "`no_desktop_available` (or `desktop_not_ready` for the caller's own desktop) "
+            "with `Retry-After`."
+        ),
+        tags=("me",),
+        permission="pools:manage",
+        entitlement=True,
+        responses={
+            200: ResponseSpec("The caller's desktop.", AllocatedDesktopSchema),
+            **_ALLOCATION_PROBLEMS,
+        },
+    )
+    async def open_pool_desktop(call: Call) -> dict[str, Any]:
+        pool_id = pool_id_of(call)
+        pool = await repository.get_pool(call.runtime.db, pool_id)
+        if pool is None:
+            raise NotFound(f"No pool has the id {pool_id}.")
+        if not await may_open(call, pool_id):
+            raise Forbidden("You are not entitled to this pool.")
+        try:
+            async with call.runtime.db.acquire() as connection, connection.transaction():
+                desktop = await repository.allocate_desktop(connection, pool, call.principal.id)
+                await audit(
+                    call,
+                    connection,
+                    "desktop.allocate",
+                    "desktops",
+                    str(desktop.id),
+                    pool_id=str(pool_id),
+                    user_id=str(call.principal.id),
+                )
+        except (NoDesktopAvailable, DesktopNotReady) as error:
+            error.headers = {**error.headers, "Retry-After": _retry_after(call)}
+            raise
+        return {
+            "id": str(desktop.id),
+            "name": desktop.name,
+            "state": str(desktop.state),
+            "pool_id": str(desktop.pool_id),
+        }
+
+
+def _entitlement_view(entitlement: repository.Entitlement) -> dict[str, Any]:
+    return {
+        "pool_id": str(entitlement.pool_id),
+        "subject_type": str(entitlement.subject_type),
+        "subject_id": str(entitlement.subject_id),
+        "created_at": entitlement.created_at,
+    }
