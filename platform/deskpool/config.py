@@ -784,8 +784,8 @@ def declare_core_settings(registry: SettingRegistry) -> None:
     worker.add(
         "WORKER_CONCURRENCY",
         parse_int(1, 256),
-        "8",
-        "Jobs one worker process runs at the same time.",
+        "32",
+        "Jobs one worker process runs at the same time (most jobs wait on a hypervisor, so many fit one process); also the size of a claim batch.",
         type_name="integer",
     )
     worker.add(

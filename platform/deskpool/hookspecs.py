@@ -151,8 +151,13 @@ def deskpool_register_hypervisor_drivers(registry: Registry[Any]) -> None:
 def deskpool_register_job_kinds(registry: Registry[Any]) -> None:
     """Register job kinds the worker runs.
 
+    A handler receives a :class:`deskpool.jobs.JobContext` (the job, the runtime, a deadline,
+    ``heartbeat()``); it runs at least once, so it must be idempotent. Raise
+    :class:`deskpool.jobs.PermanentJobFailure` for a failure that no retry can fix.
+
     :param registry: ``registry.add(kind, handler)`` where ``handler`` is an async callable
-        taking the job context.
+        taking the job context, or a :class:`deskpool.jobs.JobKind` naming the handler with
+        its retry policy and timeout.
     """
 
 
@@ -160,7 +165,11 @@ def deskpool_register_job_kinds(registry: Registry[Any]) -> None:
 def deskpool_register_periodic_tasks(registry: Registry[Any]) -> None:
     """Register periodic tasks; each runs once per interval across the whole deployment.
 
-    :param registry: ``registry.add(name, task)``.
+    Any number of workers may run; a run is claimed in the database, so two workers never run
+    the same task in the same interval and runs never overlap.
+
+    :param registry: ``registry.add(name, task)`` where ``task`` is a
+        :class:`deskpool.jobs.PeriodicTask` (its interval setting and an async ``run(context)``).
     """
 
 
