@@ -24,8 +24,13 @@ class Registry(Generic[T]):
         self._items: dict[str, T] = {}
 
     def add(self, name: str, item: T) -> None:
-        """Register ``item`` under ``name``; a name may be registered only once."""
-        if not name or not name.replace("_", "").replace("-", "").isalnum():
+        """Register ``item`` under ``name``; a name may be registered only once.
+
+        A name is letters, digits, ``_`` and ``-``, in dot-separated parts
+        (``desktop.provision``).
+        """
+        parts = name.split(".")
+        if not all(part.replace("_", "").replace("-", "").isalnum() for part in parts):
             raise ValueError(f"invalid {self.kind} name {name!r}")
         if name in self._items:
             raise ValueError(f"{self.kind} {name!r} is registered twice")

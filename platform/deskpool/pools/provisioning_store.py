@@ -1,0 +1,147 @@
+"""SQL the worker side of pools needs besides :mod:`deskpool.pools.repository`.
+
+- *Guarded events.* A job or a reconciliation pass decides from a desktop it read earlier;
+  by the time it writes, an administrator or another job may have moved the desktop on.
+  :func:`apply_event_if_unchanged` and :func:`apply_event_in_state` lock the row, check that
+  the desktop is still what the decision was made from, and only then apply the event through
+  :func:`deskpool.pools.repository.apply_event` (the pure state machine). ``None`` means
+  "changed meanwhile: decide again", never an error.
+- *Fencing of periodic runs.* :func:`hold_periodic_run` is to a reconciliation run what
+  :meth:`deskpool.jobs.JobContext.hold_lease` is to a job: called inside a transaction, it
+  lets the transaction commit only while the run still holds its lease.
+- *One pass per pool at a time.* :func:`lock_pool_for_reconciliation` serializes the
+  reconciliation passes of one pool (the periodic task and a ``pool.reconcile`` job).
+- *Jobs of a resource.* :func:`unfinished_job` finds a queued or running job of a kind for a
+  resource, so work without a natural generation (powering on) is not enqueued twice.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection
+from datetime import datetime
+
+import asyncpg
+
+from deskpool.jobs.model import Job, JobState, LeaseLost
+from deskpool.jobs.queue import get_job
+from deskpool.pools.model import Desktop, DesktopState, Pool
+from deskpool.pools.repository import apply_event, get_desktop
+from deskpool.pools.states import DesktopEvent
+
+
+async def apply_event_if_unchanged(
+    connection: asyncpg.Connection,
+    expected: Desktop,
+    event: DesktopEvent,
+    now: datetime,
+    *,
+    pool: Pool,
+) -> Desktop | None:
+    """Apply ``event`` to the desktop only if its record still equals ``expected``.
+
+    Runs in a transaction of its own (a savepoint inside the caller's).
+
+    :returns: the desktop after the event, or ``None`` when it is gone or changed since
+        ``expected`` was read (the caller decides again on its next pass).
+    :raises IllegalTransition: the event is not legal in the desktop's (unchanged) state.
+    """
+    async with connection.transaction():
+        current = await get_desktop(connection, expected.id, for_update=True)
+        if current is None or current != expected:
+            return None
+        return await apply_event(connection, expected.id, event, now, pool=pool)
+
+
+async def apply_event_in_state(
+    connection: asyncpg.Connection,
+    desktop_id: uuid.UUID,
+    event: DesktopEvent,
+    now: datetime,
+    *,
+    states: Collection[DesktopState],
+    pool: Pool,
+) -> Desktop | None:
+    """Apply ``event`` to the desktop only if it is in one of ``states``.
+
+    A job working on a step applies the step's outcome this way: if an administrator or the
+    reconciler moved the desktop meanwhile (deleted it, failed it), the outcome is dropped.
+
+    :returns: the desktop after the event, or ``None`` when it is gone or in another state.
+    """
+    async with connection.transaction():
+        current = await get_desktop(connection, desktop_id, for_update=True)
+        if current is None or current.state not in states:
+            return None
+        return await apply_event(connection, desktop_id, event, now, pool=pool)
+
+
+async def hold_periodic_run(connection: asyncpg.Connection, name: str, fence: int) -> None:
+    """Fence the caller's open transaction with the lease of the periodic run ``fence``.
+
+    The task's row is share-locked until the transaction ends, so another worker cannot take
+    the task over (its claim updates the row) before the transaction's effects are committed.
+
+    :raises LeaseLost: the run no longer holds the task; the transaction must not commit.
+    """
+    if not connection.is_in_transaction():
+        raise RuntimeError("hold_periodic_run must run inside the transaction it protects")
+    held = await connection.fetchval(
+        """
+        SELECT true FROM periodic_tasks
+         WHERE name = $1 AND fence = $2 AND lease_expires_at IS NOT NULL
+           FOR SHARE
+        """,
+        name,
+        fence,
+    )
+    if not held:
+        raise LeaseLost(f"periodic task {name} is no longer held by run {fence}")
+
+
+async def lock_pool_for_reconciliation(connection: asyncpg.Connection, pool_id: uuid.UUID) -> None:
+    """Take the pool's reconciliation lock until the caller's transaction ends."""
+    await connection.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+        f"deskpool.reconcile:{pool_id}",
+    )
+
+
+async def unfinished_job(
+    connection: asyncpg.Connection,
+    kind: str,
+    resource_type: str,
+    resource_id: str,
+    *,
+    states: Collection[JobState] = (JobState.QUEUED, JobState.RUNNING),
+) -> Job | None:
+    """The newest job of ``kind`` for the resource in one of ``states``, if there is one."""
+    job_id = await connection.fetchval(
+        """
+        SELECT id FROM jobs
+         WHERE resource_type = $1 AND resource_id = $2 AND kind = $3
+           AND state = ANY($4::text[])
+         ORDER BY id DESC
+         LIMIT 1
+        """,
+        resource_type,
+        resource_id,
+        kind,
+        [str(state) for state in states],
+    )
+    return None if job_id is None else await get_job(connection, job_id)
+
+
+async def vm_is_recorded(connection: asyncpg.Connection, cluster_id: uuid.UUID, vm_id: str) -> bool:
+    """Whether a desktop of the cluster records ``vm_id`` as its VM."""
+    found = await connection.fetchval(
+        "SELECT true FROM desktops WHERE cluster_id = $1 AND vm_id = $2 LIMIT 1",
+        cluster_id,
+        vm_id,
+    )
+    return bool(found)
+
+
+async def desktop_exists(connection: asyncpg.Connection, desktop_id: uuid.UUID) -> bool:
+    """Whether the desktop record exists."""
+    return bool(await connection.fetchval("SELECT true FROM desktops WHERE id = $1", desktop_id))

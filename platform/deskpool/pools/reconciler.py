@@ -1,0 +1,423 @@
+"""Pool reconciliation applied: plan a batch of pools, then apply each plan's actions.
+
+:class:`PoolReconcilerService` implements the
+:class:`~deskpool.jobs.pool_reconcile.PoolReconciler` protocol that the worker's
+``pool_reconcile`` periodic task runs every ``POOL_RECONCILE_INTERVAL``, and also reconciles
+one pool on demand (the ``pool.reconcile`` job, payload ``{"pool_id": ...}``).
+
+A run works in two phases:
+
+1. *Plan the batch at once.* For the pools the run takes (those reconciled longest ago
+   first), load their desktops, then list each cluster's deskpool VMs through its driver,
+   **once per cluster** however many of its pools are in the batch, and call the pure
+   :func:`~deskpool.pools.reconcile.reconcile_pools`. Desktops are read *before* the VMs are
+   listed, so a VM a job records in the meantime is in the listing: a desktop is never
+   taken for one whose VM vanished because of the order of two reads. A cluster whose VMs
+   cannot be listed (unreachable, driver not installed, credentials that do not open) is
+   planned with ``observed_vms=None``: only timeouts are acted on, never "every VM vanished".
+2. *Apply each pool's actions*, one transaction per action (every desktop of a create at once),
+   fenced by the run's lease (or the job's) and under the pool's reconciliation lock, so the
+   periodic task and a ``pool.reconcile`` job never interleave on a pool. An action is applied
+   only to the desktop it was planned from (:func:`apply_event_if_unchanged`): a desktop that
+   moved on since the plan (a user took it, a job failed it) is left to the next pass. Every
+   applied action writes its reason to the audit trail (actor ``system:reconciler``) and
+   enqueues the job that carries it out, in the same transaction. Last, the pool is marked
+   reconciled with the plan's generation and health.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+
+from deskpool.audit import record_audit_event
+from deskpool.clusters.repository import ClusterRecord, get_cluster
+from deskpool.drivers import VirtualMachine, deadline_after
+from deskpool.errors import DeskpoolError, NotFound
+from deskpool.events import AuditEvent
+from deskpool.jobs.context import JobContext
+from deskpool.jobs.model import Job, JobKind, JobState, PermanentJobFailure
+from deskpool.jobs.periodic import PeriodicContext
+from deskpool.jobs.queue import enqueue
+from deskpool.pools.model import Desktop, ObservedVm, Pool, PowerState
+from deskpool.pools.provisioning import (
+    CLUSTERS,
+    DESKTOPS,
+    POWER_ON,
+    PROVISION,
+    enqueue_desktop_job,
+    enqueue_orphan_deletion,
+    job_for_state,
+)
+from deskpool.pools.provisioning_store import (
+    apply_event_if_unchanged,
+    hold_periodic_run,
+    lock_pool_for_reconciliation,
+    unfinished_job,
+)
+from deskpool.pools.reconcile import (
+    Action,
+    CreateDesktop,
+    DeleteOrphanVm,
+    PoolPlan,
+    PowerOn,
+    ReconcilePolicy,
+    ReportOrphan,
+    desktop_event,
+    reconcile_pools,
+)
+from deskpool.pools.repository import (
+    DesktopNameTaken,
+    desktop_names_on_clusters,
+    desktops_of_pools,
+    get_pool,
+    insert_desktops,
+    known_orphan_ids,
+    mark_reconciled,
+    pools_to_reconcile,
+    record_orphans,
+)
+from deskpool.pools.states import IllegalTransition
+
+if TYPE_CHECKING:
+    from deskpool.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+#: The job kind reconciling one pool now.
+POOL_RECONCILE_JOB = "pool.reconcile"
+#: The resource type of pool jobs.
+POOLS = "pools"
+#: Who reconciliation acts as in the audit trail.
+RECONCILER_ACTOR = "system:reconciler"
+#: How long listing a cluster's VMs may take before the cluster counts as not listed.
+LIST_TIMEOUT = 60.0
+
+#: Fences a transaction: raises :class:`~deskpool.jobs.LeaseLost` unless the caller's run or
+#: job still holds its lease (``JobContext.hold_lease``, :func:`hold_periodic_run`).
+Fence = Callable[[asyncpg.Connection], Awaitable[None]]
+
+
+def observed_vm(vm: VirtualMachine) -> ObservedVm:
+    """A VM listed by a driver, as the pure reconciliation sees it."""
+    desktop_id = None
+    if vm.desktop_id is not None:
+        try:
+            desktop_id = uuid.UUID(vm.desktop_id)
+        except ValueError:
+            desktop_id = None
+    return ObservedVm(
+        vm_id=vm.id,
+        name=vm.name,
+        power_state=PowerState(vm.power_state.value),
+        desktop_id=desktop_id,
+    )
+
+
+@dataclass(frozen=True)
+class PlannedPool:
+    """A pool's plan, with what it was made from (to apply it to those exact records).
+
+    :ivar desktops: the pool's desktops as the plan saw them, by id.
+    :ivar vms: the VMs listed on the pool's cluster, by id (empty when not listed).
+    :ivar observed: whether the cluster's VMs could be listed.
+    """
+
+    pool: Pool
+    plan: PoolPlan
+    desktops: Mapping[uuid.UUID, Desktop]
+    vms: Mapping[str, ObservedVm]
+    observed: bool
+
+
+@dataclass(frozen=True)
+class AppliedPlan:
+    """What applying one pool's plan did.
+
+    :ivar applied: actions applied.
+    :ivar skipped: actions left to the next pass (their desktop moved on since the plan).
+    """
+
+    pool_id: uuid.UUID
+    applied: int
+    skipped: int
+
+
+class PoolReconcilerService:
+    """Reconciles stored pools against their clusters.
+
+    Made once per reconciliation run (the periodic task's factory) or per ``pool.reconcile``
+    job. :meth:`pools_to_reconcile` remembers the batch; the first :meth:`reconcile_pool` call
+    plans the whole batch (one VM listing per cluster), and each call applies one pool's plan.
+
+    :param runtime: the worker's runtime (database, drivers).
+    :param policy: backoffs, timeouts and orphan handling.
+    """
+
+    def __init__(self, runtime: Runtime, policy: ReconcilePolicy) -> None:
+        self.runtime = runtime
+        self.policy = policy
+        self._batch: list[Pool] = []
+        self._planned: dict[uuid.UUID, PlannedPool] | None = None
+
+    # ------------------------------------------------------------------ the PoolReconciler protocol
+
+    async def pools_to_reconcile(self, connection: asyncpg.Connection, limit: int) -> list[str]:
+        """Ids of at most ``limit`` pools, the one reconciled longest ago (or never) first."""
+        self._batch = await pools_to_reconcile(connection, limit)
+        self._planned = None
+        return [str(pool.id) for pool in self._batch]
+
+    async def reconcile_pool(self, pool_id: str, context: PeriodicContext) -> None:
+        """Apply the plan of one pool of the batch (planning the batch on the first call)."""
+        if self._planned is None:
+            self._planned = await self.plan(self._batch)
+        planned = self._planned.pop(uuid.UUID(pool_id), None)
+        if planned is None:
+            pool = await get_pool(self.runtime.db, uuid.UUID(pool_id))
+            if pool is None:
+                return
+            planned = (await self.plan([pool]))[pool.id]
+
+        async def fence(connection: asyncpg.Connection) -> None:
+            await hold_periodic_run(connection, context.name, context.fence)
+
+        await self.apply(planned, fence)
+
+    # ------------------------------------------------------------------ one pool now
+
+    async def reconcile_now(self, pool_id: uuid.UUID, fence: Fence) -> AppliedPlan | None:
+        """Plan and apply one pool now; ``None`` when it does not exist."""
+        pool = await get_pool(self.runtime.db, pool_id)
+        if pool is None:
+            return None
+        return await self.apply((await self.plan([pool]))[pool.id], fence)
+
+    # ------------------------------------------------------------------ planning
+
+    async def plan(self, pools: Sequence[Pool]) -> dict[uuid.UUID, PlannedPool]:
+        """Plan ``pools`` together: their desktops, one VM listing per cluster, the plans."""
+        if not pools:
+            return {}
+        pool_ids = [pool.id for pool in pools]
+        cluster_ids = sorted({pool.cluster_id for pool in pools})
+        async with self.runtime.db.acquire() as connection:
+            now: datetime = await connection.fetchval("SELECT now()")
+            desktops = await desktops_of_pools(connection, pool_ids)
+            names = await desktop_names_on_clusters(connection, cluster_ids)
+            known = await known_orphan_ids(connection, cluster_ids)
+            clusters = {
+                cluster_id: await get_cluster(connection, cluster_id) for cluster_id in cluster_ids
+            }
+        listed = await self.observe(clusters)
+        observed = {cluster_id: vms for cluster_id, vms in listed.items() if vms is not None}
+        plans = reconcile_pools(
+            pools,
+            [desktop for pool_desktops in desktops.values() for desktop in pool_desktops],
+            observed,
+            now,
+            self.policy,
+            taken_names=names,
+            known_orphans=known,
+        )
+        vms_by_cluster = {
+            cluster_id: {vm.vm_id: vm for vm in vms} for cluster_id, vms in observed.items()
+        }
+        return {
+            pool.id: PlannedPool(
+                pool=pool,
+                plan=plan,
+                desktops={desktop.id: desktop for desktop in desktops.get(pool.id, ())},
+                vms=vms_by_cluster.get(pool.cluster_id, {}),
+                observed=pool.cluster_id in observed,
+            )
+            for pool, plan in zip(pools, plans, strict=True)
+        }
+
+    async def observe(
+        self, clusters: Mapping[uuid.UUID, ClusterRecord | None]
+    ) -> dict[uuid.UUID, list[ObservedVm] | None]:
+        """List each cluster's deskpool VMs once, all clusters at the same time.
+
+        A cluster that cannot be listed maps to ``None`` (and is logged), never to ``[]``.
+        """
+        ids = list(clusters)
+        listings = await asyncio.gather(*(self._list(clusters[cluster_id]) for cluster_id in ids))
+        return dict(zip(ids, listings, strict=True))
+
+    async def _list(self, cluster: ClusterRecord | None) -> list[ObservedVm] | None:
+        if cluster is None:
+            return None
+        try:
+            async with self.runtime.drivers.open(cluster) as driver:
+                vms = await driver.list_owned_vms(deadline=deadline_after(LIST_TIMEOUT))
+        except DeskpoolError as error:
+            log.warning(
+                "the VMs of cluster %s cannot be listed (%s); its pools are reconciled for "
+                "timeouts only",
+                cluster.name,
+                error.detail,
+            )
+            return None
+        return [observed_vm(vm) for vm in vms]
+
+    # ------------------------------------------------------------------ applying
+
+    async def apply(self, planned: PlannedPool, fence: Fence) -> AppliedPlan:
+        """Apply one pool's actions, each in its own fenced transaction; mark it reconciled."""
+        pool, plan = planned.pool, planned.plan
+        applied = skipped = 0
+        creates: list[Action] = [a for a in plan.actions if isinstance(a, CreateDesktop)]
+        batches = [creates] if creates else []
+        batches += [[action] for action in plan.actions if not isinstance(action, CreateDesktop)]
+        async with self.runtime.db.acquire() as connection:
+            for batch in batches:
+                try:
+                    async with connection.transaction():
+                        await fence(connection)
+                        await lock_pool_for_reconciliation(connection, pool.id)
+                        events = await self._apply(connection, planned, batch)
+                        for event in events:
+                            await record_audit_event(connection, event)
+                except (IllegalTransition, DesktopNameTaken, NotFound) as error:
+                    log.info("pool %s: %s left to the next pass (%s)", pool.name, batch, error)
+                    events = []
+                applied += len(events)
+                skipped += len(batch) - len(events)
+            generation = plan.generation if planned.observed else pool.reconciled_generation
+            await mark_reconciled(connection, pool.id, generation, plan.health)
+        if applied or skipped:
+            log.info(
+                "pool %s reconciled: %d action(s) applied, %d left to the next pass",
+                pool.name,
+                applied,
+                skipped,
+            )
+        return AppliedPlan(pool.id, applied, skipped)
+
+    async def _apply(
+        self, connection: asyncpg.Connection, planned: PlannedPool, actions: list[Action]
+    ) -> list[AuditEvent]:
+        """Apply ``actions`` (all creates, or one other action); return their audit events."""
+        pool = planned.pool
+        now = datetime.now(UTC)
+        first = actions[0]
+        if isinstance(first, CreateDesktop):
+            names = [action.name for action in actions if isinstance(action, CreateDesktop)]
+            events = []
+            for action, desktop in zip(
+                actions, await insert_desktops(connection, pool, names), strict=True
+            ):
+                job = await enqueue_desktop_job(connection, PROVISION, desktop)
+                events.append(self._event(planned, action, desktop, job, now))
+            return events
+        if isinstance(first, PowerOn):
+            desktop = planned.desktops[first.desktop_id]
+            job = await enqueue_desktop_job(connection, POWER_ON, desktop)
+            return [self._event(planned, first, desktop, job, now)]
+        if isinstance(first, ReportOrphan):
+            vm = planned.vms.get(first.vm_id)
+            if vm is None:
+                return []
+            if not await record_orphans(
+                connection, pool.cluster_id, [replace(vm, pool_id=pool.id)]
+            ):
+                return []
+            return [self._event(planned, first, None, None, now)]
+        if isinstance(first, DeleteOrphanVm):
+            deletion = await enqueue_orphan_deletion(connection, pool.cluster_id, first.vm_id)
+            return [self._event(planned, first, None, deletion, now)]
+        event = desktop_event(first)
+        desktop_id = getattr(first, "desktop_id", None)
+        expected = planned.desktops.get(desktop_id) if desktop_id is not None else None
+        if event is None or expected is None:
+            raise ValueError(f"reconciliation cannot apply {first!r}")
+        after = await apply_event_if_unchanged(connection, expected, event, now, pool=pool)
+        if after is None:
+            return []
+        kind = job_for_state(after)
+        follow_up = None if kind is None else await enqueue_desktop_job(connection, kind, after)
+        return [self._event(planned, first, after, follow_up, now)]
+
+    @staticmethod
+    def _event(
+        planned: PlannedPool,
+        action: Action,
+        desktop: Desktop | None,
+        job: Job | None,
+        now: datetime,
+    ) -> AuditEvent:
+        """The audit event of an applied action: its reason, the desktop, the job enqueued."""
+        pool = planned.pool
+        details: dict[str, Any] = {
+            "reason": action.reason,
+            "pool_id": str(pool.id),
+            "pool": pool.name,
+        }
+        if desktop is not None:
+            details["desktop"] = desktop.name
+            details["state"] = str(desktop.state)
+        vm_id = getattr(action, "vm_id", None)
+        if vm_id is not None:
+            details["vm_id"] = vm_id
+        if job is not None:
+            details["job_id"] = job.id
+            details["job_kind"] = job.kind
+        if desktop is not None:
+            resource_type, resource_id = DESKTOPS, str(desktop.id)
+        else:
+            resource_type, resource_id = CLUSTERS, str(pool.cluster_id)
+        return AuditEvent(
+            action=f"reconcile.{action.kind}",
+            actor=RECONCILER_ACTOR,
+            resource_type=resource_type,
+            resource_id=resource_id,
+            outcome="success",
+            occurred_at=now,
+            details=details,
+        )
+
+
+# --------------------------------------------------------------------------- the job
+
+ReconcilerFactory = Callable[["Runtime"], PoolReconcilerService]
+
+
+async def enqueue_pool_reconcile(connection: asyncpg.Connection, pool_id: uuid.UUID) -> Job:
+    """Enqueue ``pool.reconcile`` for the pool, unless one is queued and not started yet.
+
+    Call it in the transaction that created or changed the pool.
+    """
+    existing = await unfinished_job(
+        connection, POOL_RECONCILE_JOB, POOLS, str(pool_id), states=(JobState.QUEUED,)
+    )
+    if existing is not None:
+        return existing
+    return await enqueue(
+        connection,
+        POOL_RECONCILE_JOB,
+        {"pool_id": str(pool_id)},
+        priority=5,
+        resource_type=POOLS,
+        resource_id=str(pool_id),
+    )
+
+
+def pool_reconcile_job_kind(factory: ReconcilerFactory) -> JobKind:
+    """The ``pool.reconcile`` job kind, reconciling with what ``factory`` builds."""
+
+    async def reconcile_one_pool(context: JobContext) -> None:
+        try:
+            pool_id = uuid.UUID(str(context.payload["pool_id"]))
+        except (KeyError, ValueError) as error:
+            raise PermanentJobFailure(f"the payload names no pool ({error})") from None
+        await factory(context.runtime).reconcile_now(pool_id, context.hold_lease)
+
+    return JobKind(reconcile_one_pool)
