@@ -13,9 +13,11 @@ Desktops are created and deleted by reconciliation; administrators act on one th
   needs one).
 
 The API checks the action against the state machine (409 ``illegal_transition``) and enqueues
-a job of kind ``desktop.<action>`` with payload ``{"desktop_id": ...}``, answering 202 with the
-job; the job applies the state change when it runs. Asking for an action that is already
-queued or running for the desktop answers that job instead of a second one.
+a job of kind ``desktop.<action>`` with payload ``{"desktop_id": ...}`` through
+:func:`deskpool.pools.provisioning.enqueue_desktop_job` (as reconciliation does, so the two
+never queue the same rebuild or deletion twice), answering 202 with the job; the job applies
+the state change when it runs. Asking for an action that is already queued or running for the
+desktop answers that job instead of a second one.
 
 In a persistent pool an administrator assigns a desktop to a user
 (``PUT .../assignment``) or removes its user (``DELETE .../assignment``; the desktop is
@@ -43,6 +45,7 @@ from deskpool.jobs import queue
 from deskpool.jobs.model import Job, JobState
 from deskpool.pools import repository
 from deskpool.pools.model import Desktop, DesktopState, Pool
+from deskpool.pools.provisioning import enqueue_desktop_job
 from deskpool.pools.repository import DesktopRecord
 from deskpool.pools.states import (
     Assigned,
@@ -345,15 +348,9 @@ def register(routes: RouteTable) -> None:
         async with call.runtime.db.acquire() as connection, connection.transaction():
             desktop = (await _locked(connection, desktop_id)).desktop
             refuse_action(desktop, action)
-            job = await _active_job(connection, kind, desktop_id)
-            if job is None:
-                job = await queue.enqueue(
-                    connection,
-                    kind,
-                    {"desktop_id": str(desktop_id)},
-                    resource_type="desktops",
-                    resource_id=str(desktop_id),
-                )
+            already = await _active_job(connection, kind, desktop_id)
+            job = already or await enqueue_desktop_job(connection, kind, desktop)
+            if already is None:
                 await audit(
                     call,
                     connection,
