@@ -4,8 +4,9 @@ The component combines a :class:`~deskpool_worker.runner.JobRunner` (at most
 ``WORKER_CONCURRENCY`` jobs at once, claimed and completed in batches under leases of
 ``WORKER_LEASE_DURATION``) and a :class:`~deskpool_worker.scheduler.PeriodicScheduler`. It runs
 the job kinds and periodic tasks that plugins register (``deskpool_register_job_kinds``,
-``deskpool_register_periodic_tasks``) and registers the platform's own periodic tasks: audit
-partition maintenance and the pruning of finished jobs.
+``deskpool_register_periodic_tasks``) and registers the platform's own: the desktop jobs and
+``pool.reconcile`` (:mod:`deskpool_worker.pools`), and the periodic tasks of pool
+reconciliation, audit partition maintenance and the pruning of finished jobs.
 
 On stop (SIGTERM) it stops claiming, gives in-flight jobs and runs ``WORKER_SHUTDOWN_TIMEOUT``
 to finish, then cancels them and releases their leases so another worker takes them at once.
@@ -24,6 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 from deskpool.audit import maintain_audit_partitions
+from deskpool.config import SettingRegistry
 from deskpool.jobs import queue
 from deskpool.jobs.metrics import JobMetrics
 from deskpool.jobs.model import JobKind
@@ -31,6 +33,7 @@ from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
 from deskpool.runtime import ComponentFactory, Runtime
+from deskpool_worker import pools
 from deskpool_worker.runner import JobRunner, RunnerSettings
 from deskpool_worker.scheduler import PeriodicScheduler
 
@@ -141,8 +144,21 @@ def deskpool_register_components(registry: Registry[ComponentFactory]) -> None:
 
 
 @hookimpl
+def deskpool_declare_settings(registry: SettingRegistry) -> None:
+    """Declare the worker's own settings (``POOL_FAILURE_BACKOFF``)."""
+    pools.declare_settings(registry)
+
+
+@hookimpl
+def deskpool_register_job_kinds(registry: Registry[Any]) -> None:
+    """Register the desktop jobs and ``pool.reconcile``."""
+    pools.register_job_kinds(registry)
+
+
+@hookimpl
 def deskpool_register_periodic_tasks(registry: Registry[Any]) -> None:
-    """Register audit maintenance and job pruning."""
+    """Register pool reconciliation, audit maintenance and job pruning."""
+    pools.register_periodic_tasks(registry)
     registry.add(
         "audit_maintenance",
         PeriodicTask(

@@ -1,0 +1,75 @@
+"""The pools work the worker runs: desktop jobs, ``pool.reconcile``, and the reconciliation task.
+
+The platform holds the logic (:mod:`deskpool.pools.provisioning`,
+:mod:`deskpool.pools.reconciler`); this module registers it with the worker, builds the
+reconciliation policy from the configuration, and declares the worker's pool setting:
+
+``POOL_FAILURE_BACKOFF``
+    How long a failed desktop waits before it is retried the first time; the wait doubles
+    with each consecutive failure of the desktop, up to an hour (or this value, if longer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from deskpool.config import Config, Setting, SettingRegistry, parse_duration
+from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, pool_reconcile_task
+from deskpool.pools.provisioning import desktop_job_kinds
+from deskpool.pools.reconcile import ReconcilePolicy
+from deskpool.pools.reconciler import (
+    POOL_RECONCILE_JOB,
+    PoolReconcilerService,
+    pool_reconcile_job_kind,
+)
+from deskpool.registry import Registry
+from deskpool.runtime import Runtime
+
+#: The setting of the first retry's wait.
+FAILURE_BACKOFF_SETTING = "POOL_FAILURE_BACKOFF"
+
+
+def declare_settings(registry: SettingRegistry) -> None:
+    """Declare ``POOL_FAILURE_BACKOFF``."""
+    registry.add(
+        Setting(
+            FAILURE_BACKOFF_SETTING,
+            parse_duration,
+            "30s",
+            "How long a failed desktop waits before its first retry; the wait doubles with "
+            "each consecutive failure, up to 1h.",
+            section="Worker and reconciliation",
+            type_name="duration",
+            owner="worker",
+        )
+    )
+
+
+def reconcile_policy(config: Config) -> ReconcilePolicy:
+    """The wait timeouts of SPEC §8.5 and the configured failure backoff."""
+    policy = ReconcilePolicy.from_config(config)
+    base = timedelta(seconds=config.duration(FAILURE_BACKOFF_SETTING))
+    if base <= timedelta(0):
+        return policy
+    return replace(
+        policy, failure_backoff_base=base, failure_backoff_max=max(policy.failure_backoff_max, base)
+    )
+
+
+def pool_reconciler(runtime: Runtime) -> PoolReconcilerService:
+    """A reconciler with the configured policy (one per reconciliation run or job)."""
+    return PoolReconcilerService(runtime, reconcile_policy(runtime.config))
+
+
+def register_job_kinds(registry: Registry[Any]) -> None:
+    """The desktop jobs and ``pool.reconcile``."""
+    for name, kind in desktop_job_kinds().items():
+        registry.add(name, kind)
+    registry.add(POOL_RECONCILE_JOB, pool_reconcile_job_kind(pool_reconciler))
+
+
+def register_periodic_tasks(registry: Registry[Any]) -> None:
+    """Pool reconciliation every ``POOL_RECONCILE_INTERVAL``."""
+    registry.add(POOL_RECONCILE_TASK, pool_reconcile_task(pool_reconciler))
