@@ -72,7 +72,7 @@ from deskpool.drivers import (
 from deskpool.errors import DeskpoolError, ServiceUnavailable
 from deskpool.events import AuditEvent
 from deskpool.jobs.context import JobContext
-from deskpool.jobs.model import Job, JobKind, PermanentJobFailure
+from deskpool.jobs.model import Job, JobKind, LeaseLost, PermanentJobFailure
 from deskpool.jobs.queue import enqueue
 from deskpool.pools.model import CloneMode, Desktop, DesktopState, Pool
 from deskpool.pools.provisioning_store import (
@@ -461,6 +461,8 @@ class DesktopWork(DesktopRecorder):
                 await step()
             except _StepStopped:
                 pass
+            except LeaseLost:
+                raise  # another worker has the job: record nothing
             except DeskpoolError as error:
                 await self.settle(error)
             except Exception as error:

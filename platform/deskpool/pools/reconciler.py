@@ -266,6 +266,14 @@ class PoolReconcilerService:
                 error.detail,
             )
             return None
+        except Exception:
+            # A driver outside its contract: still never "every VM vanished".
+            log.exception(
+                "listing the VMs of cluster %s failed unexpectedly; its pools are reconciled "
+                "for timeouts only",
+                cluster.name,
+            )
+            return None
         return [observed_vm(vm) for vm in vms]
 
     # ------------------------------------------------------------------ applying

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
+import pytest
 from tests.integration.provisioning.conftest import (
     WINDOWS_TEMPLATE,
     MakeCluster,
@@ -26,6 +27,7 @@ from tests.integration.provisioning.conftest import (
 )
 
 from deskpool.drivers import PowerState
+from deskpool.jobs.model import LeaseLost
 from deskpool.pools import repository
 from deskpool.pools.model import Desktop, DesktopState, OsType, Pool
 from deskpool.pools.provisioning import (
@@ -291,3 +293,26 @@ async def test_a_cluster_without_an_installed_driver_fails_the_desktop_on_the_la
     assert failed.state is S.FAILED
     assert failed.failed_step is S.PROVISIONING
     assert "nosuchdriver" in (failed.last_error or "")
+
+
+async def test_an_attempt_whose_job_was_reclaimed_records_nothing(
+    db: asyncpg.Connection, make_pool: MakePool, runtime: Runtime, simulator: Simulator
+) -> None:
+    pool = await make_pool()
+    desktop = await add_desktop(db, pool)
+    await simulator.driver.admin.inject(agent_never_answers=desktop.name)
+    job = await enqueue_desktop_job(db, PROVISION, desktop)
+    lease = timedelta(milliseconds=150)
+    attempt = asyncio.create_task(
+        provision_desktop(job_context(runtime, await claim(db, job.id), lease))
+    )
+
+    async def waiting() -> bool:
+        return (await desktop_of(db, desktop.id)).state is S.WAITING_FOR_AGENT
+
+    await until(waiting, "the job waits for the agent")
+    await db.execute("UPDATE jobs SET fence = fence + 1 WHERE id = $1", job.id)  # reclaimed
+    with pytest.raises(LeaseLost):
+        await attempt
+
+    assert (await desktop_of(db, desktop.id)).state is S.WAITING_FOR_AGENT
