@@ -88,6 +88,7 @@ from deskpool.pools.repository import (
     set_desktop_node,
 )
 from deskpool.pools.states import (
+    WAIT_TIMEOUT_SETTINGS,
     AgentReady,
     Cloned,
     Delete,
@@ -245,11 +246,11 @@ class ProvisioningSettings:
     @classmethod
     def from_config(cls, config: Config) -> ProvisioningSettings:
         """``GUEST_AGENT_WAIT_TIMEOUT`` and ``WINDOWS_READY_WAIT_TIMEOUT``."""
+        agent = WAIT_TIMEOUT_SETTINGS[S.WAITING_FOR_AGENT]
+        windows = WAIT_TIMEOUT_SETTINGS[S.WAITING_FOR_WINDOWS]
         return cls(
-            guest_agent_wait_timeout=timedelta(seconds=config.duration("GUEST_AGENT_WAIT_TIMEOUT")),
-            windows_ready_wait_timeout=timedelta(
-                seconds=config.duration("WINDOWS_READY_WAIT_TIMEOUT")
-            ),
+            guest_agent_wait_timeout=timedelta(seconds=config.duration(agent)),
+            windows_ready_wait_timeout=timedelta(seconds=config.duration(windows)),
         )
 
 
