@@ -236,8 +236,8 @@ async def test_only_an_empty_pool_is_deleted(
     assert (await audit_actions(pools_runtime, created["id"]))[-1] == "pool.delete"
 
 
-async def test_reconcile_enqueues_one_job_per_generation(
-    client: Any, new_caller: NewCaller, api_cluster: NewCluster
+async def test_creating_changing_and_asking_enqueue_a_reconciliation(
+    client: Any, new_caller: NewCaller, api_cluster: NewCluster, pools_runtime: Runtime
 ) -> None:
     manager = await new_caller("pools:manage")
     created = await create(client, manager, pool_body(await api_cluster()))
@@ -248,11 +248,20 @@ async def test_reconcile_enqueues_one_job_per_generation(
     assert job["kind"] == "pool.reconcile"
     assert job["payload"] == {"pool_id": created["id"]}
     assert (job["resource_type"], job["resource_id"]) == ("pools", created["id"])
+    async with pools_runtime.db.acquire() as connection:
+        jobs = await connection.fetch(
+            "SELECT id FROM jobs WHERE kind = 'pool.reconcile' AND resource_id = $1",
+            created["id"],
+        )
+    assert [row["id"] for row in jobs] == [job["id"]]  # the one creating the pool enqueued
     again = await (await client.post(url, headers=manager.headers)).json()
     assert again["id"] == job["id"]
+    async with pools_runtime.db.acquire() as connection:  # a worker starts it
+        await connection.execute("UPDATE jobs SET state = 'running' WHERE id = $1", job["id"])
     await client.patch(f"{POOLS}/{created['id']}", json={"max_size": 3}, headers=manager.headers)
     changed = await (await client.post(url, headers=manager.headers)).json()
     assert changed["id"] != job["id"]
+    assert changed["state"] == "queued"
 
 
 async def test_permissions(client: Any, new_caller: NewCaller, api_cluster: NewCluster) -> None:

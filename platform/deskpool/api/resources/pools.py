@@ -16,7 +16,9 @@ desktop counts by state.
   refused, too slow) the pool is stored anyway and the response's ``template_check`` says
   ``not_verified`` with the reason: provisioning then reports the problem on the desktops.
 - *Generations.* A change to a setting reconciliation reads (sizes, template, state...) bumps
-  the generation; a rename or a new description does not.
+  the generation and enqueues a reconciliation (``pool.reconcile``, as creating a pool does),
+  so the pool acts on it without waiting for the periodic pass; a rename or a new description
+  does not.
 - *Deletion.* A pool is deleted only when it has no desktops (409 ``pool_not_empty``
   otherwise): set its state to ``draining`` first; reconciliation deletes each desktop once it
   is free, and the empty pool can then be deleted. No request ever destroys a desktop a user
@@ -60,8 +62,6 @@ from deskpool.drivers import DriverError, deadline_after
 from deskpool.drivers import OsType as TemplateOsType
 from deskpool.errors import BadRequest, DeskpoolError, Forbidden, NotFound, ValidationFailed
 from deskpool.identity.repository import parse_id
-from deskpool.jobs import queue
-from deskpool.jobs.model import Job, JobState
 from deskpool.pools import repository
 from deskpool.pools.allocation import DesktopNotReady, NoDesktopAvailable
 from deskpool.pools.model import (
@@ -79,6 +79,7 @@ from deskpool.pools.model import (
 )
 from deskpool.pools.naming import MAX_NAME_LENGTH
 from deskpool.pools.reconcile import PoolSummary
+from deskpool.pools.reconciler import enqueue_pool_reconcile
 from deskpool.pools.repository import DomainJoin, PoolRecord, SubjectType
 
 log = logging.getLogger(__name__)
@@ -86,13 +87,8 @@ log = logging.getLogger(__name__)
 #: Seconds a pool change waits for the cluster's driver to list its templates.
 TEMPLATE_CHECK_TIMEOUT = 10.0
 
-#: The job kind of an immediate reconciliation (payload ``{"pool_id": ...}``).
-RECONCILE_JOB_KIND = "pool.reconcile"
-
 #: How many templates a "no such template" error lists.
 _TEMPLATES_LISTED = 10
-
-_ACTIVE_JOB_STATES = frozenset({JobState.QUEUED, JobState.RUNNING})
 
 
 # ---------------------------------------------------------------------------------- fields
@@ -743,36 +739,6 @@ def _model_changes(body: Mapping[str, Any]) -> dict[str, Any]:
     return changes
 
 
-async def _reconcile_job(connection: asyncpg.Connection, record: PoolRecord) -> Job:
-    """Enqueue an immediate reconciliation of the pool, once per generation and pass.
-
-    The idempotency key names the pool, its generation and its last finished pass, so asking
-    again before anything changed returns the same job; once a pass finished (or the settings
-    changed) a new job is made. A job that ended without a pass (dead, cancelled) is not
-    handed back: a new one is enqueued after it.
-    """
-    pool = record.pool
-    passed = record.reconciled_at.timestamp() if record.reconciled_at else 0
-    key = f"{RECONCILE_JOB_KIND}:{pool.id}:g{pool.generation}:r{passed:.6f}"
-    arguments: dict[str, Any] = {
-        "resource_type": "pools",
-        "resource_id": str(pool.id),
-    }
-    payload = {"pool_id": str(pool.id)}
-    job = await queue.enqueue(
-        connection, RECONCILE_JOB_KIND, payload, idempotency_key=key, **arguments
-    )
-    if job.state in (JobState.DEAD, JobState.CANCELLED):
-        job = await queue.enqueue(
-            connection,
-            RECONCILE_JOB_KIND,
-            payload,
-            idempotency_key=f"{key}:after:{job.id}",
-            **arguments,
-        )
-    return job
-
-
 def _availability(pool: Pool, held: Sequence[Desktop], available: int) -> str:
     """What opening ``pool`` would give now (as :func:`.allocation.choose_desktop` decides)."""
     if pool.state is PoolState.DISABLED:
@@ -869,6 +835,7 @@ def register(routes: RouteTable) -> None:
                 await repository.store_domain_join_password(
                     connection, call.runtime.secret_store, pool.id, password
                 )
+            await enqueue_pool_reconcile(connection, pool.id)
             await audit(
                 call,
                 connection,
@@ -961,6 +928,8 @@ def register(routes: RouteTable) -> None:
                 description=body.get("description"),
                 **({"domain_join": join} if replaces_join else {}),
             )
+            if updated.pool.generation != current.pool.generation:
+                await enqueue_pool_reconcile(connection, pool_id)
             if replaces_join and join is None:
                 await repository.delete_domain_join_password(connection, pool_id)
             elif password is not None:
@@ -1019,9 +988,10 @@ def register(routes: RouteTable) -> None:
         "/api/v1/pools/{pool_id}/reconcile",
         summary="Reconcile a pool now",
         description=(
-            "Enqueues an immediate reconciliation (job kind `pool.reconcile`) instead of "
-            "waiting for the next periodic pass. Asking again before a pass finished and "
-            "before the settings changed returns the same job."
+            "Enqueues an immediate reconciliation (job kind `pool.reconcile`, payload "
+            '`{"pool_id"}`) instead of waiting for the next periodic pass. While one is '
+            "queued and not started, asking again answers that job. Creating a pool and "
+            "changing a setting that bumps its generation enqueue one too."
         ),
         tags=("pools",),
         permission="pools:manage",
@@ -1030,10 +1000,10 @@ def register(routes: RouteTable) -> None:
     async def reconcile_pool(call: Call) -> Reply:
         pool_id = pool_id_of(call)
         async with call.runtime.db.acquire() as connection, connection.transaction():
-            record = await repository.get_pool_record(connection, pool_id)
+            record = await repository.get_pool_record(connection, pool_id, for_update=True)
             if record is None:
                 raise NotFound(f"No pool has the id {pool_id}.")
-            job = await _reconcile_job(connection, record)
+            job = await enqueue_pool_reconcile(connection, pool_id)
             await audit(
                 call,
                 connection,
