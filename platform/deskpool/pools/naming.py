@@ -84,6 +84,10 @@ def _syntax_problems(pattern: str) -> list[str]:
         return [f"the number field takes no conversion (!{conversion})"]
     if spec and "{" in spec:
         return ["the number field's format spec cannot contain nested fields"]
+    # Bound the width before rendering: {n:099999999} would build a 100 MB name.
+    widths = [int(w) for w in re.findall(r"\d+", spec or "")]
+    if any(width > MAX_NAME_LENGTH for width in widths):
+        return [f"the number field is wider than a name may be ({MAX_NAME_LENGTH} characters)"]
     try:
         format(1, spec or "")
     except ValueError as exc:

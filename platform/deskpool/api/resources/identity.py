@@ -467,6 +467,10 @@ def register(routes: RouteTable) -> None:
             await connection.execute(
                 "DELETE FROM grants WHERE subject_type = 'group' AND subject_id = $1", group_id
             )
+            await connection.execute(
+                "DELETE FROM pool_entitlements WHERE subject_type = 'group' AND subject_id = $1",
+                group_id,
+            )
             await _audit(call, connection, "group.delete", "groups", str(group_id), key=key)
         await identity_changed(call.runtime)
         return Reply(None, 204)
