@@ -87,8 +87,9 @@ def pool_reconcile_task(factory: ReconcilerFactory) -> PeriodicTask:
 
     async def run(context: PeriodicContext) -> None:
         batch = await reconcile_batch(factory(context.runtime), context)
-        if batch.reconciled or batch.failed:
-            log.info("reconciled %d pool(s), %d failed", len(batch.reconciled), len(batch.failed))
+        # Every interval reconciles pools: only failures are worth a line above debug.
+        level = logging.WARNING if batch.failed else logging.DEBUG
+        log.log(level, "reconciled %d pool(s), %d failed", len(batch.reconciled), len(batch.failed))
 
     return PeriodicTask(
         run,
