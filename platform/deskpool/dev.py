@@ -3,7 +3,9 @@
 It migrates, starts a development OIDC issuer on loopback (fixed keys kept in the state folder,
 so sign-ins survive restarts), points the API and the console at it, makes its administrator a
 bootstrap admin, runs every component, and prints where everything is and a ready-made token.
-It is for a developer's machine only: anyone who reaches the issuer signs in.
+On a fresh database it then connects a simulated cluster and creates a small Linux pool through
+the REST API, as an administrator would, so provisioning can be watched at once. It is for a
+developer's machine only: anyone who reaches the issuer signs in.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import asyncpg
 
 from deskpool.db import migrate
@@ -25,6 +29,26 @@ log = logging.getLogger(__name__)
 DEV_ADMIN_SUBJECT = "dev-admin"
 DEV_ADMIN_EMAIL = "admin@deskpool.test"
 DEV_CLIENT_ID = "deskpool"
+
+#: The simulated cluster of a fresh development database: slow enough to watch.
+DEMO_CLUSTER: dict[str, Any] = {
+    "name": "simulator",
+    "driver": "simulator",
+    "endpoint": "simulator://local",
+    "options": {"clone_seconds": 3, "boot_seconds": 4, "agent_seconds": 2, "oobe_seconds": 8},
+}
+#: The pool created on it.
+DEMO_POOL: dict[str, Any] = {
+    "name": "demo-linux",
+    "description": "Created by deskpool dev",
+    "template": "ubuntu-22.04",
+    "kind": "non_persistent",
+    "os_type": "linux",
+    "min_size": 2,
+    "spare": 1,
+    "max_size": 5,
+    "naming_pattern": "demo-{n:02}",
+}
 
 
 def dev_environ(environ: Mapping[str, str], issuer_url: str) -> dict[str, str]:
@@ -76,9 +100,49 @@ async def run_dev(environ: Mapping[str, str], state_dir: Path, issuer_port: int)
             ]
         )
         print(banner, flush=True)
+        seeding = asyncio.create_task(seed_demo(api, token), name="dev-seed")
         await host.run()
+        seeding.cancel()
     finally:
         await issuer.stop()
+
+
+async def seed_demo(api: str, token: str) -> None:
+    """Connect the simulated cluster and create the demo pool, unless a cluster exists."""
+    headers = {"Authorization": f"Bearer {token}"}
+    async with aiohttp.ClientSession(base_url=api, headers=headers) as session:
+        for _ in range(100):
+            try:
+                async with session.get("/api/v1/clusters") as response:
+                    if response.status == 200:
+                        clusters = await response.json()
+                        break
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.1)
+        else:
+            log.warning("the API did not answer; no demo cluster was created")
+            return
+        if clusters["items"]:
+            return
+        async with session.post("/api/v1/clusters", json=DEMO_CLUSTER) as response:
+            if response.status != 201:
+                log.warning("could not create the demo cluster: %s", await response.text())
+                return
+            cluster = await response.json()
+        pool = {**DEMO_POOL, "cluster_id": cluster["id"]}
+        async with session.post("/api/v1/pools", json=pool) as response:
+            if response.status != 201:
+                log.warning("could not create the demo pool: %s", await response.text())
+                return
+        log.info(
+            "created the simulated cluster %r and the pool %r (min %d, spare %d): "
+            "watch GET /api/v1/desktops",
+            DEMO_CLUSTER["name"],
+            DEMO_POOL["name"],
+            DEMO_POOL["min_size"],
+            DEMO_POOL["spare"],
+        )
 
 
 def main(environ: Mapping[str, str], state_dir: Path, issuer_port: int) -> None:

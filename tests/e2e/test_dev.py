@@ -1,0 +1,91 @@
+"""``deskpool dev``, the quick start: everything in one process with a development sign-in."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import aiohttp
+from tests.conftest import REPO, deskpool_command
+from tests.e2e.test_processes import free_port
+
+
+async def test_dev_serves_signs_in_and_seeds_a_simulated_pool(
+    deskpool_environ: dict[str, str], tmp_path: Path
+) -> None:
+    ports = {name: free_port() for name in ("api", "ops", "gateway", "web", "issuer")}
+    env = {
+        **deskpool_environ,
+        "PATH": os.environ["PATH"],
+        "API_ADDR": f"127.0.0.1:{ports['api']}",
+        "METRICS_ADDR": f"127.0.0.1:{ports['ops']}",
+        "GATEWAY_ADDR": f"127.0.0.1:{ports['gateway']}",
+        "WEB_ADDR": f"127.0.0.1:{ports['web']}",
+        "SECRETS_MASTER_KEY": "A" * 43 + "=",
+        "POOL_RECONCILE_INTERVAL": "1s",
+        "WORKER_POLL_INTERVAL": "1s",
+    }
+    command = [
+        *deskpool_command(),
+        "dev",
+        "--state-dir",
+        str(tmp_path),
+        "--issuer-port",
+        str(ports["issuer"]),
+    ]
+    process = await asyncio.create_subprocess_exec(
+        *command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    lines: list[str] = []
+    assert process.stdout is not None
+    stdout = process.stdout
+
+    async def drain() -> None:
+        while line := await stdout.readline():
+            lines.append(line.decode())
+
+    draining: asyncio.Task[None] | None = None
+    try:
+        token = None
+        while token is None:
+            line = (await stdout.readline()).decode()
+            assert line, "".join(lines)
+            lines.append(line)
+            match = re.search(r"Bearer ([\w.-]+)'", line)
+            token = match.group(1) if match else None
+        draining = asyncio.create_task(drain())
+        api = f"http://127.0.0.1:{ports['api']}"
+        headers = {"Authorization": f"Bearer {token}"}
+        async with aiohttp.ClientSession() as session:
+            for _ in range(300):
+                try:
+                    async with session.get(f"http://127.0.0.1:{ports['ops']}/readyz") as ready:
+                        if ready.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.05)
+            async with session.get(f"{api}/api/v1/me", headers=headers) as me:
+                assert me.status == 200
+                assert (await me.json())["is_platform_admin"]
+            for _ in range(300):
+                async with session.get(f"{api}/api/v1/pools", headers=headers) as pools:
+                    items = (await pools.json())["items"]
+                if items:
+                    break
+                await asyncio.sleep(0.05)
+            assert [pool["name"] for pool in items] == ["demo-linux"]
+            async with session.get(f"{api}/api/v1/setup", headers=headers) as setup:
+                assert (await setup.json())["cluster_connected"]
+        process.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(process.wait(), 30) == 0, "".join(lines)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        if draining is not None:
+            await draining
