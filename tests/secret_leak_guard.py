@@ -38,13 +38,6 @@ from typing import Any
 import asyncpg
 import pytest
 
-from deskpool.db import migrate
-from deskpool.testing.services import (
-    ServiceAddresses,
-    ServiceMissing,
-    create_test_database,
-    drop_test_database,
-)
 from deskpool_envelope.store import FORMAT_VERSION, MAGIC
 
 #: Every test plaintext contains this, so one search finds any of them (and any part of one
@@ -267,27 +260,6 @@ class LeakGuardHooks:
 def leak_guard(request: pytest.FixtureRequest) -> LeakGuard:
     """The run's guard: make test secrets with it, and scan process output with it."""
     return guard_of(request.config)
-
-
-@pytest.fixture(scope="module")
-def module_database_url(test_servers: ServiceAddresses) -> Iterator[str]:
-    """A migrated database of the test module's own, dropped after the module."""
-
-    async def create() -> str:
-        url = await create_test_database(test_servers.admin_url, prefix="deskpool_secrets")
-        connection = await asyncpg.connect(url)
-        try:
-            await migrate(connection)
-        finally:
-            await connection.close()
-        return url
-
-    try:
-        url = asyncio.run(create())
-    except ServiceMissing as error:
-        pytest.fail(str(error), pytrace=False)
-    yield url
-    asyncio.run(drop_test_database(test_servers.admin_url, url))
 
 
 @pytest.fixture

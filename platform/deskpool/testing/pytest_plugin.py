@@ -4,7 +4,8 @@ Fixtures:
 
 - ``test_servers``: where the real PostgreSQL and Redis are (failing, never skipping, when
   either does not answer).
-- ``migrated_database_url``: a database made for this test run, migrated, dropped at the end.
+- ``migrated_database_url``: a database made for this test run, migrated, dropped at the end;
+  ``module_database_url``: the same for one test module.
 - ``deskpool_environ``: an environment for a process of this test run (the database above,
   Redis, a unique key prefix, the ops listener disabled).
 - ``make_config``: build a :class:`deskpool.config.Config` from that environment plus overrides.
@@ -19,6 +20,7 @@ Fixtures:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import tempfile
@@ -54,13 +56,16 @@ def test_servers() -> ServiceAddresses:
     return servers
 
 
-@pytest.fixture(scope="session")
-def migrated_database_url(test_servers: ServiceAddresses) -> Iterator[str]:
-    """A database of its own for this test run, migrated; dropped when the run ends."""
+@contextlib.contextmanager
+def fresh_database(servers: ServiceAddresses, prefix: str = "deskpool_test") -> Iterator[str]:
+    """Create a migrated database, yield its URL, and drop it afterwards.
+
+    A server that does not answer fails the test with a message saying how to start it.
+    """
     from deskpool.db import migrate
 
     async def create() -> str:
-        url = await create_test_database(test_servers.admin_url)
+        url = await create_test_database(servers.admin_url, prefix)
         connection = await asyncpg.connect(url)
         try:
             await migrate(connection)
@@ -72,8 +77,27 @@ def migrated_database_url(test_servers: ServiceAddresses) -> Iterator[str]:
         url = asyncio.run(create())
     except ServiceMissing as error:
         pytest.fail(str(error), pytrace=False)
-    yield url
-    asyncio.run(drop_test_database(test_servers.admin_url, url))
+    try:
+        yield url
+    finally:
+        asyncio.run(drop_test_database(servers.admin_url, url))
+
+
+@pytest.fixture(scope="session")
+def migrated_database_url(test_servers: ServiceAddresses) -> Iterator[str]:
+    """A database of its own for this test run, migrated; dropped when the run ends."""
+    with fresh_database(test_servers) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def module_database_url(test_servers: ServiceAddresses) -> Iterator[str]:
+    """A migrated database of the test module's own, dropped after the module.
+
+    For tests that need a known-empty database, or leave rows others must not see.
+    """
+    with fresh_database(test_servers, "deskpool_module") as url:
+        yield url
 
 
 @pytest.fixture

@@ -21,7 +21,6 @@ import pytest
 
 from deskpool.clusters.repository import ClusterRecord, ConnectionSettings, get_cluster
 from deskpool.clusters.repository import insert_cluster as insert_cluster_record
-from deskpool.db import migrate
 from deskpool.host import bootstrap
 from deskpool.jobs import queue
 from deskpool.jobs.context import JobContext
@@ -29,11 +28,9 @@ from deskpool.jobs.model import ClaimedJob, LeaseLost
 from deskpool.pools import repository
 from deskpool.pools.model import Desktop, OsType, Pool, PoolKind
 from deskpool.runtime import Runtime
+from deskpool.testing.pytest_plugin import fresh_database
 from deskpool.testing.services import (
     ServiceAddresses,
-    ServiceMissing,
-    create_test_database,
-    drop_test_database,
 )
 from deskpool_driver_simulator import SimulatorDriver
 
@@ -55,22 +52,8 @@ WINDOWS_TEMPLATE = "windows-11"
 @pytest.fixture(scope="package")
 def provisioning_database(test_servers: ServiceAddresses) -> Iterator[str]:
     """A migrated database of these tests' own, dropped at the end."""
-
-    async def create() -> str:
-        url = await create_test_database(test_servers.admin_url, prefix="deskpool_provisioning")
-        connection = await asyncpg.connect(url)
-        try:
-            await migrate(connection)
-        finally:
-            await connection.close()
-        return url
-
-    try:
-        url = asyncio.run(create())
-    except ServiceMissing as error:
-        pytest.fail(str(error), pytrace=False)
-    yield url
-    asyncio.run(drop_test_database(test_servers.admin_url, url))
+    with fresh_database(test_servers, prefix="deskpool_provisioning") as url:
+        yield url
 
 
 @pytest.fixture
