@@ -24,7 +24,7 @@ import contextlib
 import os
 import secrets
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -43,6 +43,27 @@ def pytest_configure(config: pytest.Config) -> None:
     """Keep stevedore's entry-point cache out of ``~/.cache`` so tests never see stale results."""
     if "DESKPOOL_KEEP_XDG_CACHE" not in os.environ:
         os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="deskpool-xdg-")
+
+
+@contextlib.asynccontextmanager
+async def opened_runtime(
+    environ: Mapping[str, str], components: Sequence[str] = ("api",)
+) -> AsyncIterator[Any]:
+    """An opened :class:`deskpool.runtime.Runtime` for ``environ``, closed on exit.
+
+    The plugins of ``components`` are loaded and the configuration is read from ``environ``
+    alone, as a process started with that environment would.
+    """
+    from deskpool.host import bootstrap
+    from deskpool.runtime import Runtime
+
+    process = bootstrap(environ, list(components), log_setup=False)
+    runtime = Runtime(process.config, process.plugins)
+    await runtime.open()
+    try:
+        yield runtime
+    finally:
+        await runtime.close()
 
 
 @pytest.fixture(scope="session")
@@ -127,15 +148,10 @@ def make_config(deskpool_environ: dict[str, str]) -> Callable[..., Any]:
 
 
 @pytest.fixture
-async def runtime(make_config: Callable[..., Any]) -> AsyncIterator[Any]:
+async def runtime(deskpool_environ: dict[str, str]) -> AsyncIterator[Any]:
     """An opened runtime with the api component's plugins loaded."""
-    from deskpool.runtime import Runtime
-
-    process = make_config()
-    opened = Runtime(process.config, process.plugins)
-    await opened.open()
-    yield opened
-    await opened.close()
+    async with opened_runtime(deskpool_environ) as opened:
+        yield opened
 
 
 @pytest.fixture
@@ -168,14 +184,8 @@ def secure_environ(deskpool_environ: dict[str, str], identity_provider: Any) -> 
 @pytest.fixture
 async def secure_runtime(secure_environ: dict[str, str]) -> AsyncIterator[Any]:
     """An opened runtime whose API authenticates against ``identity_provider``."""
-    from deskpool.host import bootstrap
-    from deskpool.runtime import Runtime
-
-    process = bootstrap(secure_environ, ["api"], log_setup=False)
-    opened = Runtime(process.config, process.plugins)
-    await opened.open()
-    yield opened
-    await opened.close()
+    async with opened_runtime(secure_environ) as opened:
+        yield opened
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import pytest
 from tests.secret_leak_guard import LeakGuard
 
 from deskpool.runtime import Runtime
+from deskpool.testing.pytest_plugin import opened_runtime
 
 Headers = dict[str, str]
 
@@ -60,18 +61,13 @@ def clusters_environ(
 @pytest.fixture
 async def clusters_runtime(clusters_environ: dict[str, str]) -> AsyncIterator[Runtime]:
     """An opened api runtime on the module's database, emptied of clusters."""
-    from deskpool.host import bootstrap
-
     connection = await asyncpg.connect(clusters_environ["DATABASE_URL"])
     try:
         await connection.execute("TRUNCATE clusters CASCADE")
     finally:
         await connection.close()
-    process = bootstrap(clusters_environ, ["api"], log_setup=False)
-    runtime = Runtime(process.config, process.plugins)
-    await runtime.open()
-    yield runtime
-    await runtime.close()
+    async with opened_runtime(clusters_environ) as runtime:
+        yield runtime
 
 
 @pytest.fixture

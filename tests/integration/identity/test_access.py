@@ -11,6 +11,7 @@ import pytest
 
 from deskpool.api.app import build_route_table
 from deskpool.api.routes import Operation
+from deskpool.testing.pytest_plugin import opened_runtime
 
 PROBLEM = "application/problem+json"
 Bearer = Callable[..., dict[str, str]]
@@ -115,14 +116,9 @@ def bootstrap_environ(secure_environ: dict[str, str]) -> dict[str, str]:
 @pytest.fixture
 async def bootstrap_client(bootstrap_environ: dict[str, str], aiohttp_client: Any) -> Any:
     from deskpool.api.app import create_app
-    from deskpool.host import bootstrap
-    from deskpool.runtime import Runtime
 
-    process = bootstrap(bootstrap_environ, ["api"], log_setup=False)
-    runtime = Runtime(process.config, process.plugins)
-    await runtime.open()
-    yield await aiohttp_client(create_app(runtime))
-    await runtime.close()
+    async with opened_runtime(bootstrap_environ) as runtime:
+        yield await aiohttp_client(create_app(runtime))
 
 
 async def test_bootstrap_admin_manages_groups_and_grants_at_first_sign_in(

@@ -22,6 +22,7 @@ from tests.secret_leak_guard import LeakGuard
 from deskpool.pools import repository
 from deskpool.pools.model import DesktopState, OsType, Pool, PoolKind
 from deskpool.runtime import Runtime
+from deskpool.testing.pytest_plugin import opened_runtime
 
 MakePool = Callable[..., Awaitable[Pool]]
 
@@ -162,18 +163,13 @@ def pools_environ(
 @pytest.fixture
 async def pools_runtime(pools_environ: dict[str, str]) -> AsyncIterator[Runtime]:
     """An opened api runtime on the module's database, emptied of pools and clusters."""
-    from deskpool.host import bootstrap
-
     connection = await asyncpg.connect(pools_environ["DATABASE_URL"])
     try:
         await connection.execute("TRUNCATE clusters, jobs CASCADE")
     finally:
         await connection.close()
-    process = bootstrap(pools_environ, ["api"], log_setup=False)
-    runtime = Runtime(process.config, process.plugins)
-    await runtime.open()
-    yield runtime
-    await runtime.close()
+    async with opened_runtime(pools_environ) as runtime:
+        yield runtime
 
 
 @pytest.fixture
