@@ -31,6 +31,7 @@ from deskpool.jobs.metrics import JobMetrics
 from deskpool.jobs.model import JobKind
 from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
 from deskpool.plugins import hookimpl
+from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
 from deskpool.registry import Registry
 from deskpool.runtime import ComponentFactory, Runtime
 from deskpool_worker import pools
@@ -57,13 +58,15 @@ class WorkerComponent:
     :param runtime: the process runtime.
     """
 
-    name = "worker"
+    name = pools.WORKER_COMPONENT
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         config = runtime.config
         self.worker_id = new_worker_id()
         self.metrics = JobMetrics(runtime.metrics)
+        #: Counted on by every reconciler of this process (``pools.reconcile_metrics_of``).
+        self.reconcile_metrics = PoolReconcileMetrics(runtime.metrics)
         lease = timedelta(seconds=config.duration("WORKER_LEASE_DURATION"))
         kinds = {name: JobKind.of(item) for name, item in runtime.plugins.job_kinds().items()}
         self.runner = JobRunner(

@@ -7,6 +7,10 @@ reconciliation policy from the configuration, and declares the worker's pool set
 ``POOL_FAILURE_BACKOFF``
     How long a failed desktop waits before it is retried the first time; the wait doubles
     with each consecutive failure of the desktop, up to an hour (or this value, if longer).
+
+The reconciliation metrics (:class:`~deskpool.pools.reconcile_metrics.PoolReconcileMetrics`)
+are made once per runtime, by the worker component; every reconciler the factory builds counts
+on the running worker's (:func:`reconcile_metrics_of`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from deskpool.config import Config, Setting, SettingRegistry, parse_duration
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, pool_reconcile_task
 from deskpool.pools.provisioning import desktop_job_kinds
 from deskpool.pools.reconcile import ReconcilePolicy
+from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
 from deskpool.pools.reconciler import (
     POOL_RECONCILE_JOB,
     PoolReconcilerService,
@@ -26,6 +31,9 @@ from deskpool.pools.reconciler import (
 )
 from deskpool.registry import Registry
 from deskpool.runtime import Runtime
+
+#: The component whose reconciliation metrics the reconcilers count on.
+WORKER_COMPONENT = "worker"
 
 #: The setting of the first retry's wait.
 FAILURE_BACKOFF_SETTING = "POOL_FAILURE_BACKOFF"
@@ -58,9 +66,18 @@ def reconcile_policy(config: Config) -> ReconcilePolicy:
     )
 
 
+def reconcile_metrics_of(runtime: Runtime) -> PoolReconcileMetrics | None:
+    """The reconciliation metrics of the runtime's worker component, if one runs."""
+    worker = runtime.components.get(WORKER_COMPONENT)
+    metrics = getattr(worker, "reconcile_metrics", None)
+    return metrics if isinstance(metrics, PoolReconcileMetrics) else None
+
+
 def pool_reconciler(runtime: Runtime) -> PoolReconcilerService:
     """A reconciler with the configured policy (one per reconciliation run or job)."""
-    return PoolReconcilerService(runtime, reconcile_policy(runtime.config))
+    return PoolReconcilerService(
+        runtime, reconcile_policy(runtime.config), reconcile_metrics_of(runtime)
+    )
 
 
 def register_job_kinds(registry: Registry[Any]) -> None:

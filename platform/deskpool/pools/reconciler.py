@@ -23,14 +23,29 @@ A run works in two phases:
    applied action writes its reason to the audit trail (actor ``system:reconciler``) and
    enqueues the job that carries it out, in the same transaction. Last, the pool is marked
    reconciled with the plan's generation and health.
+
+*Cluster-wide orphans.* A pool's plan reports the orphans tagged for that pool's desktops; a
+VM tagged as deskpool's whose tags name no existing pool and no existing desktop (left behind
+by a deleted pool, say), and that no desktop records, belongs to no pool's plan. Planning finds
+them in each listed cluster's VMs (:func:`~deskpool.pools.reconcile.find_unowned_vms`, with the
+owners read both before and after the listing, so a desktop created or deleted meanwhile is
+never taken for missing) and the first pool of that cluster applied records them
+(``pool_orphans`` with no pool), audited once each as ``reconcile.report_orphan``. They are
+never deleted unless an administrator asks (``DELETE /api/v1/clusters/{id}/orphans/{vm_id}``).
+A cluster that cannot be listed yields none.
+
+*Metrics* (:class:`~deskpool.pools.reconcile_metrics.PoolReconcileMetrics`, when given): each
+applied action counts in ``deskpool_reconcile_actions_total{kind}``, each cycle (a periodic
+run's batch, or one pool reconciled now) in ``deskpool_reconcile_cycle_seconds``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -57,9 +72,12 @@ from deskpool.pools.provisioning import (
     job_for_state,
 )
 from deskpool.pools.provisioning_store import (
+    ClusterOwners,
     apply_event_if_unchanged,
+    existing_owners,
     hold_periodic_run,
     lock_pool_for_reconciliation,
+    owners_on_clusters,
     unfinished_job,
 )
 from deskpool.pools.reconcile import (
@@ -71,10 +89,13 @@ from deskpool.pools.reconcile import (
     ReconcilePolicy,
     ReportOrphan,
     desktop_event,
+    find_unowned_vms,
     reconcile_pools,
 )
+from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
 from deskpool.pools.repository import (
     DesktopNameTaken,
+    OrphanRecord,
     desktop_names_on_clusters,
     desktops_of_pools,
     get_pool,
@@ -128,6 +149,8 @@ class PlannedPool:
     :ivar desktops: the pool's desktops as the plan saw them, by id.
     :ivar vms: the VMs listed on the pool's cluster, by id (empty when not listed).
     :ivar observed: whether the cluster's VMs could be listed.
+    :ivar unowned: VMs of the cluster that no pool or desktop owns, to record with this pool's
+        actions (given to one pool of the cluster per plan).
     """
 
     pool: Pool
@@ -135,6 +158,7 @@ class PlannedPool:
     desktops: Mapping[uuid.UUID, Desktop]
     vms: Mapping[str, ObservedVm]
     observed: bool
+    unowned: tuple[ObservedVm, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,24 +183,45 @@ class PoolReconcilerService:
 
     :param runtime: the worker's runtime (database, drivers).
     :param policy: backoffs, timeouts and orphan handling.
+    :param metrics: where applied actions and cycle durations are counted, if anywhere.
     """
 
-    def __init__(self, runtime: Runtime, policy: ReconcilePolicy) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        policy: ReconcilePolicy,
+        metrics: PoolReconcileMetrics | None = None,
+    ) -> None:
         self.runtime = runtime
         self.policy = policy
+        self.metrics = metrics
         self._batch: list[Pool] = []
         self._planned: dict[uuid.UUID, PlannedPool] | None = None
+        self._cycle_started = 0.0
+        self._cycle_left = 0
 
     # ------------------------------------------------------------------ the PoolReconciler protocol
 
     async def pools_to_reconcile(self, connection: asyncpg.Connection, limit: int) -> list[str]:
         """Ids of at most ``limit`` pools, the one reconciled longest ago (or never) first."""
+        self._cycle_started = time.monotonic()
         self._batch = await pools_to_reconcile(connection, limit)
         self._planned = None
+        self._cycle_left = len(self._batch)
+        if not self._batch:
+            self._end_cycle(self._cycle_started)
         return [str(pool.id) for pool in self._batch]
 
     async def reconcile_pool(self, pool_id: str, context: PeriodicContext) -> None:
         """Apply the plan of one pool of the batch (planning the batch on the first call)."""
+        try:
+            await self._reconcile_pool(pool_id, context)
+        finally:
+            self._cycle_left -= 1
+            if self._cycle_left == 0:
+                self._end_cycle(self._cycle_started)
+
+    async def _reconcile_pool(self, pool_id: str, context: PeriodicContext) -> None:
         if self._planned is None:
             self._planned = await self.plan(self._batch)
         planned = self._planned.pop(uuid.UUID(pool_id), None)
@@ -195,10 +240,18 @@ class PoolReconcilerService:
 
     async def reconcile_now(self, pool_id: uuid.UUID, fence: Fence) -> AppliedPlan | None:
         """Plan and apply one pool now; ``None`` when it does not exist."""
+        started = time.monotonic()
         pool = await get_pool(self.runtime.db, pool_id)
         if pool is None:
             return None
-        return await self.apply((await self.plan([pool]))[pool.id], fence)
+        try:
+            return await self.apply((await self.plan([pool]))[pool.id], fence)
+        finally:
+            self._end_cycle(started)
+
+    def _end_cycle(self, started: float) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_cycle(time.monotonic() - started)
 
     # ------------------------------------------------------------------ planning
 
@@ -213,11 +266,16 @@ class PoolReconcilerService:
             desktops = await desktops_of_pools(connection, pool_ids)
             names = await desktop_names_on_clusters(connection, cluster_ids)
             known = await known_orphan_ids(connection, cluster_ids)
+            owners = await owners_on_clusters(connection, cluster_ids)
             clusters = {
                 cluster_id: await get_cluster(connection, cluster_id) for cluster_id in cluster_ids
             }
         listed = await self.observe(clusters)
         observed = {cluster_id: vms for cluster_id, vms in listed.items() if vms is not None}
+        unowned = {
+            cluster_id: await self._unowned(cluster_id, vms, owners[cluster_id], known)
+            for cluster_id, vms in observed.items()
+        }
         plans = reconcile_pools(
             pools,
             [desktop for pool_desktops in desktops.values() for desktop in pool_desktops],
@@ -230,16 +288,47 @@ class PoolReconcilerService:
         vms_by_cluster = {
             cluster_id: {vm.vm_id: vm for vm in vms} for cluster_id, vms in observed.items()
         }
-        return {
-            pool.id: PlannedPool(
+        planned: dict[uuid.UUID, PlannedPool] = {}
+        for pool, plan in zip(pools, plans, strict=True):
+            planned[pool.id] = PlannedPool(
                 pool=pool,
                 plan=plan,
                 desktops={desktop.id: desktop for desktop in desktops.get(pool.id, ())},
                 vms=vms_by_cluster.get(pool.cluster_id, {}),
                 observed=pool.cluster_id in observed,
+                unowned=tuple(unowned.pop(pool.cluster_id, ())),
             )
-            for pool, plan in zip(pools, plans, strict=True)
-        }
+        return planned
+
+    async def _unowned(
+        self,
+        cluster_id: uuid.UUID,
+        vms: Sequence[ObservedVm],
+        before: ClusterOwners,
+        known: Collection[str],
+    ) -> list[ObservedVm]:
+        """The cluster's VMs no pool, desktop or desktop record owns, not reported yet.
+
+        ``before`` was read before the listing (a desktop deleted since still owns its VM);
+        what the candidates name is read again now (a desktop created since owns its VM too).
+        """
+
+        def candidates(owners: ClusterOwners) -> list[ObservedVm]:
+            return [
+                vm
+                for vm in find_unowned_vms(
+                    vms, pool_ids=owners.pool_ids, desktop_ids=owners.desktop_ids
+                )
+                if vm.vm_id not in owners.vm_ids and vm.vm_id not in known
+            ]
+
+        found = candidates(before)
+        if not found:
+            return []
+        owners = ClusterOwners()
+        owners.update(before)
+        owners.update(await existing_owners(self.runtime.db, cluster_id, found))
+        return candidates(owners)
 
     async def observe(
         self, clusters: Mapping[uuid.UUID, ClusterRecord | None]
@@ -286,6 +375,21 @@ class PoolReconcilerService:
         batches = [creates] if creates else []
         batches += [[action] for action in plan.actions if not isinstance(action, CreateDesktop)]
         async with self.runtime.db.acquire() as connection:
+            if planned.unowned:
+                async with connection.transaction():
+                    await fence(connection)
+                    reported = await record_orphans(connection, pool.cluster_id, planned.unowned)
+                    for orphan in reported:
+                        await record_audit_event(connection, self._unowned_event(orphan))
+                for _ in reported:
+                    self._count(ReportOrphan.kind)
+                if reported:
+                    log.info(
+                        "%d VM(s) tagged as deskpool's but owned by no pool or desktop reported "
+                        "as orphans on cluster %s",
+                        len(reported),
+                        pool.cluster_id,
+                    )
             for batch in batches:
                 try:
                     async with connection.transaction():
@@ -299,6 +403,8 @@ class PoolReconcilerService:
                     events = []
                 applied += len(events)
                 skipped += len(batch) - len(events)
+                for _ in events:
+                    self._count(batch[0].kind)
             generation = plan.generation if planned.observed else pool.reconciled_generation
             await mark_reconciled(connection, pool.id, generation, plan.health)
         if applied or skipped:
@@ -353,6 +459,33 @@ class PoolReconcilerService:
         kind = job_for_state(after)
         follow_up = None if kind is None else await enqueue_desktop_job(connection, kind, after)
         return [self._event(planned, first, after, follow_up, now)]
+
+    def _count(self, kind: str) -> None:
+        if self.metrics is not None:
+            self.metrics.count_action(kind)
+
+    @staticmethod
+    def _unowned_event(orphan: OrphanRecord) -> AuditEvent:
+        """The audit event of a VM reported as owned by no pool or desktop."""
+        details: dict[str, Any] = {
+            "reason": (
+                f"VM {orphan.name} is tagged as deskpool's, but its tags name no existing pool "
+                "or desktop and no desktop records it"
+            ),
+            "vm_id": orphan.vm_id,
+            "name": orphan.name,
+        }
+        if orphan.desktop_id is not None:
+            details["desktop_id"] = str(orphan.desktop_id)
+        return AuditEvent(
+            action=f"reconcile.{ReportOrphan.kind}",
+            actor=RECONCILER_ACTOR,
+            resource_type=CLUSTERS,
+            resource_id=str(orphan.cluster_id),
+            outcome="success",
+            occurred_at=datetime.now(UTC),
+            details=details,
+        )
 
     @staticmethod
     def _event(

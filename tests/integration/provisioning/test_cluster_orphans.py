@@ -1,0 +1,171 @@
+"""Cluster-wide orphans and the reconciliation metrics, against a simulated cluster.
+
+A VM tagged as deskpool's whose tags name no existing pool or desktop (its pool was deleted)
+belongs to no pool's plan: batch planning finds it among the cluster's listed VMs and records
+it once, with no pool, audited once, and never deletes it; the administrator's deletion job
+does. Every applied action and every cycle is counted on the worker's metrics.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+from tests.integration.provisioning.conftest import (
+    MakeCluster,
+    MakePool,
+    RunJob,
+    Simulator,
+)
+
+from deskpool.jobs.periodic import PeriodicContext
+from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, reconcile_batch
+from deskpool.pools import repository
+from deskpool.pools.provisioning import PROVISION, enqueue_orphan_deletion
+from deskpool.pools.reconcile import ReconcilePolicy
+from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
+from deskpool.pools.reconciler import PoolReconcilerService
+from deskpool.runtime import Runtime
+from deskpool_worker import WorkerComponent
+from deskpool_worker.pools import pool_reconciler
+
+POLICY = ReconcilePolicy(failure_backoff_base=timedelta(milliseconds=1))
+
+
+@pytest.fixture(autouse=True)
+async def forget_audit_events(db: asyncpg.Connection) -> AsyncIterator[None]:
+    """Start and leave the audit trail empty: tests of the directory count their events."""
+    await db.execute("TRUNCATE audit_events")
+    yield
+    await db.execute("TRUNCATE audit_events")
+
+
+async def no_fence(connection: asyncpg.Connection) -> None:
+    """Effects of a test's direct call need no lease."""
+
+
+async def provision_all(db: asyncpg.Connection, run_job: RunJob) -> None:
+    """Run every queued provisioning job."""
+    for job_id in await db.fetch(
+        "SELECT id FROM jobs WHERE kind = $1 AND state = 'queued' ORDER BY id", PROVISION
+    ):
+        await run_job(job_id["id"])
+
+
+async def periodic_context(db: asyncpg.Connection, runtime: Runtime) -> PeriodicContext:
+    """A run of the reconciliation task holding its lease."""
+    fence = await db.fetchval(
+        """
+        INSERT INTO periodic_tasks (name, fence, lease_expires_at, last_started_at)
+        VALUES ($1, 7, now() + interval '1 minute', now())
+        RETURNING fence
+        """,
+        POOL_RECONCILE_TASK,
+    )
+    return PeriodicContext(
+        POOL_RECONCILE_TASK,
+        runtime,
+        fence=fence,
+        started_at=datetime.now(UTC),
+        interval=timedelta(seconds=30),
+        lease_duration=timedelta(minutes=1),
+    )
+
+
+async def test_a_vm_of_a_deleted_pool_is_reported_once_with_no_pool_and_kept(
+    db: asyncpg.Connection,
+    make_pool: MakePool,
+    runtime: Runtime,
+    run_job: RunJob,
+    simulator: Simulator,
+) -> None:
+    pool = await make_pool(min_size=1)
+    reconciler = PoolReconcilerService(runtime, POLICY)
+    await reconciler.reconcile_now(pool.id, no_fence)
+    await provision_all(db, run_job)
+    [desktop] = (await repository.desktops_of_pools(db, [pool.id]))[pool.id]
+    gone_desktop = uuid.uuid4()
+    left = await simulator.driver.clone("9000", name="left-behind", desktop_id=str(gone_desktop))
+    foreign = await simulator.driver.admin.add_foreign_vm("not-ours")
+
+    context = await periodic_context(db, runtime)
+    for _ in range(2):
+        batch = await reconcile_batch(PoolReconcilerService(runtime, POLICY), context)
+        assert batch.failed == ()
+
+    [orphan] = await repository.list_orphans(db, cluster_id=pool.cluster_id)
+    assert (orphan.vm_id, orphan.name, orphan.pool_id, orphan.desktop_id) == (
+        left.id,
+        "left-behind",
+        None,
+        gone_desktop,
+    )
+    events = await db.fetch(
+        "SELECT * FROM audit_events WHERE action = 'reconcile.report_orphan' ORDER BY id"
+    )
+    [event] = events
+    assert (event["resource_type"], event["resource_id"]) == ("clusters", str(pool.cluster_id))
+    assert left.id in event["details"]
+    owned = {vm.id for vm in await simulator.driver.list_owned_vms()}
+    assert owned == {desktop.vm_id, left.id}
+    assert foreign.id not in {o.vm_id for o in await repository.list_orphans(db)}
+    assert await db.fetchval("SELECT count(*) FROM jobs WHERE kind = 'vm.delete_orphan'") == 0
+
+    async with runtime.db.acquire() as connection:
+        job = await enqueue_orphan_deletion(connection, pool.cluster_id, left.id)
+    await run_job(job.id)
+    assert {vm.id for vm in await simulator.driver.list_owned_vms()} == {desktop.vm_id}
+    assert await repository.list_orphans(db, cluster_id=pool.cluster_id) == []
+
+
+async def test_an_unlistable_cluster_reports_no_orphans(
+    db: asyncpg.Connection,
+    make_cluster: MakeCluster,
+    make_pool: MakePool,
+    runtime: Runtime,
+) -> None:
+    unreachable = await make_cluster("nosuchdriver")
+    pool = await make_pool(min_size=1, cluster_id=unreachable.id)
+
+    planned = await PoolReconcilerService(runtime, POLICY).plan([pool])
+
+    assert planned[pool.id].unowned == ()
+    assert not planned[pool.id].observed
+
+
+async def test_a_reconcile_run_counts_its_actions_and_its_cycle(
+    db: asyncpg.Connection, make_pool: MakePool, runtime: Runtime
+) -> None:
+    metrics = PoolReconcileMetrics(runtime.metrics)
+    created = {"kind": "create_desktop"}
+    pool = await make_pool(min_size=2)
+
+    await PoolReconcilerService(runtime, POLICY, metrics).reconcile_now(pool.id, no_fence)
+
+    sample = runtime.metrics.get_sample_value
+    assert sample("deskpool_reconcile_actions_total", created) == 2
+    assert sample("deskpool_reconcile_cycle_seconds_count") == 1
+
+    await make_pool(min_size=1)
+    context = await periodic_context(db, runtime)
+    batch = await reconcile_batch(PoolReconcilerService(runtime, POLICY, metrics), context)
+
+    assert len(batch.reconciled) == 2
+    assert sample("deskpool_reconcile_actions_total", created) == 3
+    assert sample("deskpool_reconcile_cycle_seconds_count") == 2
+
+
+async def test_the_worker_factory_counts_on_the_worker_components_metrics(
+    runtime: Runtime,
+) -> None:
+    assert pool_reconciler(runtime).metrics is None
+    worker = WorkerComponent(runtime)
+    runtime.components[worker.name] = worker
+
+    first, second = pool_reconciler(runtime), pool_reconciler(runtime)
+
+    assert first.metrics is worker.reconcile_metrics
+    assert second.metrics is worker.reconcile_metrics
