@@ -158,7 +158,9 @@ def operation_handler(operation: Operation) -> Handler:
         if operation.public:
             await limiter.check(request, None)
         else:
-            principal = await authenticate(request, runtime, operation)
+            principal = await authenticate(
+                request, runtime, operation, throttle=lambda: limiter.check(request, None)
+            )
             await limiter.check(request, principal)
         call = Call(request=request, operation=operation, runtime=runtime, principal=principal)
         if query_schema is not None:

@@ -10,7 +10,7 @@ audit trail.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -83,16 +83,27 @@ async def record_denial(
         log.exception("could not record a denied call in the audit trail")
 
 
-async def authenticate(request: web.Request, runtime: Runtime, operation: Operation) -> Principal:
+async def authenticate(
+    request: web.Request,
+    runtime: Runtime,
+    operation: Operation,
+    *,
+    throttle: Callable[[], Awaitable[None]] | None = None,
+) -> Principal:
     """Authenticate the caller of a protected operation and check its declared permission.
 
     Operations marked ``entitlement`` let the handler decide when the permission is missing
     (a desktop user opening a pool they are entitled to).
+
+    :param throttle: counts a refused caller against its address's rate limit before the
+        refusal is recorded, so a flood of bad tokens is answered 429 and costs no audit write.
     """
     authenticator = request.app[AUTHENTICATOR_KEY]
     try:
         principal = await authenticator.authenticate(request.headers.get("Authorization"))
     except (Unauthenticated, Forbidden) as error:
+        if throttle is not None:
+            await throttle()
         await record_denial(request, runtime, operation, error, "anonymous")
         raise
     permission = operation.permission

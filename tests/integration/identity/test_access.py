@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from deskpool.api.app import build_route_table
+from deskpool.api.app import build_route_table, create_app
 from deskpool.api.routes import Operation
 from deskpool.testing.pytest_plugin import opened_runtime
 
@@ -115,8 +115,6 @@ def bootstrap_environ(secure_environ: dict[str, str]) -> dict[str, str]:
 
 @pytest.fixture
 async def bootstrap_client(bootstrap_environ: dict[str, str], aiohttp_client: Any) -> Any:
-    from deskpool.api.app import create_app
-
     async with opened_runtime(bootstrap_environ) as runtime:
         yield await aiohttp_client(create_app(runtime))
 
@@ -170,3 +168,25 @@ async def test_unverified_email_is_not_a_bootstrap_admin(
     body = await (await bootstrap_client.get("/api/v1/me", headers=headers)).json()
     assert not body["is_platform_admin"]
     assert (await bootstrap_client.get("/api/v1/groups", headers=headers)).status == 403
+
+
+async def test_a_flood_of_bad_tokens_is_rate_limited_before_it_is_recorded(
+    secure_environ: dict[str, str], aiohttp_client: Any
+) -> None:
+    environ = {**secure_environ, "API_RATE_LIMIT_PER_MINUTE": "3"}
+    async with opened_runtime(environ) as runtime:
+        client = await aiohttp_client(create_app(runtime))
+        prefix = f"flood-{uuid.uuid4().hex}"
+        statuses = []
+        for number in range(6):
+            headers = {
+                "Authorization": "Bearer not-a-real-token",
+                "X-Request-Id": f"{prefix}-{number}",
+            }
+            statuses.append((await client.get("/api/v1/me", headers=headers)).status)
+        assert statuses == [401, 401, 401, 429, 429, 429]
+        recorded = await runtime.db.fetchval(
+            "SELECT count(*) FROM audit_events WHERE action = 'auth.denied' AND request_id LIKE $1",
+            f"{prefix}-%",
+        )
+        assert recorded == 3
