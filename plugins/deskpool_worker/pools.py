@@ -25,8 +25,10 @@ from deskpool.pools.provisioning import desktop_job_kinds
 from deskpool.pools.reconcile import ReconcilePolicy
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
 from deskpool.pools.reconciler import (
+    CLUSTER_ORPHAN_TASK,
     POOL_RECONCILE_JOB,
     PoolReconcilerService,
+    cluster_orphan_task,
     pool_reconcile_job_kind,
 )
 from deskpool.registry import Registry
@@ -88,5 +90,6 @@ def register_job_kinds(registry: Registry[Any]) -> None:
 
 
 def register_periodic_tasks(registry: Registry[Any]) -> None:
-    """Pool reconciliation every ``POOL_RECONCILE_INTERVAL``."""
+    """Pool reconciliation and the orphan scan of pool-less clusters (both periodic)."""
     registry.add(POOL_RECONCILE_TASK, pool_reconcile_task(pool_reconciler))
+    registry.add(CLUSTER_ORPHAN_TASK, cluster_orphan_task(pool_reconciler))

@@ -59,7 +59,7 @@ from deskpool.errors import DeskpoolError, NotFound
 from deskpool.events import AuditEvent
 from deskpool.jobs.context import JobContext
 from deskpool.jobs.model import Job, JobKind, JobState, PermanentJobFailure
-from deskpool.jobs.periodic import PeriodicContext
+from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
 from deskpool.jobs.queue import enqueue
 from deskpool.pools.model import Desktop, ObservedVm, Pool, PowerState
 from deskpool.pools.provisioning import (
@@ -248,6 +248,50 @@ class PoolReconcilerService:
             return await self.apply((await self.plan([pool]))[pool.id], fence)
         finally:
             self._end_cycle(started)
+
+    # ------------------------------------------------------------------ clusters without pools
+
+    async def report_orphans_on_idle_clusters(self, fence: Fence) -> int:
+        """Report the orphans of clusters no pool uses (their pools were all deleted, say).
+
+        The pools' batches only list the clusters they use, so a cluster whose last pool went
+        away would keep its leftover VMs unseen. Each such cluster is listed once; what no
+        desktop owns is recorded and audited once, never deleted. A cluster that cannot be
+        listed reports nothing. Returns how many orphans were reported.
+        """
+        async with self.runtime.db.acquire() as connection:
+            cluster_ids: list[uuid.UUID] = [
+                row["id"]
+                for row in await connection.fetch(
+                    """SELECT c.id FROM clusters c
+                        WHERE NOT EXISTS (SELECT 1 FROM pools p WHERE p.cluster_id = c.id)
+                        ORDER BY c.id"""
+                )
+            ]
+            if not cluster_ids:
+                return 0
+            known = await known_orphan_ids(connection, cluster_ids)
+            owners = await owners_on_clusters(connection, cluster_ids)
+            clusters = {
+                cluster_id: await get_cluster(connection, cluster_id) for cluster_id in cluster_ids
+            }
+        listed = await self.observe(clusters)
+        reported_total = 0
+        for cluster_id, vms in listed.items():
+            if vms is None:
+                continue
+            unowned = await self._unowned(cluster_id, vms, owners[cluster_id], known)
+            if not unowned:
+                continue
+            async with self.runtime.db.acquire() as connection, connection.transaction():
+                await fence(connection)
+                reported = await record_orphans(connection, cluster_id, unowned)
+                for orphan in reported:
+                    await record_audit_event(connection, self._unowned_event(orphan))
+            for _ in reported:
+                self._count(ReportOrphan.kind)
+            reported_total += len(reported)
+        return reported_total
 
     def _end_cycle(self, started: float) -> None:
         if self.metrics is not None:
@@ -529,6 +573,28 @@ class PoolReconcilerService:
 # --------------------------------------------------------------------------- the job
 
 ReconcilerFactory = Callable[["Runtime"], PoolReconcilerService]
+
+
+#: The periodic task that reports the orphans of clusters no pool uses.
+CLUSTER_ORPHAN_TASK = "cluster_orphan_scan"
+
+
+def cluster_orphan_task(factory: ReconcilerFactory) -> PeriodicTask:
+    """Report the orphans of clusters without pools, every ``POOL_RECONCILE_INTERVAL``."""
+
+    async def run(context: PeriodicContext) -> None:
+        async def fence(connection: asyncpg.Connection) -> None:
+            await hold_periodic_run(connection, context.name, context.fence)
+
+        reported = await factory(context.runtime).report_orphans_on_idle_clusters(fence)
+        if reported:
+            log.info("%d orphan VM(s) reported on clusters without pools", reported)
+
+    return PeriodicTask(
+        run,
+        every="POOL_RECONCILE_INTERVAL",
+        description="Reports VMs tagged as deskpool's on clusters that no pool uses.",
+    )
 
 
 async def enqueue_pool_reconcile(connection: asyncpg.Connection, pool_id: uuid.UUID) -> Job:

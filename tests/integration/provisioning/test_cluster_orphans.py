@@ -21,6 +21,7 @@ from tests.integration.provisioning.conftest import (
     Simulator,
 )
 
+from deskpool.clusters.repository import ClusterRecord
 from deskpool.jobs.periodic import PeriodicContext
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, reconcile_batch
 from deskpool.pools import repository
@@ -119,6 +120,34 @@ async def test_a_vm_of_a_deleted_pool_is_reported_once_with_no_pool_and_kept(
     await run_job(job.id)
     assert {vm.id for vm in await simulator.driver.list_owned_vms()} == {desktop.vm_id}
     assert await repository.list_orphans(db, cluster_id=pool.cluster_id) == []
+
+
+async def test_a_cluster_without_pools_has_its_leftover_vms_reported_by_the_scan(
+    db: asyncpg.Connection,
+    cluster: ClusterRecord,
+    make_cluster: MakeCluster,
+    runtime: Runtime,
+    simulator: Simulator,
+) -> None:
+    left = await simulator.driver.clone("9000", name="left-over", desktop_id=str(uuid.uuid4()))
+    await simulator.driver.admin.add_foreign_vm("not-ours-either")
+    await make_cluster("nosuchdriver")  # no pools either, and it cannot be listed
+
+    for run in range(2):
+        reported = await PoolReconcilerService(runtime, POLICY).report_orphans_on_idle_clusters(
+            no_fence
+        )
+        assert reported == (1 if run == 0 else 0)
+
+    [orphan] = await repository.list_orphans(db, cluster_id=cluster.id)
+    assert (orphan.vm_id, orphan.pool_id) == (left.id, None)
+    assert (
+        await db.fetchval(
+            "SELECT count(*) FROM audit_events WHERE action = 'reconcile.report_orphan'"
+        )
+        == 1
+    )
+    assert left.id in {vm.id for vm in await simulator.driver.list_owned_vms()}
 
 
 async def test_an_unlistable_cluster_reports_no_orphans(
