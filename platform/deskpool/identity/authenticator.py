@@ -21,11 +21,18 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import asyncpg
+from prometheus_client import CollectorRegistry, Counter
 from redis.exceptions import RedisError
 
 from deskpool.audit import record_audit_event
 from deskpool.auth import AuthProvider, VerifiedToken, bearer_token_from_header
-from deskpool.errors import AuthNotConfigured, Forbidden, StartupError
+from deskpool.errors import (
+    AuthNotConfigured,
+    Forbidden,
+    ServiceUnavailable,
+    StartupError,
+    Unauthenticated,
+)
 from deskpool.events import AuditEvent
 from deskpool.identity import repository
 from deskpool.identity.principal import GroupRef, Principal
@@ -77,6 +84,30 @@ def bootstrap_admin_reason(config: Config, token: VerifiedToken) -> str | None:
     return None
 
 
+class AuthMetrics:
+    """How authentication goes: outcomes, and how often the principal cache serves."""
+
+    OUTCOMES = ("authenticated", "unauthenticated", "unavailable", "disabled")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        requests = Counter(
+            "deskpool_auth_requests",
+            "Protected calls by authentication outcome.",
+            ["outcome"],
+            registry=registry,
+        )
+        cache = Counter(
+            "deskpool_auth_principal_cache",
+            "Principal look-ups served from the process cache (hit) or resolved (miss).",
+            ["result"],
+            registry=registry,
+        )
+        # Children made once: the hot path only increments.
+        self.outcome = {name: requests.labels(name) for name in self.OUTCOMES}
+        self.cache_hit = cache.labels("hit")
+        self.cache_miss = cache.labels("miss")
+
+
 class Authenticator:
     """Authenticates requests for one process.
 
@@ -90,6 +121,7 @@ class Authenticator:
         self.config = runtime.config
         self._cache: OrderedDict[_CacheKey, tuple[float, Principal]] = OrderedDict()
         self._listener: asyncio.Task[None] | None = None
+        self.metrics = AuthMetrics(runtime.metrics)
 
     @property
     def configured(self) -> bool:
@@ -180,8 +212,15 @@ class Authenticator:
                 "Protected operations are unavailable until AUTH_OIDC_ISSUER_URL and "
                 "AUTH_OIDC_AUDIENCE are both set."
             )
-        token = bearer_token_from_header(authorization)
-        verified = await self.provider.verify(token)
+        try:
+            token = bearer_token_from_header(authorization)
+            verified = await self.provider.verify(token)
+        except Unauthenticated:
+            self.metrics.outcome["unauthenticated"].inc()
+            raise
+        except ServiceUnavailable:
+            self.metrics.outcome["unavailable"].inc()
+            raise
         key: _CacheKey = (
             verified.issuer,
             verified.subject,
@@ -194,14 +233,18 @@ class Authenticator:
         cached = self._cache.get(key)
         if cached is not None and now - cached[0] < PRINCIPAL_CACHE_SECONDS:
             principal = cached[1]
+            self.metrics.cache_hit.inc()
         else:
+            self.metrics.cache_miss.inc()
             principal = await self._resolve(verified)
             self._cache[key] = (now, principal)
             self._cache.move_to_end(key)
             while len(self._cache) > PRINCIPAL_CACHE_SIZE:
                 self._cache.popitem(last=False)
         if principal.disabled:
+            self.metrics.outcome["disabled"].inc()
             raise Forbidden("This account is disabled.")
+        self.metrics.outcome["authenticated"].inc()
         return principal
 
     async def _resolve(self, token: VerifiedToken) -> Principal:

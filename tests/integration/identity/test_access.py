@@ -190,3 +190,20 @@ async def test_a_flood_of_bad_tokens_is_rate_limited_before_it_is_recorded(
             f"{prefix}-%",
         )
         assert recorded == 3
+
+
+async def test_authentication_outcomes_and_cache_hits_are_in_the_metrics(
+    secure_api_client: Any, secure_runtime: Any, bearer: Bearer
+) -> None:
+    def sample(name: str, labels: dict[str, str]) -> float:
+        return secure_runtime.metrics.get_sample_value(name, labels) or 0.0
+
+    headers = bearer(f"metrics-{uuid.uuid4().hex}")
+    for _ in range(3):
+        assert (await secure_api_client.get("/api/v1/me", headers=headers)).status == 200
+    refused = {"Authorization": "Bearer not-a-token"}
+    assert (await secure_api_client.get("/api/v1/me", headers=refused)).status == 401
+    assert sample("deskpool_auth_requests_total", {"outcome": "authenticated"}) == 3
+    assert sample("deskpool_auth_requests_total", {"outcome": "unauthenticated"}) == 1
+    assert sample("deskpool_auth_principal_cache_total", {"result": "miss"}) == 1
+    assert sample("deskpool_auth_principal_cache_total", {"result": "hit"}) == 2
