@@ -11,6 +11,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from aiohttp import web
 from marshmallow import Schema, fields, validate
 
 from deskpool.api.context import Call
@@ -19,9 +20,13 @@ from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.audit import record_audit_event
 from deskpool.errors import BadRequest, Conflict, FieldError, NotFound, ValidationFailed
 from deskpool.identity.authenticator import identity_changed
+from deskpool.identity.principal import Principal
 from deskpool.identity.repository import grant as create_grant
 from deskpool.identity.repository import parse_id, role_definitions
 from deskpool.permissions import PermissionCatalog, builtin_roles
+
+#: How many rendered /me bodies one API process keeps.
+ME_BODIES_KEPT = 10_000
 
 KEY_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 PERMISSION_PATTERN = r"^[a-z_]+:(read|manage|admin)$"
@@ -250,8 +255,36 @@ async def _audit(
 
 def register(routes: RouteTable) -> None:
     """Add the identity and access operations."""
+    me_schema = MeSchema()
+    # The console asks for /me constantly: the body of a principal (which the authenticator
+    # caches until anything about it changes) is rendered once. Keyed by the principal's
+    # value, so a changed principal never gets another's body.
+    me_bodies: dict[Principal, bytes] = {}
 
-    @routes.route(
+    async def get_me(call: Call) -> web.Response:
+        principal: Principal = call.principal
+        body = me_bodies.get(principal)
+        if body is None:
+            data = me_schema.dump(
+                {
+                    "id": principal.id,
+                    "issuer": principal.issuer,
+                    "subject": principal.subject,
+                    "email": principal.email,
+                    "display_name": principal.display_name,
+                    "groups": [vars(group) for group in principal.groups],
+                    "roles": sorted(principal.effective.roles),
+                    "permissions": sorted(principal.effective.permissions),
+                    "is_platform_admin": principal.effective.is_platform_admin,
+                }
+            )
+            body = json.dumps(data).encode()
+            if len(me_bodies) >= ME_BODIES_KEPT:
+                me_bodies.clear()
+            me_bodies[principal] = body
+        return web.Response(body=body, content_type="application/json")
+
+    routes.route(
         "GET",
         "/api/v1/me",
         summary="The caller: identity, groups, roles and effective permissions",
@@ -259,20 +292,7 @@ def register(routes: RouteTable) -> None:
         permission=None,
         authenticated=True,
         responses={200: ResponseSpec("The caller.", MeSchema)},
-    )
-    async def get_me(call: Call) -> dict[str, Any]:
-        principal = call.principal
-        return {
-            "id": principal.id,
-            "issuer": principal.issuer,
-            "subject": principal.subject,
-            "email": principal.email,
-            "display_name": principal.display_name,
-            "groups": [vars(group) for group in principal.groups],
-            "roles": sorted(principal.effective.roles),
-            "permissions": sorted(principal.effective.permissions),
-            "is_platform_admin": principal.effective.is_platform_admin,
-        }
+    )(get_me)
 
     @routes.route(
         "GET",
