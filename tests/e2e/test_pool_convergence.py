@@ -220,7 +220,7 @@ async def until(check: Callable[[], Awaitable[Any]], what: str, seconds: float =
             if value:
                 return value
             await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting until {what}")  # pragma: no cover
+    raise AssertionError(f"timed out waiting until {what}")
 
 
 async def vms_per_desktop(simulator: SimulatorDriver) -> dict[str, list[str]]:

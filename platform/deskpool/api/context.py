@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import asyncpg
 from aiohttp import web
 
 from deskpool.api.problems import REQUEST_ID_KEY
+from deskpool.audit import record_audit_event
 from deskpool.events import AuditEvent, Outcome
 
 if TYPE_CHECKING:
@@ -59,6 +61,20 @@ class Call:
             request_id=self.request_id or None,
             source_address=self.request.remote,
             details=dict(details or {}),
+        )
+
+    async def record_audit(
+        self,
+        connection: asyncpg.Connection,
+        action: str,
+        resource_type: str,
+        resource_id: str | None,
+        details: dict[str, Any] | None = None,
+        outcome: Outcome = "success",
+    ) -> None:
+        """Record :meth:`audit_event` on ``connection``, in the transaction of the change."""
+        await record_audit_event(
+            connection, self.audit_event(action, resource_type, resource_id, details, outcome)
         )
 
     @property

@@ -34,7 +34,6 @@ from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.api.secret_fields import SecretInput, SecretStatusSchema
 from deskpool.api.validation import LocatedFieldError
-from deskpool.audit import record_audit_event
 from deskpool.clusters import repository
 from deskpool.clusters.drivers import INSTALLED, NOT_INSTALLED, DriverManager, driver_manager_for
 from deskpool.clusters.repository import ClusterRecord, ConnectionSettings
@@ -411,7 +410,7 @@ async def _existing(call: Call) -> ClusterRecord:
 
 
 async def _audit(call: Call, connection: Any, action: str, cluster_id: str, **details: Any) -> None:
-    await record_audit_event(connection, call.audit_event(action, "clusters", cluster_id, details))
+    await call.record_audit(connection, action, "clusters", cluster_id, details)
 
 
 def _page_in_memory(call: Call, items: list[T], key: Callable[[T], Any]) -> Page:
@@ -728,15 +727,13 @@ def register(routes: RouteTable) -> None:
                 if failure is None
                 else {"error": failure["code"]}
             )
-            await record_audit_event(
+            await call.record_audit(
                 connection,
-                call.audit_event(
-                    "cluster.check",
-                    "clusters",
-                    str(record.id),
-                    details,
-                    outcome="success" if failure is None else "failure",
-                ),
+                "cluster.check",
+                "clusters",
+                str(record.id),
+                details,
+                outcome="success" if failure is None else "failure",
             )
         result["checked_at"] = checked_at
         return result

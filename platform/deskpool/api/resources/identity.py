@@ -17,7 +17,6 @@ from marshmallow import Schema, fields, validate
 from deskpool.api.context import Call
 from deskpool.api.pagination import Page, PageQuery, decode_cursor, page_schema, paginate
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
-from deskpool.audit import record_audit_event
 from deskpool.errors import BadRequest, Conflict, FieldError, NotFound, ValidationFailed
 from deskpool.identity.authenticator import identity_changed
 from deskpool.identity.principal import Principal
@@ -245,9 +244,7 @@ async def _audit(
     resource_id: str | None,
     **details: Any,
 ) -> None:
-    await record_audit_event(
-        connection, call.audit_event(action, resource_type, resource_id, details)
-    )
+    await call.record_audit(connection, action, resource_type, resource_id, details)
 
 
 # ----------------------------------------------------------------------------------- routes

@@ -14,7 +14,6 @@ from marshmallow import Schema, fields, validate
 from deskpool.api.context import Call
 from deskpool.api.pagination import Page, PageQuery, decode_cursor, page_schema, paginate
 from deskpool.api.routes import ResponseSpec, RouteTable
-from deskpool.audit import record_audit_event
 from deskpool.errors import BadRequest, Conflict, NotFound
 from deskpool.jobs import queue
 from deskpool.jobs.model import Job, JobState
@@ -161,9 +160,8 @@ def register(routes: RouteTable) -> None:
             job = await queue.retry_dead(connection, wanted)
             if job is None:
                 await _refuse(connection, wanted, "retried", "only a dead job can be retried")
-            await record_audit_event(
-                connection,
-                call.audit_event("job.retry", "jobs", str(job.id), {"kind": job.kind}),
+            await call.record_audit(
+                connection, "job.retry", "jobs", str(job.id), {"kind": job.kind}
             )
         return job
 
@@ -182,9 +180,8 @@ def register(routes: RouteTable) -> None:
             job = await queue.cancel_queued(connection, wanted)
             if job is None:
                 await _refuse(connection, wanted, "cancelled", "only a queued job can be cancelled")
-            await record_audit_event(
-                connection,
-                call.audit_event("job.cancel", "jobs", str(job.id), {"kind": job.kind}),
+            await call.record_audit(
+                connection, "job.cancel", "jobs", str(job.id), {"kind": job.kind}
             )
         return job
 

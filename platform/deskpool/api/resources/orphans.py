@@ -26,7 +26,6 @@ from deskpool.api.context import Call
 from deskpool.api.pagination import Page, PageQuery, decode_cursor, page_schema, paginate
 from deskpool.api.resources.jobs import JobSchema
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
-from deskpool.audit import record_audit_event
 from deskpool.clusters.repository import get_cluster
 from deskpool.errors import BadRequest, NotFound
 from deskpool.identity.repository import parse_id
@@ -154,9 +153,8 @@ def register(routes: RouteTable) -> None:
             details: dict[str, Any] = {"vm_id": vm_id, "name": orphan.name, "job_id": job.id}
             if orphan.pool_id is not None:
                 details["pool_id"] = str(orphan.pool_id)
-            await record_audit_event(
-                connection,
-                call.audit_event("cluster.orphan_delete", CLUSTERS, str(cluster_id), details),
+            await call.record_audit(
+                connection, "cluster.orphan_delete", CLUSTERS, str(cluster_id), details
             )
         return Reply(job, 202)
 

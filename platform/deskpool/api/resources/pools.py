@@ -54,7 +54,6 @@ from deskpool.api.resources.jobs import JobSchema
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.api.secret_fields import SecretInput, SecretStatusSchema
 from deskpool.api.validation import LocatedFieldError
-from deskpool.audit import record_audit_event
 from deskpool.clusters import repository as clusters
 from deskpool.clusters.drivers import driver_manager_for
 from deskpool.clusters.repository import ClusterRecord
@@ -600,9 +599,7 @@ async def audit(
     **details: Any,
 ) -> None:
     """Record an audit event of this call in the connection's transaction."""
-    await record_audit_event(
-        connection, call.audit_event(action, resource_type, resource_id, details)
-    )
+    await call.record_audit(connection, action, resource_type, resource_id, details)
 
 
 def _field_error(pointer: str, message: str) -> ValidationFailed:
