@@ -1,0 +1,130 @@
+"""What the gateway needs from the platform to open, keep and close one tunnel.
+
+The gateway (``plugins/deskpool_gateway``) speaks WebSocket to the browser and the Guacamole
+protocol to the desktop daemon; everything it knows about users, desktops and sessions comes
+through :class:`SessionBroker`. The platform implements the broker over PostgreSQL and Redis
+(:mod:`deskpool.sessions.service`); the gateway's own tests may use an in-memory one.
+
+The browser never supplies connection parameters: :class:`DesktopTarget` is what the *server*
+resolved (through the cluster's driver) when it issued the token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+from uuid import UUID
+
+__all__ = [
+    "DesktopTarget",
+    "SessionBroker",
+    "SessionEndReason",
+    "TokenRejected",
+    "TunnelCounters",
+    "TunnelGrant",
+]
+
+
+@dataclass(frozen=True)
+class DesktopTarget:
+    """How the desktop daemon reaches a desktop: the ``select`` protocol and its arguments.
+
+    :param protocol: ``rdp`` or ``vnc`` (the Guacamole protocol name sent in ``select``).
+    :param hostname: address of the desktop as the daemon sees it.
+    :param port: the desktop's protocol port.
+    :param parameters: further connection arguments by their Guacamole name (``username``,
+        ``password``, ``security``, ``ignore-cert``...). Values may be secrets: never log them.
+    """
+
+    protocol: str
+    hostname: str
+    port: int
+    parameters: Mapping[str, str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"DesktopTarget({self.protocol}://{self.hostname}:{self.port}, <parameters hidden>)"
+
+
+@dataclass(frozen=True)
+class TunnelGrant:
+    """A redeemed connection token: who may open which desktop, and how to reach it.
+
+    ``session_id`` is the session record created by the redemption; the gateway reports the
+    session's life under that id.
+    """
+
+    session_id: UUID
+    user_id: UUID
+    desktop_id: UUID
+    pool_id: UUID
+    target: DesktopTarget
+    #: Display name shown by the desktop (the user's name) and the desktop's VM name.
+    user_display_name: str
+    desktop_name: str
+    #: Session policy limits in seconds (``None``: no limit).
+    idle_timeout: float | None = None
+    max_duration: float | None = None
+    #: True when an administrator joins an existing session read-only (shadowing).
+    read_only: bool = False
+    #: For shadowing: the daemon connection id (``$...``) of the session being joined.
+    join_connection_id: str | None = None
+
+
+class TokenRejected(Exception):
+    """A connection token that cannot be redeemed; ``reason`` is stable and safe to show.
+
+    Reasons: ``unknown`` (forged or never issued), ``used`` (replayed), ``expired``,
+    ``desktop_gone`` (deleted or reassigned since), ``unavailable`` (database down).
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class SessionEndReason(StrEnum):
+    """Why a tunnel ended, as recorded on the session."""
+
+    CLIENT_CLOSED = "client_closed"
+    DESKTOP_CLOSED = "desktop_closed"
+    ADMIN_DISCONNECT = "admin_disconnect"
+    IDLE_TIMEOUT = "idle_timeout"
+    MAX_DURATION = "max_duration"
+    DAEMON_ERROR = "daemon_error"
+    GATEWAY_SHUTDOWN = "gateway_shutdown"
+    GATEWAY_LOST = "gateway_lost"
+
+
+@dataclass
+class TunnelCounters:
+    """Bytes relayed each way and the time of the last user input, for heartbeats."""
+
+    bytes_to_desktop: int = 0
+    bytes_to_browser: int = 0
+    last_activity: float = 0.0
+
+
+class SessionBroker(Protocol):
+    """The platform side of the gateway; every method is safe to call from any gateway process."""
+
+    async def redeem(self, token: str, *, gateway_id: str) -> TunnelGrant:
+        """Redeem a connection token exactly once and start its session record.
+
+        :raises TokenRejected: the token is unknown, used, expired, or its desktop is gone.
+        """
+
+    async def session_connected(self, session_id: UUID, *, connection_id: str) -> None:
+        """The daemon answered ``ready``: record its connection id (for shadowing)."""
+
+    async def heartbeat(self, gateway_id: str, counters: Mapping[UUID, TunnelCounters]) -> None:
+        """Renew this gateway's lease and record each open session's bytes and activity."""
+
+    async def session_ended(
+        self, session_id: UUID, reason: SessionEndReason, counters: TunnelCounters
+    ) -> None:
+        """Close the session record (idempotent); the desktop's ``in_session`` follows."""
+
+    def disconnect_requests(self, gateway_id: str) -> AsyncIterator[UUID]:
+        """Ids of sessions an administrator (or a policy) asked this deployment to close."""
