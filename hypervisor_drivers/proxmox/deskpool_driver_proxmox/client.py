@@ -135,6 +135,11 @@ def node_of_upid(upid: str) -> str:
     return match.group(1)
 
 
+def task_succeeded(exit_status: str) -> bool:
+    """Whether a stopped task's ``exitstatus`` means success (``OK`` or ``WARNINGS: n``)."""
+    return exit_status == "OK" or exit_status.startswith("WARNINGS")
+
+
 def _form(params: Params | None) -> dict[str, str] | None:
     if params is None:
         return None
@@ -277,7 +282,7 @@ class ProxmoxClient:
             status = await self.task_status(upid)
             if status.get("status") == "stopped":
                 exit_status = str(status.get("exitstatus", ""))
-                if exit_status == "OK" or exit_status.startswith("WARNINGS"):
+                if task_succeeded(exit_status):
                     return
                 raise error_for_message(
                     f"task {status.get('type', '')} failed: {exit_status}", vm_id=vm_id

@@ -14,15 +14,18 @@ request, default 30), ``console_ports`` (``{"rdp": 3389, "vnc": 5900, "ssh": 22}
 default 3600).
 
 The API token needs, on ``/vms`` and the storages used: ``VM.Audit``, ``VM.Clone``,
-``VM.Allocate``, ``VM.Config.Options``, ``VM.PowerMgmt``, ``VM.GuestAgent.Audit``,
-``VM.GuestAgent.FileRead`` (Windows readiness; ``VM.Monitor`` before Proxmox VE 9),
-``Datastore.AllocateSpace``, ``Datastore.Audit``, and ``Sys.Audit`` on ``/`` for the cluster
-name.
+``VM.Allocate``, ``VM.Config.Options``, ``VM.PowerMgmt``, the guest agent's privileges
+(Proxmox VE 9: ``VM.GuestAgent.Audit``, and ``VM.GuestAgent.FileRead`` for Windows
+readiness; before 9: ``VM.Monitor``, which 9 removed), ``Datastore.AllocateSpace``,
+``Datastore.Audit``, and ``Sys.Audit`` on ``/`` for the cluster name.
 
 Ownership: Proxmox VE cannot tag a clone while creating it, so the clone is made with a
 description naming the desktop, then tagged (``tags``, semicolon separated) as soon as the
-clone task ends. If the caller is cancelled in between, a background task watches the new VM
-and tags it when the clone finishes, so no clone is left untagged.
+clone task ends. If the caller is cancelled in between, a background task follows the clone
+*task* (its UPID) and tags the new VM when the task has succeeded, wherever the VM is: a clone
+to another node keeps its configuration on the source node, locked, until the task ends and
+only then moves to the target (``qemu-server``'s ``clone_vm``), so the VM is looked for on
+both. No clone is left untagged, however long it takes within ``abandoned_clone_grace``.
 
 Windows readiness: the guest agent's ``get-osinfo`` tells Windows (``id: mswindows``) from
 other systems; for Windows, the agent reads ``State.ini`` (:data:`WINDOWS_STATE_FILE`) and the
@@ -37,6 +40,7 @@ import logging
 import math
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -66,7 +70,13 @@ from deskpool.drivers import (
     VirtualMachine,
     VmNotFound,
 )
-from deskpool_driver_proxmox.client import ProxmoxClient, api_base_url, ssl_setting, token_header
+from deskpool_driver_proxmox.client import (
+    ProxmoxClient,
+    api_base_url,
+    ssl_setting,
+    task_succeeded,
+    token_header,
+)
 
 T = TypeVar("T")
 
@@ -83,6 +93,8 @@ DEFAULT_CONSOLE_PORTS = {
 }
 #: How many times a clone retries when another client took the id ``/cluster/nextid`` gave.
 CLONE_ID_ATTEMPTS = 5
+#: Polls without finding a clone whose task id is unknown before deciding it never started.
+ABANDONED_CLONE_MISSES = 10
 
 _TAG_SEPARATORS = re.compile(r"[;, ]+")
 _KNOWN_OPTIONS = {"task_poll_interval", "request_timeout", "console_ports", "abandoned_clone_grace"}
@@ -138,6 +150,18 @@ def guest_addresses(interfaces: Any) -> tuple[str, ...]:
             elif kind == "ipv6" and address != "::1" and not address.lower().startswith("fe80"):
                 ipv6.append(address)
     return tuple(dict.fromkeys(ipv4 + ipv6))
+
+
+@dataclass(frozen=True)
+class _PendingClone:
+    """A clone whose caller went away: what the background tagger needs to finish it."""
+
+    vm_id: str
+    source: str
+    target: str
+    request: CloneRequest
+    #: The clone task's UPID, when Proxmox VE answered the POST before the caller left.
+    upid: str | None
 
 
 def _number(options: dict[str, Any], name: str, default: float) -> float:
@@ -399,12 +423,15 @@ class ProxmoxDriver(HypervisorDriver):
                 break
             else:
                 raise DriverBusy("could not allocate a VM id: every id offered was taken")
-            self._node_of[new_id] = target
+            # Until the task ends the new config lives on the source node (see the module
+            # documentation); only then is it on the target.
             await self._run_task(upid, new_id)
+            self._node_of[new_id] = target
             await self._tag(target, new_id, request.desktop_id)
         except asyncio.CancelledError:
             if new_id:
-                self._finish_in_background(target, new_id, request)
+                task = upid if isinstance(upid, str) and upid.startswith("UPID:") else None
+                self._finish_in_background(_PendingClone(new_id, source, target, request, task))
             raise
         return await self._read_vm(target, new_id)
 
@@ -415,42 +442,76 @@ class ProxmoxDriver(HypervisorDriver):
             self._vm_path(node, vm_id, "/config"), {"tags": ";".join(tags)}, vm_id=vm_id
         )
 
-    def _finish_in_background(self, node: str, vm_id: str, request: CloneRequest) -> None:
+    def _finish_in_background(self, clone: _PendingClone) -> None:
         task = asyncio.get_running_loop().create_task(
-            self._finish_abandoned_clone(node, vm_id, request),
-            name=f"deskpool-proxmox-tag-clone-{vm_id}",
+            self._finish_abandoned_clone(clone),
+            name=f"deskpool-proxmox-tag-clone-{clone.vm_id}",
         )
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _finish_abandoned_clone(self, node: str, vm_id: str, request: CloneRequest) -> None:
-        """Tag a clone whose caller went away, once its task is done.
+    async def _finish_abandoned_clone(self, clone: _PendingClone) -> None:
+        """Tag a clone whose caller went away, once its task is done, wherever the VM is.
 
-        The VM is ours when its description is the one this clone set: an id reused by
-        someone else meanwhile would not carry it.
+        With the clone's task id, the task says when the clone is over and whether it
+        succeeded; without one (the caller went away before Proxmox VE answered the POST), the
+        VM's configuration is watched on both nodes until it is unlocked. The VM is ours when
+        its description is the one this clone set: an id reused by someone else meanwhile
+        would not carry it. Transient failures (a node or the API briefly away) are retried
+        until ``abandoned_clone_grace`` has passed.
         """
-        give_up = asyncio.get_running_loop().time() + self.abandoned_clone_grace
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.abandoned_clone_grace
         missing = 0
-        try:
-            while asyncio.get_running_loop().time() < give_up:
-                try:
-                    config = await self.client.get(
-                        self._vm_path(node, vm_id, "/config"), vm_id=vm_id
-                    )
-                except VmNotFound:
+        while loop.time() < give_up:
+            try:
+                if clone.upid is not None:
+                    status = await self.client.task_status(clone.upid)
+                    if status.get("status") != "stopped":
+                        await asyncio.sleep(self.client.poll_interval)
+                        continue
+                    exit_status = str(status.get("exitstatus", ""))
+                    if not task_succeeded(exit_status):
+                        log.info(
+                            "clone of VM %s failed (%s): nothing to tag", clone.vm_id, exit_status
+                        )
+                        return
+                found = await self._find_clone(clone)
+                if found is None:
                     missing += 1
-                    if missing >= 10:
-                        return  # the clone never started, or failed and was cleaned up
-                    config = None
-                if config is not None and not config.get("lock"):
-                    if str(config.get("description", "")).strip() == request.description:
-                        await self._tag(node, vm_id, request.desktop_id)
-                        log.info("tagged VM %s, cloned by a cancelled call", vm_id)
+                    if clone.upid is not None or missing >= ABANDONED_CLONE_MISSES:
+                        return  # never started, or failed and cleaned up, or deleted since
+                else:
+                    node, config = found
+                    if not config.get("lock"):
+                        if str(config.get("description", "")).strip() == clone.request.description:
+                            await self._tag(node, clone.vm_id, clone.request.desktop_id)
+                            self._node_of[clone.vm_id] = node
+                            log.info(
+                                "tagged VM %s on %s, cloned by a cancelled call", clone.vm_id, node
+                            )
+                        return
+            except DriverError as error:
+                if not error.retryable:
+                    log.warning(
+                        "could not tag VM %s after a cancelled clone: %s", clone.vm_id, error.detail
+                    )
                     return
-                await asyncio.sleep(self.client.poll_interval)
-            log.warning("VM %s: clone still running after the grace period, left untagged", vm_id)
-        except DriverError as error:
-            log.warning("could not tag VM %s after a cancelled clone: %s", vm_id, error.detail)
+                log.info("watching the clone of VM %s: %s (retrying)", clone.vm_id, error.detail)
+            await asyncio.sleep(self.client.poll_interval)
+        log.warning("VM %s: clone still running after the grace period, left untagged", clone.vm_id)
+
+    async def _find_clone(self, clone: _PendingClone) -> tuple[str, dict[str, Any]] | None:
+        """The node and config of a clone: on the target once done, on the source before."""
+        for node in dict.fromkeys((clone.target, clone.source)):
+            try:
+                config = await self.client.get(
+                    self._vm_path(node, clone.vm_id, "/config"), vm_id=clone.vm_id
+                )
+            except VmNotFound:
+                continue
+            return node, dict(config or {})
+        return None
 
     async def do_start(self, vm_id: str) -> None:
         """``POST .../status/start`` unless it runs; "already running" counts as success."""

@@ -8,7 +8,8 @@
   ``403 Permission check failed (/vms/ID, PRIV)`` for a token lacking a privilege;
 - parameters from the query string and from form-encoded (or JSON) bodies, validated like
   the JSON schema of each method: ``400 Parameter verification failed.`` with
-  ``{"errors": {"name": "why"}, "data": null}``; a body on ``GET`` is ``501``;
+  ``{"errors": {"name": "why"}, "data": null}`` (a boolean is ``0`` or ``1``, nothing else);
+  a body on ``GET`` is ``501``;
 - every answer as ``{"data": ...}``; errors as a status whose reason phrase is the message,
   with ``{"data": null, "message": "..."}`` (the message ends with a newline);
   ``501 Method 'GET /x' not implemented`` for what does not exist;
@@ -16,7 +17,9 @@
   when it cannot proxy to that node;
 - ``/version``, ``/nodes``, ``/cluster/status``, ``/cluster/nextid``, ``/cluster/resources``;
 - QEMU VMs: ``config`` (``GET``, ``PUT``, ``POST``), ``clone`` (linked from templates by
-  default, ``storage`` refused for linked clones, ``target`` only with shared storage),
+  default, ``storage`` refused for linked clones, ``target`` only with shared storage; a
+  clone to another node lives, locked, on the *source* node until its task ends and is then
+  moved to the target, as ``qemu-server``'s ``clone_vm`` does),
   ``status/current``, ``status/start|stop|shutdown|reset``, ``DELETE`` (refused while
   running), with the ``lock`` a clone holds and the checks made before forking a task;
 - asynchronous tasks with real UPIDs (``UPID:node:PID:PSTART:STARTTIME:type:id:user:``),
@@ -25,6 +28,10 @@
 - a guest agent per VM: ``ping``, ``network-get-interfaces``, ``get-osinfo``,
   ``get-host-name``, ``file-read`` (Windows ``State.ini``), with ``500 QEMU guest agent is
   not running`` while the guest boots and ``500 VM ID is not running`` when it is stopped.
+
+The version reported (:data:`DEFAULT_VERSION`, or the one given) decides the privilege names
+checked, as on a real cluster: ``VM.GuestAgent.*`` from 9 on, ``VM.Monitor`` before (see
+:func:`privileges_for`).
 
 Time runs for real but fast (see :class:`FakeTimings`); faults are injected through methods
 (``set_node_online``, ``silence_agent``, ``stall_oobe``, ``ignore_shutdown``,
@@ -51,8 +58,10 @@ from aiohttp import web
 TOKEN_ID = "deskpool@pve!deskpool"
 TOKEN_SECRET = "6f1a9c2e-0b7d-4c55-9e0a-3d2f8b7c1e44"
 
-#: Every privilege the fake checks; a token holds all by default.
-ALL_PRIVILEGES = frozenset(
+#: The Proxmox VE version the fake reports unless told another.
+DEFAULT_VERSION = "9.0.10"
+
+_COMMON_PRIVILEGES = frozenset(
     {
         "Sys.Audit",
         "VM.Audit",
@@ -60,11 +69,30 @@ ALL_PRIVILEGES = frozenset(
         "VM.Allocate",
         "VM.Config.Options",
         "VM.PowerMgmt",
-        "VM.GuestAgent.Audit",
-        "VM.GuestAgent.FileRead",
         "Datastore.AllocateSpace",
     }
 )
+
+
+def privileges_for(version: str) -> frozenset[str]:
+    """Every privilege the fake checks when it reports ``version``.
+
+    Proxmox VE 9 split the guest agent's privileges out of ``VM.Monitor`` (which it removed):
+    reading the agent's information needs ``VM.GuestAgent.Audit`` and reading a file
+    ``VM.GuestAgent.FileRead``; before 9, both needed ``VM.Monitor``.
+    """
+    if _major(version) >= 9:
+        return _COMMON_PRIVILEGES | {"VM.GuestAgent.Audit", "VM.GuestAgent.FileRead"}
+    return _COMMON_PRIVILEGES | {"VM.Monitor"}
+
+
+def _major(version: str) -> int:
+    head = version.split(".", 1)[0]
+    return int(head) if head.isdigit() else 0
+
+
+#: Every privilege the fake checks at :data:`DEFAULT_VERSION`; a token holds all by default.
+ALL_PRIVILEGES = privileges_for(DEFAULT_VERSION)
 
 WINDOWS_STATE_FILE = r"C:\Windows\Setup\State\State.ini"
 
@@ -72,8 +100,9 @@ _TAG = re.compile(r"(?i)[a-z0-9_][a-z0-9_\-+.]*")
 _DNS_NAME = re.compile(r"(?i)([a-z0-9]([a-z0-9\-]*[a-z0-9])?\.)*[a-z0-9]([a-z0-9\-]*[a-z0-9])?")
 _NODE = re.compile(r"(?i)[a-z0-9]([a-z0-9\-]*[a-z0-9])?")
 _STORAGE = re.compile(r"(?i)[a-z][a-z0-9\-_.]*[a-z0-9]")
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
+#: The only spellings of a boolean parameter the API schema check accepts (``PVE::JSONSchema``
+#: compares with ``eq '1'`` and ``eq '0'``; ``true``/``yes``/``on`` are refused).
+_BOOLEANS = {"1", "0"}
 
 
 class ApiError(Exception):
@@ -240,7 +269,7 @@ class FakeProxmox:
         *,
         timings: FakeTimings | None = None,
         ssl_context: ssl.SSLContext | None = None,
-        version: str = "8.2.4",
+        version: str = DEFAULT_VERSION,
     ) -> None:
         self.timings = timings or FakeTimings()
         self.nodes = {name: FakeNode(name) for name in nodes}
@@ -248,7 +277,7 @@ class FakeProxmox:
             "local-lvm": FakeStorage("local-lvm", shared=False),
             "cephpool": FakeStorage("cephpool", shared=True),
         }
-        self.tokens = {TOKEN_ID: FakeToken(TOKEN_SECRET)}
+        self.tokens = {TOKEN_ID: FakeToken(TOKEN_SECRET, privileges_for(version))}
         self.vms: dict[int, FakeVm] = {}
         self.tasks: dict[str, FakeTask] = {}
         self.requests: list[RecordedRequest] = []
@@ -259,6 +288,7 @@ class FakeProxmox:
         self._stolen_ids = 0
         #: Every task started, in order: tests await ``started_tasks.get()`` instead of polling.
         self.started_tasks: asyncio.Queue[FakeTask] = asyncio.Queue()
+        self._request_seen = asyncio.Condition()
         self._next_pid = 4000 + os.getpid() % 1000
         self.endpoint = ""
         self.add_template(9000, "ubuntu-2204-tpl", ostype="l26", tags="ubuntu")
@@ -374,6 +404,12 @@ class FakeProxmox:
         """
         self._stolen_ids += count
 
+    async def request_seen(self, matches: Callable[[RecordedRequest], bool]) -> RecordedRequest:
+        """Wait until a request that ``matches`` has been received (at once if one has)."""
+        async with self._request_seen:
+            await self._request_seen.wait_for(lambda: any(map(matches, self.requests)))
+        return next(request for request in self.requests if matches(request))
+
     def running_tasks(self) -> list[FakeTask]:
         """Tasks not finished yet."""
         return [task for task in self.tasks.values() if task.exitstatus is None]
@@ -417,6 +453,8 @@ class FakeProxmox:
                 form = await request.post()
                 params.update({k: str(v) for k, v in form.items()})
         self.requests.append(RecordedRequest(request.method, path, content_type, dict(params)))
+        async with self._request_seen:
+            self._request_seen.notify_all()
         user, privileges = self._authenticate(request)
         method, path_params = self._route(request.method, path)
         node = path_params.get("node")
@@ -786,7 +824,9 @@ class FakeProxmox:
             if full
             else f"{disk_storage}:base-{source.vmid}-disk-0/vm-{newid}-disk-0,size=32G"
         )
-        clone = FakeVm(newid, target, {"lock": "clone"})
+        # qemu-server's clone_vm writes the new config on the node it runs on (the source),
+        # locked, and renames it into the target node's directory only as the task's last step.
+        clone = FakeVm(newid, source.node, {"lock": "clone"})
         self.vms[newid] = clone
         copied = {
             key: value
@@ -812,6 +852,7 @@ class FakeProxmox:
                 f"{newid // 256 % 256:02X}:{newid % 256:02X},bridge=vmbr0",
                 **({"description": params["description"]} if "description" in params else {}),
             }
+            clone.node = target
 
         return self._task(call, source.node, "qmclone", str(source.vmid), work)
 
@@ -906,8 +947,12 @@ class FakeProxmox:
 
         return self._task(call, vm.node, "qmdestroy", str(vm.vmid), work)
 
-    def _agent_vm(self, call: _Call, privilege: str = "VM.GuestAgent.Audit") -> FakeVm:
-        vm = self._vm(call, privilege=privilege)
+    def _agent_privilege(self, kind: str) -> str:
+        """The privilege an agent command needs: ``VM.GuestAgent.<kind>`` from 9 on."""
+        return f"VM.GuestAgent.{kind}" if _major(self.version) >= 9 else "VM.Monitor"
+
+    def _agent_vm(self, call: _Call, kind: str = "Audit") -> FakeVm:
+        vm = self._vm(call, privilege=self._agent_privilege(kind))
         if vm.config.get("agent") not in ("1", 1):
             raise ApiError(500, "No QEMU guest agent configured")
         if not vm.running:
@@ -930,7 +975,7 @@ class FakeProxmox:
         return handle
 
     async def _file_read(self, call: _Call) -> Any:
-        vm = self._agent_vm(call, privilege="VM.GuestAgent.FileRead")
+        vm = self._agent_vm(call, "FileRead")
         path = call.params["file"]
         if not vm.windows or path.lower() != WINDOWS_STATE_FILE.lower():
             raise ApiError(500, f"Agent error: Failed to open file '{path}' (error: 2)")
@@ -993,7 +1038,7 @@ def _as_text(value: Any) -> str:
 
 
 def _bool(value: str) -> bool:
-    return value.lower() in _TRUE
+    return value == "1"
 
 
 def _validate(params: Mapping[str, str], method: _Method) -> None:
@@ -1010,7 +1055,7 @@ def _validate(params: Mapping[str, str], method: _Method) -> None:
             )
         elif kind == "vmid" and not (value.isdigit() and 100 <= int(value) <= 999999999):
             errors[name] = "invalid format - value does not look like a valid VM ID"
-        elif kind == "bool" and value.lower() not in _TRUE | _FALSE:
+        elif kind == "bool" and value not in _BOOLEANS:
             errors[name] = f"type check ('boolean') failed - got '{value}'"
         elif kind == "int" and not re.fullmatch(r"-?\d+", value):
             errors[name] = f"type check ('integer') failed - got '{value}'"

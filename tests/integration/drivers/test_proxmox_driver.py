@@ -35,10 +35,12 @@ from deskpool.drivers import (
 from deskpool_driver_proxmox import ProxmoxDriver
 from deskpool_driver_proxmox.testing import (
     ALL_PRIVILEGES,
+    DEFAULT_VERSION,
     TOKEN_ID,
     TOKEN_SECRET,
     FakeProxmox,
     FakeTimings,
+    RecordedRequest,
 )
 
 LINUX_TEMPLATE = "9000"
@@ -256,6 +258,62 @@ async def test_a_deadline_during_a_clone_still_tags_it(fake: FakeProxmox) -> Non
     assert "deskpool-desktop-d1" in made.config["tags"]
 
 
+def is_task_poll(request: RecordedRequest) -> bool:
+    return "/tasks/UPID:" in request.path and request.path.endswith("/status")
+
+
+@pytest.mark.parametrize("cancelled", ["before_the_task_id", "while_polling_the_task"])
+async def test_a_long_cross_node_clone_ends_tagged_and_owned(
+    fake: FakeProxmox, cancelled: str
+) -> None:
+    # The clone outlives many polls of the tagger (every 5 ms for 0.4 s), during which its
+    # configuration is on the source node only: the watcher follows the task (or, without its
+    # id, both nodes), not the target alone.
+    fake.timings = FakeTimings(clone_seconds=0.4)
+    driver = make_driver(fake)
+    clone = asyncio.create_task(
+        driver.clone(LINUX_TEMPLATE, name="desk-far", desktop_id="d7", node="pve2")
+    )
+    task = await fake.started_tasks.get()
+    if cancelled == "while_polling_the_task":
+        await fake.request_seen(is_task_poll)
+    clone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await clone
+    (made,) = [vm for vm in fake.vms.values() if not vm.is_template]
+    assert (made.node, made.config.get("lock")) == ("pve1", "clone")
+    await driver.close()  # waits for the background watcher
+    assert task.exitstatus == "OK"
+    assert made.node == "pve2"
+    assert made.config["tags"] == "deskpool;deskpool-desktop-d7;ubuntu"
+    if cancelled == "while_polling_the_task":
+        watched = [r for r in fake.requests if is_task_poll(r)]
+    else:
+        watched = [r for r in fake.requests if r.path == f"/nodes/pve1/qemu/{made.vmid}/config"]
+    assert len(watched) > 10  # more polls than the old watcher made before giving up
+    async with make_driver(fake) as fresh:
+        owned = await fresh.list_owned_vms()
+    assert [(vm.id, vm.node, vm.desktop_id) for vm in owned] == [(str(made.vmid), "pve2", "d7")]
+
+
+async def test_a_cancelled_clone_whose_task_fails_leaves_nothing(fake: FakeProxmox) -> None:
+    fake.timings = FakeTimings(clone_seconds=0.1)
+    fake.fail_next_clone()
+    driver = make_driver(fake)
+    clone = asyncio.create_task(
+        driver.clone(LINUX_TEMPLATE, name="desk-far", desktop_id="d7", node="pve2")
+    )
+    task = await fake.started_tasks.get()
+    await fake.request_seen(is_task_poll)
+    clone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await clone
+    await asyncio.wait_for(driver.close(), 5)
+    assert str(task.exitstatus).startswith("clone failed")
+    assert [vm for vm in fake.vms.values() if not vm.is_template] == []
+    assert not [r for r in fake.requests if r.method == "PUT"]
+
+
 # ---------------------------------------------------------------------------- secrets
 
 
@@ -268,7 +326,7 @@ async def test_the_token_secret_never_reaches_logs_or_errors(
     wrong = make_driver(fake, secret=leak_guard.plaintext("wrong-token"))
     try:
         with leak_guard.watching("proxmox driver"):
-            assert (await driver.check_connection()).version == "8.2.4"
+            assert (await driver.check_connection()).version == DEFAULT_VERSION
             vm = await driver.clone(LINUX_TEMPLATE, name="desk-1", desktop_id="d1")
             await driver.delete(vm.id)
             with pytest.raises(AuthenticationFailed) as raised:

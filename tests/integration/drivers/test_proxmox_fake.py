@@ -9,7 +9,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-from deskpool_driver_proxmox.testing import TOKEN_ID, TOKEN_SECRET, FakeProxmox
+from deskpool_driver_proxmox.testing import (
+    DEFAULT_VERSION,
+    TOKEN_ID,
+    TOKEN_SECRET,
+    FakeProxmox,
+    FakeTimings,
+    privileges_for,
+)
 
 AUTH = {"Authorization": f"PVEAPIToken={TOKEN_ID}={TOKEN_SECRET}"}
 UPID = re.compile(r"UPID:pve1:[0-9A-F]{8}:[0-9A-F]{8}:[0-9A-F]{8}:(\w+):(\d+):[^:]+:")
@@ -46,7 +53,8 @@ async def call(
 async def test_answers_are_data_envelopes(http: aiohttp.ClientSession) -> None:
     status, _, body = await call(http, "GET", "/version")
     assert status == 200
-    assert body == {"data": {"version": "8.2.4", "release": "8.2", "repoid": "faa83925c9641325"}}
+    assert body == {"data": {"version": "9.0.10", "release": "9.0", "repoid": "faa83925c9641325"}}
+    assert DEFAULT_VERSION == "9.0.10"
     _, _, nodes = await call(http, "GET", "/nodes")
     assert [n["node"] for n in nodes["data"]] == ["pve1", "pve2"]
     _, _, nextid = await call(http, "GET", "/cluster/nextid")
@@ -180,3 +188,66 @@ async def test_json_bodies_are_accepted_like_forms(
     )
     assert status == 400
     assert "tags" in body["errors"]
+
+
+@pytest.mark.parametrize("spelling", ["true", "false", "yes", "on", "True", ""])
+async def test_booleans_are_only_0_or_1(http: aiohttp.ClientSession, spelling: str) -> None:
+    status, _, body = await call(
+        http, "POST", "/nodes/pve1/qemu/9000/clone", data={"newid": "150", "full": spelling}
+    )
+    assert status == 400
+    assert body["errors"] == {"full": f"type check ('boolean') failed - got '{spelling}'\n"}
+
+
+async def test_a_clone_to_another_node_stays_on_the_source_until_its_task_ends(
+    fake: FakeProxmox, http: aiohttp.ClientSession
+) -> None:
+    fake.timings = FakeTimings(clone_seconds=0.1)
+    _, _, body = await call(
+        http,
+        "POST",
+        "/nodes/pve1/qemu/9000/clone",
+        data={"newid": "150", "target": "pve2", "name": "far", "full": "0"},
+    )
+    assert body["data"].startswith("UPID:pve1:")
+    task = await fake.started_tasks.get()
+    status, _, config = await call(http, "GET", "/nodes/pve1/qemu/150/config")
+    assert (status, config["data"]["lock"]) == (200, "clone")
+    status, reason, _ = await call(http, "GET", "/nodes/pve2/qemu/150/config")
+    assert (status, reason) == (
+        500,
+        "Configuration file 'nodes/pve2/qemu-server/150.conf' does not exist",
+    )
+    assert task.runner is not None
+    await task.runner
+    status, _, _ = await call(http, "GET", "/nodes/pve1/qemu/150/config")
+    assert status == 500
+    status, _, config = await call(http, "GET", "/nodes/pve2/qemu/150/config")
+    assert (status, config["data"]["name"]) == (200, "far")
+    assert "lock" not in config["data"]
+
+
+@pytest.mark.parametrize(
+    ("version", "needed", "absent"),
+    [
+        ("9.0.10", "VM.GuestAgent.Audit", "VM.Monitor"),
+        ("8.2.4", "VM.Monitor", "VM.GuestAgent.Audit"),
+    ],
+)
+async def test_the_privileges_checked_follow_the_version(
+    version: str, needed: str, absent: str
+) -> None:
+    assert needed in privileges_for(version)
+    assert absent not in privileges_for(version)
+    async with (
+        FakeProxmox(version=version) as fake,
+        aiohttp.ClientSession(base_url=fake.endpoint) as http,
+    ):
+        fake.add_vm(150, "vm", running=True)
+        _, _, reported = await call(http, "GET", "/version")
+        assert reported["data"]["version"] == version
+        _, _, ping = await call(http, "POST", "/nodes/pve1/qemu/150/agent/ping")
+        assert ping == {"data": {"result": {}}}
+        fake.tokens[TOKEN_ID].privileges = privileges_for(version) - {needed}
+        status, reason, _ = await call(http, "POST", "/nodes/pve1/qemu/150/agent/ping")
+        assert (status, reason) == (403, f"Permission check failed (/vms/150, {needed})")
