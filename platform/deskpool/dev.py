@@ -4,8 +4,10 @@ It migrates, starts a development OIDC issuer on loopback (fixed keys kept in th
 so sign-ins survive restarts), points the API and the console at it, makes its administrator a
 bootstrap admin, runs every component, and prints where everything is and a ready-made token.
 On a fresh database it then connects a simulated cluster and creates a small Linux pool through
-the REST API, as an administrator would, so provisioning can be watched at once. It is for a
-developer's machine only: anyone who reaches the issuer signs in.
+the REST API, as an administrator would, so provisioning can be watched at once. When nothing
+listens at ``DESKTOPD_ADDRESS`` (guacd is not packaged by Debian), it runs the desktop daemon
+simulator (:mod:`deskpool.desktopd`) on loopback and points the gateway at it, and says so. It
+is for a developer's machine only: anyone who reaches the issuer signs in.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from typing import Any
 import aiohttp
 import asyncpg
 
+from deskpool.config import parse_host_port
 from deskpool.db import migrate
+from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.host import ALL_COMPONENTS, Host, bootstrap
 from deskpool.testing.idp import DevIdentityProvider
 
@@ -68,12 +72,50 @@ def dev_environ(environ: Mapping[str, str], issuer_url: str) -> dict[str, str]:
     return merged
 
 
+async def daemon_listens(address: str) -> bool:
+    """Whether something accepts TCP connections at ``address`` (``host:port``)."""
+    try:
+        where = parse_host_port(address)
+        async with asyncio.timeout(1.0):
+            _, writer = await asyncio.open_connection(where.host, where.port)
+    except (OSError, TimeoutError, ValueError):
+        return False
+    writer.close()
+    return True
+
+
+async def desktop_daemon(environ: dict[str, str]) -> tuple[DesktopDaemonSimulator | None, str]:
+    """Use the daemon at ``DESKTOPD_ADDRESS``, or start the simulator and point ``environ`` at it.
+
+    :returns: the simulator started (``None`` when a daemon answered) and a line for the banner.
+    """
+    address = environ.get("DESKTOPD_ADDRESS") or "desktopd:4822"
+    if await daemon_listens(address):
+        return None, f"  desktop      the desktop daemon at {address}"
+    port = parse_host_port(address).port if ":" in address else 4822
+    simulator = DesktopDaemonSimulator("127.0.0.1", port)
+    try:
+        await simulator.start()
+    except OSError:
+        simulator = DesktopDaemonSimulator("127.0.0.1", 0)
+        await simulator.start()
+    environ["DESKTOPD_ADDRESS"] = simulator.address
+    line = (
+        f"  desktop      no desktop daemon listens at {address}: running the desktop daemon "
+        f"simulator on {simulator.address}"
+    )
+    return simulator, line
+
+
 async def run_dev(environ: Mapping[str, str], state_dir: Path, issuer_port: int) -> None:
     """Migrate, start the dev issuer, run every component until SIGTERM/SIGINT."""
     issuer = DevIdentityProvider(state_dir / "dev-idp-keys.json", audience=DEV_CLIENT_ID)
     await issuer.start("127.0.0.1", issuer_port)
+    simulator: DesktopDaemonSimulator | None = None
     try:
-        process = bootstrap(dev_environ(environ, issuer.issuer_url), ALL_COMPONENTS)
+        merged = dev_environ(environ, issuer.issuer_url)
+        simulator, daemon_line = await desktop_daemon(merged)
+        process = bootstrap(merged, ALL_COMPONENTS)
         connection = await asyncpg.connect(process.config["DATABASE_URL"])
         try:
             for label in await migrate(connection):
@@ -94,6 +136,7 @@ async def run_dev(environ: Mapping[str, str], state_dir: Path, issuer_port: int)
                 f"  API          {api}   (docs: {api}/docs)",
                 f"  OIDC issuer  {issuer.issuer_url}   (signs in {DEV_ADMIN_EMAIL})",
                 f"  ops          http://{config['METRICS_ADDR']}/readyz",
+                daemon_line,
                 "  a token for the development administrator (valid 8 hours):",
                 f"    curl -H 'Authorization: Bearer {token}' {api}/api/v1/me",
                 "",
@@ -104,6 +147,8 @@ async def run_dev(environ: Mapping[str, str], state_dir: Path, issuer_port: int)
         await host.run()
         seeding.cancel()
     finally:
+        if simulator is not None:
+            await simulator.stop()
         await issuer.stop()
 
 

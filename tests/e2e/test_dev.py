@@ -13,11 +13,14 @@ import aiohttp
 from tests.conftest import REPO, deskpool_command
 from tests.e2e.test_processes import free_port
 
+from deskpool.guacamole.handshake import ClientInfo, perform_handshake
+from deskpool.guacamole.stream import InstructionReader
+
 
 async def test_dev_serves_signs_in_and_seeds_a_simulated_pool(
     deskpool_environ: dict[str, str], tmp_path: Path
 ) -> None:
-    ports = {name: free_port() for name in ("api", "ops", "gateway", "web", "issuer")}
+    ports = {name: free_port() for name in ("api", "ops", "gateway", "web", "issuer", "desktopd")}
     env = {
         **deskpool_environ,
         "PATH": os.environ["PATH"],
@@ -28,6 +31,7 @@ async def test_dev_serves_signs_in_and_seeds_a_simulated_pool(
         "SECRETS_MASTER_KEY": "A" * 43 + "=",
         "POOL_RECONCILE_INTERVAL": "1s",
         "WORKER_POLL_INTERVAL": "1s",
+        "DESKTOPD_ADDRESS": f"127.0.0.1:{ports['desktopd']}",
     }
     command = [
         *deskpool_command(),
@@ -81,6 +85,17 @@ async def test_dev_serves_signs_in_and_seeds_a_simulated_pool(
             assert [pool["name"] for pool in items] == ["demo-linux"]
             async with session.get(f"{api}/api/v1/setup", headers=headers) as setup:
                 assert (await setup.json())["cluster_connected"]
+        banner = "".join(lines)
+        assert (
+            f"no desktop daemon listens at 127.0.0.1:{ports['desktopd']}: running the desktop "
+            f"daemon simulator on 127.0.0.1:{ports['desktopd']}"
+        ) in banner
+        reader, writer = await asyncio.open_connection("127.0.0.1", ports["desktopd"])
+        handshake = await perform_handshake(
+            InstructionReader(reader), writer, "vnc", {"hostname": "vm"}, ClientInfo(), within=5
+        )
+        assert handshake.connection_id.startswith("$")
+        writer.close()
         process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(process.wait(), 30) == 0, "".join(lines)
     finally:

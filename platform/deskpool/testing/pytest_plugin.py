@@ -15,6 +15,8 @@ Fixtures:
   (:class:`deskpool.testing.idp.TestIdentityProvider`).
 - ``secure_runtime`` / ``secure_api_client``: the same, configured against that issuer, and
   ``bearer(sub, **claims)``: an ``Authorization`` header for a token it signs.
+- ``desktop_daemon``: a running desktop daemon simulator (the guacd fake,
+  :class:`deskpool.desktopd.DesktopDaemonSimulator`) on a free loopback port.
 """
 
 from __future__ import annotations
@@ -204,3 +206,16 @@ def bearer(identity_provider: Any) -> Callable[..., dict[str, str]]:
         return {"Authorization": f"Bearer {identity_provider.issue_token(sub, **claims)}"}
 
     return make
+
+
+@pytest.fixture
+async def desktop_daemon() -> AsyncIterator[Any]:
+    """A running desktop daemon simulator on a free loopback port (``.address``)."""
+    from deskpool.desktopd import DesktopDaemonSimulator
+
+    daemon = DesktopDaemonSimulator("127.0.0.1", 0)
+    await daemon.start()
+    try:
+        yield daemon
+    finally:
+        await daemon.stop()
