@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DRIVERS := $(wildcard hypervisor_drivers/*/pyproject.toml)
 
-.PHONY: run test setup services browser lint docs openapi clean
+.PHONY: run test test-deploy setup services browser podman lint docs openapi clean
 
 $(STAMP): pyproject.toml $(DRIVERS)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -36,6 +36,14 @@ run: setup services
 # The whole test suite, lint and type checks included, through tox.
 test: setup services browser
 	$(BIN)/tox run -e lint,tests
+
+# The deployment: the Helm chart and the composition validated, then the image built with podman
+# from a local Debian base and every component run from it (a few minutes; see deploy/).
+test-deploy: setup services podman
+	$(BIN)/tox run -e deploy
+
+podman:
+	@bash deploy/scripts/ensure-podman.sh
 
 lint: setup
 	$(BIN)/tox run -e lint
