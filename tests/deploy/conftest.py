@@ -1,4 +1,4 @@
-"""Shared paths of the deployment tests (run by ``make test-deploy``, tox environment ``deploy``)."""
+"""Paths shared by the deployment tests (``make test-deploy``, tox environment ``deploy``)."""
 
 from __future__ import annotations
 

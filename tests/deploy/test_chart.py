@@ -53,7 +53,8 @@ def by_kind(manifests: list[dict[str, Any]], kind: str) -> dict[str, dict[str, A
 def test_lint_strict_passes(name: str) -> None:
     report = helm.lint(str(CHART), VALUE_SETS[name], strict=True)
     problems = [m for m in report["messages"] if m["severity"] >= 2]
-    assert report["errors"] == [] and problems == [], report
+    assert report["errors"] == [], report
+    assert problems == [], report
 
 
 # ServiceMonitor is a CRD (Prometheus Operator): kubernetes-validate bundles no schema for it,
@@ -109,7 +110,8 @@ def test_migrations_run_as_a_hook_job_before_upgrades() -> None:
         jobs = [m for m in render(values) if m["kind"] == "Job"]
         assert len(jobs) == 1
         hooks = jobs[0]["metadata"]["annotations"]["helm.sh/hook"].split(",")
-        assert install_hook in hooks and "pre-upgrade" in hooks
+        assert install_hook in hooks
+        assert "pre-upgrade" in hooks
         container = jobs[0]["spec"]["template"]["spec"]["containers"][0]
         assert container["args"] == ["migrate"]
 
@@ -124,7 +126,10 @@ def test_production_values_take_secrets_from_the_existing_secret() -> None:
     sources = api["spec"]["template"]["spec"]["containers"][0]["envFrom"]
     assert {"secretRef": {"name": "deskpool-secrets"}} in sources
     ingress = by_kind(manifests, "Ingress")["dp-deskpool"]
-    paths = {p["path"]: p["backend"]["service"]["name"] for p in ingress["spec"]["rules"][0]["http"]["paths"]}
+    paths = {
+        p["path"]: p["backend"]["service"]["name"]
+        for p in ingress["spec"]["rules"][0]["http"]["paths"]
+    }
     assert paths["/api"] == "dp-deskpool-api"
     assert paths["/tunnel"] == "dp-deskpool-gateway"
     assert paths["/"] == "dp-deskpool-web"
