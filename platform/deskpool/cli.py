@@ -392,6 +392,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-size", type=_batch_size, default=500, help="values per batch (default 500)"
     )
     rewrap.set_defaults(func=cmd_secrets_rewrap)
+
+    from deskpool.licensing.commands import add_parser as add_license_parser
+
+    add_license_parser(commands)
     return parser
 
 

@@ -24,6 +24,7 @@ from deskpool.kv import connect_kv
 if TYPE_CHECKING:
     from deskpool.clusters.drivers import DriverManager
     from deskpool.config import Config
+    from deskpool.licensing.context import LicensingContext
     from deskpool.plugins import PluginHost
     from deskpool.secrets import SecretStore
 
@@ -81,6 +82,7 @@ class Runtime:
         self._kv: redis.Redis | None = None
         self._drivers: DriverManager | None = None
         self._secret_store: SecretStore | None = None
+        self._licensing: LicensingContext | None = None
         self._opened = False
 
     @property
@@ -115,6 +117,15 @@ class Runtime:
             self._secret_store = build_secret_store(self.plugins, self.config)
         return self._secret_store
 
+    @property
+    def licensing(self) -> LicensingContext:
+        """The licensing side of this process: keys, clock, build verdict, metrics."""
+        if self._licensing is None:
+            from deskpool.licensing.context import LicensingContext
+
+            self._licensing = LicensingContext.from_config(self.config, self.metrics)
+        return self._licensing
+
     async def open(self, *, require_current_schema: bool = True) -> None:
         """Connect to PostgreSQL and Redis, check the schema, and run plugin startup hooks.
 
@@ -132,6 +143,7 @@ class Runtime:
                         f"{', '.join(status.pending)}); run `deskpool migrate` first"
                     )
             await self.plugins.startup(self)
+            self.licensing.check_build()
         except BaseException:
             await self._close_connections()
             raise

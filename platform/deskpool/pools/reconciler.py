@@ -61,6 +61,7 @@ from deskpool.jobs.context import JobContext
 from deskpool.jobs.model import Job, JobKind, JobState, PermanentJobFailure
 from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
 from deskpool.jobs.queue import enqueue
+from deskpool.licensing.service import cap_desktops
 from deskpool.pools.model import Desktop, ObservedVm, Pool, PowerState
 from deskpool.pools.provisioning import (
     CLUSTERS,
@@ -84,6 +85,8 @@ from deskpool.pools.reconcile import (
     Action,
     CreateDesktop,
     DeleteOrphanVm,
+    HealthStatus,
+    PoolHealth,
     PoolPlan,
     PowerOn,
     ReconcilePolicy,
@@ -199,6 +202,8 @@ class PoolReconcilerService:
         self._planned: dict[uuid.UUID, PlannedPool] | None = None
         self._cycle_started = 0.0
         self._cycle_left = 0
+        #: Why desktops a pool's plan wanted were not created (a license limit), by pool.
+        self._held: dict[uuid.UUID, str] = {}
 
     # ------------------------------------------------------------------ the PoolReconciler protocol
 
@@ -450,7 +455,13 @@ class PoolReconcilerService:
                 for _ in events:
                     self._count(batch[0].kind)
             generation = plan.generation if planned.observed else pool.reconciled_generation
-            await mark_reconciled(connection, pool.id, generation, plan.health)
+            health = plan.health
+            held = self._held.pop(pool.id, None)
+            if held is not None:
+                status = HealthStatus.DEGRADED if health.status is HealthStatus.HEALTHY else None
+                health = PoolHealth(status or health.status, (*health.reasons, held))
+                log.warning("pool %s: %s", pool.name, held)
+            await mark_reconciled(connection, pool.id, generation, health)
         if applied or skipped:
             log.info(
                 "pool %s reconciled: %d action(s) applied, %d left to the next pass",
@@ -469,6 +480,11 @@ class PoolReconcilerService:
         first = actions[0]
         if isinstance(first, CreateDesktop):
             names = [action.name for action in actions if isinstance(action, CreateDesktop)]
+            # A license limit stops growth here, never destroys: the rest waits, and says why.
+            allowed, held = await cap_desktops(connection, self.runtime.licensing, len(names))
+            if held is not None:
+                self._held[pool.id] = held
+                names, actions = names[:allowed], actions[:allowed]
             events = []
             for action, desktop in zip(
                 actions, await insert_desktops(connection, pool, names), strict=True

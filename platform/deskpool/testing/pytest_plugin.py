@@ -17,6 +17,8 @@ Fixtures:
   ``bearer(sub, **claims)``: an ``Authorization`` header for a token it signs.
 - ``desktop_daemon``: a running desktop daemon simulator (the guacd fake,
   :class:`deskpool.desktopd.DesktopDaemonSimulator`) on a free loopback port.
+- ``license_vendor``: a :class:`deskpool.testing.licensing.TestVendor` whose key this test
+  process trusts (no setting can make a deskpool process trust it), to issue licenses.
 """
 
 from __future__ import annotations
@@ -219,3 +221,15 @@ async def desktop_daemon() -> AsyncIterator[Any]:
         yield daemon
     finally:
         await daemon.stop()
+
+
+@pytest.fixture(scope="session")
+def license_vendor() -> Iterator[Any]:
+    """A test vendor whose license-signing key this process trusts for the session."""
+    from deskpool.testing.licensing import TestVendor
+
+    vendor = TestVendor()
+    try:
+        yield vendor
+    finally:
+        vendor.forget()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deskpool.api.resources import clusters, desktops, identity, jobs, orphans, pools
+from deskpool.api.resources import clusters, desktops, identity, jobs, license, orphans, pools
 from deskpool.api.routes import RouteTable
 
 
@@ -12,5 +12,6 @@ def register(routes: RouteTable) -> None:
     desktops.register(routes)
     identity.register(routes)
     jobs.register(routes)
+    license.register(routes)
     orphans.register(routes)
     pools.register(routes)

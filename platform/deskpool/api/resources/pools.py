@@ -61,6 +61,7 @@ from deskpool.drivers import DriverError, deadline_after
 from deskpool.drivers import OsType as TemplateOsType
 from deskpool.errors import BadRequest, DeskpoolError, Forbidden, NotFound, ValidationFailed
 from deskpool.identity.repository import parse_id
+from deskpool.licensing.service import check_can_create_pool
 from deskpool.pools import repository
 from deskpool.pools.allocation import DesktopNotReady, NoDesktopAvailable
 from deskpool.pools.model import (
@@ -805,7 +806,9 @@ def register(routes: RouteTable) -> None:
             "differs; when the driver cannot be asked, the pool is created and "
             "`template_check.status` is `not_verified`. A name in use is 409 "
             "`pool_name_taken`; a domain-join password without a master key, 503 "
-            "`secrets_key_missing`. Reconciliation creates the desktops."
+            "`secrets_key_missing`; one pool more than the license allows, 409 "
+            "`license_limit_reached`. Reconciliation creates the desktops, as many as the "
+            "license allows (the pool's health says why when it holds some back)."
         ),
         tags=("pools",),
         permission="pools:manage",
@@ -825,6 +828,7 @@ def register(routes: RouteTable) -> None:
         check = await check_template(call, cluster, pool.template, pool.os_type)
         pool = Pool(id=pool.id, **{**_model_changes(body), "template": check.template})
         async with call.runtime.db.acquire() as connection, connection.transaction():
+            await check_can_create_pool(connection, call.runtime.licensing)
             await repository.create_pool(
                 connection, pool, description=body["description"], domain_join=join
             )

@@ -1,0 +1,129 @@
+"""What licensing needs from its process: keys, the clock, the build's verdict, its metrics.
+
+One :class:`LicensingContext` per process (``runtime.licensing``, or made by the CLI). The
+clock is injectable (tests set it back by a day, a week, a year); the vendor keys come from the
+build (:func:`deskpool.licensing.keys.trusted_keys`); the build manifest is verified once, when
+:meth:`LicensingContext.check_build` is first called (at startup).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from deskpool import __version__
+from deskpool.licensing import keys
+from deskpool.licensing.manifest import (
+    ManifestCheck,
+    deskpool_distributions,
+    installed_files,
+    manifest_path,
+    verify_manifest,
+)
+from deskpool.licensing.metrics import LicenseMetrics
+from deskpool.licensing.model import BuildIntegrity
+from deskpool.licensing.watermark import Seen, WatermarkKeys
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from deskpool.config import Config
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+def system_clock() -> datetime:
+    """The process's clock, in UTC."""
+    return datetime.now(UTC)
+
+
+class LicensingContext:
+    """The licensing side of one process.
+
+    :param watermark_keys: the MAC keys of the watermark.
+    :param manifest_at: where the signed build manifest is.
+    :param metrics: where to show the state, if anywhere.
+    :param clock: the time (injectable).
+    :param trusted: the vendor keys (injectable; by default the build's).
+    """
+
+    def __init__(
+        self,
+        watermark_keys: WatermarkKeys,
+        manifest_at: str = "",
+        metrics: LicenseMetrics | None = None,
+        *,
+        clock: Clock = system_clock,
+        trusted: Callable[[], dict[str, Ed25519PublicKey]] = keys.trusted_keys,
+        version: str = __version__,
+    ) -> None:
+        self.watermark_keys = watermark_keys
+        self.manifest_at = manifest_at
+        self.metrics = metrics
+        self.clock = clock
+        self.trusted = trusted
+        self.version = version
+        #: The highest watermark this process read or wrote (to see it move backwards).
+        self.seen: Seen | None = None
+        self._build: ManifestCheck | None = None
+
+    @classmethod
+    def from_config(
+        cls, config: Config, registry: CollectorRegistry | None = None
+    ) -> LicensingContext:
+        """The context of a process configured by ``config``."""
+        return cls(
+            WatermarkKeys.derive(
+                config.get("SECRETS_MASTER_KEY") or None,
+                config.get("SECRETS_MASTER_KEY_PREVIOUS") or None,
+            ),
+            str(config.get("LICENSE_MANIFEST_PATH") or ""),
+            LicenseMetrics(registry) if registry is not None else None,
+        )
+
+    def now(self) -> datetime:
+        """The clock's time."""
+        return self.clock()
+
+    def remember(self, seq: int, instant: datetime | None) -> None:
+        """Remember a trusted watermark read or written (the highest seen is kept)."""
+        if instant is None:
+            return
+        if self.seen is not None:
+            seq, instant = max(seq, self.seen.seq), max(instant, self.seen.instant)
+        self.seen = Seen(seq, instant)
+
+    def check_build(self, *, again: bool = False) -> ManifestCheck:
+        """Verify the build manifest (once per process unless ``again``); log the verdict."""
+        if self._build is None or again:
+            check = verify_manifest(
+                manifest_path(self.manifest_at),
+                self.trusted(),
+                lambda: installed_files(deskpool_distributions()),
+            )
+            self._build = check
+            level = {
+                BuildIntegrity.VERIFIED: logging.INFO,
+                BuildIntegrity.UNSIGNED: logging.INFO,
+            }.get(check.state, logging.WARNING)
+            suffix = (
+                ""
+                if check.state in {BuildIntegrity.VERIFIED, BuildIntegrity.UNSIGNED}
+                else " The free edition's limits apply until the installation is restored."
+            )
+            log.log(level, "build integrity: %s. %s%s", check.state.value, check.detail, suffix)
+            if self.metrics is not None:
+                self.metrics.observe_build(check.state)
+        return self._build
+
+    def use_build(self, check: ManifestCheck) -> None:
+        """Take ``check`` as the build's verdict (tests, or a caller that verified already)."""
+        self._build = check
+        if self.metrics is not None:
+            self.metrics.observe_build(check.state)

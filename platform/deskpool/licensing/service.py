@@ -1,0 +1,391 @@
+"""The licensing use cases: install, remove, show the state, check a growth, judge and record.
+
+The API, the CLI, the worker and the pools' reconciliation call these; each validates, changes
+and audits in one transaction on the connection it is given. Growth checks
+(:func:`check_can_create_pool`, :func:`check_can_open_session`, :func:`desktop_headroom`) take
+a transaction-scoped lock, so two transactions never both take the last unit of a limit; call
+them inside the transaction that makes the growth.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from deskpool.audit import record_audit_event
+from deskpool.events import AuditEvent, Outcome
+from deskpool.licensing import store
+from deskpool.licensing.context import LicensingContext
+from deskpool.licensing.manifest import ManifestCheck
+from deskpool.licensing.model import (
+    Judgement,
+    License,
+    LicenseLimitReached,
+    LicenseRefused,
+    Resource,
+    Usage,
+    WatermarkView,
+    check_growth,
+    check_installable,
+    format_instant,
+    headroom,
+    judge,
+    judged_time,
+    limit_reason,
+    verify_document,
+)
+from deskpool.licensing.watermark import StoredWatermark, advance, cleared, inspect
+
+log = logging.getLogger(__name__)
+
+#: The resource type of licensing audit events (the permission model's ``license``).
+LICENSE = "license"
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts, as the audit trail records it."""
+
+    id: str
+    request_id: str | None = None
+    source_address: str | None = None
+
+    def event(
+        self, action: str, details: dict[str, Any], outcome: Outcome = "success"
+    ) -> AuditEvent:
+        """An audit event of this actor on the license."""
+        return AuditEvent(
+            action=action,
+            actor=self.id,
+            resource_type=LICENSE,
+            resource_id=str(details.get("license_id") or "") or None,
+            outcome=outcome,
+            occurred_at=datetime.now(UTC),
+            request_id=self.request_id,
+            source_address=self.source_address,
+            details=details,
+        )
+
+
+#: Automatic changes (expiry, watermark evidence) are recorded as this actor.
+SYSTEM = Actor("system:licensing")
+
+
+@dataclass(frozen=True)
+class LicenseState:
+    """Everything ``license:read`` shows."""
+
+    judgement: Judgement
+    usage: Usage
+    watermark: WatermarkView
+    build: ManifestCheck
+    installation: store.Installation | None
+    reports: store.ReportRecord
+    instance_id: str
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """How many more desktops may be created (``None``: no limit), and the limit's reason."""
+
+    room: int | None
+    reason: str
+
+    def cap(self, wanted: int) -> tuple[int, str | None]:
+        """How many of ``wanted`` may be created, and why the rest may not (``None``: all)."""
+        if self.room is None or wanted <= self.room:
+            return wanted, None
+        held = wanted - self.room
+        return self.room, f"{held} desktop(s) not created: {self.reason}"
+
+
+# --------------------------------------------------------------------------- judging
+
+
+async def _watermark(connection: asyncpg.Connection, context: LicensingContext) -> WatermarkView:
+    row = await store.get_watermark(connection)
+    view = inspect(row, context.watermark_keys, await store.instance_id(connection), context.seen)
+    if row is not None and view.trusted:
+        context.remember(row.seq, row.instant)
+    if context.metrics is not None:
+        context.metrics.observe_watermark(view)
+    return view
+
+
+def _installed_license(
+    installation: store.Installation | None, context: LicensingContext
+) -> tuple[License | None, str | None]:
+    if installation is None:
+        return None, None
+    try:
+        return verify_document(installation.document, context.trusted()), None
+    except LicenseRefused as refused:
+        return None, f"{refused.detail} ({refused.code})"
+
+
+async def current_judgement(connection: asyncpg.Connection, context: LicensingContext) -> Judgement:
+    """Judge the installed license now (the limits in force)."""
+    installation = await store.get_installation(connection)
+    license, invalid = _installed_license(installation, context)
+    judgement = judge(
+        license,
+        now=context.now(),
+        watermark=await _watermark(connection, context),
+        build=context.check_build().state,
+        invalid_reason=invalid,
+    )
+    if context.metrics is not None:
+        context.metrics.observe(judgement)
+    return judgement
+
+
+async def license_state(connection: asyncpg.Connection, context: LicensingContext) -> LicenseState:
+    """The license state, usage, watermark, build integrity and last activation report."""
+    judgement = await current_judgement(connection, context)
+    usage = await store.usage(connection)
+    if context.metrics is not None:
+        context.metrics.observe(judgement, usage)
+    return LicenseState(
+        judgement=judgement,
+        usage=usage,
+        watermark=await _watermark(connection, context),
+        build=context.check_build(),
+        installation=await store.get_installation(connection),
+        reports=await store.get_reports(connection),
+        instance_id=await store.instance_id(connection),
+    )
+
+
+async def record_judgement(
+    connection: asyncpg.Connection,
+    context: LicensingContext,
+    judgement: Judgement,
+    *,
+    actor: Actor = SYSTEM,
+    audit: bool = True,
+) -> bool:
+    """Record ``judgement`` as the deployment's state; audit it when it changed.
+
+    Returns whether it changed. Any number of processes may call it: a change is recorded (and
+    audited) once.
+    """
+    previous = await store.get_judged(connection)
+    status, edition = judgement.status.value, judgement.edition.value
+    if (previous.status, previous.edition) == (status, edition):
+        return False
+    if not await store.set_judged(connection, status, edition, previous):
+        return False
+    if audit:
+        details = {
+            "license_id": judgement.license.id if judgement.license else None,
+            "from": {"status": previous.status, "edition": previous.edition},
+            "to": {"status": status, "edition": edition},
+            "reasons": list(judgement.reasons),
+        }
+        await record_audit_event(connection, actor.event("license.state_change", details))
+    if context.metrics is not None:
+        context.metrics.changes.labels(status).inc()
+    log.info(
+        "license state: %s (%s edition)%s",
+        status,
+        edition,
+        "".join(f"; {reason}" for reason in judgement.reasons),
+    )
+    return True
+
+
+# --------------------------------------------------------------------------- install, remove
+
+
+async def install_license(
+    connection: asyncpg.Connection, context: LicensingContext, document: str, actor: Actor
+) -> LicenseState:
+    """Verify and install a license document, replacing any installed one.
+
+    :raises LicenseRefused: malformed, modified, for another product, forged or expired (each
+        its own subclass and code); the refusal is audited.
+    """
+    try:
+        license = verify_document(document, context.trusted())
+        watermark = await _watermark(connection, context)
+        check_installable(license, judged_time(context.now(), watermark))
+    except LicenseRefused as refused:
+        details = {"code": refused.code, "detail": refused.detail}
+        await record_audit_event(connection, actor.event("license.install", details, "failure"))
+        raise
+    async with connection.transaction():
+        previous = await store.get_installation(connection)
+        await store.put_installation(connection, license.id, document, actor.id)
+        await _clear_evidence_before(connection, context, license)
+        await record_audit_event(
+            connection,
+            actor.event(
+                "license.install",
+                {
+                    "license_id": license.id,
+                    "edition": license.edition.value,
+                    "expires_at": format_instant(license.expires_at),
+                    "limits": license.limits.as_dict(),
+                    "replaced": previous.license_id if previous else None,
+                },
+            ),
+        )
+        await record_judgement(
+            connection, context, await current_judgement(connection, context), audit=False
+        )
+    return await license_state(connection, context)
+
+
+async def _clear_evidence_before(
+    connection: asyncpg.Connection, context: LicensingContext, license: License
+) -> None:
+    """A license issued after the watermark's evidence was recorded clears the evidence."""
+    row = await store.get_watermark(connection, for_update=True)
+    if row is None or row.evidence_at is None or license.issued_at <= row.evidence_at:
+        return
+    instance = await store.instance_id(connection)
+    following = cleared(row, context.now(), context.watermark_keys, instance)
+    await store.write_watermark(connection, following)
+    context.remember(following.seq, following.instant)
+    log.warning(
+        "license %s was issued after the watermark evidence (%s); the evidence is cleared",
+        license.id,
+        row.evidence,
+    )
+
+
+async def remove_license(
+    connection: asyncpg.Connection, context: LicensingContext, actor: Actor
+) -> LicenseState:
+    """Remove the installed license: the free edition's limits apply (nothing is deleted).
+
+    Removing when none is installed changes nothing and records nothing.
+    """
+    async with connection.transaction():
+        removed = await store.delete_installation(connection)
+        if removed is None:
+            return await license_state(connection, context)
+        await record_audit_event(connection, actor.event("license.remove", {"license_id": removed}))
+        await record_judgement(
+            connection, context, await current_judgement(connection, context), audit=False
+        )
+    return await license_state(connection, context)
+
+
+# --------------------------------------------------------------------------- growth
+
+
+async def _growth(
+    connection: asyncpg.Connection, context: LicensingContext
+) -> tuple[Judgement, Usage]:
+    await store.lock_growth(connection)
+    judgement = await current_judgement(connection, context)
+    usage = await store.usage(connection)
+    if context.metrics is not None:
+        context.metrics.observe(judgement, usage)
+    return judgement, usage
+
+
+async def _check(
+    connection: asyncpg.Connection,
+    context: LicensingContext,
+    resource: Resource,
+    usage_override: Usage | None = None,
+) -> None:
+    judgement, usage = await _growth(connection, context)
+    try:
+        check_growth(judgement, usage_override or usage, resource)
+    except LicenseLimitReached:
+        if context.metrics is not None:
+            context.metrics.growth_refused.labels(resource.value).inc()
+        raise
+
+
+async def check_can_create_pool(connection: asyncpg.Connection, context: LicensingContext) -> None:
+    """Allow one more pool, or raise :class:`~deskpool.licensing.model.LicenseLimitReached`."""
+    await _check(connection, context, Resource.POOLS)
+
+
+async def check_can_open_session(
+    connection: asyncpg.Connection, context: LicensingContext, active_sessions: int | None = None
+) -> None:
+    """Allow one more concurrent session, or raise ``LicenseLimitReached``.
+
+    :param active_sessions: the sessions open now, when the caller counts them; by default the
+        desktops marked in a session.
+    """
+    override = None
+    if active_sessions is not None:
+        usage = await store.usage(connection)
+        override = Usage(usage.desktops, usage.pools, active_sessions)
+    await _check(connection, context, Resource.SESSIONS, override)
+
+
+async def desktop_headroom(connection: asyncpg.Connection, context: LicensingContext) -> Headroom:
+    """How many more desktops may be created now (call it in the creating transaction)."""
+    judgement, usage = await _growth(connection, context)
+    room = headroom(judgement, usage, Resource.DESKTOPS)
+    reason = "" if room is None else limit_reason(judgement, usage, Resource.DESKTOPS)
+    return Headroom(room, reason)
+
+
+async def cap_desktops(
+    connection: asyncpg.Connection, context: LicensingContext, wanted: int
+) -> tuple[int, str | None]:
+    """How many of ``wanted`` new desktops may be created, and why not the rest.
+
+    Reconciliation calls it in the transaction that inserts the desktops: it creates what the
+    limit allows, never more, and shows the reason on the pool.
+    """
+    allowed, held = (await desktop_headroom(connection, context)).cap(wanted)
+    if held is not None and context.metrics is not None:
+        context.metrics.growth_refused.labels(Resource.DESKTOPS.value).inc(wanted - allowed)
+    return allowed, held
+
+
+# --------------------------------------------------------------------------- the watermark
+
+
+async def persist_watermark(
+    connection: asyncpg.Connection, context: LicensingContext
+) -> WatermarkView:
+    """Persist the highest time seen; record and audit evidence of tampering once.
+
+    Safe with any number of workers at once: the row is locked while it is advanced, and the
+    stored instant only ever grows (``GREATEST``). Returns what the stored row was worth.
+    """
+    async with connection.transaction():
+        instance = await store.instance_id(connection)
+        row = await store.get_watermark(connection, for_update=True)
+        following, view = advance(
+            row, context.now(), context.watermark_keys, instance, context.seen
+        )
+        await store.write_watermark(connection, following)
+        if view.evidence and _newly_recorded(row, following):
+            log.warning("license watermark %s: %s", view.integrity.value, view.detail)
+            await record_audit_event(
+                connection,
+                SYSTEM.event(
+                    f"license.watermark_{view.integrity.value}",
+                    {"detail": view.detail, "watermark": _instant(following.instant)},
+                    "failure",
+                ),
+            )
+    context.remember(following.seq, following.instant)
+    if context.metrics is not None:
+        context.metrics.observe_watermark(await _watermark(connection, context))
+    return view
+
+
+def _newly_recorded(row: StoredWatermark | None, following: StoredWatermark) -> bool:
+    return following.evidence is not None and (
+        row is None or row.evidence_at != following.evidence_at
+    )
+
+
+def _instant(moment: datetime | None) -> str | None:
+    return format_instant(moment) if moment is not None else None

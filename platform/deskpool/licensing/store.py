@@ -1,0 +1,238 @@
+"""The SQL of licensing: the installed license, the watermark row, usage counts, report records.
+
+No rules here: :mod:`deskpool.licensing.service` decides; these functions read and write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import asyncpg
+
+from deskpool.licensing.model import Usage
+from deskpool.licensing.watermark import StoredWatermark
+
+#: Advisory lock key held (per transaction) while a growth is checked and made, so two
+#: transactions never both take the last unit of a limit ("license" in ASCII).
+GROWTH_LOCK_KEY = 0x6C6963656E7365
+
+
+@dataclass(frozen=True)
+class Installation:
+    """The installed license document."""
+
+    license_id: str
+    document: str
+    installed_at: datetime
+    installed_by: str
+
+
+@dataclass(frozen=True)
+class JudgedState:
+    """The license state the worker last judged (each change is audited once)."""
+
+    status: str | None
+    edition: str | None
+    judged_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ReportRecord:
+    """The activation-report bookkeeping of the deployment."""
+
+    next_due_at: datetime | None
+    last_attempt_at: datetime | None
+    last_success_at: datetime | None
+    last_outcome: str | None
+    last_error: str | None
+    consecutive_failures: int
+    sent: int
+
+
+# --------------------------------------------------------------------------- installation
+
+
+async def get_installation(connection: asyncpg.Connection) -> Installation | None:
+    """The installed license, if any."""
+    row = await connection.fetchrow(
+        "SELECT license_id, document, installed_at, installed_by FROM license_installation"
+    )
+    return None if row is None else Installation(**dict(row))
+
+
+async def put_installation(
+    connection: asyncpg.Connection, license_id: str, document: str, installed_by: str
+) -> None:
+    """Install ``document``, replacing any installed one."""
+    await connection.execute(
+        """
+        INSERT INTO license_installation (slot, license_id, document, installed_by)
+        VALUES (1, $1, $2, $3)
+        ON CONFLICT (slot) DO UPDATE SET license_id = $1, document = $2, installed_by = $3,
+                                         installed_at = now()
+        """,
+        license_id,
+        document,
+        installed_by,
+    )
+
+
+async def delete_installation(connection: asyncpg.Connection) -> str | None:
+    """Remove the installed license; its id, or ``None`` when none was installed."""
+    removed: str | None = await connection.fetchval(
+        "DELETE FROM license_installation RETURNING license_id"
+    )
+    return removed
+
+
+# --------------------------------------------------------------------------- watermark
+
+
+async def instance_id(connection: asyncpg.Connection) -> str:
+    """The deployment's instance id (made by the migration; survives a deleted row)."""
+    value = await connection.fetchval("SELECT instance_id FROM license_watermark")
+    if value is None:
+        value = await connection.fetchval(
+            """INSERT INTO license_watermark (slot) VALUES (1)
+               ON CONFLICT (slot) DO UPDATE SET slot = 1 RETURNING instance_id"""
+        )
+    return str(value)
+
+
+async def get_watermark(
+    connection: asyncpg.Connection, *, for_update: bool = False
+) -> StoredWatermark | None:
+    """The watermark row (``for_update`` locks it until the transaction ends)."""
+    row = await connection.fetchrow(
+        "SELECT instant, seq, evidence, evidence_detail, evidence_at, mac FROM license_watermark"
+        + (" FOR UPDATE" if for_update else "")
+    )
+    if row is None:
+        return None
+    mac = bytes(row["mac"]) if row["mac"] is not None else None
+    return StoredWatermark(
+        row["instant"], row["seq"], row["evidence"], row["evidence_detail"], row["evidence_at"], mac
+    )
+
+
+async def write_watermark(connection: asyncpg.Connection, row: StoredWatermark) -> bool:
+    """Write ``row`` unless the stored instant is later: the watermark never moves back.
+
+    Returns whether it was written. A missing row is created.
+    """
+    written = await connection.fetchval(
+        """
+        INSERT INTO license_watermark AS w (slot, instant, seq, evidence, evidence_detail,
+                                            evidence_at, mac, updated_at)
+        VALUES (1, $1, $2, $3, $4, $5, $6, now())
+        ON CONFLICT (slot) DO UPDATE
+            SET instant = GREATEST(w.instant, EXCLUDED.instant), seq = EXCLUDED.seq,
+                evidence = EXCLUDED.evidence, evidence_detail = EXCLUDED.evidence_detail,
+                evidence_at = EXCLUDED.evidence_at, mac = EXCLUDED.mac, updated_at = now()
+            WHERE w.instant IS NULL OR w.instant <= EXCLUDED.instant
+        RETURNING true
+        """,
+        row.instant,
+        row.seq,
+        row.evidence,
+        row.evidence_detail,
+        row.evidence_at,
+        row.mac,
+    )
+    return bool(written)
+
+
+async def get_judged(connection: asyncpg.Connection) -> JudgedState:
+    """The license state last judged."""
+    row = await connection.fetchrow(
+        "SELECT judged_status, judged_edition, judged_at FROM license_watermark"
+    )
+    if row is None:
+        return JudgedState(None, None, None)
+    return JudgedState(row["judged_status"], row["judged_edition"], row["judged_at"])
+
+
+async def set_judged(
+    connection: asyncpg.Connection, status: str, edition: str, previous: JudgedState
+) -> bool:
+    """Record a newly judged state, only if it still is ``previous`` (compare and set)."""
+    changed = await connection.fetchval(
+        """
+        UPDATE license_watermark SET judged_status = $1, judged_edition = $2, judged_at = now()
+        WHERE judged_status IS NOT DISTINCT FROM $3 AND judged_edition IS NOT DISTINCT FROM $4
+        RETURNING true
+        """,
+        status,
+        edition,
+        previous.status,
+        previous.edition,
+    )
+    return bool(changed)
+
+
+# --------------------------------------------------------------------------- usage
+
+
+async def lock_growth(connection: asyncpg.Connection) -> None:
+    """Serialize growth checks until the caller's transaction ends."""
+    await connection.execute("SELECT pg_advisory_xact_lock($1)", GROWTH_LOCK_KEY)
+
+
+async def usage(connection: asyncpg.Connection) -> Usage:
+    """Desktops (those not being deleted), pools, and desktops in a session."""
+    row = await connection.fetchrow(
+        """
+        SELECT (SELECT count(*) FROM desktops WHERE state <> 'deleting') AS desktops,
+               (SELECT count(*) FROM pools) AS pools,
+               (SELECT count(*) FROM desktops WHERE in_session) AS sessions
+        """
+    )
+    return Usage(desktops=row["desktops"], pools=row["pools"], sessions=row["sessions"])
+
+
+# --------------------------------------------------------------------------- reports
+
+
+async def get_reports(connection: asyncpg.Connection, *, for_update: bool = False) -> ReportRecord:
+    """The activation-report bookkeeping."""
+    row = await connection.fetchrow(
+        """SELECT next_due_at, last_attempt_at, last_success_at, last_outcome, last_error,
+                  consecutive_failures, sent FROM license_reports"""
+        + (" FOR UPDATE" if for_update else "")
+    )
+    if row is None:
+        await connection.execute(
+            "INSERT INTO license_reports (slot) VALUES (1) ON CONFLICT DO NOTHING"
+        )
+        return ReportRecord(None, None, None, None, None, 0, 0)
+    return ReportRecord(**dict(row))
+
+
+async def schedule_report(connection: asyncpg.Connection, due: datetime | None) -> None:
+    """Set when the next report is due (``None``: at once when next looked at)."""
+    await connection.execute("UPDATE license_reports SET next_due_at = $1", due)
+
+
+async def record_report(
+    connection: asyncpg.Connection,
+    *,
+    attempted_at: datetime,
+    outcome: str,
+    error: str | None,
+    next_due_at: datetime,
+) -> None:
+    """Record one attempt's outcome and when the next is due."""
+    await connection.execute(
+        """
+        UPDATE license_reports SET
+            last_attempt_at = $1, last_outcome = $2, last_error = $3, next_due_at = $4,
+            last_success_at = CASE WHEN $2 = 'sent' THEN $1 ELSE last_success_at END,
+            consecutive_failures = CASE WHEN $2 = 'sent' THEN 0 ELSE consecutive_failures + 1 END,
+            sent = sent + CASE WHEN $2 = 'sent' THEN 1 ELSE 0 END
+        """,
+        attempted_at,
+        outcome,
+        error,
+        next_due_at,
+    )
