@@ -5,6 +5,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The driver contract (hypervisor_drivers/contract, the distribution deskpool-driver-api that
+# deskpool requires) and the drivers: installed editable with deskpool, in one resolution.
 DRIVERS := $(wildcard hypervisor_drivers/*/pyproject.toml)
 
 .PHONY: run test test-deploy setup services browser podman lint docs openapi clean

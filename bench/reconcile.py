@@ -40,9 +40,9 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
+from deskpool.clusters.shared_state import RedisSharedState
 from deskpool.db import migrate
 from deskpool.drivers import OsType, OwnershipTags
-from deskpool.drivers.shared_state import RedisSharedState
 from deskpool.host import bootstrap
 from deskpool.jobs.periodic import PeriodicContext
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, reconcile_batch

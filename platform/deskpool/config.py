@@ -21,11 +21,10 @@ from urllib.parse import urlsplit, urlunsplit
 import voluptuous as vol
 
 from deskpool.errors import ConfigError
+from deskpool_driver_api import REDACTED as REDACTED  # shown in place of every secret
 
 T = TypeVar("T")
 
-#: The value shown in place of a secret, everywhere a configuration value is displayed.
-REDACTED = "**********"
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}

@@ -1,17 +1,20 @@
 """The one error hierarchy of deskpool.
 
-Every error a request can meet derives from :class:`DeskpoolError`. Each class carries the
-HTTP status and the stable ``code`` that the problem+json middleware writes, so a handler
-raises the domain error and never builds a response for it. Errors that only happen at
+Every error a request can meet derives from :class:`DeskpoolError`, which the driver contract
+defines (``deskpool_driver_api.errors``) so that drivers' errors share the root, and which is
+re-exported here. Each class carries the HTTP status and the stable ``code`` that the
+problem+json middleware writes, so a handler raises the domain error and never builds a
+response for it. Errors that only happen at
 startup (configuration, plugin loading) derive from :class:`StartupError`; the command line
 turns those into one clear message and a non-zero exit, never a traceback.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from deskpool_driver_api.errors import DeskpoolError as DeskpoolError
 
 
 @dataclass(frozen=True)
@@ -24,43 +27,6 @@ class FieldError:
     def as_dict(self) -> dict[str, str]:
         """Return the field error as it appears in a problem+json body."""
         return {"pointer": self.pointer, "detail": self.message}
-
-
-class DeskpoolError(Exception):
-    """Base of every error deskpool raises on purpose.
-
-    :param detail: a human-readable explanation, safe to show a client (no secrets).
-    :param extra: additional members for the problem+json body.
-    :param status: overrides the class's HTTP status (for errors translated from elsewhere).
-    :param code: overrides the class's stable code.
-    :param title: overrides the class's title.
-    """
-
-    status: int = 500
-    code: str = "internal_error"
-    title: str = "Internal server error"
-    headers: Mapping[str, str]
-
-    def __init__(
-        self,
-        detail: str | None = None,
-        *,
-        headers: Mapping[str, str] | None = None,
-        extra: Mapping[str, Any] | None = None,
-        status: int | None = None,
-        code: str | None = None,
-        title: str | None = None,
-    ) -> None:
-        if status is not None:
-            self.status = status
-        if code is not None:
-            self.code = code
-        if title is not None:
-            self.title = title
-        super().__init__(detail or self.title)
-        self.detail = detail or self.title
-        self.headers = dict(headers or {})
-        self.extra: dict[str, Any] = dict(extra or {})
 
 
 class BadRequest(DeskpoolError):

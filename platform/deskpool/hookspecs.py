@@ -140,7 +140,7 @@ def deskpool_register_hypervisor_drivers(registry: Registry[Any]) -> None:
     """Register hypervisor drivers; each cluster record names the driver it uses.
 
     :param registry: ``registry.add(name, driver_class)`` where ``driver_class`` derives from
-        :class:`deskpool.drivers.HypervisorDriver`.
+        :class:`deskpool_driver_api.HypervisorDriver`.
     """
 
 

@@ -5,7 +5,7 @@ its hook registers :class:`ProxmoxDriver`. :mod:`deskpool_driver_proxmox.testing
 faithful fake of the Proxmox VE API for tests.
 """
 
-from deskpool.drivers import DriverRegistry, hookimpl
+from deskpool_driver_api import DriverRegistry, hookimpl
 from deskpool_driver_proxmox.driver import ProxmoxDriver
 
 __all__ = ["ProxmoxDriver"]

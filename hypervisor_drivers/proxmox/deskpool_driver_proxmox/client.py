@@ -29,7 +29,7 @@ from urllib.parse import quote, urlsplit
 
 import aiohttp
 
-from deskpool.drivers import (
+from deskpool_driver_api import (
     ClusterConnection,
     ClusterUnreachable,
     DriverConfigurationError,

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from deskpool.drivers import (
+from deskpool_driver_api import (
     AgentNotRunning,
     CloneRequest,
     ClusterConnection,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 
-from deskpool.drivers import (
+from deskpool_driver_api import (
     AgentNotRunning,
     AuthenticationFailed,
     DriverBusy,

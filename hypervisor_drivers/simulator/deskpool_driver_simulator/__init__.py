@@ -5,7 +5,7 @@ its hook registers :class:`SimulatorDriver`. See :mod:`deskpool_driver_simulator
 the connection options and :class:`SimulatorAdmin` for run-time fault injection.
 """
 
-from deskpool.drivers import DriverRegistry, hookimpl
+from deskpool_driver_api import DriverRegistry, hookimpl
 from deskpool_driver_simulator.driver import SimulatorAdmin, SimulatorDriver
 from deskpool_driver_simulator.settings import Faults, SimulatorSettings, Timings
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
-from deskpool.drivers import (
+from deskpool_driver_api import (
     DriverBusy,
     NodeUnavailable,
     NotFound,

@@ -23,7 +23,7 @@ from dataclasses import replace
 from fnmatch import fnmatchcase
 from typing import TypeVar
 
-from deskpool.drivers import (
+from deskpool_driver_api import (
     AgentNotRunning,
     AuthenticationFailed,
     CloneRequest,

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from deskpool.drivers import ConsoleProtocol, DriverConfigurationError, OsType
+from deskpool_driver_api import ConsoleProtocol, DriverConfigurationError, OsType
 
 DEFAULT_NODES = ("sim-node-1", "sim-node-2")
 DEFAULT_STORAGES = ("local", "shared")

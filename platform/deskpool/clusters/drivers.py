@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from redis.exceptions import RedisError
 
 from deskpool.clusters.repository import ClusterRecord, ConnectionSettings, load_credentials
+from deskpool.clusters.shared_state import RedisSharedState
 from deskpool.drivers import (
     ClusterConnection,
     DriverCall,
@@ -33,7 +34,6 @@ from deskpool.drivers import (
     DriverError,
     HypervisorDriver,
 )
-from deskpool.drivers.shared_state import RedisSharedState
 from deskpool.errors import ServiceUnavailable
 from deskpool.registry import Registry
 from deskpool.secrets import SecretStore

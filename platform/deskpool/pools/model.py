@@ -15,6 +15,7 @@ from uuid import UUID
 
 from deskpool.errors import FieldError
 from deskpool.pools.naming import pattern_problems
+from deskpool_driver_api import PowerState as PowerState  # one definition, the contract's
 
 #: The largest ``max_size`` a pool may have.
 MAX_POOL_SIZE = 10_000
@@ -80,15 +81,6 @@ class DesktopState(StrEnum):
     DELETING = "deleting"
     #: A step failed; ``failed_step`` and ``last_error`` say which and why.
     FAILED = "failed"
-
-
-class PowerState(StrEnum):
-    """The power state of a VM as the hypervisor reports it."""
-
-    RUNNING = "running"
-    STOPPED = "stopped"
-    PAUSED = "paused"
-    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

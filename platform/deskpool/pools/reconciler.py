@@ -62,7 +62,7 @@ from deskpool.jobs.model import Job, JobKind, JobState, PermanentJobFailure
 from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
 from deskpool.jobs.queue import enqueue
 from deskpool.licensing.service import cap_desktops
-from deskpool.pools.model import Desktop, ObservedVm, Pool, PowerState
+from deskpool.pools.model import Desktop, ObservedVm, Pool
 from deskpool.pools.provisioning import (
     CLUSTERS,
     DESKTOPS,
@@ -140,7 +140,7 @@ def observed_vm(vm: VirtualMachine) -> ObservedVm:
     return ObservedVm(
         vm_id=vm.id,
         name=vm.name,
-        power_state=PowerState(vm.power_state.value),
+        power_state=vm.power_state,
         desktop_id=desktop_id,
     )
 

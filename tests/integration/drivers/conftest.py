@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis.asyncio as redis
 
-from deskpool.drivers.shared_state import RedisSharedState
+from deskpool.clusters.shared_state import RedisSharedState
 
 
 @pytest.fixture

@@ -6,8 +6,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from deskpool.drivers import ClusterConnection, DriverContext, HypervisorDriver, InMemorySharedState
-from deskpool.testing.conformance import ConformanceTarget, HypervisorDriverConformance
+from deskpool_driver_api import (
+    ClusterConnection,
+    DriverContext,
+    HypervisorDriver,
+    InMemorySharedState,
+)
+from deskpool_driver_api.conformance import ConformanceTarget, HypervisorDriverConformance
 from deskpool_driver_proxmox import ProxmoxDriver
 from deskpool_driver_proxmox.testing import TOKEN_ID, TOKEN_SECRET, FakeProxmox
 

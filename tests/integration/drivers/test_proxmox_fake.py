@@ -128,6 +128,7 @@ async def test_a_vm_is_found_only_on_its_node(http: aiohttp.ClientSession) -> No
 async def test_tasks_have_upids_and_end_with_an_exit_status(
     fake: FakeProxmox, http: aiohttp.ClientSession
 ) -> None:
+    fake.timings = FakeTimings(task_seconds=0.3)  # still running when its status is read
     _, _, body = await call(http, "POST", "/nodes/pve1/qemu/9000/status/start")
     upid = body["data"]
     match = UPID.fullmatch(upid)

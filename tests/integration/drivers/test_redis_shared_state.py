@@ -9,8 +9,8 @@ import redis.asyncio as redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from deskpool.drivers import DriverBusy, SharedState
-from deskpool.drivers.shared_state import RedisSharedState, SharedStateUnavailable
+from deskpool.clusters.shared_state import RedisSharedState
+from deskpool.drivers import DriverBusy, SharedState, SharedStateUnavailable
 
 
 async def test_get_set_delete_under_the_prefix(

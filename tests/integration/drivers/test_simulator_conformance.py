@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from deskpool.drivers import ClusterConnection, DriverContext, HypervisorDriver
-from deskpool.drivers.shared_state import RedisSharedState
-from deskpool.testing.conformance import ConformanceTarget, HypervisorDriverConformance
+from deskpool.clusters.shared_state import RedisSharedState
+from deskpool_driver_api import ClusterConnection, DriverContext, HypervisorDriver
+from deskpool_driver_api.conformance import ConformanceTarget, HypervisorDriverConformance
 from deskpool_driver_simulator import SimulatorDriver
 
 

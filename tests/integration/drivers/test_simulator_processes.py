@@ -8,9 +8,9 @@ import sys
 import textwrap
 from typing import Any
 
+from deskpool.clusters.shared_state import RedisSharedState
 from deskpool.drivers import ClusterConnection, DriverContext, PowerState
-from deskpool.drivers.shared_state import RedisSharedState
-from deskpool.testing.conformance import eventually
+from deskpool_driver_api.conformance import eventually
 from deskpool_driver_simulator import SimulatorDriver
 
 # What the other process (say, the worker) does: clone, start, take a node down, report.
@@ -19,7 +19,7 @@ WORKER = textwrap.dedent(
     import asyncio, json, sys
     import redis.asyncio as redis
     from deskpool.drivers import ClusterConnection, DriverContext
-    from deskpool.drivers.shared_state import RedisSharedState
+    from deskpool.clusters.shared_state import RedisSharedState
     from deskpool_driver_simulator import SimulatorDriver
 
     async def main(host, port, prefix, options):

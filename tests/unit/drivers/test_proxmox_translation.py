@@ -18,7 +18,7 @@ from deskpool.drivers import (
     DriverConflict,
     DriverContext,
     DriverError,
-    DriverRegistry,
+    HypervisorDriver,
     InMemorySharedState,
     NodeUnavailable,
     NotFound,
@@ -31,6 +31,7 @@ from deskpool.drivers import (
     VmNotFound,
     VmNotRunning,
 )
+from deskpool.registry import Registry
 from deskpool_driver_proxmox import ProxmoxDriver, deskpool_register_hypervisor_drivers
 from deskpool_driver_proxmox.client import api_base_url, node_of_upid, ssl_setting, token_header
 from deskpool_driver_proxmox.driver import (
@@ -280,7 +281,7 @@ def test_guest_addresses_prefer_ipv4_and_skip_loopback_and_link_local() -> None:
 
 
 def test_registers_as_proxmox() -> None:
-    registry = DriverRegistry("hypervisor driver")
+    registry: Registry[type[HypervisorDriver]] = Registry("hypervisor driver")
     deskpool_register_hypervisor_drivers(registry)
     assert registry.get("proxmox") is ProxmoxDriver
 

@@ -11,7 +11,7 @@ from deskpool.drivers import (
     DriverBusy,
     DriverConfigurationError,
     DriverContext,
-    DriverRegistry,
+    HypervisorDriver,
     InMemorySharedState,
     NodeUnavailable,
     NotFound,
@@ -21,6 +21,7 @@ from deskpool.drivers import (
     PowerState,
     VmNotRunning,
 )
+from deskpool.registry import Registry
 from deskpool_driver_simulator import (
     Faults,
     SimulatorDriver,
@@ -201,7 +202,7 @@ def _driver(state: InMemorySharedState | None = None, **options: object) -> Simu
 
 
 def test_registers_as_simulator() -> None:
-    registry = DriverRegistry("hypervisor driver")
+    registry: Registry[type[HypervisorDriver]] = Registry("hypervisor driver")
     deskpool_register_hypervisor_drivers(registry)
     assert registry.get("simulator") is SimulatorDriver
 

@@ -1,7 +1,9 @@
 """The errors a hypervisor driver raises, typed so callers can decide what to do.
 
-Everything derives from :class:`DriverError` (itself a :class:`deskpool.errors.DeskpoolError`,
-so an error that reaches the API becomes a problem+json answer with a stable code). The one
+Everything derives from :class:`DriverError`, itself a :class:`DeskpoolError`: the root of every
+error deskpool raises on purpose, defined here so that the contract stands alone and re-exported
+by the platform as ``deskpool.errors.DeskpoolError`` (an error that reaches the API becomes a
+problem+json answer with the class's status and stable code). The one
 question a caller asks most, "may I retry?", is answered by the class:
 :class:`TransientDriverError` and its subclasses are worth retrying later; the others are not.
 
@@ -29,9 +31,49 @@ question a caller asks most, "may I retry?", is answered by the class:
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from deskpool.errors import DeskpoolError
+
+class DeskpoolError(Exception):
+    """Base of every error deskpool raises on purpose, the platform's and the drivers'.
+
+    Each class carries the HTTP status and the stable ``code`` that the platform's problem+json
+    middleware writes, so code raises the domain error and never builds a response for it.
+
+    :param detail: a human-readable explanation, safe to show a client (no secrets).
+    :param headers: HTTP headers the answer carries (``Retry-After``...).
+    :param extra: additional members for the problem+json body.
+    :param status: overrides the class's HTTP status (for errors translated from elsewhere).
+    :param code: overrides the class's stable code.
+    :param title: overrides the class's title.
+    """
+
+    status: int = 500
+    code: str = "internal_error"
+    title: str = "Internal server error"
+    headers: Mapping[str, str]
+
+    def __init__(
+        self,
+        detail: str | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        extra: Mapping[str, Any] | None = None,
+        status: int | None = None,
+        code: str | None = None,
+        title: str | None = None,
+    ) -> None:
+        if status is not None:
+            self.status = status
+        if code is not None:
+            self.code = code
+        if title is not None:
+            self.title = title
+        super().__init__(detail or self.title)
+        self.detail = detail or self.title
+        self.headers = dict(headers or {})
+        self.extra: dict[str, Any] = dict(extra or {})
 
 
 class DriverError(DeskpoolError):

@@ -28,14 +28,14 @@ from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import ClassVar, Protocol, Self, TypeVar, final
 
-from deskpool.drivers.errors import (
+from deskpool_driver_api.errors import (
     DriverBusy,
     DriverError,
     DriverTimeout,
     Unsupported,
     VmNotRunning,
 )
-from deskpool.drivers.model import (
+from deskpool_driver_api.model import (
     CloneRequest,
     ClusterConnection,
     ClusterInfo,
@@ -48,8 +48,8 @@ from deskpool.drivers.model import (
     Template,
     VirtualMachine,
 )
-from deskpool.drivers.ownership import DEFAULT_OWNER_TAG, OwnershipTags
-from deskpool.drivers.shared_state import SharedState
+from deskpool_driver_api.ownership import DEFAULT_OWNER_TAG, OwnershipTags
+from deskpool_driver_api.shared_state import SharedState
 
 T = TypeVar("T")
 
@@ -130,7 +130,7 @@ class HypervisorDriver(abc.ABC):
     I/O; connect lazily on the first call and release everything in :meth:`close`.
 
     A subclass sets :attr:`name` and :attr:`capabilities` and implements every ``do_*``
-    method. It raises only :class:`~deskpool.drivers.errors.DriverError` subclasses for
+    method. It raises only :class:`~deskpool_driver_api.errors.DriverError` subclasses for
     expected failures (mapping its hypervisor's errors onto them) and lets
     :class:`asyncio.CancelledError` through.
 
@@ -188,6 +188,9 @@ class HypervisorDriver(abc.ABC):
         task = asyncio.current_task()
         cancel_requests = task.cancelling() if task is not None else 0
         try:
+            if at <= started:
+                # Already passed: a body that never suspends would otherwise run to the end.
+                raise TimeoutError
             async with asyncio.timeout_at(loop.time() + (at - started)) as scope:
                 try:
                     result = await body()

@@ -4,7 +4,7 @@ Every VM a driver creates carries two tags: the *owner tag* (``deskpool`` unless
 chose another, say one per installation) and a *desktop tag* naming the desktop it was made
 for (``deskpool-desktop-<desktop id>``). Hypervisors reuse VM ids, so before deleting,
 stopping, shutting down or resetting a VM the base driver re-reads its tags and refuses with
-:class:`~deskpool.drivers.errors.NotOwned` unless they are still there. Tags use only the
+:class:`~deskpool_driver_api.errors.NotOwned` unless they are still there. Tags use only the
 characters every hypervisor we know accepts (Proxmox VE: ``[a-z0-9_][a-z0-9_+.-]*``).
 """
 
@@ -14,8 +14,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from deskpool.drivers.errors import NotOwned
-from deskpool.drivers.model import VirtualMachine
+from deskpool_driver_api.errors import NotOwned
+from deskpool_driver_api.model import VirtualMachine
 
 #: The owner tag unless the platform chooses another.
 DEFAULT_OWNER_TAG = "deskpool"

@@ -58,11 +58,12 @@ class DriverCapabilities:
 
     :param linked_clone: clones can share the template's disks (copy-on-write).
     :param full_clone: clones can copy the template's disks.
-    :param windows_readiness: :meth:`~deskpool.drivers.HypervisorDriver.windows_ready` can
+    :param windows_readiness: :meth:`~deskpool_driver_api.HypervisorDriver.windows_ready` can
         tell when Windows has finished Sysprep/OOBE.
     :param guest_agent: the driver talks to a guest agent (ping, addresses, OS info).
-    :param console_protocols: protocols :meth:`~deskpool.drivers.HypervisorDriver.console_endpoint`
-        accepts, in order of preference.
+    :param console_protocols: protocols
+        :meth:`~deskpool_driver_api.HypervisorDriver.console_endpoint` accepts, in order of
+        preference.
     :param node_selection: a clone can be placed on a chosen node.
     :param storage_selection: a full clone can be placed on a chosen storage.
     """
@@ -114,7 +115,7 @@ class ClusterConnection:
 
 @dataclass(frozen=True)
 class ClusterInfo:
-    """What :meth:`~deskpool.drivers.HypervisorDriver.check_connection` learned.
+    """What :meth:`~deskpool_driver_api.HypervisorDriver.check_connection` learned.
 
     :param product: the hypervisor product (``Proxmox VE``, ``deskpool simulator``).
     :param version: its version string.
@@ -237,7 +238,7 @@ class ConsoleEndpoint:
 
 @dataclass(frozen=True)
 class CloneRequest:
-    """A clone as the base class hands it to :meth:`~deskpool.drivers.HypervisorDriver.do_clone`.
+    """A clone as the base class hands it to :meth:`~deskpool_driver_api.HypervisorDriver.do_clone`.
 
     :param template_id: the template to clone.
     :param name: the new VM's name.
