@@ -1,52 +1,180 @@
 """The ``gateway`` component: the tunnel between browsers and the remote desktop daemon.
 
-It listens on ``GATEWAY_ADDR``. It refuses to start without ``SECRETS_MASTER_KEY`` (SPEC.md §7):
-connection tokens are sealed with it. The tunnel itself (WebSocket to guacd) is built on this
-listener.
+It listens on ``GATEWAY_ADDR`` and serves the WebSocket endpoint that guacamole-common-js's
+``Guacamole.WebSocketTunnel`` connects to (:mod:`deskpool_gateway.endpoint`) at
+``/websocket-tunnel`` and at the path of ``GATEWAY_PUBLIC_WS_URL``. Each tunnel redeems a
+connection token through the platform's session broker, shakes hands with the desktop daemon
+(guacd) at ``DESKTOPD_ADDRESS`` and relays instructions both ways
+(:mod:`deskpool_gateway.relay`); :mod:`deskpool_gateway.supervisor` watches the timeouts, sends
+heartbeats and obeys disconnect requests. Any gateway process accepts any token.
+
+It refuses to start without ``SECRETS_MASTER_KEY`` (SPEC.md §7): connection tokens are sealed
+with it. On SIGTERM it stops accepting, gives open tunnels ``GATEWAY_SHUTDOWN_TIMEOUT`` to end,
+then closes the rest (``UPSTREAM_UNAVAILABLE``) and records them as ``gateway_shutdown``.
 """
 
 from __future__ import annotations
 
+import importlib
+import logging
+import os
+import secrets
+import socket
+from collections.abc import AsyncIterator, Callable, Mapping
+from uuid import UUID
+
 from aiohttp import web
 
-from deskpool.config import HostPort
+from deskpool.config import HostPort, SettingRegistry
 from deskpool.errors import StartupError
 from deskpool.listener import HttpListenerComponent
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
 from deskpool.runtime import ComponentFactory, Runtime
+from deskpool.sessions.tunnel import (
+    SessionBroker,
+    SessionEndReason,
+    TokenRejected,
+    TunnelCounters,
+    TunnelGrant,
+)
+from deskpool_gateway.endpoint import SUPERVISOR, tunnel_handler
+from deskpool_gateway.metrics import GatewayMetrics
+from deskpool_gateway.settings import GatewaySettings, declare_settings
+from deskpool_gateway.supervisor import CLOSE_GRACE, TunnelSupervisor
+
+log = logging.getLogger(__name__)
+
+BrokerFactory = Callable[[Runtime], SessionBroker]
+
+
+class UnavailableBroker:
+    """The broker of a platform without session support: every token is ``unavailable``."""
+
+    async def redeem(self, token: str, *, gateway_id: str) -> TunnelGrant:
+        """Refuse."""
+        raise TokenRejected("unavailable")
+
+    async def session_connected(self, session_id: UUID, *, connection_id: str) -> None:
+        """Nothing to record."""
+
+    async def heartbeat(self, gateway_id: str, counters: Mapping[UUID, TunnelCounters]) -> None:
+        """Nothing to renew."""
+
+    async def session_ended(
+        self, session_id: UUID, reason: SessionEndReason, counters: TunnelCounters
+    ) -> None:
+        """Nothing to close."""
+
+    async def disconnect_requests(self, gateway_id: str) -> AsyncIterator[UUID]:
+        """Never any."""
+        none: tuple[UUID, ...] = ()
+        for session_id in none:
+            yield session_id
+
+
+def platform_broker(runtime: Runtime) -> SessionBroker:
+    """The platform's broker (``deskpool.sessions.broker.broker_factory``)."""
+    try:
+        module = importlib.import_module("deskpool.sessions.broker")
+    except ImportError:
+        log.warning("this platform has no session broker: every connection token is refused")
+        return UnavailableBroker()
+    factory: BrokerFactory = module.broker_factory
+    return factory(runtime)
+
+
+def new_gateway_id() -> str:
+    """``host:pid:random``: unique per process, and says where a tunnel runs."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
 
 
 class GatewayComponent(HttpListenerComponent):
-    """The tunnel gateway listener."""
+    """The tunnel gateway listener.
+
+    :param runtime: the process runtime.
+    :param broker_factory: makes the session broker (the platform's by default).
+    """
 
     name = "gateway"
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, *, broker_factory: BrokerFactory | None = None) -> None:
         if not runtime.config["SECRETS_MASTER_KEY"]:
             raise StartupError(
                 "the gateway refuses to start without SECRETS_MASTER_KEY (connection tokens are "
                 "sealed with it); generate one with `deskpool secrets generate-key`"
             )
         super().__init__(runtime)
+        self.settings = GatewaySettings.from_config(runtime.config)
+        self.metrics = GatewayMetrics(runtime.metrics)
+        self.gateway_id = new_gateway_id()
+        self._broker_factory = broker_factory or platform_broker
+        self.supervisor: TunnelSupervisor | None = None
 
     @property
     def address(self) -> HostPort:
         """``GATEWAY_ADDR``."""
         return self.runtime.config.typed("GATEWAY_ADDR", HostPort)
 
+    @property
+    def shutdown_timeout(self) -> float:
+        """The drain deadline, and the time closed tunnels get to finish closing."""
+        return self.settings.shutdown_timeout + CLOSE_GRACE
+
     def create_app(self) -> web.Application:
-        """The gateway application."""
+        """The gateway application: the tunnel endpoint and a status page."""
+        assert self.supervisor is not None
+        supervisor = self.supervisor
         app = web.Application()
+        app[SUPERVISOR] = supervisor
 
         async def status(request: web.Request) -> web.Response:
-            return web.json_response({"component": "gateway", "status": "ok"})
+            body = {
+                "component": "gateway",
+                "status": "ok" if supervisor.accepting else "draining",
+                "gateway_id": self.gateway_id,
+                "open_tunnels": len(supervisor.tunnels),
+            }
+            return web.json_response(body)
 
         app.router.add_get("/gateway/status", status)
+        for path in self.settings.paths:
+            app.router.add_get(path, tunnel_handler)
         return app
+
+    async def start(self) -> None:
+        """Make the broker, start watching tunnels, and listen."""
+        self.supervisor = TunnelSupervisor(
+            self.settings, self._broker_factory(self.runtime), self.metrics, self.gateway_id
+        )
+        self.supervisor.start()
+        await super().start()
+        log.info(
+            "gateway %s: tunnel at %s, desktop daemon at %s",
+            self.gateway_id,
+            ", ".join(self.settings.paths),
+            self.settings.daemon,
+        )
+
+    async def stop(self) -> None:
+        """Stop accepting, drain the tunnels within ``GATEWAY_SHUTDOWN_TIMEOUT``, then close."""
+        self._started = False
+        if self._runner is not None:
+            for site in list(self._runner.sites):
+                await site.stop()
+        if self.supervisor is not None:
+            await self.supervisor.drain(self.settings.shutdown_timeout)
+            await self.supervisor.stop()
+        await super().stop()
 
 
 @hookimpl
 def deskpool_register_components(registry: Registry[ComponentFactory]) -> None:
     """Register the ``gateway`` component."""
     registry.add("gateway", GatewayComponent)
+
+
+@hookimpl
+def deskpool_declare_settings(registry: SettingRegistry) -> None:
+    """Declare the gateway's settings (origins, timeouts, limits, lease)."""
+    declare_settings(registry)

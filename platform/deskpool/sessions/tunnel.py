@@ -107,7 +107,14 @@ class TunnelCounters:
 
 
 class SessionBroker(Protocol):
-    """The platform side of the gateway; every method is safe to call from any gateway process."""
+    """The platform side of the gateway; every method is safe to call from any gateway process.
+
+    The gateway component makes its broker with ``deskpool.sessions.broker.broker_factory``
+    (``broker_factory(runtime)``). It also uses two optional members when a broker has them:
+    ``heartbeat_interval`` (seconds between :meth:`heartbeat` calls; otherwise a third of
+    ``GATEWAY_LEASE_DURATION``) and ``async release(gateway_id)`` (called once at shutdown,
+    after every tunnel ended).
+    """
 
     async def redeem(self, token: str, *, gateway_id: str) -> TunnelGrant:
         """Redeem a connection token exactly once and start its session record.

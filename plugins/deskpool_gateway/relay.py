@@ -1,0 +1,194 @@
+"""One open tunnel: the relay between a browser's WebSocket and a desktop daemon connection.
+
+Daemon to browser: bytes are decoded, cut after the last complete instruction, and sent as one
+WebSocket text message, so an instruction is never split across messages and as many complete
+instructions as arrived travel together (guacamole-common's endpoint batches the same way). The
+next read from the daemon waits until the WebSocket took the message: a slow browser slows the
+daemon down through TCP, and nothing piles up here.
+
+Browser to daemon: each message is checked against guacd's parser limits; tunnel-internal
+instructions (opcode ``""``) never reach the daemon: ``ping`` is echoed back, the rest dropped.
+Writes wait for the daemon socket to drain before the next message is read.
+
+A tunnel ends once, with a Guacamole status (the WebSocket close code and reason) and a
+:class:`~deskpool.sessions.tunnel.SessionEndReason` for the session record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from aiohttp import WSMsgType, web
+
+from deskpool.guacamole import INTERNAL_OPCODE, InstructionParser, ProtocolError, Status, encode
+from deskpool.guacamole.instruction import Utf8Decoder
+from deskpool.sessions.tunnel import SessionEndReason, TunnelCounters, TunnelGrant
+
+if TYPE_CHECKING:
+    from deskpool_gateway.metrics import GatewayMetrics
+
+__all__ = ["Tunnel"]
+
+log = logging.getLogger(__name__)
+
+#: Bytes asked of the daemon socket per read.
+READ_SIZE = 65536
+#: Instructions from the browser that are not user input (the idle timeout ignores them).
+NOT_INPUT = frozenset({"sync", "nop", "ack", INTERNAL_OPCODE})
+
+
+def _first_opcode(text: str) -> str:
+    """The opcode of the first instruction of ``text`` (complete instructions only)."""
+    dot = text.find(".")
+    length = int(text[:dot] or 0)
+    return text[dot + 1 : dot + 1 + length]
+
+
+@dataclass(eq=False)
+class Tunnel:
+    """A browser connected to a desktop through this gateway.
+
+    :param grant: the redeemed token.
+    :param ws: the browser's WebSocket, prepared.
+    :param reader: the daemon connection, handshake done.
+    :param writer: the daemon connection's writer.
+    """
+
+    grant: TunnelGrant
+    ws: web.WebSocketResponse
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    decoder: Utf8Decoder
+    metrics: GatewayMetrics
+    idle_timeout: float | None = None
+    max_duration: float | None = None
+    counters: TunnelCounters = field(default_factory=TunnelCounters)
+    opened: float = field(default_factory=time.monotonic)
+    #: Monotonic times of the last message from each side (for the receive timeouts).
+    last_browser: float = field(default_factory=time.monotonic)
+    last_daemon: float = field(default_factory=time.monotonic)
+    #: Monotonic time of the last user input (for the idle timeout).
+    last_input: float = field(default_factory=time.monotonic)
+    status: Status | None = None
+    end_reason: SessionEndReason | None = None
+    #: What the handshake read past ``ready``: the browser gets it right after the UUID.
+    leftover: str = ""
+    _closing: asyncio.Task[None] | None = None
+
+    @property
+    def session_id(self) -> str:
+        """The session's id, which is also the tunnel's UUID the browser is told."""
+        return str(self.grant.session_id)
+
+    @property
+    def ended(self) -> bool:
+        """Whether the tunnel is ending or has ended."""
+        return self.status is not None
+
+    async def run(self) -> None:
+        """Relay until either side ends or :meth:`close` is called."""
+        self.counters.last_activity = time.time()
+        to_browser = asyncio.create_task(self._daemon_to_browser(self.leftover))
+        try:
+            await self._browser_to_daemon()
+        finally:
+            if not to_browser.done():
+                to_browser.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await to_browser
+            if self._closing is not None:
+                await self._closing
+            self.writer.close()
+
+    def close(self, status: Status, reason: SessionEndReason) -> None:
+        """End the tunnel with ``status`` (the first call wins); returns at once."""
+        if self.status is not None:
+            return
+        self.status, self.end_reason = status, reason
+        self.writer.close()
+        self._closing = asyncio.create_task(self._close_websocket(status))
+
+    async def _close_websocket(self, status: Status) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self.ws.close(code=status.websocket_code, message=status.close_reason.encode())
+
+    async def _daemon_to_browser(self, leftover: str) -> None:
+        parser = InstructionParser()
+        send = self.ws.send_str
+        bytes_out = self.metrics.bytes_to_browser
+        try:
+            await send(encode(INTERNAL_OPCODE, self.session_id))
+            text = parser.feed(leftover)
+            if text:
+                await send(text)
+            read, decode, feed = self.reader.read, self.decoder.decode, parser.feed
+            counters = self.counters
+            while True:
+                data = await read(READ_SIZE)
+                if not data:
+                    break
+                self.last_daemon = time.monotonic()
+                counters.bytes_to_browser += len(data)
+                bytes_out.inc(len(data))
+                text = feed(decode(data))
+                if text:
+                    await send(text)
+        except ProtocolError as error:
+            log.warning("tunnel %s: the daemon broke the protocol: %s", self.session_id, error)
+            self.close(Status.UPSTREAM_ERROR, SessionEndReason.DAEMON_ERROR)
+        except (ConnectionError, RuntimeError) as error:
+            log.debug("tunnel %s: relay to the browser stopped: %s", self.session_id, error)
+            self.close(Status.SUCCESS, SessionEndReason.CLIENT_CLOSED)
+        else:
+            self.close(Status.SUCCESS, SessionEndReason.DESKTOP_CLOSED)
+
+    async def _browser_to_daemon(self) -> None:
+        parser = InstructionParser()
+        writer = self.writer
+        counters = self.counters
+        bytes_in = self.metrics.bytes_to_desktop
+        try:
+            async for message in self.ws:
+                now = time.monotonic()
+                self.last_browser = now
+                if message.type is not WSMsgType.TEXT:
+                    if message.type is WSMsgType.BINARY:
+                        self.close(Status.CLIENT_BAD_TYPE, SessionEndReason.CLIENT_CLOSED)
+                    break
+                text = parser.feed(message.data)
+                if not text:
+                    continue
+                if text.startswith("0.") or ";0." in text:
+                    text = await self._internal(text)
+                    if not text:
+                        continue
+                if _first_opcode(text) not in NOT_INPUT:
+                    self.last_input = now
+                    counters.last_activity = time.time()
+                data = text.encode()
+                counters.bytes_to_desktop += len(data)
+                bytes_in.inc(len(data))
+                writer.write(data)
+                await writer.drain()
+        except ProtocolError as error:
+            log.info("tunnel %s: refused browser input: %s", self.session_id, error)
+            self.close(error.status, SessionEndReason.CLIENT_CLOSED)
+        except (ConnectionError, RuntimeError) as error:
+            log.debug("tunnel %s: relay to the daemon stopped: %s", self.session_id, error)
+            self.close(Status.UPSTREAM_ERROR, SessionEndReason.DAEMON_ERROR)
+        self.close(Status.SUCCESS, SessionEndReason.CLIENT_CLOSED)
+
+    async def _internal(self, text: str) -> str:
+        """Answer the internal instructions of ``text``; return the rest, re-encoded."""
+        forwarded: list[str] = []
+        for instruction in InstructionParser().feed_instructions(text):
+            if instruction.opcode != INTERNAL_OPCODE:
+                forwarded.append(instruction.encode())
+            elif len(instruction.args) >= 2 and instruction.args[0] == "ping":
+                await self.ws.send_str(encode(INTERNAL_OPCODE, "ping", instruction.args[1]))
+        return "".join(forwarded)

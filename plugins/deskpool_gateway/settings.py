@@ -1,0 +1,209 @@
+"""The gateway's own settings, and the values it derives from the configuration.
+
+SPEC.md's variables (``GATEWAY_ADDR``, ``DESKTOPD_ADDRESS``, ``GATEWAY_PUBLIC_WS_URL``) are the
+platform's; the gateway declares what SPEC.md leaves to the implementation: allowed browser
+origins, the operator-wide idle and session-length ceilings, the daemon handshake deadline, the
+per-process tunnel limit, the drain deadline at SIGTERM and the session lease.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import voluptuous as vol
+
+from deskpool.config import (
+    Config,
+    HostPort,
+    Setting,
+    SettingRegistry,
+    parse_duration,
+    parse_int,
+    parse_list,
+)
+
+__all__ = ["GatewaySettings", "declare_settings", "origin_of"]
+
+SECTION = "Gateway and desktop daemon"
+
+#: The tunnel's path; the path of ``GATEWAY_PUBLIC_WS_URL`` is served too.
+TUNNEL_PATH = "/websocket-tunnel"
+
+
+def _parse_origins(text: str) -> tuple[str, ...]:
+    origins = parse_list(text)
+    for origin in origins:
+        if origin != "*" and origin_of(origin) != origin:
+            raise vol.Invalid(f"expected origins like https://console.example.com, got {origin!r}")
+    return origins
+
+
+def declare_settings(registry: SettingRegistry) -> None:
+    """Declare the gateway's settings."""
+
+    def add(name: str, parse: object, default: str, text: str, type_name: str) -> None:
+        registry.add(
+            Setting(
+                name,
+                parse,  # type: ignore[arg-type]
+                default,
+                text,
+                section=SECTION,
+                type_name=type_name,
+                owner="deskpool-gateway",
+            )
+        )
+
+    add(
+        "GATEWAY_ALLOWED_ORIGINS",
+        _parse_origins,
+        "",
+        "Browser origins allowed to open a tunnel (comma-separated, `*` for any). Empty: the "
+        "origin of `GATEWAY_PUBLIC_WS_URL` (as http/https), of `WEB_PUBLIC_API_BASE_URL` and "
+        "the origins of `API_CORS_ALLOWED_ORIGINS`, plus loopback origins when `APP_ENV` is "
+        "`development`. A request without `Origin` (not a browser) is not refused.",
+        "list",
+    )
+    add(
+        "GATEWAY_IDLE_TIMEOUT",
+        parse_duration,
+        "0s",
+        "Longest time without user input before a tunnel is closed, for every session; a "
+        "pool's session policy may set a shorter one. `0s`: no gateway-wide limit.",
+        "duration",
+    )
+    add(
+        "GATEWAY_MAX_SESSION_DURATION",
+        parse_duration,
+        "0s",
+        "Longest a tunnel stays open, for every session; a pool's session policy may set a "
+        "shorter one. `0s`: no gateway-wide limit.",
+        "duration",
+    )
+    add(
+        "GATEWAY_HANDSHAKE_TIMEOUT",
+        parse_duration,
+        "15s",
+        "How long the desktop daemon has to accept the connection and complete the handshake "
+        "(guacd's own timeout is 15 s).",
+        "duration",
+    )
+    add(
+        "GATEWAY_MAX_TUNNELS",
+        parse_int(1, 1_000_000),
+        "5000",
+        "Most tunnels one gateway process holds open; more are refused with "
+        "`CLIENT_TOO_MANY` (797).",
+        "integer",
+    )
+    add(
+        "GATEWAY_SHUTDOWN_TIMEOUT",
+        parse_duration,
+        "20s",
+        "At SIGTERM: how long open tunnels get to end on their own before the gateway closes "
+        "them (`UPSTREAM_UNAVAILABLE`, 520; the session ends as `gateway_shutdown`). The "
+        "supervisor's stop timeout must exceed it.",
+        "duration",
+    )
+    add(
+        "GATEWAY_LEASE_DURATION",
+        parse_duration,
+        "30s",
+        "How long a gateway's sessions stay open without a heartbeat from it (the gateway "
+        "heartbeats every third of it); a gateway killed with SIGKILL loses its sessions then.",
+        "duration",
+    )
+
+
+def origin_of(url: str) -> str:
+    """The origin (``scheme://host[:port]``) of ``url``; WebSocket schemes become HTTP ones."""
+    parts = urlsplit(url)
+    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    default_port = {"http": 80, "https": 443}.get(scheme)
+    try:
+        port = parts.port
+    except ValueError:
+        return ""
+    suffix = f":{port}" if port is not None and port != default_port else ""
+    return f"{scheme}://{host}{suffix}" if scheme and host else ""
+
+
+def _is_loopback(origin: str) -> bool:
+    host = urlsplit(origin).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """What the gateway reads from the configuration, once."""
+
+    daemon: HostPort
+    public_url: str
+    allowed_origins: frozenset[str]
+    any_origin: bool
+    loopback_origins: bool
+    idle_timeout: float | None
+    max_duration: float | None
+    handshake_timeout: float
+    max_tunnels: int
+    shutdown_timeout: float
+    lease: float
+
+    @classmethod
+    def from_config(cls, config: Config) -> GatewaySettings:
+        """Read and derive the settings."""
+        explicit: tuple[str, ...] = config["GATEWAY_ALLOWED_ORIGINS"]
+        development = str(config.get("APP_ENV", "")).lower() == "development"
+        if explicit:
+            origins = set(explicit) - {"*"}
+        else:
+            candidates = [
+                config["GATEWAY_PUBLIC_WS_URL"],
+                config.get("WEB_PUBLIC_API_BASE_URL", ""),
+                *config.get("API_CORS_ALLOWED_ORIGINS", ()),
+            ]
+            origins = {origin_of(url) for url in candidates if url and url != "*"} - {""}
+        idle = config.duration("GATEWAY_IDLE_TIMEOUT")
+        longest = config.duration("GATEWAY_MAX_SESSION_DURATION")
+        return cls(
+            daemon=config.typed("DESKTOPD_ADDRESS", HostPort),
+            public_url=config["GATEWAY_PUBLIC_WS_URL"],
+            allowed_origins=frozenset(origins),
+            any_origin="*" in explicit,
+            loopback_origins=development and not explicit,
+            idle_timeout=idle or None,
+            max_duration=longest or None,
+            handshake_timeout=config.duration("GATEWAY_HANDSHAKE_TIMEOUT"),
+            max_tunnels=config["GATEWAY_MAX_TUNNELS"],
+            shutdown_timeout=config.duration("GATEWAY_SHUTDOWN_TIMEOUT"),
+            lease=config.duration("GATEWAY_LEASE_DURATION"),
+        )
+
+    def origin_allowed(self, origin: str | None) -> bool:
+        """Whether a browser at ``origin`` may open a tunnel (no ``Origin``: not a browser)."""
+        if origin is None or self.any_origin:
+            return True
+        if origin in self.allowed_origins:
+            return True
+        return self.loopback_origins and _is_loopback(origin)
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The paths the tunnel is served at."""
+        public = urlsplit(self.public_url).path.rstrip("/") if self.public_url else ""
+        return tuple(dict.fromkeys(path for path in (TUNNEL_PATH, public) if path))
+
+    def effective_limit(self, ceiling: float | None, policy: float | None) -> float | None:
+        """The shorter of the gateway's ceiling and a pool policy's limit (``None``: none)."""
+        limits = [value for value in (ceiling, policy) if value]
+        return min(limits) if limits else None

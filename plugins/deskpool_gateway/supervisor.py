@@ -1,0 +1,210 @@
+"""What one gateway process does for all its tunnels: timeouts, heartbeats, disconnects, drain.
+
+One sweep a second checks every open tunnel against its limits (cheaper than a timer per
+message): the idle timeout and the maximum duration (the shorter of the pool's policy and the
+gateway's ceiling), the browser's silence (guacamole-common-js pings every 500 ms and
+``Guacamole.Client`` sends ``nop`` every 5 s, so 15 s of silence is a vanished browser) and the
+daemon's (guacd sends ``nop`` after 5 s of silence). Heartbeats renew the gateway's lease and
+report each session's bytes and activity through the broker; disconnect requests from the broker
+close the matching tunnel at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+from uuid import UUID
+
+from deskpool.guacamole import Status
+from deskpool.sessions.tunnel import SessionBroker, SessionEndReason, TunnelCounters, TunnelGrant
+from deskpool_gateway.metrics import GatewayMetrics
+from deskpool_gateway.relay import Tunnel
+from deskpool_gateway.settings import GatewaySettings
+
+__all__ = ["TunnelSupervisor"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds of silence from a browser (or the daemon) after which its tunnel is closed.
+RECEIVE_TIMEOUT = 15.0
+#: Seconds between two sweeps.
+SWEEP_INTERVAL = 1.0
+#: Seconds tunnels closed at shutdown get to finish closing.
+CLOSE_GRACE = 5.0
+
+
+class TunnelSupervisor:
+    """The open tunnels of one gateway process and the tasks that watch them.
+
+    :param settings: the gateway's settings.
+    :param broker: the platform's session broker.
+    :param metrics: the gateway's metrics.
+    :param gateway_id: this process's id (``host:pid:random``).
+    """
+
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        broker: SessionBroker,
+        metrics: GatewayMetrics,
+        gateway_id: str,
+    ) -> None:
+        self.settings = settings
+        self.broker = broker
+        self.metrics = metrics
+        self.gateway_id = gateway_id
+        self.tunnels: dict[UUID, Tunnel] = {}
+        #: Tunnels between the upgrade and the end of the handshake.
+        self.opening = 0
+        self.accepting = True
+        self._tasks: list[asyncio.Task[None]] = []
+        self._empty = asyncio.Event()
+        self._empty.set()
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """A third of the lease, or what the broker asks for."""
+        interval: Any = getattr(self.broker, "heartbeat_interval", None)
+        return float(interval) if interval else self.settings.lease / 3
+
+    def start(self) -> None:
+        """Start the sweep, the heartbeats and the disconnect listener."""
+        self._tasks = [
+            asyncio.create_task(self._sweep(), name="gateway-sweep"),
+            asyncio.create_task(self._heartbeats(), name="gateway-heartbeat"),
+            asyncio.create_task(self._disconnects(), name="gateway-disconnects"),
+        ]
+
+    # ------------------------------------------------------------------------------ tunnels
+    def add(self, tunnel: Tunnel) -> None:
+        """Count ``tunnel`` as open."""
+        self.tunnels[tunnel.grant.session_id] = tunnel
+        self._empty.clear()
+        self.metrics.open_tunnels.set(len(self.tunnels))
+
+    async def connected(self, tunnel: Tunnel, connection_id: str) -> None:
+        """Tell the broker the daemon's connection id (failures are logged, not fatal)."""
+        try:
+            await self.broker.session_connected(
+                tunnel.grant.session_id, connection_id=connection_id
+            )
+        except Exception as error:
+            log.warning(
+                "could not record the connection of session %s: %s",
+                tunnel.session_id,
+                type(error).__name__,
+            )
+
+    async def finish(self, tunnel: Tunnel) -> None:
+        """``tunnel`` ended: record it and forget it."""
+        self.tunnels.pop(tunnel.grant.session_id, None)
+        self.metrics.open_tunnels.set(len(self.tunnels))
+        reason = tunnel.end_reason or SessionEndReason.CLIENT_CLOSED
+        duration = time.monotonic() - tunnel.opened
+        self.metrics.session_seconds.labels(reason.value).observe(duration)
+        log.info(
+            "tunnel %s ended after %.0f s: %s (status %s)",
+            tunnel.session_id,
+            duration,
+            reason.value,
+            int(tunnel.status or 0),
+        )
+        await self.ended_early(tunnel.grant, reason, tunnel.counters)
+        if not self.tunnels:
+            self._empty.set()
+
+    async def ended_early(
+        self, grant: TunnelGrant, reason: SessionEndReason, counters: TunnelCounters
+    ) -> None:
+        """Close the session record of ``grant`` (failures are logged; the lease corrects)."""
+        try:
+            await self.broker.session_ended(grant.session_id, reason, counters)
+        except Exception as error:
+            log.warning(
+                "could not record the end of session %s: %s", grant.session_id, type(error).__name__
+            )
+
+    # ------------------------------------------------------------------------------ watching
+    def check(self, tunnel: Tunnel, now: float) -> None:
+        """Close ``tunnel`` if one of its limits is reached."""
+        if tunnel.ended:
+            return
+        if tunnel.max_duration and now - tunnel.opened >= tunnel.max_duration:
+            tunnel.close(Status.SESSION_CLOSED, SessionEndReason.MAX_DURATION)
+        elif tunnel.idle_timeout and now - tunnel.last_input >= tunnel.idle_timeout:
+            tunnel.close(Status.SESSION_TIMEOUT, SessionEndReason.IDLE_TIMEOUT)
+        elif now - tunnel.last_browser >= RECEIVE_TIMEOUT:
+            tunnel.close(Status.CLIENT_TIMEOUT, SessionEndReason.CLIENT_CLOSED)
+        elif now - tunnel.last_daemon >= RECEIVE_TIMEOUT:
+            tunnel.close(Status.UPSTREAM_TIMEOUT, SessionEndReason.DAEMON_ERROR)
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL)
+            now = time.monotonic()
+            for tunnel in list(self.tunnels.values()):
+                self.check(tunnel, now)
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            await self.heartbeat()
+
+    async def heartbeat(self) -> None:
+        """Renew the lease and report every open session's counters."""
+        counters = {sid: tunnel.counters for sid, tunnel in self.tunnels.items()}
+        try:
+            await self.broker.heartbeat(self.gateway_id, counters)
+        except Exception as error:
+            log.warning("gateway heartbeat failed (%s); retrying", type(error).__name__)
+
+    async def _disconnects(self) -> None:
+        while True:
+            try:
+                async for session_id in self.broker.disconnect_requests(self.gateway_id):
+                    self.disconnect(session_id)
+            except Exception as error:
+                log.warning(
+                    "disconnect requests failed (%s); listening again", type(error).__name__
+                )
+            await asyncio.sleep(1.0)
+
+    def disconnect(self, session_id: UUID) -> bool:
+        """Close the tunnel of ``session_id`` if this process holds it."""
+        tunnel = self.tunnels.get(session_id)
+        if tunnel is None:
+            return False
+        log.info("tunnel %s: disconnect requested", tunnel.session_id)
+        tunnel.close(Status.SESSION_CLOSED, SessionEndReason.ADMIN_DISCONNECT)
+        return True
+
+    # ------------------------------------------------------------------------------ stopping
+    async def drain(self, grace: float) -> None:
+        """Stop accepting; wait ``grace`` seconds for tunnels to end, then close the rest."""
+        self.accepting = False
+        if self.tunnels:
+            log.info("draining %d tunnel(s) for up to %.0f s", len(self.tunnels), grace)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await self._empty.wait()
+        for tunnel in list(self.tunnels.values()):
+            tunnel.close(Status.UPSTREAM_UNAVAILABLE, SessionEndReason.GATEWAY_SHUTDOWN)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_GRACE):
+                await self._empty.wait()
+
+    async def stop(self) -> None:
+        """Stop the background tasks and give up the lease."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        release: Any = getattr(self.broker, "release", None)
+        if release is not None:
+            try:
+                await release(self.gateway_id)
+            except Exception as error:
+                log.warning("could not release the gateway's lease: %s", type(error).__name__)

@@ -1,0 +1,89 @@
+"""A gateway component on loopback with an in-memory broker and the desktop daemon simulator."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import pytest
+from tests.e2e.test_processes import free_port
+
+from deskpool.desktopd import DesktopDaemonSimulator
+from deskpool.host import bootstrap
+from deskpool.runtime import Runtime
+from deskpool.testing.tunnels import InMemorySessionBroker, WebSocketTunnelClient
+from deskpool_gateway import GatewayComponent
+
+ORIGIN = "https://console.example.com"
+
+
+@dataclass
+class GatewayHarness:
+    """A running gateway, its broker and a client session."""
+
+    component: GatewayComponent
+    broker: InMemorySessionBroker
+    session: aiohttp.ClientSession
+    url: str
+
+    async def open(
+        self, token: str, *, origin: str | None = ORIGIN, **display: str
+    ) -> WebSocketTunnelClient:
+        """Connect to the tunnel with ``token`` (and display values) as a browser would."""
+        return await WebSocketTunnelClient.connect(
+            self.session, self.url, {"token": token, **display}, origin=origin
+        )
+
+
+def gateway_environ(daemon_address: str, **overrides: str) -> dict[str, str]:
+    """The environment of a gateway process of these tests (no database is opened)."""
+    return {
+        "DATABASE_URL": "postgresql://deskpool@127.0.0.1:5432/unused",
+        "KVSTORE_ADDR": "127.0.0.1:6379",
+        "SECRETS_MASTER_KEY": "A" * 43 + "=",
+        "GATEWAY_ADDR": f"127.0.0.1:{free_port()}",
+        "DESKTOPD_ADDRESS": daemon_address,
+        "GATEWAY_PUBLIC_WS_URL": "wss://gateway.example.com/websocket-tunnel",
+        "API_CORS_ALLOWED_ORIGINS": ORIGIN,
+        "APP_ENV": "production",
+        "GATEWAY_SHUTDOWN_TIMEOUT": "1s",
+        **overrides,
+    }
+
+
+@pytest.fixture
+async def start_gateway(
+    desktop_daemon: DesktopDaemonSimulator,
+) -> AsyncIterator[Callable[..., Any]]:
+    """``await start_gateway(**environ_overrides)``: a started gateway harness."""
+    started: list[GatewayHarness] = []
+    async with aiohttp.ClientSession() as session:
+
+        async def start(**overrides: str) -> GatewayHarness:
+            environ: Mapping[str, str] = gateway_environ(desktop_daemon.address, **overrides)
+            process = bootstrap(environ, ["gateway"], log_setup=False)
+            broker = InMemorySessionBroker()
+            component = GatewayComponent(
+                Runtime(process.config, process.plugins), broker_factory=lambda _: broker
+            )
+            await component.start()
+            address = component.address
+            harness = GatewayHarness(component, broker, session, f"ws://{address}/websocket-tunnel")
+            started.append(harness)
+            return harness
+
+        try:
+            yield start
+        finally:
+            for harness in started:
+                if harness.component.started:
+                    await harness.component.stop()
+
+
+@pytest.fixture
+async def gateway(start_gateway: Callable[..., Any]) -> GatewayHarness:
+    """A started gateway with the default settings of these tests."""
+    harness: GatewayHarness = await start_gateway()
+    return harness

@@ -1,0 +1,172 @@
+"""Timeouts, heartbeats, disconnect requests, shadowing and the drain at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from tests.integration.gateway.conftest import GatewayHarness
+
+from deskpool.desktopd import DesktopDaemonSimulator
+from deskpool.guacamole import Instruction, Status, encode
+from deskpool.guacamole.stream import InstructionReader
+from deskpool.sessions.tunnel import SessionEndReason
+from deskpool_gateway import supervisor
+
+
+@pytest.fixture(autouse=True)
+def fast_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(supervisor, "SWEEP_INTERVAL", 0.05)
+
+
+async def test_idle_timeout_of_the_pool_policy(gateway: GatewayHarness) -> None:
+    token = gateway.broker.issue(idle_timeout=0.6)
+    client = await gateway.open(token)
+    await client.until("sync")
+    for _ in range(3):  # pings and frame acknowledgements are not user input
+        await client.ping(1)
+        await client.send("sync", 0)
+    closed = await client.closed()
+    assert closed.status == Status.SESSION_TIMEOUT
+    session_id = gateway.broker.grant_of(token).session_id
+    assert await gateway.broker.wait_ended(session_id) is SessionEndReason.IDLE_TIMEOUT
+
+
+async def test_typing_keeps_a_session_from_idling(gateway: GatewayHarness) -> None:
+    token = gateway.broker.issue(idle_timeout=0.5)
+    client = await gateway.open(token)
+    await client.until("sync")
+    for _ in range(6):
+        await client.send("key", 97, 1)
+        await asyncio.sleep(0.15)
+    assert not client.ws.closed
+    await client.ws.close()
+
+
+async def test_the_gateway_ceiling_applies_when_the_policy_sets_none(
+    start_gateway: Callable[..., Any],
+) -> None:
+    harness: GatewayHarness = await start_gateway(GATEWAY_MAX_SESSION_DURATION="1s")
+    token = harness.broker.issue()
+    client = await harness.open(token)
+    assert (await client.closed()).status == Status.SESSION_CLOSED
+    session_id = harness.broker.grant_of(token).session_id
+    assert await harness.broker.wait_ended(session_id) is SessionEndReason.MAX_DURATION
+
+
+async def test_maximum_duration_of_the_pool_policy(gateway: GatewayHarness) -> None:
+    token = gateway.broker.issue(max_duration=0.5)
+    client = await gateway.open(token)
+    await client.send("key", 97, 1)
+    assert (await client.closed()).status == Status.SESSION_CLOSED
+
+
+async def test_a_disconnect_request_closes_the_tunnel_at_once(gateway: GatewayHarness) -> None:
+    token = gateway.broker.issue()
+    session_id = gateway.broker.grant_of(token).session_id
+    client = await gateway.open(token)
+    await client.until("sync")
+    gateway.broker.request_disconnect(session_id)
+    closed = await client.closed(within=3)
+    assert closed.status == Status.SESSION_CLOSED
+    assert await gateway.broker.wait_ended(session_id) is SessionEndReason.ADMIN_DISCONNECT
+
+
+async def test_heartbeats_report_bytes_and_activity(start_gateway: Callable[..., Any]) -> None:
+    harness: GatewayHarness = await start_gateway(GATEWAY_LEASE_DURATION="300ms")
+    token = harness.broker.issue()
+    session_id = harness.broker.grant_of(token).session_id
+    client = await harness.open(token)
+    await client.until("sync")
+    await client.send("key", 97, 1)
+    await client.until("sync")
+    await harness.broker.wait_heartbeat()
+    gateway_id, counters = harness.broker.heartbeats[-1]
+    assert gateway_id == harness.component.gateway_id
+    assert counters[session_id].bytes_to_browser > 0
+    assert counters[session_id].bytes_to_desktop > 0
+    await client.ws.close()
+
+
+async def test_a_vanished_browser_is_a_client_timeout(
+    gateway: GatewayHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(supervisor, "RECEIVE_TIMEOUT", 0.5)
+    client = await gateway.open(gateway.broker.issue())
+    assert (await client.closed()).status == Status.CLIENT_TIMEOUT
+
+
+async def test_a_silent_daemon_is_an_upstream_timeout(
+    start_gateway: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(supervisor, "RECEIVE_TIMEOUT", 0.5)
+
+    async def mute_guacd(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        instructions = InstructionReader(reader)
+        await instructions.expect("select")
+        writer.write(encode("args", "VERSION_1_5_0", "hostname").encode())
+        while (await instructions.read()).opcode != "connect":
+            pass
+        writer.write(encode("ready", "$mute").encode())
+        await reader.read()
+
+    server = await asyncio.start_server(mute_guacd, "127.0.0.1", 0)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        harness: GatewayHarness = await start_gateway(DESKTOPD_ADDRESS=f"127.0.0.1:{port}")
+        client = await harness.open(harness.broker.issue())
+
+        async def keep_pinging() -> None:
+            with contextlib.suppress(ConnectionError):
+                while True:
+                    await client.ping(1)
+                    await asyncio.sleep(0.1)
+
+        pinging = asyncio.create_task(keep_pinging())
+        closed = await client.closed()
+        pinging.cancel()
+        assert closed.status == Status.UPSTREAM_TIMEOUT
+
+
+async def test_an_administrator_shadows_a_session_read_only(
+    gateway: GatewayHarness, desktop_daemon: DesktopDaemonSimulator
+) -> None:
+    owner_token = gateway.broker.issue()
+    owner = await gateway.open(owner_token)
+    await owner.until("sync")
+    connection_id = gateway.broker.connected[gateway.broker.grant_of(owner_token).session_id]
+    shadow = await gateway.open(
+        gateway.broker.issue(join_connection_id=connection_id, read_only=True)
+    )
+    await shadow.until("sync")
+    join = desktop_daemon.handshakes[-1]
+    assert join[0] == Instruction("select", (connection_id,))
+    await shadow.send("key", ord("x"), 1)
+    await owner.send("key", ord("y"), 1)
+    screen = desktop_daemon.connections[connection_id].screen
+    for _ in range(5):
+        await owner.until("sync")
+        if screen.typed:
+            break
+    assert screen.typed == "y"
+    await shadow.ws.close()
+    await owner.ws.close()
+
+
+async def test_shutdown_drains_then_closes_open_tunnels(
+    start_gateway: Callable[..., Any],
+) -> None:
+    harness: GatewayHarness = await start_gateway(GATEWAY_SHUTDOWN_TIMEOUT="300ms")
+    token = harness.broker.issue()
+    client = await harness.open(token)
+    await client.until("sync")
+    stopping = asyncio.create_task(harness.component.stop())
+    closed = await client.closed()
+    await stopping
+    assert closed.status == Status.UPSTREAM_UNAVAILABLE
+    session_id = harness.broker.grant_of(token).session_id
+    assert harness.broker.ended[session_id][0] is SessionEndReason.GATEWAY_SHUTDOWN
+    assert harness.broker.released == [harness.component.gateway_id]
