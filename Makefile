@@ -9,7 +9,14 @@ STAMP := $(VENV)/.installed
 # deskpool requires) and the drivers: installed editable with deskpool, in one resolution.
 DRIVERS := $(wildcard hypervisor_drivers/*/pyproject.toml)
 
-.PHONY: run test test-deploy setup services browser podman lint docs openapi clean
+.PHONY: run test test-deploy setup services browser podman lint docs openapi clean console console-test
+
+# The console (web/): its dependencies from package-lock.json, then a build when a source,
+# the lock file or the OpenAPI document (its generated types) changed.
+WEB_NODE := cd web && bash ../scripts/node.sh
+WEB_STAMP := web/node_modules/.installed
+WEB_SOURCES := $(shell find web/src web/public -type f 2>/dev/null) web/index.html \
+  web/package.json web/vite.config.ts web/tsconfig.json api/openapi/openapi.yaml
 
 $(STAMP): pyproject.toml $(DRIVERS)
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -23,6 +30,22 @@ $(STAMP): pyproject.toml $(DRIVERS)
 
 setup: $(STAMP)
 
+$(WEB_STAMP): web/package-lock.json | $(STAMP)
+	$(WEB_NODE) npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+web/dist/index.html: $(WEB_STAMP) $(WEB_SOURCES)
+	$(WEB_NODE) npm run --silent build
+
+# Build the console into web/dist (served by the web component).
+console: web/dist/index.html
+
+# The console's checks: generated API types up to date with the OpenAPI document, and Vitest.
+console-test: $(WEB_STAMP)
+	$(WEB_NODE) npm run --silent gen:check || \
+	  { echo "web/src/api/schema.d.ts is stale: run 'cd web && npm run gen' and commit it"; exit 1; }
+	$(WEB_NODE) npx vitest run
+
 services:
 	@bash scripts/ensure-services.sh
 
@@ -31,12 +54,12 @@ browser:
 
 # The main job: `deskpool dev` migrates, then runs every component in one process with the
 # simulator driver and a development identity provider, and prints where everything is.
-run: setup services
+run: setup services console
 	@bash scripts/dev-env.sh
 	@set -a && . ./.run/dev.env && set +a && exec $(BIN)/deskpool dev
 
 # The whole test suite, lint and type checks included, through tox.
-test: setup services browser
+test: setup services browser console console-test
 	$(BIN)/tox run -e lint,tests
 
 # The deployment: the Helm chart and the composition validated, then the image built with podman
@@ -58,4 +81,4 @@ openapi: setup
 	$(BIN)/deskpool openapi write
 
 clean:
-	rm -rf $(VENV) .tox .run build *.egg-info
+	rm -rf $(VENV) .tox .run build *.egg-info web/node_modules web/dist

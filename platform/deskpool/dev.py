@@ -56,8 +56,17 @@ DEMO_POOL: dict[str, Any] = {
 
 
 def dev_environ(environ: Mapping[str, str], issuer_url: str) -> dict[str, str]:
-    """The environment of the development process: the caller's, plus the dev issuer."""
+    """The environment of the development process: the caller's, plus the dev issuer.
+
+    The console (``WEB_ADDR``) calls the API (``API_ADDR``) from another origin: the API's base
+    URL and the console's origins (by address and as ``localhost``) are set to match.
+    """
+    api_addr = environ.get("API_ADDR") or "127.0.0.1:8080"
+    web_addr = environ.get("WEB_ADDR") or "127.0.0.1:8082"
+    web_port = web_addr.rpartition(":")[2]
     defaults = {
+        "WEB_PUBLIC_API_BASE_URL": f"http://{api_addr}",
+        "API_CORS_ALLOWED_ORIGINS": f"http://{web_addr},http://localhost:{web_port}",
         "AUTH_OIDC_ISSUER_URL": issuer_url,
         "AUTH_OIDC_AUDIENCE": DEV_CLIENT_ID,
         "AUTH_BOOTSTRAP_ADMIN_EMAILS": DEV_ADMIN_EMAIL,

@@ -1,0 +1,30 @@
+import { describe, expect, it } from "vitest";
+import type { Me } from "../auth/permissions";
+import { visibleItems } from "./Layout";
+
+const user: Me = {
+  id: "u",
+  issuer: "i",
+  subject: "s",
+  email: null,
+  display_name: null,
+  groups: [],
+  roles: [],
+  permissions: [],
+  is_platform_admin: false,
+};
+
+describe("navigation", () => {
+  it("shows a desktop user only My desktops", () => {
+    expect(visibleItems(user).map((item) => item.label)).toEqual(["My desktops"]);
+  });
+
+  it("shows what the permissions allow", () => {
+    const labels = visibleItems({ ...user, permissions: ["pools:read", "audit:read"] }).map((item) => item.label);
+    expect(labels).toEqual(["Dashboard", "My desktops", "Pools", "Audit"]);
+  });
+
+  it("shows an administrator everything", () => {
+    expect(visibleItems({ ...user, is_platform_admin: true }).length).toBe(9);
+  });
+});

@@ -1,0 +1,77 @@
+/** The dashboard: pool health, desktops by state, failed jobs. */
+import { useQuery } from "@tanstack/react-query";
+import { Link } from "react-router";
+import { unwrap } from "../api/client";
+import { can } from "../auth/permissions";
+import { Badge } from "../components/Badge";
+import { ProblemAlert } from "../components/Problem";
+import { words } from "../format";
+import { useSession } from "../session";
+
+export function DashboardPage() {
+  const { api, me } = useSession();
+  const pools = useQuery({
+    queryKey: ["dashboard", "pools"],
+    enabled: can(me, "pools:read"),
+    queryFn: () => unwrap(api.GET("/api/v1/pools", { params: { query: { limit: 500 } } })),
+  });
+  const failedJobs = useQuery({
+    queryKey: ["dashboard", "jobs"],
+    enabled: can(me, "jobs:read"),
+    queryFn: () => unwrap(api.GET("/api/v1/jobs", { params: { query: { limit: 100, state: "dead" } } })),
+  });
+  const byState: Record<string, number> = {};
+  let inSession = 0;
+  for (const pool of pools.data?.items ?? []) {
+    for (const [state, count] of Object.entries(pool.counts.by_state)) byState[state] = (byState[state] ?? 0) + count;
+    inSession += pool.counts.in_session;
+  }
+  const total = Object.values(byState).reduce((a, b) => a + b, 0);
+  return (
+    <section>
+      <h1>Dashboard</h1>
+      <ProblemAlert error={pools.error ?? failedJobs.error} />
+      <div className="cards">
+        <article>
+          <h2>Desktops by state</h2>
+          <dl className="counts">
+            {Object.entries(byState)
+              .filter(([, count]) => count > 0)
+              .map(([state, count]) => (
+                <div key={state}>
+                  <dt>{words(state)}</dt>
+                  <dd>{count}</dd>
+                </div>
+              ))}
+          </dl>
+          <div className="bar" role="img" aria-label={`${total} desktops`}>
+            {Object.entries(byState)
+              .filter(([, count]) => count > 0)
+              .map(([state, count]) => (
+                <span key={state} className={`bar-${state}`} style={{ flexGrow: count }} title={`${words(state)}: ${count}`} />
+              ))}
+          </div>
+        </article>
+        <article>
+          <h2>Open sessions</h2>
+          <p className="big">{inSession}</p>
+        </article>
+        <article>
+          <h2>Failed jobs</h2>
+          <p className="big">
+            <Link to="/jobs">{failedJobs.data?.items.length ?? 0}</Link>
+          </p>
+        </article>
+      </div>
+      <h2>Pool health</h2>
+      <ul className="pool-health">
+        {pools.data?.items.map((pool) => (
+          <li key={pool.id}>
+            <Link to={`/pools/${pool.id}`}>{pool.name}</Link> <Badge value={pool.health?.status ?? "unknown"} />{" "}
+            {pool.health?.reasons.join(" ")}
+          </li>
+        ))}
+      </ul>
+    </section>
+  );
+}

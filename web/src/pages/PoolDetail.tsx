@@ -1,0 +1,232 @@
+/** One pool: its health and counts, desktops (live), entitlements, settings, drain and delete. */
+import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
+import { useState, type FormEvent } from "react";
+import { useNavigate, useParams } from "react-router";
+import { unwrap, type Schemas } from "../api/client";
+import { can } from "../auth/permissions";
+import { Badge } from "../components/Badge";
+import { DesktopTable } from "../components/DesktopTable";
+import { SelectField } from "../components/Field";
+import { fieldErrorsOf, ProblemAlert } from "../components/Problem";
+import { when, words } from "../format";
+import { useSession } from "../session";
+import { PoolForm } from "./PoolForm";
+
+type Pool = Schemas["Pool"];
+
+function Counts({ pool }: { pool: Pool }) {
+  const entries = Object.entries(pool.counts.by_state).filter(([, count]) => count > 0);
+  return (
+    <dl className="counts" aria-label="Desktops by state">
+      <div>
+        <dt>Total</dt>
+        <dd data-testid="count-total">{pool.counts.total}</dd>
+      </div>
+      {entries.map(([state, count]) => (
+        <div key={state}>
+          <dt>{words(state)}</dt>
+          <dd data-testid={`count-${state}`}>{count}</dd>
+        </div>
+      ))}
+      <div>
+        <dt>Available</dt>
+        <dd>{pool.counts.available}</dd>
+      </div>
+    </dl>
+  );
+}
+
+function Entitlements({ pool }: { pool: Pool }) {
+  const { api, me } = useSession();
+  const client = useQueryClient();
+  const [subject, setSubject] = useState("");
+  const key = ["pool", pool.id, "entitlements"];
+  const entitlements = useQuery({
+    queryKey: key,
+    queryFn: () =>
+      unwrap(api.GET("/api/v1/pools/{pool_id}/entitlements", { params: { path: { pool_id: pool.id }, query: { limit: 500 } } })),
+  });
+  const groups = useQuery({
+    queryKey: ["groups", "list"],
+    enabled: can(me, "groups:read"),
+    queryFn: () => unwrap(api.GET("/api/v1/groups", { params: { query: { limit: 500 } } })),
+  });
+  const users = useQuery({
+    queryKey: ["users", "list"],
+    enabled: can(me, "users:read"),
+    queryFn: () => unwrap(api.GET("/api/v1/users", { params: { query: { limit: 500 } } })),
+  });
+  const names = new Map<string, string>();
+  groups.data?.items.forEach((group) => names.set(`group:${group.id}`, `group ${group.name}`));
+  users.data?.items.forEach((user) => names.set(`user:${user.id}`, `user ${user.display_name || user.email || user.subject}`));
+  const add = useMutation({
+    mutationFn: (value: string) => {
+      const [subject_type, subject_id] = value.split(":") as ["user" | "group", string];
+      return unwrap(
+        api.POST("/api/v1/pools/{pool_id}/entitlements", {
+          params: { path: { pool_id: pool.id } },
+          body: { subject_type, subject_id },
+        }),
+      );
+    },
+    onSuccess: () => {
+      setSubject("");
+      void client.invalidateQueries({ queryKey: key });
+    },
+  });
+  const remove = useMutation({
+    mutationFn: (entitlement: Schemas["Entitlement"]) =>
+      unwrap(
+        api.DELETE("/api/v1/pools/{pool_id}/entitlements/{subject_type}/{subject_id}", {
+          params: {
+            path: { pool_id: pool.id, subject_type: entitlement.subject_type, subject_id: entitlement.subject_id },
+          },
+        }),
+      ),
+    onSuccess: () => void client.invalidateQueries({ queryKey: key }),
+  });
+  const manage = can(me, "pools:manage");
+  const submit = (event: FormEvent) => {
+    event.preventDefault();
+    if (subject) add.mutate(subject);
+  };
+  return (
+    <section aria-labelledby="entitlements-title">
+      <h2 id="entitlements-title">Entitlements</h2>
+      <ProblemAlert error={entitlements.error ?? add.error ?? remove.error} />
+      <ul>
+        {entitlements.data?.items.map((entitlement) => {
+          const id = `${entitlement.subject_type}:${entitlement.subject_id}`;
+          return (
+            <li key={id}>
+              {names.get(id) ?? id}{" "}
+              {manage ? (
+                <button type="button" className="secondary outline small" onClick={() => remove.mutate(entitlement)}>
+                  Revoke
+                </button>
+              ) : null}
+            </li>
+          );
+        })}
+        {entitlements.data && !entitlements.data.items.length ? <li>Nobody may open this pool yet.</li> : null}
+      </ul>
+      {manage ? (
+        <form onSubmit={submit} className="inline-form" aria-label="Entitle">
+          <SelectField
+            label="Entitle a group or user"
+            value={subject}
+            onChange={(event) => setSubject(event.target.value)}
+            error={fieldErrorsOf(add.error).subject_id}
+          >
+            <option value="">Choose…</option>
+            {groups.data?.items.map((group) => (
+              <option key={group.id} value={`group:${group.id}`}>
+                group {group.name}
+              </option>
+            ))}
+            {users.data?.items.map((user) => (
+              <option key={user.id} value={`user:${user.id}`}>
+                user {user.display_name || user.email || user.subject}
+              </option>
+            ))}
+          </SelectField>
+          <button type="submit">Entitle</button>
+        </form>
+      ) : null}
+    </section>
+  );
+}
+
+export function PoolDetailPage() {
+  const { poolId = "" } = useParams();
+  const { api, me } = useSession();
+  const client = useQueryClient();
+  const navigate = useNavigate();
+  const [editing, setEditing] = useState(false);
+  const pool = useQuery({
+    queryKey: ["pool", poolId],
+    queryFn: () => unwrap(api.GET("/api/v1/pools/{pool_id}", { params: { path: { pool_id: poolId } } })),
+  });
+  const change = useMutation({
+    mutationFn: (state: Pool["state"]) =>
+      unwrap(api.PATCH("/api/v1/pools/{pool_id}", { params: { path: { pool_id: poolId } }, body: { state } })),
+    onSuccess: () => void client.invalidateQueries({ queryKey: ["pool", poolId] }),
+  });
+  const reconcile = useMutation({
+    mutationFn: () => unwrap(api.POST("/api/v1/pools/{pool_id}/reconcile", { params: { path: { pool_id: poolId } } })),
+  });
+  const remove = useMutation({
+    mutationFn: () => unwrap(api.DELETE("/api/v1/pools/{pool_id}", { params: { path: { pool_id: poolId } } })),
+    onSuccess: () => {
+      void client.invalidateQueries({ queryKey: ["pools"] });
+      navigate("/pools");
+    },
+  });
+  if (pool.error) return <ProblemAlert error={pool.error} />;
+  if (!pool.data) return <p aria-busy="true">Loading…</p>;
+  const data = pool.data;
+  const manage = can(me, "pools:manage");
+  return (
+    <section>
+      <div className="page-head">
+        <h1>Pool {data.name}</h1>
+        <Badge value={data.state} />
+        <Badge value={data.health?.status ?? "unknown"} />
+      </div>
+      <p>{data.description}</p>
+      {data.health?.reasons.length ? (
+        <ul className="reasons">
+          {data.health.reasons.map((reason) => (
+            <li key={reason}>{reason}</li>
+          ))}
+        </ul>
+      ) : null}
+      <Counts pool={data} />
+      <p className="meta">
+        {words(data.kind)} · {data.os_type} · template {data.template} · {data.min_size}–{data.max_size}, {data.spare}{" "}
+        spare · reconciled {when(data.reconciled_at)}
+      </p>
+      <ProblemAlert error={change.error ?? reconcile.error ?? remove.error} />
+      {manage ? (
+        <div className="toolbar" role="group" aria-label="Pool actions">
+          <button type="button" className="secondary" onClick={() => setEditing((value) => !value)}>
+            {editing ? "Close settings" : "Edit settings"}
+          </button>
+          {data.state !== "enabled" ? (
+            <button type="button" className="secondary" onClick={() => change.mutate("enabled")}>
+              Enable
+            </button>
+          ) : null}
+          {data.state !== "disabled" ? (
+            <button type="button" className="secondary" onClick={() => change.mutate("disabled")}>
+              Disable
+            </button>
+          ) : null}
+          {data.state !== "draining" ? (
+            <button
+              type="button"
+              className="secondary"
+              onClick={() => window.confirm("Drain: delete desktops as they become free?") && change.mutate("draining")}
+            >
+              Drain
+            </button>
+          ) : null}
+          <button type="button" className="secondary" onClick={() => reconcile.mutate()}>
+            Reconcile now
+          </button>
+          <button
+            type="button"
+            className="contrast outline"
+            onClick={() => window.confirm(`Delete the pool ${data.name}?`) && remove.mutate()}
+          >
+            Delete
+          </button>
+        </div>
+      ) : null}
+      {editing ? <PoolForm pool={data} onSaved={() => setEditing(false)} /> : null}
+      <h2>Desktops</h2>
+      <DesktopTable poolId={data.id} />
+      <Entitlements pool={data} />
+    </section>
+  );
+}

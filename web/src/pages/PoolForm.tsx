@@ -1,0 +1,214 @@
+/** Create or change a pool: sizes, template, naming and domain join; field errors in place. */
+import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
+import { useState, type FormEvent } from "react";
+import { useNavigate } from "react-router";
+import { unwrap, type Schemas } from "../api/client";
+import { SelectField, TextField } from "../components/Field";
+import { fieldErrorsOf, ProblemAlert } from "../components/Problem";
+import { useSession } from "../session";
+
+type Pool = Schemas["Pool"];
+type PoolCreate = Schemas["PoolCreate"];
+
+export interface PoolDraft {
+  name: string;
+  description: string;
+  cluster_id: string;
+  template: string;
+  kind: "non_persistent" | "persistent";
+  os_type: "linux" | "windows";
+  clone_mode: "linked" | "full";
+  min_size: string;
+  max_size: string;
+  spare: string;
+  naming_pattern: string;
+  domain: string;
+  domain_username: string;
+  domain_ou: string;
+  domain_password: string;
+}
+
+export function draftOf(pool?: Pool, clusterId = "", template = ""): PoolDraft {
+  return {
+    name: pool?.name ?? "",
+    description: pool?.description ?? "",
+    cluster_id: pool?.cluster_id ?? clusterId,
+    template: pool?.template ?? template,
+    kind: pool?.kind ?? "non_persistent",
+    os_type: pool?.os_type ?? "linux",
+    clone_mode: pool?.clone_mode ?? "linked",
+    min_size: String(pool?.min_size ?? 1),
+    max_size: String(pool?.max_size ?? 5),
+    spare: String(pool?.spare ?? 1),
+    naming_pattern: pool?.naming_pattern ?? "desk-{n:03}",
+    domain: pool?.domain_join?.domain ?? "",
+    domain_username: pool?.domain_join?.username ?? "",
+    domain_ou: pool?.domain_join?.organizational_unit ?? "",
+    domain_password: "",
+  };
+}
+
+/** The request body of a draft (the domain join only when a domain is given). */
+export function bodyOf(draft: PoolDraft): PoolCreate {
+  const body: PoolCreate = {
+    name: draft.name.trim(),
+    description: draft.description,
+    cluster_id: draft.cluster_id,
+    template: draft.template,
+    kind: draft.kind,
+    os_type: draft.os_type,
+    clone_mode: draft.clone_mode,
+    min_size: Number(draft.min_size),
+    max_size: Number(draft.max_size),
+    spare: Number(draft.spare),
+    naming_pattern: draft.naming_pattern,
+  };
+  if (draft.domain.trim()) {
+    body.domain_join = {
+      domain: draft.domain.trim(),
+      username: draft.domain_username,
+      organizational_unit: draft.domain_ou || null,
+      ...(draft.domain_password ? { password: draft.domain_password } : {}),
+    };
+  }
+  return body;
+}
+
+export function PoolForm({
+  pool,
+  clusterId,
+  template,
+  onSaved,
+  submitLabel,
+}: {
+  pool?: Pool;
+  clusterId?: string;
+  template?: string;
+  onSaved?: (pool: Pool) => void;
+  submitLabel?: string;
+}) {
+  const { api } = useSession();
+  const client = useQueryClient();
+  const navigate = useNavigate();
+  const [draft, setDraft] = useState<PoolDraft>(() => draftOf(pool, clusterId, template));
+  const set = (field: keyof PoolDraft) => (event: { target: { value: string } }) =>
+    setDraft((current) => ({ ...current, [field]: event.target.value }));
+  const clusters = useQuery({
+    queryKey: ["clusters", "list"],
+    queryFn: () => unwrap(api.GET("/api/v1/clusters", { params: { query: { limit: 500 } } })),
+  });
+  const templates = useQuery({
+    queryKey: ["clusters", draft.cluster_id, "templates"],
+    enabled: Boolean(draft.cluster_id),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/clusters/{cluster_id}/templates", {
+          params: { path: { cluster_id: draft.cluster_id }, query: { limit: 500 } },
+        }),
+      ),
+  });
+  const save = useMutation({
+    mutationFn: async (body: PoolCreate) =>
+      pool
+        ? unwrap(api.PATCH("/api/v1/pools/{pool_id}", { params: { path: { pool_id: pool.id } }, body }))
+        : unwrap(api.POST("/api/v1/pools", { body })),
+    onSuccess: (saved) => {
+      void client.invalidateQueries({ queryKey: ["pools"] });
+      void client.invalidateQueries({ queryKey: ["pool"] });
+      if (onSaved) onSaved(saved);
+      else navigate(`/pools/${saved.id}`);
+    },
+  });
+  const errors = fieldErrorsOf(save.error);
+  const submit = (event: FormEvent) => {
+    event.preventDefault();
+    save.mutate(bodyOf(draft));
+  };
+  return (
+    <form onSubmit={submit} noValidate aria-label={pool ? "Change the pool" : "New pool"}>
+      <ProblemAlert error={save.error} />
+      <div className="grid">
+        <TextField label="Name" value={draft.name} onChange={set("name")} error={errors.name} required />
+        <TextField
+          label="Naming pattern"
+          value={draft.naming_pattern}
+          onChange={set("naming_pattern")}
+          error={errors.naming_pattern}
+          hint="{n} is the desktop's number, {n:03} pads it to 3 digits."
+        />
+      </div>
+      <TextField label="Description" value={draft.description} onChange={set("description")} error={errors.description} />
+      <div className="grid">
+        <SelectField label="Cluster" value={draft.cluster_id} onChange={set("cluster_id")} error={errors.cluster_id}>
+          <option value="">Choose a cluster</option>
+          {clusters.data?.items.map((cluster) => (
+            <option key={cluster.id} value={cluster.id}>
+              {cluster.name}
+            </option>
+          ))}
+        </SelectField>
+        <SelectField label="Template" value={draft.template} onChange={set("template")} error={errors.template}>
+          <option value="">Choose a template</option>
+          {templates.data?.items.map((item) => (
+            <option key={`${item.node}/${item.id}`} value={item.id}>
+              {item.name} ({item.os_type}, {item.node})
+            </option>
+          ))}
+          {draft.template && !templates.data?.items.some((item) => item.id === draft.template) ? (
+            <option value={draft.template}>{draft.template}</option>
+          ) : null}
+        </SelectField>
+      </div>
+      <div className="grid">
+        <SelectField label="Kind" value={draft.kind} onChange={set("kind")} error={errors.kind}>
+          <option value="non_persistent">Non-persistent (rebuilt after logoff)</option>
+          <option value="persistent">Persistent (one desktop per user)</option>
+        </SelectField>
+        <SelectField label="Guest OS" value={draft.os_type} onChange={set("os_type")} error={errors.os_type}>
+          <option value="linux">Linux</option>
+          <option value="windows">Windows</option>
+        </SelectField>
+        <SelectField label="Clones" value={draft.clone_mode} onChange={set("clone_mode")} error={errors.clone_mode}>
+          <option value="linked">Linked</option>
+          <option value="full">Full</option>
+        </SelectField>
+      </div>
+      <div className="grid">
+        <TextField label="Minimum size" type="number" min={0} value={draft.min_size} onChange={set("min_size")} error={errors.min_size} />
+        <TextField label="Maximum size" type="number" min={1} value={draft.max_size} onChange={set("max_size")} error={errors.max_size} />
+        <TextField label="Spare desktops" type="number" min={0} value={draft.spare} onChange={set("spare")} error={errors.spare} />
+      </div>
+      <details>
+        <summary>Domain join</summary>
+        <div className="grid">
+          <TextField label="Domain" value={draft.domain} onChange={set("domain")} error={errors["domain_join.domain"]} />
+          <TextField label="Join account" value={draft.domain_username} onChange={set("domain_username")} error={errors["domain_join.username"]} />
+        </div>
+        <div className="grid">
+          <TextField label="Organizational unit" value={draft.domain_ou} onChange={set("domain_ou")} error={errors["domain_join.organizational_unit"]} />
+          <TextField
+            label="Join password"
+            type="password"
+            autoComplete="new-password"
+            value={draft.domain_password}
+            onChange={set("domain_password")}
+            error={errors["domain_join.password"]}
+            hint={pool?.domain_join ? "Write-only: leave empty to keep the stored one." : "Write-only: never shown again."}
+          />
+        </div>
+      </details>
+      <button type="submit" aria-busy={save.isPending}>
+        {submitLabel ?? (pool ? "Save changes" : "Create pool")}
+      </button>
+    </form>
+  );
+}
+
+export function NewPoolPage() {
+  return (
+    <section>
+      <h1>New pool</h1>
+      <PoolForm />
+    </section>
+  );
+}
