@@ -34,7 +34,7 @@ from deskpool.plugins import hookimpl
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
 from deskpool.registry import Registry
 from deskpool.runtime import ComponentFactory, Runtime
-from deskpool_worker import pools
+from deskpool_worker import pools, sessions
 from deskpool_worker.runner import JobRunner, RunnerSettings
 from deskpool_worker.scheduler import PeriodicScheduler
 
@@ -148,8 +148,9 @@ def deskpool_register_components(registry: Registry[ComponentFactory]) -> None:
 
 @hookimpl
 def deskpool_declare_settings(registry: SettingRegistry) -> None:
-    """Declare the worker's own settings (``POOL_FAILURE_BACKOFF``)."""
+    """Declare the worker's own settings (``POOL_FAILURE_BACKOFF``, ``SESSION_CHECK_INTERVAL``)."""
     pools.declare_settings(registry)
+    sessions.declare_settings(registry)
 
 
 @hookimpl
@@ -160,8 +161,9 @@ def deskpool_register_job_kinds(registry: Registry[Any]) -> None:
 
 @hookimpl
 def deskpool_register_periodic_tasks(registry: Registry[Any]) -> None:
-    """Register pool reconciliation, audit maintenance and job pruning."""
+    """Register pool reconciliation, the session check, audit maintenance and job pruning."""
     pools.register_periodic_tasks(registry)
+    sessions.register_periodic_tasks(registry)
     registry.add(
         "audit_maintenance",
         PeriodicTask(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from deskpool.api.app import create_app
-from deskpool.config import HostPort
+from deskpool.config import HostPort, Setting, SettingRegistry, parse_duration
 from deskpool.listener import HttpListenerComponent
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
@@ -40,3 +40,20 @@ class ApiComponent(HttpListenerComponent):
 def deskpool_register_components(registry: Registry[ComponentFactory]) -> None:
     """Register the ``api`` component."""
     registry.add("api", ApiComponent)
+
+
+@hookimpl
+def deskpool_declare_settings(registry: SettingRegistry) -> None:
+    """Declare ``SESSION_TOKEN_TTL``, the lifetime of the connection tokens the API issues."""
+    registry.add(
+        Setting(
+            "SESSION_TOKEN_TTL",
+            parse_duration,
+            "60s",
+            "How long a desktop connection token may wait to be redeemed at the gateway "
+            "(single-use; a browser redeems it within seconds).",
+            section="Gateway and desktop daemon",
+            type_name="duration",
+            owner="api",
+        )
+    )

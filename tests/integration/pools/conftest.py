@@ -22,6 +22,8 @@ from tests.secret_leak_guard import LeakGuard
 from deskpool.pools import repository
 from deskpool.pools.model import DesktopState, OsType, Pool, PoolKind
 from deskpool.runtime import Runtime
+from deskpool.sessions import service
+from deskpool.sessions.tunnel import DesktopTarget
 from deskpool.testing.pytest_plugin import opened_runtime
 
 MakePool = Callable[..., Awaitable[Pool]]
@@ -157,7 +159,29 @@ def pools_environ(
         "DATABASE_URL": isolated_database_url,
         "SECRETS_MASTER_KEY": leak_guard.master_key(),
         "POOL_RECONCILE_INTERVAL": "20s",
+        "GATEWAY_PUBLIC_WS_URL": TUNNEL_URL,
     }
+
+
+#: The gateway tunnel URL the pool API tests hand out with connection tokens.
+TUNNEL_URL = "wss://gateway.deskpool.test/tunnel"
+
+#: Where the pool API tests' desktops are shown (their VMs exist in no simulator).
+STATIC_TARGET = DesktopTarget("vnc", "192.0.2.10", 5900, {"password": "not-a-real-one"})
+
+
+@pytest.fixture(autouse=True)
+def static_desktop_targets(monkeypatch: pytest.MonkeyPatch) -> DesktopTarget:
+    """Resolve every desktop to :data:`STATIC_TARGET` instead of asking its cluster's driver.
+
+    The desktops of these tests are rows without VMs; the session tests resolve real ones.
+    """
+
+    async def resolve(*args: Any) -> DesktopTarget:
+        return STATIC_TARGET
+
+    monkeypatch.setattr(service, "resolve_target", resolve)
+    return STATIC_TARGET
 
 
 @pytest.fixture

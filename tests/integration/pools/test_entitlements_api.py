@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from tests.integration.pools.conftest import Caller, add_desktops, pool_model
+from tests.integration.pools.conftest import TUNNEL_URL, Caller, add_desktops, pool_model
 
 from deskpool.pools import repository
 from deskpool.pools.model import DesktopState, Pool, PoolKind, PoolState
@@ -148,8 +148,13 @@ async def test_opening_a_desktop(
     desktop = await opened.json()
     assert desktop["state"] == "in_use"
     assert desktop["pool_id"] == str(pool.id)
+    connection = desktop["connection"]
+    assert connection["url"] == TUNNEL_URL
+    assert connection["protocol"] == "vnc"
+    assert len(connection["token"]) >= 40
     reconnect = await (await client.post(url, headers=alice.headers)).json()
     assert reconnect["id"] == desktop["id"]
+    assert reconnect["connection"]["token"] != connection["token"]
 
     # The one desktop is taken: the pool's manager (not entitled) gets a 503 with Retry-After.
     none_left = await client.post(url, headers=manager.headers)

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from deskpool.api.resources import clusters, desktops, identity, jobs, license, orphans, pools
+from deskpool.api.resources import (
+    clusters,
+    desktops,
+    identity,
+    jobs,
+    license,
+    orphans,
+    pools,
+    sessions,
+)
 from deskpool.api.routes import RouteTable
 
 
@@ -15,3 +24,4 @@ def register(routes: RouteTable) -> None:
     license.register(routes)
     orphans.register(routes)
     pools.register(routes)
+    sessions.register(routes)

@@ -27,7 +27,8 @@ desktop counts by state.
   write-only, sealed by the secret store (``pool.domain_join``), and a response only says
   whether it is set.
 - *Opening a desktop.* ``POST /api/v1/me/pools/{pool_id}/desktop`` hands the caller a desktop
-  (:func:`deskpool.pools.repository.allocate_desktop`): entitled users (directly or through a
+  (:func:`deskpool.pools.repository.allocate_desktop`) and a connection token to it
+  (:func:`deskpool.sessions.service.open_pool_desktop`): entitled users (directly or through a
   group) and holders of ``pools:manage`` may; 409 when the pool is disabled or draining, 503
   with ``Retry-After`` when no desktop is ready.
 
@@ -51,6 +52,7 @@ from deskpool.api.context import Call
 from deskpool.api.pagination import Page, PageQuery, decode_cursor, page_schema, paginate
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.resources.jobs import JobSchema
+from deskpool.api.resources.sessions import DesktopConnectionSchema, connection_view
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.api.secret_fields import SecretInput, SecretStatusSchema
 from deskpool.api.validation import LocatedFieldError
@@ -59,7 +61,7 @@ from deskpool.clusters.drivers import driver_manager_for
 from deskpool.clusters.repository import ClusterRecord
 from deskpool.drivers import DriverError, deadline_after
 from deskpool.drivers import OsType as TemplateOsType
-from deskpool.errors import BadRequest, DeskpoolError, Forbidden, NotFound, ValidationFailed
+from deskpool.errors import BadRequest, DeskpoolError, NotFound, ValidationFailed
 from deskpool.identity.repository import parse_id
 from deskpool.licensing.service import check_can_create_pool
 from deskpool.pools import repository
@@ -81,6 +83,7 @@ from deskpool.pools.naming import MAX_NAME_LENGTH
 from deskpool.pools.reconcile import PoolSummary
 from deskpool.pools.reconciler import enqueue_pool_reconcile
 from deskpool.pools.repository import DomainJoin, PoolRecord, SubjectType
+from deskpool.sessions import service as sessions
 
 log = logging.getLogger(__name__)
 
@@ -426,17 +429,6 @@ class EntitlementCreateSchema(Schema):
     subject_id = fields.UUID(required=True, metadata={"description": "The user's or group's id."})
 
 
-class AllocatedDesktopSchema(Schema):
-    """The desktop handed to the caller."""
-
-    id = fields.String(required=True)
-    name = fields.String(required=True)
-    state = _choice(
-        _DESKTOP_STATES, "The desktop's state (`in_use` once handed out).", required=True
-    )
-    pool_id = fields.String(required=True)
-
-
 class HeldDesktopSchema(Schema):
     """A desktop the caller holds in a pool."""
 
@@ -755,14 +747,6 @@ def _retry_after(call: Call) -> str:
     """Seconds until the next reconciliation pass may have made a desktop ready."""
     seconds = call.runtime.config.duration("POOL_RECONCILE_INTERVAL")
     return str(max(1, min(int(seconds), 300)))
-
-
-async def may_open(call: Call, pool_id: uuid.UUID) -> bool:
-    """Whether the caller may open desktops of the pool: ``pools:manage`` or an entitlement."""
-    principal = call.principal
-    if principal.may("pools:manage"):
-        return True
-    return await repository.is_entitled(call.runtime.db, pool_id, principal.id, principal.group_ids)
 
 
 # ----------------------------------------------------------------------------------- routes
@@ -1175,48 +1159,33 @@ def register(routes: RouteTable) -> None:
         summary="Open a desktop of a pool",
         description=(
             "Hands the caller a desktop: the one they hold (persistent pools, reconnects), else "
-            "a free ready one. Entitled users (directly or through a group) and holders of "
-            "`pools:manage` may; others get 403. 409 `pool_unavailable` when the pool is "
-            "disabled, or draining and the caller holds nothing there; 503 "
-            "`no_desktop_available` (or `desktop_not_ready` for the caller's own desktop) "
-            "with `Retry-After`."
+            "a free ready one, and a single-use connection token to it (valid "
+            "`SESSION_TOKEN_TTL`) with the gateway tunnel's URL. Entitled users (directly or "
+            "through a group) and holders of `pools:manage` may; others get 403. 409 "
+            "`pool_unavailable` when the pool is disabled, or draining and the caller holds "
+            "nothing there; 503 `no_desktop_available` (or `desktop_not_ready` for the "
+            "caller's own desktop) with `Retry-After`; 503 `gateway_not_configured` (nothing "
+            "is allocated) when `GATEWAY_PUBLIC_WS_URL` is unset, or not `wss://` outside "
+            "development; 503 `desktop_unreachable` with `Retry-After` when the desktop's "
+            "address is not known yet (the desktop stays the caller's: ask again)."
         ),
         tags=("me",),
         permission="pools:manage",
         entitlement=True,
         responses={
-            200: ResponseSpec("The caller's desktop.", AllocatedDesktopSchema),
+            200: ResponseSpec("The caller's desktop and its connection.", DesktopConnectionSchema),
             **_ALLOCATION_PROBLEMS,
         },
     )
     async def open_pool_desktop(call: Call) -> dict[str, Any]:
-        pool_id = pool_id_of(call)
-        pool = await repository.get_pool(call.runtime.db, pool_id)
-        if pool is None:
-            raise NotFound(f"No pool has the id {pool_id}.")
-        if not await may_open(call, pool_id):
-            raise Forbidden("You are not entitled to this pool.")
         try:
-            async with call.runtime.db.acquire() as connection, connection.transaction():
-                desktop = await repository.allocate_desktop(connection, pool, call.principal.id)
-                await audit(
-                    call,
-                    connection,
-                    "desktop.allocate",
-                    "desktops",
-                    str(desktop.id),
-                    pool_id=str(pool_id),
-                    user_id=str(call.principal.id),
-                )
+            connection = await sessions.open_pool_desktop(
+                call.runtime, call.principal, pool_id_of(call), call.audit_event
+            )
         except (NoDesktopAvailable, DesktopNotReady) as error:
             error.headers = {**error.headers, "Retry-After": _retry_after(call)}
             raise
-        return {
-            "id": str(desktop.id),
-            "name": desktop.name,
-            "state": str(desktop.state),
-            "pool_id": str(desktop.pool_id),
-        }
+        return connection_view(connection)
 
 
 def _entitlement_view(entitlement: repository.Entitlement) -> dict[str, Any]:

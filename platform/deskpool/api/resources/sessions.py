@@ -1,0 +1,359 @@
+"""Desktop sessions (``sessions:read`` / ``sessions:manage``) and connection tokens.
+
+A session is one tunnel between a browser and a desktop, recorded by the gateway that holds
+it (:mod:`deskpool.sessions.broker`): who, which desktop and pool, which gateway, when it
+started and ended and why, the bytes relayed each way. Administrators list and read sessions,
+ask for one to be closed (``POST .../disconnect``: 202; the gateway holding it closes it within
+seconds, wherever it runs), and may join a live session read-only (``POST .../shadow``).
+
+Users list their own sessions (``/api/v1/me/sessions``) and get a new connection token for a
+desktop they hold (``POST /api/v1/me/desktops/{desktop_id}/connection``); opening a desktop of
+a pool (``POST /api/v1/me/pools/{pool_id}/desktop``) answers one as well. A token is
+single-use and short-lived (``SESSION_TOKEN_TTL``): the browser hands it to the gateway at
+``url`` (``GATEWAY_PUBLIC_WS_URL``) at once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from marshmallow import Schema, fields, validate
+
+from deskpool.api.context import Call
+from deskpool.api.pagination import Page, PageQuery, decode_cursor, page_schema, paginate
+from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
+from deskpool.api.routes import Reply, ResponseSpec, RouteTable
+from deskpool.errors import BadRequest
+from deskpool.identity.repository import parse_id
+from deskpool.sessions import service, store
+from deskpool.sessions.model import SessionRecord
+from deskpool.sessions.service import DesktopConnection
+from deskpool.sessions.tunnel import SessionEndReason
+
+_STATES = ["open", "ended"]
+_END_REASONS = [reason.value for reason in SessionEndReason]
+
+
+class ConnectionSchema(Schema):
+    """How the browser opens the desktop's tunnel."""
+
+    token = fields.String(
+        required=True,
+        metadata={
+            "description": (
+                "Single-use connection token: the browser's tunnel sends it to the gateway "
+                "(`token` connect parameter). Never log it."
+            )
+        },
+    )
+    url = fields.String(
+        required=True,
+        metadata={"description": "Public URL of the gateway tunnel (`GATEWAY_PUBLIC_WS_URL`)."},
+    )
+    protocol = fields.String(
+        required=True, metadata={"description": "The desktop's protocol: `rdp` or `vnc`."}
+    )
+    expires_at = fields.AwareDateTime(
+        required=True, metadata={"description": "The token is refused after this instant."}
+    )
+
+
+class DesktopConnectionSchema(Schema):
+    """The caller's desktop and the connection token that opens it."""
+
+    id = fields.String(required=True)
+    name = fields.String(required=True)
+    state = fields.String(
+        required=True, metadata={"description": "The desktop's state (`in_use`)."}
+    )
+    pool_id = fields.String(required=True)
+    connection = fields.Nested(ConnectionSchema, required=True)
+
+
+class SessionSchema(Schema):
+    """A remote desktop session: one tunnel through the gateway."""
+
+    id = fields.String(required=True)
+    user_id = fields.String(required=True)
+    desktop_id = fields.String(required=True)
+    desktop_name = fields.String(required=True)
+    pool_id = fields.String(required=True)
+    protocol = fields.String(required=True)
+    state = fields.String(
+        validate=validate.OneOf(_STATES),
+        required=True,
+        metadata={"description": "`open` or `ended`."},
+    )
+    read_only = fields.Boolean(
+        required=True, metadata={"description": "An administrator's read-only view (shadowing)."}
+    )
+    shadow_of = fields.String(
+        required=True, allow_none=True, metadata={"description": "The session being watched."}
+    )
+    gateway_id = fields.String(
+        required=True, metadata={"description": "The gateway process holding the tunnel."}
+    )
+    started_at = fields.AwareDateTime(required=True)
+    connected_at = fields.AwareDateTime(
+        required=True,
+        allow_none=True,
+        metadata={"description": "When the desktop daemon finished the handshake."},
+    )
+    last_activity_at = fields.AwareDateTime(
+        required=True, metadata={"description": "The last user input the gateway reported."}
+    )
+    ended_at = fields.AwareDateTime(required=True, allow_none=True)
+    end_reason = fields.String(
+        required=True,
+        allow_none=True,
+        validate=validate.OneOf(_END_REASONS),
+        metadata={"description": f"Why it ended: {', '.join(f'`{r}`' for r in _END_REASONS)}."},
+    )
+    bytes_to_desktop = fields.Integer(required=True)
+    bytes_to_browser = fields.Integer(required=True)
+    disconnect_requested_at = fields.AwareDateTime(
+        required=True,
+        allow_none=True,
+        metadata={"description": "When an administrator or a policy asked for it to close."},
+    )
+
+
+class ShadowSchema(Schema):
+    """A read-only view of a live session."""
+
+    session = fields.Nested(SessionSchema, required=True)
+    connection = fields.Nested(ConnectionSchema, required=True)
+
+
+class MySessionQuery(PageQuery):
+    """Filters of the caller's sessions."""
+
+    state = fields.String(
+        validate=validate.OneOf(_STATES), metadata={"description": "`open` or `ended`."}
+    )
+
+
+class SessionQuery(MySessionQuery):
+    """Filters of the session list."""
+
+    user_id = fields.UUID(metadata={"description": "Only this user's sessions."})
+    desktop_id = fields.UUID(metadata={"description": "Only sessions of this desktop."})
+    pool_id = fields.UUID(metadata={"description": "Only sessions of this pool's desktops."})
+
+
+_UNAVAILABLE = {
+    503: ResponseSpec(
+        "Desktop access is not configured (`gateway_not_configured`: `GATEWAY_PUBLIC_WS_URL` "
+        "unset, or not `wss://` outside development; `secrets_key_missing`), or the desktop "
+        "cannot be reached now (`desktop_unreachable`, `desktop_not_ready`, with "
+        "`Retry-After`).",
+        ProblemSchema,
+        content_type=PROBLEM_CONTENT_TYPE,
+        headers={"Retry-After": "Seconds to wait before trying again."},
+    ),
+}
+
+
+# ---------------------------------------------------------------------------------- views
+
+
+def connection_view(connection: DesktopConnection) -> dict[str, Any]:
+    """The desktop and its connection, as opening a desktop answers them."""
+    desktop = connection.desktop
+    return {
+        "id": str(desktop.id),
+        "name": desktop.name,
+        "state": str(desktop.state),
+        "pool_id": str(desktop.pool_id),
+        "connection": {
+            "token": connection.token,
+            "url": connection.url,
+            "protocol": connection.protocol,
+            "expires_at": connection.expires_at,
+        },
+    }
+
+
+def session_view(session: SessionRecord) -> dict[str, Any]:
+    """A session as the API shows it."""
+    return {
+        "id": str(session.id),
+        "user_id": str(session.user_id),
+        "desktop_id": str(session.desktop_id),
+        "desktop_name": session.desktop_name,
+        "pool_id": str(session.pool_id),
+        "protocol": session.protocol,
+        "state": "open" if session.is_open else "ended",
+        "read_only": session.read_only,
+        "shadow_of": None if session.shadow_of is None else str(session.shadow_of),
+        "gateway_id": session.gateway_id,
+        "started_at": session.started_at,
+        "connected_at": session.connected_at,
+        "last_activity_at": session.last_activity_at,
+        "ended_at": session.ended_at,
+        "end_reason": session.end_reason,
+        "bytes_to_desktop": session.bytes_to_desktop,
+        "bytes_to_browser": session.bytes_to_browser,
+        "disconnect_requested_at": session.disconnect_requested_at,
+    }
+
+
+def _after(cursor: str | None) -> tuple[datetime, uuid.UUID] | None:
+    after = decode_cursor(cursor)
+    if after is None:
+        return None
+    if isinstance(after, list) and len(after) == 2 and all(isinstance(p, str) for p in after):
+        try:
+            return datetime.fromisoformat(after[0]), uuid.UUID(after[1])
+        except ValueError:
+            pass
+    raise BadRequest("The cursor is not one this server issued.")
+
+
+def _open_filter(query: dict[str, Any]) -> bool | None:
+    state = query.get("state")
+    return None if state is None else state == "open"
+
+
+async def _page(call: Call, where: store.SessionFilter) -> Page:
+    limit = int(call.query["limit"])
+    records = await service.list_sessions(
+        call.runtime, limit=limit + 1, after=_after(call.query.get("cursor")), where=where
+    )
+    page = paginate(records, limit, store.session_cursor)
+    return Page([session_view(record) for record in page.items], page.next)
+
+
+def _session_id(call: Call) -> uuid.UUID:
+    return parse_id(call.path_param("session_id"), "session")
+
+
+# ----------------------------------------------------------------------------------- routes
+
+
+def register(routes: RouteTable) -> None:
+    """Add the session operations and the caller's own."""
+
+    @routes.route(
+        "GET",
+        "/api/v1/sessions",
+        summary="List desktop sessions",
+        description="Newest first; filter by user, desktop, pool and `open` / `ended`.",
+        tags=("sessions",),
+        permission="sessions:read",
+        query=SessionQuery,
+        paginated=True,
+        responses={200: ResponseSpec("A page of sessions.", page_schema(SessionSchema))},
+    )
+    async def list_sessions(call: Call) -> Page:
+        query = call.query
+        return await _page(
+            call,
+            store.SessionFilter(
+                user_id=query.get("user_id"),
+                desktop_id=query.get("desktop_id"),
+                pool_id=query.get("pool_id"),
+                open=_open_filter(query),
+            ),
+        )
+
+    @routes.route(
+        "GET",
+        "/api/v1/sessions/{session_id}",
+        summary="Get a desktop session",
+        tags=("sessions",),
+        permission="sessions:read",
+        responses={200: ResponseSpec("The session.", SessionSchema)},
+    )
+    async def get_session(call: Call) -> dict[str, Any]:
+        return session_view(await service.get_session(call.runtime, _session_id(call)))
+
+    @routes.route(
+        "POST",
+        "/api/v1/sessions/{session_id}/disconnect",
+        summary="Disconnect a desktop session",
+        description=(
+            "Asks the gateway holding the tunnel to close it (within seconds, whichever gateway "
+            "it is); the session then ends with `admin_disconnect`, and the pool's "
+            "after-disconnect policy applies. 409 `session_not_open` when it has ended."
+        ),
+        tags=("sessions",),
+        permission="sessions:manage",
+        responses={202: ResponseSpec("The session, asked to close.", SessionSchema)},
+    )
+    async def disconnect_session(call: Call) -> Reply:
+        session = await service.disconnect_session(
+            call.runtime, _session_id(call), call.audit_event
+        )
+        return Reply(session_view(session), 202)
+
+    @routes.route(
+        "POST",
+        "/api/v1/sessions/{session_id}/shadow",
+        summary="Watch a desktop session read-only",
+        description=(
+            "A connection token that joins the live session read-only: the administrator sees "
+            "the user's desktop and cannot type or click. 409 `session_not_open` when the "
+            "session has ended or has not connected yet."
+        ),
+        tags=("sessions",),
+        permission="sessions:manage",
+        responses={
+            200: ResponseSpec("The session and the viewer's token.", ShadowSchema),
+            **_UNAVAILABLE,
+        },
+    )
+    async def shadow_session(call: Call) -> dict[str, Any]:
+        session, connection = await service.shadow_session(
+            call.runtime, call.principal, _session_id(call), call.audit_event
+        )
+        return {
+            "session": session_view(session),
+            "connection": connection_view(connection)["connection"],
+        }
+
+    @routes.route(
+        "GET",
+        "/api/v1/me/sessions",
+        summary="The caller's desktop sessions",
+        description="Newest first; `state` keeps only open or ended ones.",
+        tags=("me",),
+        permission=None,
+        authenticated=True,
+        query=MySessionQuery,
+        paginated=True,
+        responses={200: ResponseSpec("A page of sessions.", page_schema(SessionSchema))},
+    )
+    async def list_my_sessions(call: Call) -> Page:
+        return await _page(
+            call,
+            store.SessionFilter(
+                user_id=uuid.UUID(str(call.principal.id)), open=_open_filter(call.query)
+            ),
+        )
+
+    @routes.route(
+        "POST",
+        "/api/v1/me/desktops/{desktop_id}/connection",
+        summary="Reconnect to a desktop the caller holds",
+        description=(
+            "A new single-use connection token to the caller's desktop (a persistent desktop "
+            "the caller was logged off from is handed back first). 404 when the caller does not "
+            "hold it."
+        ),
+        tags=("me",),
+        permission=None,
+        authenticated=True,
+        responses={
+            200: ResponseSpec("The desktop and its connection.", DesktopConnectionSchema),
+            **_UNAVAILABLE,
+        },
+    )
+    async def connect_my_desktop(call: Call) -> dict[str, Any]:
+        desktop_id = parse_id(call.path_param("desktop_id"), "desktop")
+        connection = await service.reconnect_desktop(
+            call.runtime, call.principal, desktop_id, call.audit_event
+        )
+        return connection_view(connection)

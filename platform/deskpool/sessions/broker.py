@@ -1,0 +1,396 @@
+"""The platform's :class:`~deskpool.sessions.tunnel.SessionBroker`, over PostgreSQL and Redis.
+
+Every gateway process builds one (:func:`broker_factory`) and calls it for each tunnel:
+
+- :meth:`PlatformSessionBroker.redeem` redeems a connection token once (an ``UPDATE ... WHERE
+  redeemed_at IS NULL RETURNING``), checks the user still holds the desktop, opens the sealed
+  target, starts the session record, sets the desktop's ``in_session`` and renews the
+  gateway's lease, in one transaction, and records ``session.start``;
+- :meth:`~PlatformSessionBroker.heartbeat` renews the gateway's lease (``gateway_leases``),
+  records bytes and activity, and ends the sessions of gateways whose lease expired
+  (``gateway_lost``), so a gateway killed with SIGKILL leaves no session open for long;
+- :meth:`~PlatformSessionBroker.session_ended` closes the record, corrects ``in_session``,
+  records ``session.end``, and applies the pool's after-disconnect policy;
+- :meth:`~PlatformSessionBroker.disconnect_requests` yields the sessions someone asked to
+  close: published on the gateway's Redis channel, and polled from the database so a request
+  made while Redis was away is not lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+from redis.exceptions import RedisError
+
+from deskpool.audit import record_audit_event
+from deskpool.events import AuditEvent
+from deskpool.pools import repository as pools
+from deskpool.pools.states import SessionOpened
+from deskpool.runtime import Runtime
+from deskpool.secrets import SecretDecryptionFailed, SecretsUnavailable
+from deskpool.sessions import store
+from deskpool.sessions.model import (
+    IssuedToken,
+    SessionRecord,
+    desktop_still_held,
+    logs_off_at_end,
+    plausible_token,
+    rejection_reason,
+    target_from_json,
+    token_key,
+)
+from deskpool.sessions.service import (
+    SYSTEM_ACTOR,
+    close_desktop_session,
+    disconnect_channel,
+    log_off,
+    publish_disconnect,
+    token_context,
+)
+from deskpool.sessions.tunnel import (
+    DesktopTarget,
+    SessionEndReason,
+    TokenRejected,
+    TunnelCounters,
+    TunnelGrant,
+)
+
+log = logging.getLogger(__name__)
+
+#: How long a gateway's lease lasts without a heartbeat, by default (seconds).
+DEFAULT_LEASE = 30.0
+#: How often :meth:`PlatformSessionBroker.disconnect_requests` also reads the database.
+DISCONNECT_POLL_INTERVAL = 5.0
+
+_DATABASE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+
+
+def _event(action: str, actor: str, session: SessionRecord, **details: Any) -> AuditEvent:
+    return AuditEvent(
+        action=action,
+        actor=actor,
+        resource_type="sessions",
+        resource_id=str(session.id),
+        outcome="success",
+        occurred_at=datetime.now(UTC),
+        details={
+            "desktop_id": str(session.desktop_id),
+            "pool_id": str(session.pool_id),
+            "user_id": str(session.user_id),
+            "gateway_id": session.gateway_id,
+            "read_only": session.read_only,
+            **details,
+        },
+    )
+
+
+class PlatformSessionBroker:
+    """The session broker of one gateway process.
+
+    :param runtime: an opened runtime (database, key-value store, secret store).
+    :param lease: seconds a gateway's lease lasts; the gateway heartbeats every third of it.
+    """
+
+    def __init__(self, runtime: Runtime, *, lease: float = DEFAULT_LEASE) -> None:
+        self.runtime = runtime
+        self.lease = lease
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """How often the gateway should call :meth:`heartbeat`."""
+        return self.lease / 3
+
+    # -------------------------------------------------------------------------- redeem
+
+    async def redeem(self, token: str, *, gateway_id: str) -> TunnelGrant:
+        """Redeem ``token`` once and start its session (see the module's description).
+
+        :raises TokenRejected: ``unknown``, ``used``, ``expired``, ``desktop_gone`` or
+            ``unavailable`` (the database or the master key is missing).
+        """
+        if not plausible_token(token):
+            raise TokenRejected("unknown")
+        key = token_key(token)
+        try:
+            async with self.runtime.db.acquire() as connection, connection.transaction():
+                # A token whose desktop is gone stays redeemed: the outcome is committed first.
+                outcome = await self._redeem(connection, key, gateway_id)
+        except _DATABASE_ERRORS as error:
+            log.warning("cannot redeem a connection token: %s", type(error).__name__)
+            raise TokenRejected("unavailable") from None
+        if isinstance(outcome, str):
+            raise TokenRejected(outcome)
+        return outcome
+
+    async def _redeem(
+        self, connection: asyncpg.Connection, key: bytes, gateway_id: str
+    ) -> TunnelGrant | str:
+        """The grant, or the reason a redeemed token opens nothing."""
+        redeemed = await store.redeem_token(connection, key)
+        if redeemed is None:
+            issued = await store.get_token(connection, key)
+            now = await connection.fetchval("SELECT now()")
+            raise TokenRejected(rejection_reason(issued, now) or "used")
+        issued, sealed = redeemed
+        target = self._open_target(sealed, key)
+        await store.renew_lease(connection, gateway_id, self.lease)
+        if issued.shadow_of is not None:
+            return await self._join(connection, key, issued, target, gateway_id)
+        desktop = await pools.get_desktop(connection, issued.desktop_id, for_update=True)
+        pool = await pools.get_pool(connection, issued.pool_id)
+        if desktop is None or pool is None or not desktop_still_held(desktop, issued.user_id):
+            return "desktop_gone"
+        session = await store.insert_session(
+            connection,
+            user_id=issued.user_id,
+            desktop_id=desktop.id,
+            pool_id=pool.id,
+            desktop_name=desktop.name,
+            protocol=issued.protocol,
+            gateway_id=gateway_id,
+        )
+        if not desktop.in_session:
+            await pools.apply_event(connection, desktop.id, SessionOpened(), pool=pool)
+        await store.set_token_session(connection, key, session.id)
+        await record_audit_event(
+            connection,
+            _event("session.start", str(issued.user_id), session, protocol=issued.protocol),
+        )
+        policy = await store.get_policy(connection, pool.id)
+        return TunnelGrant(
+            session_id=session.id,
+            user_id=issued.user_id,
+            desktop_id=desktop.id,
+            pool_id=pool.id,
+            target=target,
+            user_display_name=await store.user_display_name(connection, issued.user_id),
+            desktop_name=desktop.name,
+            idle_timeout=None if policy.idle_timeout is None else float(policy.idle_timeout),
+            max_duration=(
+                None if policy.max_session_duration is None else float(policy.max_session_duration)
+            ),
+        )
+
+    async def _join(
+        self,
+        connection: asyncpg.Connection,
+        key: bytes,
+        issued: IssuedToken,
+        target: DesktopTarget,
+        gateway_id: str,
+    ) -> TunnelGrant | str:
+        """Redeem a shadowing token: a read-only session joined to an open one."""
+        assert issued.shadow_of is not None
+        watched = await store.get_session(connection, issued.shadow_of)
+        if watched is None or not watched.is_open or watched.connection_id is None:
+            return "desktop_gone"
+        session = await store.insert_session(
+            connection,
+            user_id=issued.user_id,
+            desktop_id=watched.desktop_id,
+            pool_id=watched.pool_id,
+            desktop_name=watched.desktop_name,
+            protocol=watched.protocol,
+            gateway_id=gateway_id,
+            read_only=True,
+            shadow_of=watched.id,
+        )
+        await store.set_token_session(connection, key, session.id)
+        await record_audit_event(
+            connection,
+            _event("session.start", str(issued.user_id), session, shadow_of=str(watched.id)),
+        )
+        return TunnelGrant(
+            session_id=session.id,
+            user_id=issued.user_id,
+            desktop_id=watched.desktop_id,
+            pool_id=watched.pool_id,
+            target=target,
+            user_display_name=await store.user_display_name(connection, issued.user_id),
+            desktop_name=watched.desktop_name,
+            read_only=True,
+            join_connection_id=watched.connection_id,
+        )
+
+    def _open_target(self, sealed: bytes, key: bytes) -> DesktopTarget:
+        try:
+            plain = self.runtime.secret_store.decrypt(sealed, token_context(key))
+        except SecretsUnavailable:
+            raise TokenRejected("unavailable") from None
+        except SecretDecryptionFailed:
+            raise TokenRejected("unknown") from None
+        return target_from_json(json.loads(plain))
+
+    # -------------------------------------------------------------------------- life
+
+    async def session_connected(self, session_id: uuid.UUID, *, connection_id: str) -> None:
+        """The daemon answered ``ready``: record its connection id (for shadowing)."""
+        await store.set_connected(self.runtime.db, session_id, connection_id)
+
+    async def heartbeat(
+        self, gateway_id: str, counters: Mapping[uuid.UUID, TunnelCounters]
+    ) -> None:
+        """Renew the lease, record counters, and end the sessions of lost gateways."""
+        async with self.runtime.db.acquire() as connection, connection.transaction():
+            await store.renew_lease(connection, gateway_id, self.lease)
+            await store.record_counters(connection, gateway_id, counters)
+        await end_lost_gateways(self.runtime)
+
+    async def session_ended(
+        self, session_id: uuid.UUID, reason: SessionEndReason, counters: TunnelCounters
+    ) -> None:
+        """Close the session record (idempotent); ``in_session`` and the policy follow."""
+        await end_session(self.runtime, session_id, reason, counters)
+
+    async def release(self, gateway_id: str) -> None:
+        """A gateway stopping cleanly: end what it still holds and drop its lease."""
+        async with self.runtime.db.acquire() as connection:
+            ids = await store.open_session_ids_of_gateway(connection, gateway_id)
+        for session_id in ids:
+            await end_session(self.runtime, session_id, SessionEndReason.GATEWAY_SHUTDOWN, None)
+        async with self.runtime.db.acquire() as connection:
+            await store.drop_lease(connection, gateway_id)
+
+    async def disconnect_requests(self, gateway_id: str) -> AsyncIterator[uuid.UUID]:
+        """Sessions of this gateway someone asked to close (a session may come more than once)."""
+        channel = disconnect_channel(gateway_id)
+        while True:
+            pubsub = self.runtime.kv.pubsub()
+            try:
+                await pubsub.subscribe(channel)
+                while True:
+                    for session_id in await store.pending_disconnects(self.runtime.db, gateway_id):
+                        yield session_id
+                    message = await pubsub.get_message(
+                        ignore_subscribe_messages=True, timeout=DISCONNECT_POLL_INTERVAL
+                    )
+                    if message is not None:
+                        requested = _session_id(message.get("data"))
+                        if requested is not None:
+                            yield requested
+            except (RedisError, *_DATABASE_ERRORS) as error:
+                log.warning("disconnect requests of %s: %s; retrying", gateway_id, error)
+                await asyncio.sleep(1.0)
+            finally:
+                with contextlib.suppress(RedisError, OSError):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+def _session_id(data: Any) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(data.decode() if isinstance(data, bytes) else str(data))
+    except ValueError:
+        return None
+
+
+def broker_factory(runtime: Runtime, *, lease: float | None = None) -> PlatformSessionBroker:
+    """The broker a gateway process uses (``GATEWAY_LEASE_DURATION`` when declared)."""
+    if lease is None:
+        config = runtime.config
+        lease = (
+            config.duration("GATEWAY_LEASE_DURATION")
+            if "GATEWAY_LEASE_DURATION" in config
+            else DEFAULT_LEASE
+        )
+    return PlatformSessionBroker(runtime, lease=lease)
+
+
+# ------------------------------------------------------------------------------ ending
+
+
+async def end_session(
+    runtime: Runtime,
+    session_id: uuid.UUID,
+    reason: SessionEndReason,
+    counters: TunnelCounters | None,
+) -> SessionRecord | None:
+    """End an open session: record, ``in_session``, audit, after-disconnect policy.
+
+    A session an administrator or a policy asked to close records the reason it was asked
+    for. Read-only viewers of the session are asked to close too. Idempotent: ``None`` when
+    the session is unknown or has ended already.
+    """
+    async with runtime.db.acquire() as connection, connection.transaction():
+        current = await store.get_session(connection, session_id, for_update=True)
+        if current is None or not current.is_open:
+            return None
+        recorded = reason
+        if reason is SessionEndReason.ADMIN_DISCONNECT and current.disconnect_reason:
+            try:
+                recorded = SessionEndReason(current.disconnect_reason)
+            except ValueError:
+                recorded = reason
+        ended = await store.end_session(connection, session_id, str(recorded), counters)
+        assert ended is not None
+        actor = str(ended.user_id) if recorded is SessionEndReason.CLIENT_CLOSED else SYSTEM_ACTOR
+        await record_audit_event(
+            connection,
+            _event(
+                "session.end",
+                actor,
+                ended,
+                reason=str(recorded),
+                bytes_to_desktop=ended.bytes_to_desktop,
+                bytes_to_browser=ended.bytes_to_browser,
+                duration_seconds=round(
+                    ((ended.ended_at or ended.started_at) - ended.started_at).total_seconds(), 3
+                ),
+            ),
+        )
+        shadows: list[uuid.UUID] = []
+        if not ended.read_only:
+            await close_desktop_session(connection, ended.desktop_id)
+            shadows = await store.open_shadows_of(connection, ended.id)
+            policy = await store.get_policy(connection, ended.pool_id)
+            if logs_off_at_end(policy, recorded):
+                await log_off(connection, ended.desktop_id, f"session ended ({recorded})")
+        watching = [
+            await store.request_disconnect(connection, s, "desktop_closed") for s in shadows
+        ]
+    for viewer in watching:
+        if viewer is not None:
+            await publish_disconnect(runtime, viewer)
+    return ended
+
+
+async def end_lost_gateways(runtime: Runtime) -> int:
+    """End the sessions of gateways whose lease expired (``gateway_lost``); return how many.
+
+    Each lost gateway is claimed with ``FOR UPDATE SKIP LOCKED``, so concurrent callers (every
+    gateway's heartbeat, the worker's session task) never end the same sessions twice.
+    """
+    ended = 0
+    async with runtime.db.acquire() as connection, connection.transaction():
+        lost = await store.claim_lost_gateways(connection)
+        lost += [g for g in await store.orphaned_gateways(connection) if g not in lost]
+        for gateway_id in lost:
+            for session_id in await store.open_session_ids_of_gateway(connection, gateway_id):
+                if await _end_in(connection, runtime, session_id):
+                    ended += 1
+            await store.drop_lease(connection, gateway_id)
+    if lost:
+        log.warning("gateway(s) %s lost their lease: %d session(s) ended", ", ".join(lost), ended)
+    return ended
+
+
+async def _end_in(connection: asyncpg.Connection, runtime: Runtime, session_id: uuid.UUID) -> bool:
+    """End a session of a lost gateway inside the caller's transaction."""
+    async with connection.transaction():
+        ended = await store.end_session(connection, session_id, str(SessionEndReason.GATEWAY_LOST))
+        if ended is None:
+            return False
+        await record_audit_event(
+            connection,
+            _event("session.end", SYSTEM_ACTOR, ended, reason=str(SessionEndReason.GATEWAY_LOST)),
+        )
+        if not ended.read_only:
+            await close_desktop_session(connection, ended.desktop_id)
+    return True

@@ -1,0 +1,99 @@
+"""The worker's session check: what no gateway is left to do, done once per interval.
+
+Registered by the ``worker`` component as the periodic task ``session_check`` (every
+``SESSION_CHECK_INTERVAL``). Each run:
+
+1. ends the sessions of gateways whose lease expired (``gateway_lost``), in case no other
+   gateway is left to notice in its heartbeat;
+2. asks the gateway of each open session that is past its pool's maximum length or idle
+   timeout, or whose desktop is no longer its user's (deleted, reassigned), to close it;
+3. logs off desktops whose user disconnected and whose pool's ``logoff_delay`` has passed (a
+   non-persistent desktop is then rebuilt before anyone else gets it);
+4. deletes connection tokens that expired more than an hour ago.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from deskpool.runtime import Runtime
+from deskpool.sessions import store
+from deskpool.sessions.broker import end_lost_gateways
+from deskpool.sessions.model import logoff_due, over_limits
+from deskpool.sessions.service import log_off, publish_disconnect
+from deskpool.sessions.tunnel import SessionEndReason
+
+log = logging.getLogger(__name__)
+
+#: The name of the periodic task, and the setting of its interval.
+SESSION_CHECK_TASK = "session_check"
+SESSION_CHECK_SETTING = "SESSION_CHECK_INTERVAL"
+
+#: How long expired tokens are kept (for the rejection reason ``expired`` rather than unknown).
+EXPIRED_TOKEN_RETENTION = timedelta(hours=1)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCheck:
+    """What one run did."""
+
+    lost_sessions: int
+    disconnects_requested: int
+    logged_off: int
+    tokens_pruned: int
+
+
+def _end_reason(reason: str | None) -> SessionEndReason | None:
+    try:
+        return None if reason is None else SessionEndReason(reason)
+    except ValueError:
+        return None
+
+
+async def check_sessions(runtime: Runtime) -> SessionCheck:
+    """Run the session check once (see the module's description)."""
+    lost = await end_lost_gateways(runtime)
+    db = runtime.db
+    now: datetime = await db.fetchval("SELECT now()")
+    requested = 0
+    for item in await store.open_sessions(db):
+        session = item.session
+        if session.disconnect_requested_at is not None:
+            continue
+        reason = over_limits(
+            item.policy,
+            started_at=session.started_at,
+            last_activity_at=session.last_activity_at,
+            now=now,
+        )
+        if reason is None and not item.desktop_held:
+            reason = SessionEndReason.ADMIN_DISCONNECT
+        if reason is None:
+            continue
+        marked = await store.request_disconnect(db, session.id, str(reason))
+        if marked is not None:
+            requested += 1
+            log.info(
+                "asking gateway %s to close session %s: %s", session.gateway_id, session.id, reason
+            )
+            await publish_disconnect(runtime, marked)
+    logged_off = 0
+    for desktop in await store.disconnected_desktops(db):
+        due = logoff_due(
+            desktop.policy,
+            disconnected_since=desktop.disconnected_since,
+            last_end_reason=_end_reason(desktop.last_end_reason),
+            now=now,
+        )
+        if not due:
+            continue
+        async with db.acquire() as connection:
+            done = await log_off(
+                connection, desktop.desktop_id, "disconnected past the logoff delay"
+            )
+        logged_off += done is not None
+    async with db.acquire() as connection:
+        pruned = await store.prune_tokens(connection, now - EXPIRED_TOKEN_RETENTION)
+    return SessionCheck(lost, requested, logged_off, pruned)

@@ -1,0 +1,317 @@
+"""The rules of desktop sessions, with no I/O: policies, tokens, redemption and logoff.
+
+- A pool's :class:`SessionPolicy` says which protocol its desktops are shown with, what happens
+  after a disconnect (log off at once, never, or after ``logoff_delay``), and the idle and
+  maximum session lengths the gateway enforces.
+- A connection token is 32 random bytes (URL-safe text); only its SHA-256 (:func:`token_key`)
+  is stored, next to the sealed :class:`~deskpool.sessions.tunnel.DesktopTarget`. A forged
+  token finds nothing; a stolen database row does not give the token back.
+- :func:`rejection_reason` decides whether a token may still be redeemed, and
+  :func:`logoff_due` whether a disconnected desktop is logged off now.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+from urllib.parse import urlsplit
+from uuid import UUID
+
+from deskpool.errors import FieldError
+from deskpool.pools.model import Desktop, DesktopState, OsType
+from deskpool.sessions.tunnel import DesktopTarget, SessionEndReason
+
+#: The longest delay, idle timeout or session length a policy accepts (one week, in seconds).
+MAX_POLICY_SECONDS = 7 * 24 * 3600
+
+#: Bytes of randomness in a connection token.
+TOKEN_BYTES = 32
+
+
+class DisplayProtocol(StrEnum):
+    """How a pool's desktops are shown; ``auto`` is RDP for Windows and VNC for Linux."""
+
+    AUTO = "auto"
+    RDP = "rdp"
+    VNC = "vnc"
+
+
+class AfterDisconnect(StrEnum):
+    """What happens to a desktop when its user's session ends."""
+
+    #: The user is logged off at once (a non-persistent desktop is then rebuilt).
+    LOGOFF_IMMEDIATELY = "logoff_immediately"
+    #: The desktop waits ``logoff_delay`` seconds for its user to come back, then logs off.
+    LOGOFF_AFTER_DELAY = "logoff_after_delay"
+    #: The user stays logged on until an administrator or the user ends it.
+    NEVER = "never"
+
+
+#: Ends the user did not cause: they never log off at once (the user gets the delay to return).
+INFRASTRUCTURE_ENDS = frozenset(
+    {
+        SessionEndReason.GATEWAY_LOST,
+        SessionEndReason.GATEWAY_SHUTDOWN,
+        SessionEndReason.DAEMON_ERROR,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionPolicy:
+    """A pool's session policy.
+
+    :ivar protocol: the display protocol of the pool's desktops.
+    :ivar after_disconnect: what happens when a session ends.
+    :ivar logoff_delay: seconds a disconnected desktop waits for its user (for
+        ``logoff_after_delay``, and after an end the user did not cause).
+    :ivar idle_timeout: seconds without user input before the session is disconnected.
+    :ivar max_session_duration: seconds a session may last before it is disconnected.
+    """
+
+    protocol: DisplayProtocol = DisplayProtocol.AUTO
+    after_disconnect: AfterDisconnect = AfterDisconnect.LOGOFF_AFTER_DELAY
+    logoff_delay: int = 600
+    idle_timeout: int | None = None
+    max_session_duration: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The policy as the API shows it."""
+        return {
+            "protocol": str(self.protocol),
+            "after_disconnect": str(self.after_disconnect),
+            "logoff_delay": self.logoff_delay,
+            "idle_timeout": self.idle_timeout,
+            "max_session_duration": self.max_session_duration,
+        }
+
+    @classmethod
+    def from_json(
+        cls, document: Mapping[str, Any], base: SessionPolicy | None = None
+    ) -> SessionPolicy:
+        """The policy ``base`` (default: the default policy) with the members of ``document``."""
+        current = (base or DEFAULT_POLICY).as_json()
+        merged = {**current, **{k: v for k, v in document.items() if k in current}}
+        return cls(
+            protocol=DisplayProtocol(merged["protocol"]),
+            after_disconnect=AfterDisconnect(merged["after_disconnect"]),
+            logoff_delay=int(merged["logoff_delay"]),
+            idle_timeout=merged["idle_timeout"],
+            max_session_duration=merged["max_session_duration"],
+        )
+
+
+#: The policy of a pool that never set one.
+DEFAULT_POLICY = SessionPolicy()
+
+
+def validate_policy(policy: SessionPolicy, prefix: str = "/session_policy") -> list[FieldError]:
+    """Return the invalid fields of ``policy`` as JSON pointers under ``prefix``."""
+    errors: list[FieldError] = []
+    if not 0 <= policy.logoff_delay <= MAX_POLICY_SECONDS:
+        errors.append(
+            FieldError(f"{prefix}/logoff_delay", f"must be between 0 and {MAX_POLICY_SECONDS}")
+        )
+    for name in ("idle_timeout", "max_session_duration"):
+        value = getattr(policy, name)
+        if value is not None and not 1 <= value <= MAX_POLICY_SECONDS:
+            errors.append(
+                FieldError(f"{prefix}/{name}", f"must be between 1 and {MAX_POLICY_SECONDS}")
+            )
+    return errors
+
+
+def display_protocol(policy: SessionPolicy, os_type: OsType) -> str:
+    """The protocol a desktop of a pool with ``policy`` and ``os_type`` is shown with."""
+    if policy.protocol is not DisplayProtocol.AUTO:
+        return str(policy.protocol)
+    return "rdp" if os_type is OsType.WINDOWS else "vnc"
+
+
+# ------------------------------------------------------------------------------ tokens
+
+
+def new_token() -> str:
+    """A new connection token: URL-safe text of :data:`TOKEN_BYTES` random bytes."""
+    return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def token_key(token: str) -> bytes:
+    """What is stored of a token: its SHA-256 (the token itself is never stored or logged)."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+def plausible_token(token: str) -> bool:
+    """Whether ``token`` could be one this server issued (a cheap check before any lookup)."""
+    return 20 <= len(token) <= 100 and all(c.isalnum() or c in "-_" for c in token)
+
+
+def target_to_json(target: DesktopTarget) -> dict[str, Any]:
+    """The sealed form of a target (parameters may hold credentials)."""
+    return {
+        "protocol": target.protocol,
+        "hostname": target.hostname,
+        "port": target.port,
+        "parameters": dict(target.parameters),
+    }
+
+
+def target_from_json(document: Mapping[str, Any]) -> DesktopTarget:
+    """Read what :func:`target_to_json` wrote."""
+    return DesktopTarget(
+        protocol=str(document["protocol"]),
+        hostname=str(document["hostname"]),
+        port=int(document["port"]),
+        parameters={str(k): str(v) for k, v in dict(document.get("parameters") or {}).items()},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedToken:
+    """A connection token as it was issued (the stored row, without the sealed target)."""
+
+    user_id: UUID
+    desktop_id: UUID
+    pool_id: UUID
+    protocol: str
+    expires_at: datetime
+    redeemed_at: datetime | None
+    shadow_of: UUID | None = None
+
+
+def rejection_reason(token: IssuedToken | None, now: datetime) -> str | None:
+    """Why ``token`` cannot be redeemed now (``None``: it can).
+
+    ``unknown`` when no token has that key, ``used`` once redeemed, ``expired`` past its
+    expiry (see :class:`~deskpool.sessions.tunnel.TokenRejected`).
+    """
+    if token is None:
+        return "unknown"
+    if token.redeemed_at is not None:
+        return "used"
+    if token.expires_at <= now:
+        return "expired"
+    return None
+
+
+def desktop_still_held(desktop: Desktop | None, user_id: UUID) -> bool:
+    """Whether the user still holds ``desktop`` (not deleted, reassigned or taken back)."""
+    return (
+        desktop is not None
+        and desktop.state is DesktopState.IN_USE
+        and desktop.assigned_user == str(user_id)
+    )
+
+
+# ------------------------------------------------------------------------------ logoff
+
+
+def logs_off_at_end(policy: SessionPolicy, reason: SessionEndReason) -> bool:
+    """Whether a session ending for ``reason`` logs its user off at once."""
+    return (
+        policy.after_disconnect is AfterDisconnect.LOGOFF_IMMEDIATELY
+        and reason not in INFRASTRUCTURE_ENDS
+    )
+
+
+def logoff_due(
+    policy: SessionPolicy,
+    *,
+    disconnected_since: datetime,
+    last_end_reason: SessionEndReason | None,
+    now: datetime,
+) -> bool:
+    """Whether a desktop in use with no open session is logged off now.
+
+    :param disconnected_since: when the desktop last had a session end, a token issued, or
+        its user allocated (whichever is latest).
+    :param last_end_reason: why its last session ended (``None``: it had none since).
+    """
+    if policy.after_disconnect is AfterDisconnect.NEVER:
+        return False
+    waited = now - disconnected_since
+    if policy.after_disconnect is AfterDisconnect.LOGOFF_IMMEDIATELY and (
+        last_end_reason is not None and last_end_reason not in INFRASTRUCTURE_ENDS
+    ):
+        return True
+    return waited >= timedelta(seconds=policy.logoff_delay)
+
+
+def over_limits(
+    policy: SessionPolicy, *, started_at: datetime, last_activity_at: datetime, now: datetime
+) -> SessionEndReason | None:
+    """Whether an open session is past its pool's maximum length or idle timeout."""
+    if policy.max_session_duration is not None and now - started_at >= timedelta(
+        seconds=policy.max_session_duration
+    ):
+        return SessionEndReason.MAX_DURATION
+    if policy.idle_timeout is not None and now - last_activity_at >= timedelta(
+        seconds=policy.idle_timeout
+    ):
+        return SessionEndReason.IDLE_TIMEOUT
+    return None
+
+
+# ------------------------------------------------------------------------------ the tunnel URL
+
+
+def tunnel_url_problem(url: str, app_env: str) -> str | None:
+    """Why ``GATEWAY_PUBLIC_WS_URL`` cannot be handed to browsers (``None``: it can).
+
+    It must be set, and ``wss://`` unless ``APP_ENV`` is ``development``.
+    """
+    if not url:
+        return (
+            "GATEWAY_PUBLIC_WS_URL is not set: browsers have no gateway to connect to. Set it "
+            "to the public wss:// URL of the gateway tunnel."
+        )
+    if urlsplit(url).scheme != "wss" and app_env != "development":
+        return (
+            f"GATEWAY_PUBLIC_WS_URL must be a wss:// URL outside development (APP_ENV is "
+            f"{app_env!r}); connection tokens are never sent over a clear-text tunnel."
+        )
+    return None
+
+
+# ------------------------------------------------------------------------------ records
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionRecord:
+    """One tunnel's session as it is stored.
+
+    :ivar read_only: an administrator's read-only view of another session (``shadow_of``).
+    :ivar gateway_id: the gateway process that holds (or held) the tunnel.
+    :ivar connection_id: the desktop daemon's connection id, once the handshake finished.
+    :ivar disconnect_requested_at: when someone asked for the session to be closed.
+    """
+
+    id: UUID
+    user_id: UUID
+    desktop_id: UUID
+    pool_id: UUID
+    desktop_name: str
+    protocol: str
+    read_only: bool
+    shadow_of: UUID | None
+    gateway_id: str
+    connection_id: str | None
+    started_at: datetime
+    connected_at: datetime | None
+    last_activity_at: datetime
+    ended_at: datetime | None
+    end_reason: str | None
+    bytes_to_desktop: int
+    bytes_to_browser: int
+    disconnect_requested_at: datetime | None
+    disconnect_reason: str | None
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the tunnel is (as far as deskpool knows) still open."""
+        return self.ended_at is None

@@ -1,0 +1,457 @@
+"""Session use cases: open a desktop with a token, reconnect, shadow, disconnect, log off.
+
+One function per use case; each validates, changes, audits and enqueues in one transaction.
+The API handlers, the worker's session task and the gateway's broker
+(:mod:`deskpool.sessions.broker`) call these, so a rule lives in one place.
+
+*Connection tokens.* Opening a desktop answers a token bound to the user, the desktop and the
+connection parameters the server resolved through the cluster's driver
+(:func:`resolve_target`); the target is sealed by the secret store for the context
+``session.connection_token[<key hex>].target`` and stored under the token's SHA-256, never the
+token itself. A token lives ``SESSION_TOKEN_TTL`` and is redeemed once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+from redis.exceptions import RedisError
+
+from deskpool.audit import record_audit_event
+from deskpool.clusters.repository import get_cluster
+from deskpool.drivers import DriverError, deadline_after
+from deskpool.errors import Conflict, DeskpoolError, Forbidden, NotFound, ServiceUnavailable
+from deskpool.events import AuditEvent
+from deskpool.pools import repository as pools
+from deskpool.pools.allocation import DesktopNotReady
+from deskpool.pools.model import Desktop, DesktopState, Pool
+from deskpool.pools.provisioning import REBUILD, enqueue_desktop_job
+from deskpool.pools.states import Allocated, Released, SessionClosed
+from deskpool.runtime import Runtime
+from deskpool.secrets import SecretContext, SecretsUnavailable
+from deskpool.sessions import store
+from deskpool.sessions.model import (
+    SessionPolicy,
+    SessionRecord,
+    display_protocol,
+    new_token,
+    target_to_json,
+    token_key,
+    tunnel_url_problem,
+)
+from deskpool.sessions.tunnel import DesktopTarget
+
+log = logging.getLogger(__name__)
+
+#: The setting of a connection token's lifetime (declared by the ``api`` component).
+TOKEN_TTL_SETTING = "SESSION_TOKEN_TTL"
+#: Its default, when the process did not declare it.
+DEFAULT_TOKEN_TTL = 60.0
+#: How long the driver may take to say where a desktop is shown.
+TARGET_TIMEOUT = 20.0
+#: The secret kind of a sealed connection target.
+TOKEN_SECRET_KIND = "session.connection_token"
+#: Who the automatic actions of sessions are recorded as.
+SYSTEM_ACTOR = "system:sessions"
+
+#: Builds the audit event of a change: ``(action, resource_type, resource_id, details)``.
+AuditOf = Callable[[str, str, str | None, dict[str, Any]], AuditEvent]
+
+
+class GatewayNotConfigured(ServiceUnavailable):
+    """``GATEWAY_PUBLIC_WS_URL`` is unset, or not ``wss://`` outside development (503)."""
+
+    code = "gateway_not_configured"
+    title = "Desktop access is not configured"
+
+
+class DesktopUnreachable(ServiceUnavailable):
+    """The driver could not say where the desktop is shown (not running, no address yet)."""
+
+    code = "desktop_unreachable"
+    title = "Desktop not reachable"
+
+
+class SessionNotOpen(Conflict):
+    """The session has ended, or cannot be joined yet (409)."""
+
+    code = "session_not_open"
+    title = "Session not open"
+
+
+def system_audit(
+    action: str, resource_type: str, resource_id: str | None, details: dict[str, Any]
+) -> AuditEvent:
+    """An audit event of an automatic action of sessions."""
+    return AuditEvent(
+        action=action,
+        actor=SYSTEM_ACTOR,
+        resource_type=resource_type,
+        resource_id=resource_id,
+        outcome="success",
+        occurred_at=datetime.now(UTC),
+        details=details,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DesktopConnection:
+    """A desktop handed to a user and the token that opens its tunnel (never log ``token``)."""
+
+    desktop: Desktop
+    token: str
+    url: str
+    protocol: str
+    expires_at: datetime
+
+    def __repr__(self) -> str:
+        return f"DesktopConnection({self.desktop.name}, {self.protocol}, <token hidden>)"
+
+
+# ------------------------------------------------------------------------------ connection
+
+
+def token_context(key: bytes) -> SecretContext:
+    """The secret context a token's target is sealed for."""
+    return SecretContext.of(TOKEN_SECRET_KIND, key.hex(), "target")
+
+
+def tunnel_url(runtime: Runtime) -> str:
+    """``GATEWAY_PUBLIC_WS_URL``, checked; with a master key to seal tokens.
+
+    :raises GatewayNotConfigured: the URL is unset, or not ``wss://`` outside development.
+    :raises SecretsUnavailable: no master key seals tokens.
+    """
+    config = runtime.config
+    url = str(config["GATEWAY_PUBLIC_WS_URL"])
+    problem = tunnel_url_problem(url, str(config["APP_ENV"]))
+    if problem is not None:
+        raise GatewayNotConfigured(problem)
+    if runtime.secret_store.current_key_id is None:
+        raise SecretsUnavailable(
+            "SECRETS_MASTER_KEY is not set: connection tokens cannot be sealed."
+        )
+    return url
+
+
+def token_ttl(runtime: Runtime) -> float:
+    """``SESSION_TOKEN_TTL`` in seconds."""
+    if TOKEN_TTL_SETTING in runtime.config:
+        return runtime.config.duration(TOKEN_TTL_SETTING)
+    return DEFAULT_TOKEN_TTL
+
+
+async def resolve_target(
+    runtime: Runtime, desktop: Desktop, pool: Pool, policy: SessionPolicy
+) -> DesktopTarget:
+    """Ask the desktop's cluster driver where the desktop is shown, with the pool's protocol.
+
+    :raises DesktopUnreachable: the VM does not run, has no address yet, or the driver fails.
+    """
+    record = await pools.get_desktop_record(runtime.db, desktop.id)
+    if record is None or desktop.vm_id is None:
+        raise DesktopUnreachable(f"desktop {desktop.name} has no VM yet", headers=_RETRY)
+    cluster = await get_cluster(runtime.db, record.cluster_id)
+    if cluster is None:
+        raise DesktopUnreachable(f"the cluster of desktop {desktop.name} is gone")
+    protocol = display_protocol(policy, pool.os_type)
+    try:
+        async with runtime.drivers.open(cluster) as driver:
+            endpoint = await driver.console_endpoint(
+                desktop.vm_id, protocol, deadline=deadline_after(TARGET_TIMEOUT)
+            )
+    except (DriverError, DeskpoolError) as error:
+        raise DesktopUnreachable(
+            f"desktop {desktop.name} cannot be reached with {protocol} now ({error.code}: "
+            f"{error.detail}); try again shortly",
+            headers=_RETRY,
+        ) from None
+    return DesktopTarget(
+        protocol=str(endpoint.protocol),
+        hostname=endpoint.host,
+        port=endpoint.port,
+        parameters={**endpoint.parameters, **endpoint.credentials},
+    )
+
+
+_RETRY = {"Retry-After": "5"}
+
+
+async def issue_token(
+    runtime: Runtime,
+    connection: asyncpg.Connection,
+    *,
+    user_id: uuid.UUID,
+    desktop: Desktop,
+    target: DesktopTarget,
+    shadow_of: uuid.UUID | None = None,
+) -> tuple[str, datetime]:
+    """Store a new single-use token for ``target``; return it and its expiry."""
+    token = new_token()
+    key = token_key(token)
+    sealed = runtime.secret_store.encrypt(
+        json.dumps(target_to_json(target)).encode(), token_context(key)
+    )
+    expires_at = await store.insert_token(
+        connection,
+        key,
+        user_id=user_id,
+        desktop_id=desktop.id,
+        pool_id=desktop.pool_id,
+        protocol=target.protocol,
+        sealed_target=sealed,
+        ttl=token_ttl(runtime),
+        shadow_of=shadow_of,
+    )
+    return token, expires_at
+
+
+async def _connect(
+    runtime: Runtime, url: str, user_id: uuid.UUID, desktop: Desktop, pool: Pool
+) -> DesktopConnection:
+    policy = await store.get_policy(runtime.db, pool.id)
+    target = await resolve_target(runtime, desktop, pool, policy)
+    async with runtime.db.acquire() as connection, connection.transaction():
+        token, expires_at = await issue_token(
+            runtime, connection, user_id=user_id, desktop=desktop, target=target
+        )
+    return DesktopConnection(desktop, token, url, target.protocol, expires_at)
+
+
+async def _audit_allocation(
+    connection: asyncpg.Connection, audit: AuditOf, desktop: Desktop, user: str
+) -> None:
+    event = audit(
+        "desktop.allocate",
+        "desktops",
+        str(desktop.id),
+        {"pool_id": str(desktop.pool_id), "user_id": user},
+    )
+    await record_audit_event(connection, event)
+
+
+async def may_open(runtime: Runtime, principal: Any, pool_id: uuid.UUID) -> bool:
+    """Whether the caller may open desktops of the pool: ``pools:manage`` or an entitlement."""
+    if principal.may("pools:manage"):
+        return True
+    return await pools.is_entitled(runtime.db, pool_id, principal.id, principal.group_ids)
+
+
+async def open_pool_desktop(
+    runtime: Runtime, principal: Any, pool_id: uuid.UUID, audit: AuditOf
+) -> DesktopConnection:
+    """Hand the caller a desktop of the pool and a connection token to it.
+
+    The tunnel's configuration is checked first, so nothing is allocated when no browser could
+    connect. The allocation is :func:`deskpool.pools.repository.allocate_desktop`'s.
+
+    :raises NotFound: no such pool. :raises Forbidden: the caller may not open it.
+    :raises GatewayNotConfigured: see :func:`tunnel_url`.
+    """
+    url = tunnel_url(runtime)
+    pool = await pools.get_pool(runtime.db, pool_id)
+    if pool is None:
+        raise NotFound(f"No pool has the id {pool_id}.")
+    if not await may_open(runtime, principal, pool_id):
+        raise Forbidden("You are not entitled to this pool.")
+    async with runtime.db.acquire() as connection, connection.transaction():
+        desktop = await pools.allocate_desktop(connection, pool, principal.id)
+        await _audit_allocation(connection, audit, desktop, str(principal.id))
+    return await _connect(runtime, url, uuid.UUID(str(principal.id)), desktop, pool)
+
+
+async def reconnect_desktop(
+    runtime: Runtime, principal: Any, desktop_id: uuid.UUID, audit: AuditOf
+) -> DesktopConnection:
+    """A new connection token to a desktop the caller holds.
+
+    A persistent desktop the caller was logged off from (``ready``, still assigned) is
+    allocated to them again first.
+
+    :raises NotFound: no such desktop, or it is not the caller's.
+    :raises DesktopNotReady: it is being rebuilt or repaired.
+    """
+    url = tunnel_url(runtime)
+    user = str(principal.id)
+    desktop = await pools.get_desktop(runtime.db, desktop_id)
+    if desktop is None or desktop.assigned_user != user:
+        raise NotFound(f"You hold no desktop with the id {desktop_id}.")
+    pool = await pools.get_pool(runtime.db, desktop.pool_id)
+    if pool is None:
+        raise NotFound(f"You hold no desktop with the id {desktop_id}.")
+    if desktop.state is DesktopState.READY:
+        async with runtime.db.acquire() as connection, connection.transaction():
+            desktop = await pools.apply_event(connection, desktop_id, Allocated(user), pool=pool)
+            await _audit_allocation(connection, audit, desktop, user)
+    if desktop.state is not DesktopState.IN_USE:
+        raise DesktopNotReady(
+            f"your desktop {desktop.name} is {desktop.state}; try again when it is ready",
+            headers=_RETRY,
+        )
+    return await _connect(runtime, url, uuid.UUID(user), desktop, pool)
+
+
+async def shadow_session(
+    runtime: Runtime, principal: Any, session_id: uuid.UUID, audit: AuditOf
+) -> tuple[SessionRecord, DesktopConnection]:
+    """A token that joins an open session read-only (an administrator watching a user).
+
+    :raises NotFound: no such session. :raises SessionNotOpen: it ended, is itself a
+        read-only view, or its tunnel has not finished the handshake.
+    """
+    url = tunnel_url(runtime)
+    session = await store.get_session(runtime.db, session_id)
+    if session is None:
+        raise NotFound(f"No session has the id {session_id}.")
+    if not session.is_open or session.read_only or session.connection_id is None:
+        raise SessionNotOpen(
+            f"session {session_id} cannot be joined: it "
+            + (
+                "has ended"
+                if not session.is_open
+                else "is a read-only view"
+                if session.read_only
+                else "has not connected to its desktop yet"
+            )
+        )
+    desktop = await pools.get_desktop(runtime.db, session.desktop_id)
+    if desktop is None:
+        raise SessionNotOpen(f"the desktop of session {session_id} is gone")
+    target = DesktopTarget(protocol=session.protocol, hostname="", port=0)
+    viewer = uuid.UUID(str(principal.id))
+    async with runtime.db.acquire() as connection, connection.transaction():
+        token, expires_at = await issue_token(
+            runtime,
+            connection,
+            user_id=viewer,
+            desktop=desktop,
+            target=target,
+            shadow_of=session.id,
+        )
+        await record_audit_event(
+            connection,
+            audit(
+                "session.shadow",
+                "sessions",
+                str(session.id),
+                {"desktop_id": str(desktop.id), "user_id": str(session.user_id)},
+            ),
+        )
+    return session, DesktopConnection(desktop, token, url, session.protocol, expires_at)
+
+
+# ------------------------------------------------------------------------------ sessions
+
+
+async def get_session(runtime: Runtime, session_id: uuid.UUID) -> SessionRecord:
+    """The session ``session_id``. :raises NotFound: there is none."""
+    session = await store.get_session(runtime.db, session_id)
+    if session is None:
+        raise NotFound(f"No session has the id {session_id}.")
+    return session
+
+
+async def list_sessions(
+    runtime: Runtime,
+    *,
+    limit: int,
+    after: tuple[datetime, uuid.UUID] | None,
+    where: store.SessionFilter,
+) -> list[SessionRecord]:
+    """Sessions newest first (see :func:`deskpool.sessions.store.list_sessions`)."""
+    return await store.list_sessions(runtime.db, limit=limit, after=after, where=where)
+
+
+def disconnect_channel(gateway_id: str) -> str:
+    """The Redis channel a gateway listens on for the sessions it must close."""
+    return f"deskpool:gateway:{gateway_id}:disconnect"
+
+
+async def publish_disconnect(runtime: Runtime, session: SessionRecord) -> None:
+    """Tell the session's gateway at once (best effort: it also polls the database)."""
+    try:
+        await runtime.kv.publish(disconnect_channel(session.gateway_id), str(session.id))
+    except (RedisError, OSError) as error:
+        log.warning("could not publish the disconnect of session %s: %s", session.id, error)
+
+
+async def disconnect_session(
+    runtime: Runtime, session_id: uuid.UUID, audit: AuditOf, reason: str = "admin_disconnect"
+) -> SessionRecord:
+    """Ask the gateway holding the session to close it (within seconds, wherever it runs).
+
+    :raises NotFound: no such session. :raises SessionNotOpen: it has ended.
+    """
+    async with runtime.db.acquire() as connection, connection.transaction():
+        session = await store.request_disconnect(connection, session_id, reason)
+        if session is None:
+            if await store.get_session(connection, session_id) is None:
+                raise NotFound(f"No session has the id {session_id}.")
+            raise SessionNotOpen(f"session {session_id} has ended")
+        await record_audit_event(
+            connection,
+            audit(
+                "session.disconnect",
+                "sessions",
+                str(session_id),
+                {"reason": reason, "gateway_id": session.gateway_id},
+            ),
+        )
+    await publish_disconnect(runtime, session)
+    return session
+
+
+# ------------------------------------------------------------------------------ logoff
+
+
+async def close_desktop_session(
+    connection: asyncpg.Connection, desktop_id: uuid.UUID
+) -> Desktop | None:
+    """Set ``in_session`` false when no user tunnel is open to the desktop any more."""
+    if await store.has_open_session(connection, desktop_id):
+        return None
+    desktop = await pools.get_desktop(connection, desktop_id, for_update=True)
+    if desktop is None or not desktop.in_session:
+        return desktop
+    if desktop.state is not DesktopState.IN_USE:
+        await connection.execute(
+            "UPDATE desktops SET in_session = false, updated_at = now() WHERE id = $1", desktop_id
+        )
+        return desktop
+    return await pools.apply_event(connection, desktop_id, SessionClosed())
+
+
+async def log_off(
+    connection: asyncpg.Connection, desktop_id: uuid.UUID, why: str, audit: AuditOf = system_audit
+) -> Desktop | None:
+    """Log the user of a desktop in use off, if no tunnel is open to it; ``None`` otherwise.
+
+    A persistent desktop becomes ``ready`` and stays its user's; a non-persistent one is
+    rebuilt (``refreshing``, with its ``desktop.rebuild`` job) before anyone else gets it.
+    """
+    async with connection.transaction():
+        desktop = await pools.get_desktop(connection, desktop_id, for_update=True)
+        if desktop is None or desktop.state is not DesktopState.IN_USE:
+            return None
+        if await store.has_open_session(connection, desktop_id):
+            return None
+        after = await pools.apply_event(connection, desktop_id, Released())
+        if after.state is DesktopState.REFRESHING:
+            await enqueue_desktop_job(connection, REBUILD, after)
+        await record_audit_event(
+            connection,
+            audit(
+                "desktop.logoff",
+                "desktops",
+                str(desktop_id),
+                {"user_id": desktop.assigned_user, "reason": why, "state": str(after.state)},
+            ),
+        )
+    return after

@@ -1,0 +1,165 @@
+"""Fixtures of the session tests: the pool API fixtures, plus desktops with real simulated VMs.
+
+The API runtime, its client and signed-in callers come from the pool tests' fixtures (the
+module's own database with a master key). Unlike there, each desktop here has a VM that exists
+on a simulated cluster (cloned, started, its guest agent answering), so opening it asks the
+simulator driver where it is shown, as in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from tests.integration.pools.conftest import (  # noqa: F401 (fixtures)
+    TUNNEL_URL,
+    Caller,
+    api_cluster,
+    client,
+    new_caller,
+    pool_model,
+    pools_environ,
+    pools_runtime,
+)
+
+from deskpool.clusters.repository import get_cluster
+from deskpool.pools import repository
+from deskpool.pools.model import DesktopState, Pool, PoolKind
+from deskpool.runtime import Runtime
+from deskpool.sessions import store
+from deskpool.sessions.broker import PlatformSessionBroker
+from deskpool.sessions.model import SessionPolicy
+
+#: The simulated cluster's console host and VNC port, as the driver reports them.
+CONSOLE_HOST = "desktops.sim.test"
+VNC_PORT = 5901
+
+NewCaller = Callable[..., Awaitable[Caller]]
+
+
+@dataclass(frozen=True)
+class Estate:
+    """A pool with ready desktops backed by simulated VMs, and a user entitled to it."""
+
+    pool: Pool
+    desktops: list[uuid.UUID]
+    user: Caller
+    admin: Caller
+
+
+async def _vm_ids(runtime: Runtime, cluster_id: uuid.UUID, names: list[str]) -> list[str]:
+    """Clone, start and wait for the guest agent of one simulated VM per name."""
+    record = await get_cluster(runtime.db, cluster_id)
+    assert record is not None
+    async with runtime.drivers.open(record) as driver:
+        template = next(t for t in await driver.list_templates() if t.name == "ubuntu-22.04")
+        ids = []
+        for name in names:
+            vm = await driver.clone(template.id, name=name, desktop_id=str(uuid.uuid4()))
+            await driver.start(vm.id)
+            ids.append(vm.id)
+        for vm_id in ids:
+            for _ in range(500):  # the simulated agent answers after ~20 ms
+                if await driver.agent_ping(vm_id):
+                    break
+                await asyncio.sleep(0.01)
+    return ids
+
+
+@pytest.fixture
+def estate(
+    pools_runtime: Runtime,  # noqa: F811 (the imported fixture)
+    api_cluster: Any,  # noqa: F811
+    new_caller: NewCaller,  # noqa: F811
+) -> Callable[..., Awaitable[Estate]]:
+    """``await estate(ready=1, kind=..., policy=SessionPolicy(...))``: see :class:`Estate`."""
+
+    async def make(ready: int = 1, policy: SessionPolicy | None = None, **overrides: Any) -> Estate:
+        cluster_id = uuid.UUID(
+            await api_cluster(console_host=CONSOLE_HOST, console_ports={"vnc": VNC_PORT})
+        )
+        pool = pool_model(cluster_id, template="ubuntu-22.04", **overrides)
+        names = [f"s{secrets.token_hex(3)}-{n}" for n in range(ready)]
+        vm_ids = await _vm_ids(pools_runtime, cluster_id, names)
+        async with pools_runtime.db.acquire() as connection:
+            record = await repository.create_pool(connection, pool)
+            desktops = await repository.insert_desktops(connection, record.pool, names)
+            for desktop, vm_id in zip(desktops, vm_ids, strict=True):
+                await connection.execute(
+                    "UPDATE desktops SET state = 'ready', vm_id = $2, template = 'ubuntu-22.04' "
+                    "WHERE id = $1",
+                    desktop.id,
+                    vm_id,
+                )
+            if policy is not None:
+                await store.put_policy(connection, pool.id, policy)
+        user = await new_caller()
+        admin = await new_caller("sessions:manage", "sessions:read")
+        async with pools_runtime.db.acquire() as connection:
+            await connection.execute(
+                "INSERT INTO pool_entitlements (pool_id, subject_type, subject_id) "
+                "VALUES ($1, 'user', $2::uuid)",
+                pool.id,
+                user.id,
+            )
+        return Estate(record.pool, [d.id for d in desktops], user, admin)
+
+    return make
+
+
+@pytest.fixture
+def broker(pools_runtime: Runtime) -> PlatformSessionBroker:  # noqa: F811
+    """The platform broker, as a gateway process builds it."""
+    return PlatformSessionBroker(pools_runtime, lease=30.0)
+
+
+async def open_desktop(client: Any, estate: Estate) -> dict[str, Any]:  # noqa: F811
+    """Open the estate's pool as its user; return the response body (asserting 200)."""
+    response = await client.post(
+        f"/api/v1/me/pools/{estate.pool.id}/desktop", headers=estate.user.headers
+    )
+    body = await response.json()
+    assert response.status == 200, body
+    return dict(body)
+
+
+async def desktop_row(runtime: Runtime, desktop_id: str | uuid.UUID) -> dict[str, Any]:
+    """The desktop's row (state, assigned_user, in_session...)."""
+    async with runtime.db.acquire() as connection:
+        row = await connection.fetchrow(
+            "SELECT * FROM desktops WHERE id = $1", uuid.UUID(str(desktop_id))
+        )
+    assert row is not None
+    return dict(row)
+
+
+async def audit_actions(runtime: Runtime, resource_id: str) -> list[str]:
+    """The audit actions recorded on a resource, oldest first."""
+    async with runtime.db.acquire() as connection:
+        rows = await connection.fetch(
+            "SELECT action FROM audit_events WHERE resource_id = $1 ORDER BY id", resource_id
+        )
+    return [row["action"] for row in rows]
+
+
+def details(value: Any) -> dict[str, Any]:
+    """An audit event's details as a dict."""
+    return dict(json.loads(value) if isinstance(value, str) else value)
+
+
+__all__ = [
+    "TUNNEL_URL",
+    "DesktopState",
+    "Estate",
+    "PoolKind",
+    "audit_actions",
+    "desktop_row",
+    "details",
+    "open_desktop",
+]
