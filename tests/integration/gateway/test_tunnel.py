@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from prometheus_client import generate_latest
 from tests.integration.gateway.conftest import GatewayHarness
 
 from deskpool.desktopd import DesktopDaemonSimulator
@@ -75,3 +76,17 @@ async def test_daemon_end_closes_the_tunnel_with_success(gateway: GatewayHarness
     assert closed.status == Status.SUCCESS
     session_id = gateway.broker.grant_of(token).session_id
     assert await gateway.broker.wait_ended(session_id) is SessionEndReason.DESKTOP_CLOSED
+
+
+async def test_metrics_are_on_the_process_registry(gateway: GatewayHarness) -> None:
+    client = await gateway.open(gateway.broker.issue())
+    await client.until("sync")
+    text = generate_latest(gateway.component.runtime.metrics).decode()
+    assert "deskpool_gateway_open_tunnels 1.0" in text
+    assert 'deskpool_gateway_relayed_bytes_total{direction="to_browser"}' in text
+    assert "deskpool_gateway_handshake_seconds_count 1.0" in text
+    await client.ws.close()
+    await gateway.broker.wait_ended(gateway.broker.redeemed[0][0].session_id)
+    text = generate_latest(gateway.component.runtime.metrics).decode()
+    assert "deskpool_gateway_open_tunnels 0.0" in text
+    assert 'deskpool_gateway_session_duration_seconds_count{reason="client_closed"} 1.0' in text
