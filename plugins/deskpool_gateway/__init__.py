@@ -15,13 +15,11 @@ then closes the rest (``UPSTREAM_UNAVAILABLE``) and records them as ``gateway_sh
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import secrets
 import socket
-from collections.abc import AsyncIterator, Callable, Mapping
-from uuid import UUID
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -31,13 +29,8 @@ from deskpool.listener import HttpListenerComponent
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
 from deskpool.runtime import ComponentFactory, Runtime
-from deskpool.sessions.tunnel import (
-    SessionBroker,
-    SessionEndReason,
-    TokenRejected,
-    TunnelCounters,
-    TunnelGrant,
-)
+from deskpool.sessions.broker import broker_factory
+from deskpool.sessions.tunnel import SessionBroker
 from deskpool_gateway.endpoint import SUPERVISOR, tunnel_handler
 from deskpool_gateway.metrics import GatewayMetrics
 from deskpool_gateway.settings import GatewaySettings, declare_settings
@@ -48,40 +41,9 @@ log = logging.getLogger(__name__)
 BrokerFactory = Callable[[Runtime], SessionBroker]
 
 
-class UnavailableBroker:
-    """The broker of a platform without session support: every token is ``unavailable``."""
-
-    async def redeem(self, token: str, *, gateway_id: str) -> TunnelGrant:
-        """Refuse."""
-        raise TokenRejected("unavailable")
-
-    async def session_connected(self, session_id: UUID, *, connection_id: str) -> None:
-        """Nothing to record."""
-
-    async def heartbeat(self, gateway_id: str, counters: Mapping[UUID, TunnelCounters]) -> None:
-        """Nothing to renew."""
-
-    async def session_ended(
-        self, session_id: UUID, reason: SessionEndReason, counters: TunnelCounters
-    ) -> None:
-        """Nothing to close."""
-
-    async def disconnect_requests(self, gateway_id: str) -> AsyncIterator[UUID]:
-        """Never any."""
-        none: tuple[UUID, ...] = ()
-        for session_id in none:
-            yield session_id
-
-
-def platform_broker(runtime: Runtime) -> SessionBroker:
-    """The platform's broker (``deskpool.sessions.broker.broker_factory``)."""
-    try:
-        module = importlib.import_module("deskpool.sessions.broker")
-    except ImportError:
-        log.warning("this platform has no session broker: every connection token is refused")
-        return UnavailableBroker()
-    factory: BrokerFactory = module.broker_factory
-    return factory(runtime)
+def broker_factory_of_platform(runtime: Runtime) -> SessionBroker:
+    """The platform's broker over PostgreSQL and Redis (:mod:`deskpool.sessions.broker`)."""
+    return broker_factory(runtime)
 
 
 def new_gateway_id() -> str:
@@ -108,7 +70,7 @@ class GatewayComponent(HttpListenerComponent):
         self.settings = GatewaySettings.from_config(runtime.config)
         self.metrics = GatewayMetrics(runtime.metrics)
         self.gateway_id = new_gateway_id()
-        self._broker_factory = broker_factory or platform_broker
+        self._broker_factory: BrokerFactory = broker_factory or broker_factory_of_platform
         self.supervisor: TunnelSupervisor | None = None
 
     @property
