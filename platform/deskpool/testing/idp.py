@@ -44,6 +44,8 @@ from joserfc.errors import JoseError, SecurityWarning
 from joserfc.jwk import ECKey, Key, KeyParameters, KeySet, OctKey, OKPKey, RSAKey, import_key
 from joserfc.util import json_b64encode, urlsafe_b64encode
 
+from deskpool.testing import idp_signin
+
 __all__ = [
     "DEFAULT_AUDIENCE",
     "DevIdentityProvider",
@@ -165,6 +167,8 @@ class TestIdentityProvider:
     :param users: users the authorization code flow signs in; the first is the default.
     :param token_lifetime: lifetime in seconds of tokens from the authorization code flow.
     :param allow_remote: allow listening on an address that is not loopback.
+    :param sign_in_page: show a page to choose the user at ``/authorize`` (and keep a browser
+        session that ``/logout`` ends) instead of signing the hinted user in at once.
     """
 
     __test__ = False  # a helper, not a test class pytest should collect
@@ -178,9 +182,14 @@ class TestIdentityProvider:
         users: Iterable[IdentityUser] | None = None,
         token_lifetime: float = 3600.0,
         allow_remote: bool = False,
+        sign_in_page: bool = False,
     ) -> None:
         self.audience = audience
         self.allow_remote = allow_remote
+        #: Whether ``/authorize`` shows a page to choose the user (see :mod:`.idp_signin`).
+        self.sign_in_page = sign_in_page
+        #: Browser sessions of the sign-in page: session id to subject.
+        self.browser_sessions: dict[str, str] = {}
         self.issuer_path = "/" + issuer_path.strip("/") if issuer_path.strip("/") else ""
         self.token_lifetime = token_lifetime
         self._keys: list[SigningKey] = list(keys) if keys is not None else []
@@ -263,6 +272,7 @@ class TestIdentityProvider:
         app.router.add_get(prefix + "/jwks.json", _jwks)
         app.router.add_get(prefix + "/untrusted/jwks.json", _untrusted_jwks)
         app.router.add_get(prefix + "/authorize", _authorize)
+        app.router.add_post(prefix + "/authorize", _authorize_submit)
         app.router.add_post(prefix + "/token", _token)
         app.router.add_get(prefix + "/userinfo", _userinfo)
         app.router.add_get(prefix + "/logout", _logout)
@@ -660,8 +670,15 @@ async def _untrusted_jwks(request: web.Request) -> web.Response:
     return web.json_response({"keys": [k.public_jwk() for k in idp.untrusted_keys]})
 
 
+async def _authorize_submit(request: web.Request) -> web.Response:
+    return await idp_signin.submit_sign_in(request, request.app[APP_KEY_IDP])
+
+
 async def _authorize(request: web.Request) -> web.Response:
-    """Sign in the hinted (or default) user at once and redirect back with a code."""
+    """Sign in the session's, else the hinted (or default) user and redirect back with a code.
+
+    With the sign-in page on and no browser session, answer the page instead.
+    """
     idp = request.app[APP_KEY_IDP]
     query = request.query
     redirect_uri = query.get("redirect_uri", "")
@@ -676,12 +693,15 @@ async def _authorize(request: web.Request) -> web.Response:
     elif query.get("code_challenge_method") != "S256" or not query.get("code_challenge"):
         back.update(error="invalid_request", error_description="PKCE with S256 is required")
     else:
+        subject = idp_signin.signed_in_subject(idp, request)
+        if subject is None and idp.sign_in_page:
+            return idp_signin.sign_in_page(idp, query, request.path)
         code = secrets.token_urlsafe(24)
         idp._codes[code] = _AuthorizationCode(
             client_id=query["client_id"],
             redirect_uri=redirect_uri,
             code_challenge=query["code_challenge"],
-            subject=idp._user_for(query.get("login_hint")).subject,
+            subject=subject or idp._user_for(query.get("login_hint")).subject,
             scope=query.get("scope", "openid"),
             nonce=query.get("nonce"),
             expires_at=time.monotonic() + _CODE_LIFETIME,
@@ -743,11 +763,15 @@ async def _userinfo(request: web.Request) -> web.Response:
 
 
 async def _logout(request: web.Request) -> web.Response:
+    """End the browser session (RP-initiated logout) and go back where the client asked."""
+    cleared = idp_signin.end_browser_session(request.app[APP_KEY_IDP], request)
     target = request.query.get("post_logout_redirect_uri", "")
     if _redirect_allowed(target):
         state = request.query.get("state")
-        raise web.HTTPFound(target + (("?" + urlencode({"state": state})) if state else ""))
-    return web.Response(text="Signed out.")
+        raise web.HTTPFound(
+            target + (("?" + urlencode({"state": state})) if state else ""), headers=cleared
+        )
+    return web.Response(text="Signed out.", headers=cleared)
 
 
 class DevIdentityProvider(TestIdentityProvider):
@@ -758,7 +782,8 @@ class DevIdentityProvider(TestIdentityProvider):
 
     :param key_file: where the private JWK Set is kept.
     :param audience: the audience of access tokens (``AUTH_OIDC_AUDIENCE``).
-    :param users: users the sign-in flow offers; a development administrator by default.
+    :param users: users the sign-in page offers; a development administrator and a desktop
+        user by default.
     :param token_lifetime: lifetime in seconds of tokens from the sign-in flow.
     :param allow_remote: allow listening on an address that is not loopback.
     """
@@ -779,7 +804,17 @@ class DevIdentityProvider(TestIdentityProvider):
             users=users,
             token_lifetime=token_lifetime,
             allow_remote=allow_remote,
+            sign_in_page=True,
         )
+        if users is None:
+            self.add_user(
+                "dev-user",
+                email="user@deskpool.test",
+                email_verified=True,
+                name="Development Desktop User",
+                preferred_username="user",
+                groups=["deskpool-users"],
+            )
 
     @staticmethod
     def _load_or_create_keys(path: Path) -> list[SigningKey]:
