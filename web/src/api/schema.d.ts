@@ -568,6 +568,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/me/desktops/{desktop_id}/connection": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Reconnect to a desktop the caller holds
+         * @description A new single-use connection token to the caller's desktop (a persistent desktop the caller was logged off from is handed back first). 404 when the caller does not hold it.
+         *
+         *     Requires a valid access token; no particular permission.
+         */
+        post: operations["connectMyDesktop"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/me/pools": {
         parameters: {
             query?: never;
@@ -601,11 +623,33 @@ export interface paths {
         put?: never;
         /**
          * Open a desktop of a pool
-         * @description Hands the caller a desktop: the one they hold (persistent pools, reconnects), else a free ready one. Entitled users (directly or through a group) and holders of `pools:manage` may; others get 403. 409 `pool_unavailable` when the pool is disabled, or draining and the caller holds nothing there; 503 `no_desktop_available` (or `desktop_not_ready` for the caller's own desktop) with `Retry-After`.
+         * @description Hands the caller a desktop: the one they hold (persistent pools, reconnects), else a free ready one, and a single-use connection token to it (valid `SESSION_TOKEN_TTL`) with the gateway tunnel's URL. Entitled users (directly or through a group) and holders of `pools:manage` may; others get 403. 409 `pool_unavailable` when the pool is disabled, or draining and the caller holds nothing there; 503 `no_desktop_available` (or `desktop_not_ready` for the caller's own desktop) with `Retry-After`; 503 `gateway_not_configured` (nothing is allocated) when `GATEWAY_PUBLIC_WS_URL` is unset, or not `wss://` outside development; 503 `desktop_unreachable` with `Retry-After` when the desktop's address is not known yet (the desktop stays the caller's: ask again).
          *
          *     Requires the permission `pools:manage`, or an entitlement to the addressed pool (or `platform:admin`).
          */
         post: operations["openPoolDesktop"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/me/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The caller's desktop sessions
+         * @description Newest first; `state` keeps only open or ended ones.
+         *
+         *     Requires a valid access token; no particular permission.
+         */
+        get: operations["listMySessions"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -858,6 +902,92 @@ export interface paths {
          * @description Requires the permission `roles:manage` (or `platform:admin`).
          */
         patch: operations["updateRole"];
+        trace?: never;
+    };
+    "/api/v1/sessions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List desktop sessions
+         * @description Newest first; filter by user, desktop, pool and `open` / `ended`.
+         *
+         *     Requires the permission `sessions:read` (or `platform:admin`).
+         */
+        get: operations["listSessions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sessions/{session_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a desktop session
+         * @description Requires the permission `sessions:read` (or `platform:admin`).
+         */
+        get: operations["getSession"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sessions/{session_id}/disconnect": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Disconnect a desktop session
+         * @description Asks the gateway holding the tunnel to close it (within seconds, whichever gateway it is); the session then ends with `admin_disconnect`, and the pool's after-disconnect policy applies. 409 `session_not_open` when it has ended.
+         *
+         *     Requires the permission `sessions:manage` (or `platform:admin`).
+         */
+        post: operations["disconnectSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/sessions/{session_id}/shadow": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Watch a desktop session read-only
+         * @description A connection token that joins the live session read-only: the administrator sees the user's desktop and cannot type or click. 409 `session_not_open` when the session has ended or has not connected yet.
+         *
+         *     Requires the permission `sessions:manage` (or `platform:admin`).
+         */
+        post: operations["shadowSession"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/v1/setup": {
@@ -1444,6 +1574,27 @@ export interface components {
             permissions: string[];
             is_platform_admin: boolean;
         };
+        Connection: {
+            /** @description Single-use connection token: the browser's tunnel sends it to the gateway (`token` connect parameter). Never log it. */
+            token: string;
+            /** @description Public URL of the gateway tunnel (`GATEWAY_PUBLIC_WS_URL`). */
+            url: string;
+            /** @description The desktop's protocol: `rdp` or `vnc`. */
+            protocol: string;
+            /**
+             * Format: date-time
+             * @description The token is refused after this instant.
+             */
+            expires_at: string;
+        };
+        DesktopConnection: {
+            id: string;
+            name: string;
+            /** @description The desktop's state (`in_use`). */
+            state: string;
+            pool_id: string;
+            connection: components["schemas"]["Connection"];
+        };
         HeldDesktop: {
             id: string;
             name: string;
@@ -1485,15 +1636,55 @@ export interface components {
             /** @description Opaque cursor of the next page, to send back as `cursor`; null on the last page. */
             next: string | null;
         };
-        AllocatedDesktop: {
+        Session: {
             id: string;
-            name: string;
+            user_id: string;
+            desktop_id: string;
+            desktop_name: string;
+            pool_id: string;
+            protocol: string;
             /**
-             * @description The desktop's state (`in_use` once handed out).
+             * @description `open` or `ended`.
              * @enum {string}
              */
-            state: "provisioning" | "starting" | "waiting_for_agent" | "waiting_for_windows" | "ready" | "in_use" | "refreshing" | "deleting" | "failed";
-            pool_id: string;
+            state: "open" | "ended";
+            /** @description An administrator's read-only view (shadowing). */
+            read_only: boolean;
+            /** @description The session being watched. */
+            shadow_of: string | null;
+            /** @description The gateway process holding the tunnel. */
+            gateway_id: string;
+            /** Format: date-time */
+            started_at: string;
+            /**
+             * Format: date-time
+             * @description When the desktop daemon finished the handshake.
+             */
+            connected_at: string | null;
+            /**
+             * Format: date-time
+             * @description The last user input the gateway reported.
+             */
+            last_activity_at: string;
+            /** Format: date-time */
+            ended_at: string | null;
+            /**
+             * @description Why it ended: `client_closed`, `desktop_closed`, `admin_disconnect`, `idle_timeout`, `max_duration`, `daemon_error`, `gateway_shutdown`, `gateway_lost`.
+             * @enum {string|null}
+             */
+            end_reason: "client_closed" | "desktop_closed" | "admin_disconnect" | "idle_timeout" | "max_duration" | "daemon_error" | "gateway_shutdown" | "gateway_lost" | null;
+            bytes_to_desktop: number;
+            bytes_to_browser: number;
+            /**
+             * Format: date-time
+             * @description When an administrator or a policy asked for it to close.
+             */
+            disconnect_requested_at: string | null;
+        };
+        SessionPage: {
+            items: components["schemas"]["Session"][];
+            /** @description Opaque cursor of the next page, to send back as `cursor`; null on the last page. */
+            next: string | null;
         };
         Binding: {
             id: string;
@@ -1842,6 +2033,10 @@ export interface components {
         RoleChange: {
             description?: string;
             permissions?: string[];
+        };
+        Shadow: {
+            session: components["schemas"]["Session"];
+            connection: components["schemas"]["Connection"];
         };
         Setup: {
             /** @description Whether a cluster is connected (with an installed driver). */
@@ -3243,6 +3438,48 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    connectMyDesktop: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                desktop_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The desktop and its connection. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DesktopConnection"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            /** @description Desktop access is not configured (`gateway_not_configured`: `GATEWAY_PUBLIC_WS_URL` unset, or not `wss://` outside development; `secrets_key_missing`), or the desktop cannot be reached now (`desktop_unreachable`, `desktop_not_ready`, with `Retry-After`). */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     listMyPools: {
         parameters: {
             query?: {
@@ -3289,7 +3526,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The caller's desktop. */
+            /** @description The caller's desktop and its connection. */
             200: {
                 headers: {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
@@ -3299,7 +3536,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["AllocatedDesktop"];
+                    "application/json": components["schemas"]["DesktopConnection"];
                 };
             };
             401: components["responses"]["Unauthenticated"];
@@ -3318,6 +3555,43 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+        };
+    };
+    listMySessions: {
+        parameters: {
+            query?: {
+                /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
+                limit?: number;
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                cursor?: string;
+                /** @description `open` or `ended`. */
+                state?: "open" | "ended";
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of sessions. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listBindings: {
@@ -3953,6 +4227,154 @@ export interface operations {
             422: components["responses"]["ValidationFailed"];
             429: components["responses"]["RateLimited"];
             503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listSessions: {
+        parameters: {
+            query?: {
+                /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
+                limit?: number;
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                cursor?: string;
+                /** @description `open` or `ended`. */
+                state?: "open" | "ended";
+                /** @description Only this user's sessions. */
+                user_id?: string;
+                /** @description Only sessions of this desktop. */
+                desktop_id?: string;
+                /** @description Only sessions of this pool's desktops. */
+                pool_id?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of sessions. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SessionPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    disconnectSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session, asked to close. */
+            202: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Session"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    shadowSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session and the viewer's token. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Shadow"];
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            /** @description Desktop access is not configured (`gateway_not_configured`: `GATEWAY_PUBLIC_WS_URL` unset, or not `wss://` outside development; `secrets_key_missing`), or the desktop cannot be reached now (`desktop_unreachable`, `desktop_not_ready`, with `Retry-After`). */
+            503: {
+                headers: {
+                    /** @description Seconds to wait before trying again. */
+                    "Retry-After"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
         };
     };
     getSetup: {
