@@ -3,7 +3,7 @@
 This is the distribution ``deskpool-driver-api``. It stands alone: importing it loads neither
 the platform (``deskpool``) nor Redis, aiohttp, stevedore or the configuration, so a driver
 distribution depends on it alone and states which contract it implements through the version
-it requires (``deskpool-driver-api>=0.1,<0.2``; :data:`CONTRACT_VERSION` is this one's).
+it requires (``deskpool-driver-api>=0.2,<0.3``; :data:`CONTRACT_VERSION` is this one's).
 
 A hypervisor driver is a separate distribution that declares an entry point in the group
 ``deskpool.hypervisor_drivers`` naming a module; that module implements the
@@ -26,11 +26,11 @@ in-memory implementation) and deadline helpers. ``docs/drivers.md`` is the guide
 re-exports all of it as ``deskpool.drivers``.
 """
 
-from deskpool_driver_api.base import (
+from deskpool_driver_api.base import HypervisorDriver
+from deskpool_driver_api.context import (
     DriverCall,
     DriverCallObserver,
     DriverContext,
-    HypervisorDriver,
     deadline_after,
     remaining_time,
 )
@@ -62,6 +62,8 @@ from deskpool_driver_api.model import (
     ClusterInfo,
     ConsoleEndpoint,
     ConsoleProtocol,
+    DesktopEndpoint,
+    DesktopProtocol,
     DriverCapabilities,
     GuestInfo,
     Node,
@@ -79,7 +81,7 @@ from deskpool_driver_api.shared_state import (
 )
 
 #: The version of the contract this package defines (while 0.x, a minor version may change it).
-CONTRACT_VERSION = "0.1"
+CONTRACT_VERSION = "0.2"
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -95,6 +97,8 @@ __all__ = [
     "ConsoleEndpoint",
     "ConsoleProtocol",
     "DeskpoolError",
+    "DesktopEndpoint",
+    "DesktopProtocol",
     "DriverBusy",
     "DriverCall",
     "DriverCallObserver",

@@ -23,11 +23,16 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from types import TracebackType
-from typing import ClassVar, Protocol, Self, TypeVar, final
+from typing import ClassVar, Self, TypeVar, final
 
+from deskpool_driver_api.context import (
+    DriverCall,
+    DriverContext,
+    current_deadline,
+    deadline_after,
+)
 from deskpool_driver_api.errors import (
     DriverBusy,
     DriverError,
@@ -39,8 +44,8 @@ from deskpool_driver_api.model import (
     CloneRequest,
     ClusterConnection,
     ClusterInfo,
-    ConsoleEndpoint,
-    ConsoleProtocol,
+    DesktopEndpoint,
+    DesktopProtocol,
     DriverCapabilities,
     GuestInfo,
     Node,
@@ -48,77 +53,13 @@ from deskpool_driver_api.model import (
     Template,
     VirtualMachine,
 )
-from deskpool_driver_api.ownership import DEFAULT_OWNER_TAG, OwnershipTags
-from deskpool_driver_api.shared_state import SharedState
+from deskpool_driver_api.ownership import OwnershipTags
+
+__all__ = ["HypervisorDriver"]
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
-
-_current_deadline: ContextVar[float | None] = ContextVar("deskpool_driver_deadline", default=None)
-
-
-def deadline_after(seconds: float) -> float:
-    """The absolute deadline (a :func:`time.monotonic` value) ``seconds`` from now."""
-    return time.monotonic() + seconds
-
-
-def remaining_time(deadline: float | None = None) -> float:
-    """Seconds left before ``deadline``, by default the deadline of the driver call running.
-
-    Returns ``inf`` outside a driver call when no deadline is given, and never less than 0.
-    """
-    at = deadline if deadline is not None else _current_deadline.get()
-    if at is None:
-        return float("inf")
-    return max(0.0, at - time.monotonic())
-
-
-@dataclass(frozen=True)
-class DriverCall:
-    """One finished driver call, as the observer sees it.
-
-    :param driver: the driver's name (``proxmox``).
-    :param cluster_id: the cluster the driver instance serves.
-    :param operation: the public method called (``clone``).
-    :param seconds: how long it took.
-    :param outcome: ``ok``, ``cancelled``, or the error's stable ``code`` (``driver_timeout``,
-        ``vm_not_found``...); ``unexpected_error`` for an exception outside the hierarchy.
-    """
-
-    driver: str
-    cluster_id: str
-    operation: str
-    seconds: float
-    outcome: str
-
-
-class DriverCallObserver(Protocol):
-    """Receives every finished driver call (the platform times them into metrics)."""
-
-    def driver_call_finished(self, call: DriverCall) -> None:
-        """Record ``call``; must not raise and must not block."""
-        ...
-
-
-@dataclass(frozen=True)
-class DriverContext:
-    """What the platform gives a driver besides the connection.
-
-    :param shared_state: state shared by every process of the deployment (Redis-backed),
-        already namespaced for this cluster.
-    :param cluster_id: the cluster record's id, for messages and metrics.
-    :param owner_tag: the tag marking VMs as deskpool's.
-    :param clock: wall-clock time in seconds (:func:`time.time`); a driver that stores
-        timestamps in shared state reads this so other processes agree and tests can move time.
-    :param observer: told about every finished call, or ``None``.
-    """
-
-    shared_state: SharedState
-    cluster_id: str = "default"
-    owner_tag: str = DEFAULT_OWNER_TAG
-    clock: Callable[[], float] = field(default=time.time)
-    observer: DriverCallObserver | None = None
 
 
 class HypervisorDriver(abc.ABC):
@@ -183,7 +124,7 @@ class HypervisorDriver(abc.ABC):
         at = deadline if deadline is not None else deadline_after(self.default_timeout)
         started = time.monotonic()
         outcome = "ok"
-        token = _current_deadline.set(at)
+        token = current_deadline.set(at)
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         cancel_requests = task.cancelling() if task is not None else 0
@@ -219,7 +160,7 @@ class HypervisorDriver(abc.ABC):
             outcome = "unexpected_error"
             raise
         finally:
-            _current_deadline.reset(token)
+            current_deadline.reset(token)
             self._report(operation, time.monotonic() - started, outcome)
 
     def _report(self, operation: str, seconds: float, outcome: str) -> None:
@@ -494,27 +435,53 @@ class HypervisorDriver(abc.ABC):
         return await self._call("windows_ready", deadline, lambda: self.do_windows_ready(vm_id))
 
     @final
+    async def desktop_endpoint(
+        self,
+        vm_id: str,
+        protocol: DesktopProtocol | str | None = None,
+        *,
+        deadline: float | None = None,
+    ) -> DesktopEndpoint:
+        """How the desktop daemon reaches the VM's desktop: protocol, address, port, settings.
+
+        :param protocol: the protocol the pool asks for, when the guest offers a choice; the
+            answer's protocol may differ when it does not (a Windows guest is shown with RDP,
+            whatever a pool of Linux desktops would prefer). ``None``: the driver's default.
+        :returns: an endpoint whose protocol is one of ``capabilities.desktop_protocols``.
+        :raises Unsupported: ``protocol`` is not one of ``capabilities.desktop_protocols``.
+        :raises VmNotRunning: the VM is not running.
+        :raises AgentNotRunning: the desktop's address is not known yet (the guest boots).
+        """
+        chosen = None
+        if protocol is not None:
+            try:
+                chosen = DesktopProtocol(protocol)
+            except ValueError:
+                raise Unsupported(f"unknown desktop protocol {protocol!r}") from None
+            self._require(chosen in self.capabilities.desktop_protocols, f"{chosen.value} desktops")
+
+        async def body() -> DesktopEndpoint:
+            endpoint = await self.do_desktop_endpoint(vm_id, chosen)
+            if endpoint.protocol not in self.capabilities.desktop_protocols:
+                raise DriverError(
+                    f"the {self.name} driver answered a {endpoint.protocol.value} desktop, which "
+                    "its capabilities do not declare (a driver bug)",
+                    vm_id=vm_id,
+                )
+            return endpoint
+
+        return await self._call("desktop_endpoint", deadline, body)
+
+    @final
     async def console_endpoint(
         self,
         vm_id: str,
-        protocol: ConsoleProtocol | str,
+        protocol: DesktopProtocol | str | None = None,
         *,
         deadline: float | None = None,
-    ) -> ConsoleEndpoint:
-        """Where the gateway connects to show the VM's desktop with ``protocol``.
-
-        :raises Unsupported: the protocol is not in ``capabilities.console_protocols``.
-        :raises VmNotRunning: the VM is not running.
-        :raises AgentNotRunning: the address is not known yet.
-        """
-        try:
-            chosen = ConsoleProtocol(protocol)
-        except ValueError:
-            raise Unsupported(f"unknown console protocol {protocol!r}") from None
-        self._require(chosen in self.capabilities.console_protocols, f"{chosen.value} consoles")
-        return await self._call(
-            "console_endpoint", deadline, lambda: self.do_console_endpoint(vm_id, chosen)
-        )
+    ) -> DesktopEndpoint:
+        """The name :meth:`desktop_endpoint` had before contract 0.2 (same arguments)."""
+        return await self.desktop_endpoint(vm_id, protocol, deadline=deadline)
 
     # ------------------------------------------------------------------ what a driver implements
 
@@ -655,9 +622,19 @@ class HypervisorDriver(abc.ABC):
         raise Unsupported(f"the {self.name} driver cannot tell when Windows is ready")
 
     @abc.abstractmethod
-    async def do_console_endpoint(self, vm_id: str, protocol: ConsoleProtocol) -> ConsoleEndpoint:
-        """Return where to connect for ``protocol`` (one of ``capabilities.console_protocols``).
+    async def do_desktop_endpoint(
+        self, vm_id: str, protocol: DesktopProtocol | None
+    ) -> DesktopEndpoint:
+        """Return how the desktop daemon reaches the VM's desktop.
 
+        ``protocol`` is the pool's preference (one of ``capabilities.desktop_protocols``) or
+        ``None`` for the driver's default. Answer it when the guest can be shown with it;
+        otherwise answer the protocol the guest offers (Windows: RDP), which must be one of
+        ``capabilities.desktop_protocols``. The host is what the desktop daemon connects to:
+        usually the guest's address from its agent. Put secrets (a one-time password) in
+        ``credentials``, other settings in ``parameters``, both by their Guacamole names.
+
+        :raises VmNotFound: no VM has this id.
         :raises VmNotRunning: the VM is not running.
         :raises AgentNotRunning: the guest's address is not known yet.
         """

@@ -39,9 +39,11 @@ from typing import NamedTuple
 import pytest
 
 from deskpool_driver_api import (
+    AgentNotRunning,
     AuthenticationFailed,
     ClusterInfo,
-    ConsoleProtocol,
+    DesktopEndpoint,
+    DesktopProtocol,
     DriverBusy,
     DriverCapabilities,
     DriverTimeout,
@@ -199,8 +201,8 @@ class HypervisorDriverConformance:
         capabilities = driver.capabilities
         assert isinstance(capabilities, DriverCapabilities)
         assert capabilities.linked_clone or capabilities.full_clone
-        assert capabilities.console_protocols
-        assert all(isinstance(p, ConsoleProtocol) for p in capabilities.console_protocols)
+        assert capabilities.desktop_protocols
+        assert all(isinstance(p, DesktopProtocol) for p in capabilities.desktop_protocols)
 
     async def test_check_connection_describes_the_cluster(
         self, conformance_driver: ConformanceTarget
@@ -344,14 +346,7 @@ class HypervisorDriverConformance:
                 info = await driver.guest_info(vm.id)
                 assert info.addresses
                 assert isinstance(info.os_type, OsType)
-            for protocol in driver.capabilities.console_protocols:
-                endpoint = await driver.console_endpoint(vm.id, protocol)
-                assert endpoint.protocol is protocol
-                assert endpoint.host
-                assert 0 < endpoint.port < 65536
-                assert "credentials" in repr(endpoint)
-                for secret in endpoint.credentials.values():
-                    assert secret not in repr(endpoint)
+            await self.check_desktop_endpoints(conformance_driver, vm.id)
 
             await driver.reset(vm.id, desktop_id=desktop_id)
             assert await driver.power_state(vm.id) is PowerState.RUNNING
@@ -400,9 +395,10 @@ class HypervisorDriverConformance:
             if driver.capabilities.windows_readiness:
                 with pytest.raises(VmNotRunning):
                     await driver.windows_ready(vm.id)
-            protocol = driver.capabilities.console_protocols[0]
             with pytest.raises(VmNotRunning):
-                await driver.console_endpoint(vm.id, protocol)
+                await driver.desktop_endpoint(vm.id)
+            with pytest.raises(VmNotRunning):
+                await driver.desktop_endpoint(vm.id, driver.capabilities.desktop_protocols[-1])
         finally:
             await remove_desktops(conformance_driver, desktop_id)
 
@@ -428,11 +424,46 @@ class HypervisorDriverConformance:
         finally:
             await remove_desktops(conformance_driver, desktop_id)
 
-    async def test_unknown_console_protocol_is_unsupported(
+    async def test_unknown_desktop_protocol_is_unsupported(
         self, conformance_driver: ConformanceTarget
     ) -> None:
+        driver = conformance_driver.driver
         with pytest.raises(Unsupported):
-            await conformance_driver.driver.console_endpoint("0", "carrier-pigeon")
+            await driver.desktop_endpoint("0", "carrier-pigeon")
+        for protocol in DesktopProtocol:
+            if protocol not in driver.capabilities.desktop_protocols:
+                with pytest.raises(Unsupported):
+                    await driver.desktop_endpoint("0", protocol)
+
+    @staticmethod
+    async def check_desktop_endpoints(target: ConformanceTarget, vm_id: str) -> None:
+        """The running VM ``vm_id``'s desktop, with the default and each declared protocol.
+
+        Once the VM runs and its agent answers (when the driver has one), the desktop's
+        endpoint is known within the suite's timeout, and every answer is a valid endpoint
+        whose protocol the driver declares and whose ``repr`` shows no secret.
+        """
+        driver = target.driver
+
+        async def known() -> bool:
+            try:
+                await driver.desktop_endpoint(vm_id)
+            except AgentNotRunning:
+                return False
+            return True
+
+        await eventually(known, within=target.timeout, what="the desktop's endpoint")
+        for preference in (None, *driver.capabilities.desktop_protocols):
+            endpoint = await driver.desktop_endpoint(vm_id, preference)
+            assert isinstance(endpoint, DesktopEndpoint)
+            assert endpoint.protocol in driver.capabilities.desktop_protocols
+            assert endpoint.host
+            assert 0 < endpoint.port < 65536
+            assert all(isinstance(value, str) for value in endpoint.parameters.values())
+            shown = repr(endpoint)
+            assert "credentials" in shown
+            for secret in endpoint.credentials.values():
+                assert secret not in shown
 
     # ------------------------------------------------------------------ ownership
 

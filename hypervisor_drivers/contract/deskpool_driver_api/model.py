@@ -1,7 +1,7 @@
 """The values that cross the driver contract: plain frozen dataclasses, no behaviour.
 
 A driver receives a :class:`ClusterConnection` and returns the other values. Secrets never
-appear in a ``repr``: the credentials of a connection and of a console endpoint are shown as
+appear in a ``repr``: the credentials of a connection and of a desktop endpoint are shown as
 their keys with redacted values, so a value logged by mistake leaks nothing.
 """
 
@@ -44,12 +44,15 @@ class PowerState(enum.StrEnum):
     UNKNOWN = "unknown"
 
 
-class ConsoleProtocol(enum.StrEnum):
-    """Remote desktop protocols a console endpoint can speak (what guacd connects with)."""
+class DesktopProtocol(enum.StrEnum):
+    """The remote desktop protocols a desktop is shown with (the desktop daemon's ``select``)."""
 
     RDP = "rdp"
     VNC = "vnc"
-    SSH = "ssh"
+
+
+#: The name :class:`DesktopProtocol` had before contract 0.2.
+ConsoleProtocol = DesktopProtocol
 
 
 @dataclass(frozen=True)
@@ -61,9 +64,9 @@ class DriverCapabilities:
     :param windows_readiness: :meth:`~deskpool_driver_api.HypervisorDriver.windows_ready` can
         tell when Windows has finished Sysprep/OOBE.
     :param guest_agent: the driver talks to a guest agent (ping, addresses, OS info).
-    :param console_protocols: protocols
-        :meth:`~deskpool_driver_api.HypervisorDriver.console_endpoint` accepts, in order of
-        preference.
+    :param desktop_protocols: the protocols
+        :meth:`~deskpool_driver_api.HypervisorDriver.desktop_endpoint` may answer (and accepts
+        as a preference), the driver's default first.
     :param node_selection: a clone can be placed on a chosen node.
     :param storage_selection: a full clone can be placed on a chosen storage.
     """
@@ -72,7 +75,7 @@ class DriverCapabilities:
     full_clone: bool = True
     windows_readiness: bool = False
     guest_agent: bool = False
-    console_protocols: tuple[ConsoleProtocol, ...] = ()
+    desktop_protocols: tuple[DesktopProtocol, ...] = ()
     node_selection: bool = False
     storage_selection: bool = False
 
@@ -205,35 +208,47 @@ class GuestInfo:
 
 
 @dataclass(frozen=True, repr=False)
-class ConsoleEndpoint:
-    """Where the gateway connects for a desktop's remote display.
+class DesktopEndpoint:
+    """How the desktop daemon (guacd) reaches a VM's desktop.
 
     :param protocol: the protocol to speak.
-    :param host: host name or address the gateway (guacd) connects to.
-    :param port: TCP port.
-    :param credentials: secrets for that connection (a one-time VNC password...); never shown
-        in ``repr``.
-    :param parameters: non-secret connection parameters for guacd (``security``, ...).
+    :param host: host name or address of the desktop, as the desktop daemon sees it.
+    :param port: TCP port of the protocol's server.
+    :param credentials: secrets for that connection by their Guacamole parameter names
+        (``username``, ``password``, ``domain``); never shown in ``repr``. Empty when the user
+        signs in on the desktop itself.
+    :param parameters: non-secret protocol settings by their Guacamole parameter names
+        (``security``, ``ignore-cert``, ``color-depth``...).
+    :raises ValueError: an empty host or a port outside 1..65535.
     """
 
-    protocol: ConsoleProtocol
+    protocol: DesktopProtocol
     host: str
     port: int
     credentials: Mapping[str, str] = field(default_factory=dict)
     parameters: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "protocol", DesktopProtocol(self.protocol))
+        if not self.host:
+            raise ValueError("a desktop endpoint needs a host")
+        if isinstance(self.port, bool) or not 0 < self.port < 65536:
+            raise ValueError(f"desktop endpoint port {self.port!r} is not in 1..65535")
         object.__setattr__(self, "credentials", _frozen_mapping(self.credentials))
         object.__setattr__(self, "parameters", _frozen_mapping(self.parameters))
 
     def __repr__(self) -> str:
         return (
-            f"ConsoleEndpoint(protocol={self.protocol.value!r}, host={self.host!r}, "
+            f"DesktopEndpoint(protocol={self.protocol.value!r}, host={self.host!r}, "
             f"port={self.port!r}, credentials={_redacted(self.credentials)}, "
             f"parameters={dict(self.parameters)!r})"
         )
 
     __str__ = __repr__
+
+
+#: The name :class:`DesktopEndpoint` had before contract 0.2.
+ConsoleEndpoint = DesktopEndpoint
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,17 @@ Connection:
   certificate) for a self-signed cluster.
 
 Options: ``task_poll_interval`` (seconds, default 1), ``request_timeout`` (seconds per
-request, default 30), ``console_ports`` (``{"rdp": 3389, "vnc": 5900, "ssh": 22}``),
-``abandoned_clone_grace`` (seconds a cancelled clone is still watched so it gets its tags,
-default 3600).
+request, default 30), ``desktop_ports`` (``{"rdp": 3389, "vnc": 5900}``),
+``desktop_parameters`` (Guacamole connection parameters per protocol, default
+``{"rdp": {"security": "any", "ignore-cert": "true"}}``: a Windows guest's RDP certificate is
+self-signed), ``abandoned_clone_grace`` (seconds a cancelled clone is still watched so it gets
+its tags, default 3600).
+
+Desktops: the desktop daemon connects to the guest's first address from the guest agent
+(``network-get-interfaces``, IPv4 first). A Windows guest (the agent's ``get-osinfo`` says
+``mswindows``, or the VM's ``ostype`` is a Windows one) is shown with RDP; any other guest
+with the protocol the pool asks for, RDP or VNC (the guest runs that server), RDP when the pool
+does not say. The user signs in on the desktop: the endpoint carries no credentials.
 
 The API token needs, on ``/vms`` and the storages used: ``VM.Audit``, ``VM.Clone``,
 ``VM.Allocate``, ``VM.Config.Options``, ``VM.PowerMgmt``, the guest agent's privileges
@@ -38,9 +46,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote
 
@@ -49,8 +55,8 @@ from deskpool_driver_api import (
     CloneRequest,
     ClusterConnection,
     ClusterInfo,
-    ConsoleEndpoint,
-    ConsoleProtocol,
+    DesktopEndpoint,
+    DesktopProtocol,
     DriverBusy,
     DriverCapabilities,
     DriverConfigurationError,
@@ -77,98 +83,27 @@ from deskpool_driver_proxmox.client import (
     task_succeeded,
     token_header,
 )
+from deskpool_driver_proxmox.translate import (
+    ABANDONED_CLONE_MISSES,
+    CLONE_ID_ATTEMPTS,
+    DEFAULT_DESKTOP_PARAMETERS,
+    DEFAULT_DESKTOP_PORTS,
+    KNOWN_OPTIONS,
+    OTHER_OS_IDS,
+    WINDOWS_STATE_FILE,
+    PendingClone,
+    guest_addresses,
+    os_type_of,
+    parse_tags,
+    per_protocol,
+    positive_seconds,
+    power_state_of,
+    windows_setup_complete,
+)
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
-
-#: Where Windows records its setup state (Microsoft: "Windows Setup States").
-WINDOWS_STATE_FILE = r"C:\Windows\Setup\State\State.ini"
-WINDOWS_SETUP_COMPLETE = "IMAGE_STATE_COMPLETE"
-
-DEFAULT_CONSOLE_PORTS = {
-    ConsoleProtocol.RDP: 3389,
-    ConsoleProtocol.VNC: 5900,
-    ConsoleProtocol.SSH: 22,
-}
-#: How many times a clone retries when another client took the id ``/cluster/nextid`` gave.
-CLONE_ID_ATTEMPTS = 5
-#: Polls without finding a clone whose task id is unknown before deciding it never started.
-ABANDONED_CLONE_MISSES = 10
-
-_TAG_SEPARATORS = re.compile(r"[;, ]+")
-_KNOWN_OPTIONS = {"task_poll_interval", "request_timeout", "console_ports", "abandoned_clone_grace"}
-_OTHER_OS_IDS = {"freebsd", "netbsd", "openbsd", "solaris", "illumos"}
-
-
-def parse_tags(text: str | None) -> tuple[str, ...]:
-    """Tags from a Proxmox VE ``tags`` value (separated by ``;``, ``,`` or spaces), sorted."""
-    return tuple(sorted({tag.lower() for tag in _TAG_SEPARATORS.split(text or "") if tag}))
-
-
-def os_type_of(ostype: str | None) -> OsType:
-    """The OS family of a Proxmox VE ``ostype`` (``win11``, ``l26``, ``other``...)."""
-    value = (ostype or "").lower()
-    if value.startswith("win") or value in ("wxp", "w2k", "w2k3", "w2k8", "wvista"):
-        return OsType.WINDOWS
-    if value in ("l24", "l26"):
-        return OsType.LINUX
-    return OsType.OTHER
-
-
-def power_state_of(status: dict[str, Any]) -> PowerState:
-    """The power state from a VM status (``status``, and ``qmpstatus`` when running)."""
-    value = status.get("status")
-    if value == "running":
-        return PowerState.PAUSED if status.get("qmpstatus") == "paused" else PowerState.RUNNING
-    if value == "stopped":
-        return PowerState.STOPPED
-    return PowerState.UNKNOWN
-
-
-def windows_setup_complete(state_ini: str) -> bool:
-    """Whether ``State.ini`` says Windows setup is complete (``IMAGE_STATE_COMPLETE``)."""
-    for line in state_ini.splitlines():
-        key, _, value = line.partition("=")
-        if key.strip().lower() == "imagestate":
-            return value.strip().upper() == WINDOWS_SETUP_COMPLETE
-    return False
-
-
-def guest_addresses(interfaces: Any) -> tuple[str, ...]:
-    """Usable addresses from ``network-get-interfaces`` (IPv4 first; no loopback, link-local)."""
-    ipv4: list[str] = []
-    ipv6: list[str] = []
-    for interface in interfaces if isinstance(interfaces, list) else []:
-        for item in interface.get("ip-addresses") or []:
-            address = str(item.get("ip-address", ""))
-            kind = item.get("ip-address-type")
-            if not address:
-                continue
-            if kind == "ipv4" and not address.startswith(("127.", "169.254.")):
-                ipv4.append(address)
-            elif kind == "ipv6" and address != "::1" and not address.lower().startswith("fe80"):
-                ipv6.append(address)
-    return tuple(dict.fromkeys(ipv4 + ipv6))
-
-
-@dataclass(frozen=True)
-class _PendingClone:
-    """A clone whose caller went away: what the background tagger needs to finish it."""
-
-    vm_id: str
-    source: str
-    target: str
-    request: CloneRequest
-    #: The clone task's UPID, when Proxmox VE answered the POST before the caller left.
-    upid: str | None
-
-
-def _number(options: dict[str, Any], name: str, default: float) -> float:
-    value = options.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise DriverConfigurationError(f"option {name} must be a positive number of seconds")
-    return float(value)
 
 
 class ProxmoxDriver(HypervisorDriver):
@@ -185,7 +120,7 @@ class ProxmoxDriver(HypervisorDriver):
         full_clone=True,
         windows_readiness=True,
         guest_agent=True,
-        console_protocols=(ConsoleProtocol.RDP, ConsoleProtocol.VNC, ConsoleProtocol.SSH),
+        desktop_protocols=(DesktopProtocol.RDP, DesktopProtocol.VNC),
         node_selection=True,
         storage_selection=True,
     )
@@ -194,27 +129,34 @@ class ProxmoxDriver(HypervisorDriver):
     def __init__(self, connection: ClusterConnection, context: DriverContext) -> None:
         super().__init__(connection, context)
         options = dict(connection.options)
-        unknown = sorted(set(options) - _KNOWN_OPTIONS)
+        unknown = sorted(set(options) - KNOWN_OPTIONS)
         if unknown:
             raise DriverConfigurationError(
-                f"unknown Proxmox VE options {unknown} (known: {sorted(_KNOWN_OPTIONS)})"
+                f"unknown Proxmox VE options {unknown} (known: {sorted(KNOWN_OPTIONS)})"
             )
-        self.console_ports = dict(DEFAULT_CONSOLE_PORTS)
-        for key, port in dict(options.get("console_ports") or {}).items():
-            try:
-                protocol = ConsoleProtocol(key)
-            except ValueError:
-                raise DriverConfigurationError(f"console_ports: unknown protocol {key!r}") from None
+        self.desktop_ports = dict(DEFAULT_DESKTOP_PORTS)
+        for protocol, port in per_protocol(options, "desktop_ports").items():
             if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-                raise DriverConfigurationError(f"console_ports: {key} port must be 1..65535")
-            self.console_ports[protocol] = port
-        self.abandoned_clone_grace = _number(options, "abandoned_clone_grace", 3600.0)
+                raise DriverConfigurationError(f"desktop_ports: {protocol} port must be 1..65535")
+            self.desktop_ports[protocol] = port
+        self.desktop_parameters = {
+            key: dict(value) for key, value in DEFAULT_DESKTOP_PARAMETERS.items()
+        }
+        for protocol, parameters in per_protocol(options, "desktop_parameters").items():
+            if not isinstance(parameters, dict) or not all(
+                isinstance(key, str) and isinstance(value, str) for key, value in parameters.items()
+            ):
+                raise DriverConfigurationError(
+                    f"desktop_parameters: {protocol} must map parameter names to strings"
+                )
+            self.desktop_parameters[protocol] = dict(parameters)
+        self.abandoned_clone_grace = positive_seconds(options, "abandoned_clone_grace", 3600.0)
         self.client = ProxmoxClient(
             api_base_url(connection.endpoint),
             token_header(connection.credentials),
             ssl=ssl_setting(connection),
-            request_timeout=_number(options, "request_timeout", 30.0),
-            poll_interval=_number(options, "task_poll_interval", 1.0),
+            request_timeout=positive_seconds(options, "request_timeout", 30.0),
+            poll_interval=positive_seconds(options, "task_poll_interval", 1.0),
         )
         self._node_of: dict[str, str] = {}
         self._background: set[asyncio.Task[None]] = set()
@@ -431,7 +373,7 @@ class ProxmoxDriver(HypervisorDriver):
         except asyncio.CancelledError:
             if new_id:
                 task = upid if isinstance(upid, str) and upid.startswith("UPID:") else None
-                self._finish_in_background(_PendingClone(new_id, source, target, request, task))
+                self._finish_in_background(PendingClone(new_id, source, target, request, task))
             raise
         return await self._read_vm(target, new_id)
 
@@ -442,7 +384,7 @@ class ProxmoxDriver(HypervisorDriver):
             self._vm_path(node, vm_id, "/config"), {"tags": ";".join(tags)}, vm_id=vm_id
         )
 
-    def _finish_in_background(self, clone: _PendingClone) -> None:
+    def _finish_in_background(self, clone: PendingClone) -> None:
         task = asyncio.get_running_loop().create_task(
             self._finish_abandoned_clone(clone),
             name=f"deskpool-proxmox-tag-clone-{clone.vm_id}",
@@ -450,7 +392,7 @@ class ProxmoxDriver(HypervisorDriver):
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _finish_abandoned_clone(self, clone: _PendingClone) -> None:
+    async def _finish_abandoned_clone(self, clone: PendingClone) -> None:
         """Tag a clone whose caller went away, once its task is done, wherever the VM is.
 
         With the clone's task id, the task says when the clone is over and whether it
@@ -501,7 +443,7 @@ class ProxmoxDriver(HypervisorDriver):
             await asyncio.sleep(self.client.poll_interval)
         log.warning("VM %s: clone still running after the grace period, left untagged", clone.vm_id)
 
-    async def _find_clone(self, clone: _PendingClone) -> tuple[str, dict[str, Any]] | None:
+    async def _find_clone(self, clone: PendingClone) -> tuple[str, dict[str, Any]] | None:
         """The node and config of a clone: on the target once done, on the source before."""
         for node in dict.fromkeys((clone.target, clone.source)):
             try:
@@ -607,7 +549,7 @@ class ProxmoxDriver(HypervisorDriver):
             os_id = str(osinfo.get("id", "")).lower()
             if os_id == "mswindows":
                 os_type = OsType.WINDOWS
-            elif os_id and os_id not in _OTHER_OS_IDS:
+            elif os_id and os_id not in OTHER_OS_IDS:
                 os_type = OsType.LINUX
         return GuestInfo(
             addresses=guest_addresses((interfaces or {}).get("result")),
@@ -631,11 +573,25 @@ class ProxmoxDriver(HypervisorDriver):
             return False
         return windows_setup_complete(str((data or {}).get("content", "")))
 
-    async def do_console_endpoint(self, vm_id: str, protocol: ConsoleProtocol) -> ConsoleEndpoint:
-        """The guest's first address (from the agent) and the protocol's port."""
+    async def do_desktop_endpoint(
+        self, vm_id: str, protocol: DesktopProtocol | None
+    ) -> DesktopEndpoint:
+        """The guest's first address (agent); RDP for Windows, else the pool's protocol."""
         info = await self.do_guest_info(vm_id)
         if not info.addresses:
             raise AgentNotRunning(f"VM {vm_id} reports no address yet", vm_id=vm_id)
-        return ConsoleEndpoint(
-            protocol=protocol, host=info.addresses[0], port=self.console_ports[protocol]
+        windows = info.os_type is OsType.WINDOWS
+        if not windows and info.os_type is OsType.OTHER:
+            # An agent without get-osinfo: the VM's configured OS type says.
+            config = await self._on_vm(
+                vm_id,
+                lambda node: self.client.get(self._vm_path(node, vm_id, "/config"), vm_id=vm_id),
+            )
+            windows = os_type_of((config or {}).get("ostype")) is OsType.WINDOWS
+        chosen = DesktopProtocol.RDP if windows else protocol or DesktopProtocol.RDP
+        return DesktopEndpoint(
+            protocol=chosen,
+            host=info.addresses[0],
+            port=self.desktop_ports[chosen],
+            parameters=self.desktop_parameters[chosen],
         )

@@ -29,8 +29,8 @@ from deskpool_driver_api import (
     CloneRequest,
     ClusterConnection,
     ClusterInfo,
-    ConsoleEndpoint,
-    ConsoleProtocol,
+    DesktopEndpoint,
+    DesktopProtocol,
     DriverCapabilities,
     DriverContext,
     GuestInfo,
@@ -82,7 +82,7 @@ class SimulatorDriver(HypervisorDriver):
         full_clone=True,
         windows_readiness=True,
         guest_agent=True,
-        console_protocols=(ConsoleProtocol.RDP, ConsoleProtocol.VNC, ConsoleProtocol.SSH),
+        desktop_protocols=(DesktopProtocol.VNC, DesktopProtocol.RDP),
         node_selection=True,
         storage_selection=True,
     )
@@ -277,13 +277,22 @@ class SimulatorDriver(HypervisorDriver):
         vm = cluster.running_vm(vm_id, self.settings, now)
         return cluster.windows_ready(vm, self.settings, now)
 
-    async def do_console_endpoint(self, vm_id: str, protocol: ConsoleProtocol) -> ConsoleEndpoint:
-        """``console_host`` (or the guest's address) and the protocol's port."""
+    async def do_desktop_endpoint(
+        self, vm_id: str, protocol: DesktopProtocol | None
+    ) -> DesktopEndpoint:
+        """The ``desktop`` option's desktop, by default VNC at the VM's name on port 5900.
+
+        The desktop is reachable once the guest's agent answers (the OS is up), like a real
+        guest's; ``protocol`` is ignored: every VM is shown the configured way.
+        """
         info = await self.do_guest_info(vm_id)
-        return ConsoleEndpoint(
-            protocol=protocol,
-            host=self.settings.console_host or info.addresses[0],
-            port=self.settings.console_ports[protocol],
+        desktop = self.settings.desktop
+        return DesktopEndpoint(
+            protocol=desktop.protocol,
+            host=desktop.host or info.hostname or info.addresses[0],
+            port=desktop.port_or_default,
+            credentials=desktop.credentials,
+            parameters=desktop.parameters,
         )
 
 

@@ -24,11 +24,23 @@ option                    meaning
 ``ignores_shutdown``      VM name or id patterns whose guest ignores a shutdown request
 ``offline_nodes``         nodes that are down
 ``required_token``        when set, ``credentials["token"]`` must equal it
-``console_host``          host every console endpoint points at (default: the VM's address)
-``console_ports``         ``{"rdp": 3389, "vnc": 5900, "ssh": 22}`` overrides
+``desktop``               where every VM's desktop is (see below)
 ``seed``                  seed of the random clone failures, for repeatable runs
 ``cluster_name``          the name ``check_connection`` reports (default ``simulator``)
 ========================  ==================================================================
+
+Desktops: by default every running VM's desktop is ``vnc`` on port 5900 at a host named after
+the VM, which is what the desktop daemon simulator serves (it accepts any host name and draws
+the VM's name). To try the whole path with a real desktop daemon (guacd) and a real VNC or
+RDP server before connecting a hypervisor, give every VM a real desktop::
+
+    "desktop": {"protocol": "rdp", "host": "10.0.0.5", "port": 3389,
+                "username": "demo", "password": "...", "parameters": {"ignore-cert": "true"}}
+
+``protocol`` is ``vnc`` or ``rdp`` (default ``vnc``); ``host`` defaults to the VM's name,
+``port`` to the protocol's (5900, 3389); ``username`` and ``password`` become the endpoint's
+credentials and ``parameters`` its other Guacamole connection parameters. Every key is
+optional. The simulator answers this desktop whatever protocol a pool prefers.
 """
 
 from __future__ import annotations
@@ -37,15 +49,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from deskpool_driver_api import ConsoleProtocol, DriverConfigurationError, OsType
+from deskpool_driver_api import DesktopProtocol, DriverConfigurationError, OsType
 
 DEFAULT_NODES = ("sim-node-1", "sim-node-2")
 DEFAULT_STORAGES = ("local", "shared")
-DEFAULT_CONSOLE_PORTS = {
-    ConsoleProtocol.RDP: 3389,
-    ConsoleProtocol.VNC: 5900,
-    ConsoleProtocol.SSH: 22,
-}
+#: The port of each desktop protocol unless the ``desktop`` option names another.
+DEFAULT_DESKTOP_PORTS = {DesktopProtocol.RDP: 3389, DesktopProtocol.VNC: 5900}
 #: Template ids start here; desktop VM ids start at :data:`FIRST_VM_ID` and never reach them.
 FIRST_TEMPLATE_ID = 9000
 FIRST_VM_ID = 100
@@ -112,6 +121,38 @@ class TemplateSpec:
     os_type: OsType
 
 
+@dataclass(frozen=True, repr=False)
+class DesktopSpec:
+    """Where the VMs' desktops are (the ``desktop`` option); the password is never shown."""
+
+    protocol: DesktopProtocol = DesktopProtocol.VNC
+    #: ``None``: a host named after the VM (what the desktop daemon simulator serves).
+    host: str | None = None
+    port: int | None = None
+    username: str | None = None
+    password: str | None = None
+    parameters: Mapping[str, str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return (
+            f"DesktopSpec(protocol={self.protocol.value!r}, host={self.host!r}, "
+            f"port={self.port!r}, username={self.username!r}, "
+            f"password={'<hidden>' if self.password else None!r}, "
+            f"parameters={dict(self.parameters)!r})"
+        )
+
+    @property
+    def port_or_default(self) -> int:
+        """The configured port, or the protocol's usual one."""
+        return self.port if self.port is not None else DEFAULT_DESKTOP_PORTS[self.protocol]
+
+    @property
+    def credentials(self) -> dict[str, str]:
+        """``username`` and ``password`` as the endpoint's credentials, when set."""
+        pairs = (("username", self.username), ("password", self.password))
+        return {key: value for key, value in pairs if value}
+
+
 @dataclass(frozen=True)
 class SimulatorSettings:
     """Everything the options configure."""
@@ -122,10 +163,7 @@ class SimulatorSettings:
     timings: Timings = Timings()
     faults: Faults = Faults()
     required_token: str | None = None
-    console_host: str | None = None
-    console_ports: Mapping[ConsoleProtocol, int] = field(
-        default_factory=lambda: dict(DEFAULT_CONSOLE_PORTS)
-    )
+    desktop: DesktopSpec = DesktopSpec()
     seed: int | None = None
     cluster_name: str = "simulator"
 
@@ -145,8 +183,7 @@ class SimulatorSettings:
             "storages",
             "templates",
             "required_token",
-            "console_host",
-            "console_ports",
+            "desktop",
             "seed",
             "cluster_name",
             *(item.name for item in fields(Timings)),
@@ -185,7 +222,6 @@ class SimulatorSettings:
         unknown_offline = faults.offline_nodes - set(nodes)
         if unknown_offline:
             problems.append(f"offline_nodes names unknown nodes: {sorted(unknown_offline)}")
-        ports = read("console_ports", _ports, {})
         settings = cls(
             nodes=nodes,
             storages=storages,
@@ -193,8 +229,7 @@ class SimulatorSettings:
             timings=timings,
             faults=faults,
             required_token=read("required_token", _text, None),
-            console_host=read("console_host", _text, None),
-            console_ports={**DEFAULT_CONSOLE_PORTS, **ports},
+            desktop=read("desktop", _desktop, DesktopSpec()),
             seed=read("seed", _integer, None),
             cluster_name=read("cluster_name", _text, "simulator"),
         )
@@ -256,19 +291,40 @@ def _rate(value: Any, name: str) -> float:
     return float(value)
 
 
-def _ports(value: Any, name: str) -> dict[ConsoleProtocol, int]:
+def _port(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        raise ValueError(f"{name} must be a port (1..65535)")
+    return value
+
+
+def _desktop(value: Any, name: str) -> DesktopSpec:
     if not isinstance(value, Mapping):
-        raise ValueError(f"{name} must map protocols to ports")
-    ports = {}
-    for key, port in value.items():
-        try:
-            protocol = ConsoleProtocol(key)
-        except ValueError:
-            raise ValueError(f"{name}: unknown protocol {key!r}") from None
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            raise ValueError(f"{name}: {key} port must be 1..65535")
-        ports[protocol] = port
-    return ports
+        raise ValueError(f"{name} must be an object (protocol, host, port, username...)")
+    known = {"protocol", "host", "port", "username", "password", "parameters"}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise ValueError(f"{name}: unknown keys {unknown} (known: {sorted(known)})")
+    try:
+        protocol = DesktopProtocol(value.get("protocol", "vnc"))
+    except ValueError:
+        raise ValueError(f"{name}.protocol must be vnc or rdp") from None
+    parameters = value.get("parameters", {})
+    if not isinstance(parameters, Mapping) or not all(
+        isinstance(key, str) and isinstance(item, str) for key, item in parameters.items()
+    ):
+        raise ValueError(f"{name}.parameters must map parameter names to strings")
+
+    def optional(key: str, parse: Any) -> Any:
+        return parse(value[key], f"{name}.{key}") if key in value else None
+
+    return DesktopSpec(
+        protocol=protocol,
+        host=optional("host", _text),
+        port=optional("port", _port),
+        username=optional("username", _text),
+        password=optional("password", _text),
+        parameters=dict(parameters),
+    )
 
 
 def _templates(value: Any, name: str, nodes: Sequence[str]) -> tuple[TemplateSpec, ...]:

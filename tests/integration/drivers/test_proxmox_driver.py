@@ -21,6 +21,7 @@ from deskpool.drivers import (
     AgentNotRunning,
     AuthenticationFailed,
     ClusterConnection,
+    DesktopProtocol,
     DriverContext,
     DriverError,
     InMemorySharedState,
@@ -32,6 +33,7 @@ from deskpool.drivers import (
     TlsVerificationFailed,
     deadline_after,
 )
+from deskpool.testing.conformance import eventually
 from deskpool_driver_proxmox import ProxmoxDriver
 from deskpool_driver_proxmox.testing import (
     ALL_PRIVILEGES,
@@ -155,7 +157,7 @@ async def test_a_silent_agent(fake: FakeProxmox, driver: ProxmoxDriver) -> None:
     with pytest.raises(AgentNotRunning):
         await driver.guest_info(vm.id)
     with pytest.raises(AgentNotRunning):
-        await driver.console_endpoint(vm.id, "rdp")
+        await driver.desktop_endpoint(vm.id, "rdp")
 
 
 async def test_windows_stuck_in_oobe_is_not_ready(fake: FakeProxmox) -> None:
@@ -206,6 +208,31 @@ async def test_a_token_lacking_a_privilege(fake: FakeProxmox, driver: ProxmoxDri
 async def test_parameter_errors_name_the_parameter(driver: ProxmoxDriver) -> None:
     with pytest.raises(DriverError, match="name: invalid format"):
         await driver.clone(LINUX_TEMPLATE, name="not_a_dns_name!", desktop_id="d1")
+
+
+async def test_desktops_are_rdp_for_windows_and_the_pools_choice_for_linux(
+    fake: FakeProxmox, driver: ProxmoxDriver
+) -> None:
+    windows = await driver.clone(WINDOWS_TEMPLATE, name="win-1", desktop_id="d1")
+    linux = await driver.clone(LINUX_TEMPLATE, name="lin-1", desktop_id="d2")
+    for vm in (windows, linux):
+        await driver.start(vm.id)
+        await eventually(lambda vm=vm: driver.agent_ping(vm.id), within=5, what="agent")
+    low, high = int(windows.id) % 256, int(windows.id) // 256 % 256
+    for preference in (None, "rdp", "vnc"):
+        endpoint = await driver.desktop_endpoint(windows.id, preference)
+        assert (endpoint.protocol, endpoint.host, endpoint.port) == (
+            DesktopProtocol.RDP,
+            f"10.20.{high}.{low}",  # the agent's first IPv4 address
+            3389,
+        )
+        assert endpoint.parameters == {"security": "any", "ignore-cert": "true"}
+        assert endpoint.credentials == {}
+    vnc = await driver.desktop_endpoint(linux.id, "vnc")
+    assert (vnc.protocol, vnc.port, dict(vnc.parameters)) == (DesktopProtocol.VNC, 5900, {})
+    assert (await driver.desktop_endpoint(linux.id)).protocol is DesktopProtocol.RDP
+    agent_calls = [r.path for r in fake.requests if "/agent/" in r.path]
+    assert f"/nodes/pve1/qemu/{linux.id}/agent/network-get-interfaces" in agent_calls
 
 
 # ---------------------------------------------------------------------------- ownership

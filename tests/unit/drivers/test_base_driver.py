@@ -12,8 +12,8 @@ from deskpool.drivers import (
     CloneRequest,
     ClusterConnection,
     ClusterInfo,
-    ConsoleEndpoint,
-    ConsoleProtocol,
+    DesktopEndpoint,
+    DesktopProtocol,
     DriverBusy,
     DriverCall,
     DriverCapabilities,
@@ -48,7 +48,7 @@ class DictDriver(HypervisorDriver):
 
     name = "dict"
     capabilities = DriverCapabilities(
-        linked_clone=False, full_clone=True, console_protocols=(ConsoleProtocol.RDP,)
+        linked_clone=False, full_clone=True, desktop_protocols=(DesktopProtocol.RDP,)
     )
 
     def __init__(self, context: DriverContext) -> None:
@@ -58,6 +58,7 @@ class DictDriver(HypervisorDriver):
         self.gate: asyncio.Event | None = None
         self.entered = asyncio.Event()
         self.forget_tags = False
+        self.desktop_protocol = DesktopProtocol.RDP
         self.seen_remaining: float | None = None
 
     async def _maybe_block(self) -> None:
@@ -121,8 +122,11 @@ class DictDriver(HypervisorDriver):
     async def do_power_state(self, vm_id: str) -> PowerState:
         return (await self.do_get_vm(vm_id)).power_state
 
-    async def do_console_endpoint(self, vm_id: str, protocol: ConsoleProtocol) -> ConsoleEndpoint:
-        return ConsoleEndpoint(protocol, "10.0.0.1", 3389)
+    async def do_desktop_endpoint(
+        self, vm_id: str, protocol: DesktopProtocol | None
+    ) -> DesktopEndpoint:
+        self.ran.append(f"desktop_endpoint {protocol}")
+        return DesktopEndpoint(self.desktop_protocol, "10.0.0.1", 3389)
 
 
 @pytest.fixture
@@ -159,16 +163,16 @@ async def test_capabilities_are_checked_before_the_driver_runs(driver: DictDrive
     with pytest.raises(Unsupported, match="Windows"):
         await driver.windows_ready("100")
     with pytest.raises(Unsupported, match="vnc"):
-        await driver.console_endpoint("100", "vnc")
-    with pytest.raises(Unsupported, match="unknown console protocol"):
-        await driver.console_endpoint("100", "telnet")
+        await driver.desktop_endpoint("100", "vnc")
+    with pytest.raises(Unsupported, match="unknown desktop protocol"):
+        await driver.desktop_endpoint("100", "telnet")
     assert driver.ran == []
 
 
 async def test_storage_is_dropped_for_linked_clones() -> None:
     class LinkedDriver(DictDriver):
         capabilities = DriverCapabilities(
-            linked_clone=True, console_protocols=(ConsoleProtocol.RDP,)
+            linked_clone=True, desktop_protocols=(DesktopProtocol.RDP,)
         )
         requests: list[CloneRequest] = []
 
@@ -303,3 +307,24 @@ async def test_the_driver_is_an_async_context_manager(driver: DictDriver) -> Non
     async with driver as opened:
         assert opened is driver
     assert "dict" in repr(driver)
+
+
+async def test_the_desktop_endpoint_passes_the_preference_and_checks_the_answer(
+    driver: DictDriver,
+) -> None:
+    endpoint = await driver.desktop_endpoint("100")
+    assert (endpoint.protocol, endpoint.host, endpoint.port) == (
+        DesktopProtocol.RDP,
+        "10.0.0.1",
+        3389,
+    )
+    assert await driver.desktop_endpoint("100", "rdp") == endpoint
+    assert await driver.console_endpoint("100", "rdp") == endpoint  # the name before 0.2
+    assert driver.ran == [
+        "desktop_endpoint None",
+        "desktop_endpoint rdp",
+        "desktop_endpoint rdp",
+    ]
+    driver.desktop_protocol = DesktopProtocol.VNC  # not declared: a driver bug
+    with pytest.raises(DriverError, match="vnc desktop"):
+        await driver.desktop_endpoint("100")

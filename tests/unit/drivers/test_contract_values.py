@@ -14,7 +14,8 @@ from deskpool.drivers import (
     ClusterConnection,
     ClusterUnreachable,
     ConsoleEndpoint,
-    ConsoleProtocol,
+    DesktopEndpoint,
+    DesktopProtocol,
     DriverBusy,
     DriverConflict,
     DriverError,
@@ -63,13 +64,24 @@ def test_connection_is_immutable_and_copies_its_mappings() -> None:
         connection.endpoint = "other"  # type: ignore[misc]
 
 
-def test_console_endpoint_repr_hides_credentials() -> None:
-    endpoint = ConsoleEndpoint(
-        ConsoleProtocol.VNC, "10.0.0.5", 5900, credentials={"password": "vnc-pass-123"}
+def test_desktop_endpoint_repr_hides_credentials() -> None:
+    endpoint = DesktopEndpoint(
+        DesktopProtocol.VNC, "10.0.0.5", 5900, credentials={"password": "vnc-pass-123"}
     )
     assert "vnc-pass-123" not in repr(endpoint)
     assert REDACTED in repr(endpoint)
     assert endpoint.credentials["password"] == "vnc-pass-123"
+    assert ConsoleEndpoint is DesktopEndpoint  # the name before 0.2
+
+
+def test_desktop_endpoint_checks_its_values() -> None:
+    assert DesktopEndpoint("rdp", "h", 3389).protocol is DesktopProtocol.RDP  # type: ignore[arg-type]
+    for protocol, host, port in (("ssh", "h", 22), ("vnc", "", 5900), ("vnc", "h", 0)):
+        with pytest.raises(ValueError):
+            DesktopEndpoint(protocol, host, port)  # type: ignore[arg-type]
+    endpoint = DesktopEndpoint(DesktopProtocol.RDP, "h", 3389, parameters={"security": "nla"})
+    with pytest.raises(TypeError):
+        endpoint.parameters["security"] = "rdp"  # type: ignore[index]
 
 
 def test_every_public_name_is_exported() -> None:

@@ -12,7 +12,7 @@ from deskpool.drivers import (
     AgentNotRunning,
     AuthenticationFailed,
     ClusterConnection,
-    ConsoleProtocol,
+    DesktopProtocol,
     DriverBusy,
     DriverConfigurationError,
     DriverConflict,
@@ -289,9 +289,16 @@ def test_registers_as_proxmox() -> None:
 def test_construction_validates_options_without_io() -> None:
     context = DriverContext(InMemorySharedState())
     driver = ProxmoxDriver(
-        ClusterConnection("pve1", CREDENTIALS, options={"console_ports": {"rdp": 3390}}), context
+        ClusterConnection(
+            "pve1",
+            CREDENTIALS,
+            options={"desktop_ports": {"rdp": 3390}, "desktop_parameters": {"vnc": {"a": "b"}}},
+        ),
+        context,
     )
-    assert driver.console_ports[ConsoleProtocol.RDP] == 3390
+    assert driver.desktop_ports == {DesktopProtocol.RDP: 3390, DesktopProtocol.VNC: 5900}
+    assert driver.desktop_parameters[DesktopProtocol.VNC] == {"a": "b"}
+    assert driver.desktop_parameters[DesktopProtocol.RDP]["ignore-cert"] == "true"
     assert "0b7d-4c55" not in repr(driver.client)
     with pytest.raises(DriverConfigurationError, match="unknown"):
         ProxmoxDriver(ClusterConnection("pve1", CREDENTIALS, options={"pol": 1}), context)
@@ -299,7 +306,11 @@ def test_construction_validates_options_without_io() -> None:
         ProxmoxDriver(
             ClusterConnection("pve1", CREDENTIALS, options={"task_poll_interval": 0}), context
         )
-    with pytest.raises(DriverConfigurationError, match="console_ports"):
-        ProxmoxDriver(
-            ClusterConnection("pve1", CREDENTIALS, options={"console_ports": {"x11": 1}}), context
-        )
+    for bad in (
+        {"desktop_ports": {"x11": 1}},
+        {"desktop_ports": {"rdp": 0}},
+        {"desktop_parameters": {"rdp": {"security": 1}}},
+        {"desktop_parameters": ["rdp"]},
+    ):
+        with pytest.raises(DriverConfigurationError, match=next(iter(bad))):
+            ProxmoxDriver(ClusterConnection("pve1", CREDENTIALS, options=bad), context)

@@ -8,6 +8,8 @@ from deskpool.drivers import (
     AgentNotRunning,
     AuthenticationFailed,
     ClusterConnection,
+    DesktopEndpoint,
+    DesktopProtocol,
     DriverBusy,
     DriverConfigurationError,
     DriverContext,
@@ -29,7 +31,7 @@ from deskpool_driver_simulator import (
     deskpool_register_hypervisor_drivers,
 )
 from deskpool_driver_simulator.cluster import SimulatedCluster
-from deskpool_driver_simulator.settings import TemplateSpec, Timings
+from deskpool_driver_simulator.settings import DesktopSpec, TemplateSpec, Timings
 
 # ---------------------------------------------------------------------------- settings
 
@@ -52,7 +54,7 @@ def test_options_configure_everything() -> None:
             "clone_seconds": 2,
             "agent_never_answers": "stuck-*",
             "offline_nodes": ["b"],
-            "console_ports": {"rdp": 13389},
+            "desktop": {"protocol": "rdp", "host": "10.1.2.3", "password": "pw"},
             "required_token": "t",
         }
     )
@@ -60,7 +62,9 @@ def test_options_configure_everything() -> None:
     assert settings.timings.clone_seconds == 2.0
     assert settings.faults.agent_never_answers == frozenset({"stuck-*"})
     assert settings.faults.offline_nodes == frozenset({"b"})
-    assert settings.console_ports["rdp"] == 13389  # type: ignore[index]
+    assert settings.desktop == DesktopSpec(DesktopProtocol.RDP, "10.1.2.3", password="pw")
+    assert settings.desktop.port_or_default == 3389
+    assert "pw" not in repr(settings.desktop)
     assert settings.required_token == "t"
 
 
@@ -72,7 +76,7 @@ def test_every_bad_option_is_reported_at_once() -> None:
                 "boot_seconds": -1,
                 "clone_failure_rate": 2,
                 "offline_nodes": ["nowhere"],
-                "console_ports": {"rdp": 0},
+                "desktop": {"protocol": "rdp", "port": 0, "colour": "blue"},
                 "templates": [{"name": "x", "os": "beos"}],
             }
         )
@@ -260,7 +264,7 @@ async def test_admin_faults_apply_at_run_time() -> None:
     with pytest.raises(AgentNotRunning):
         await driver.guest_info(vm.id)
     with pytest.raises(AgentNotRunning):
-        await driver.console_endpoint(vm.id, "rdp")
+        await driver.desktop_endpoint(vm.id, "rdp")
 
     await driver.admin.set_node_online("sim-node-1", False)
     assert [n.online for n in await driver.list_nodes()] == [False, True]
@@ -302,18 +306,42 @@ async def test_an_id_reused_by_someone_else_is_not_touched() -> None:
         await driver.delete(vm.id, desktop_id="d1")
 
 
-async def test_console_endpoint_uses_the_configured_host_and_ports() -> None:
-    driver = _driver(
-        agent_seconds=0, boot_seconds=0, console_host="127.0.0.1", console_ports={"vnc": 15900}
-    )
+async def test_desktops_are_the_desktop_daemon_simulators_by_default() -> None:
+    driver = _driver(agent_seconds=0, boot_seconds=0)
     vm = await driver.clone("9000", name="lin-1", desktop_id="d1")
     with pytest.raises(VmNotRunning):
-        await driver.console_endpoint(vm.id, "vnc")
+        await driver.desktop_endpoint(vm.id)
     await driver.start(vm.id)
-    endpoint = await driver.console_endpoint(vm.id, "vnc")
-    assert (endpoint.host, endpoint.port) == ("127.0.0.1", 15900)
-    rdp = await driver.console_endpoint(vm.id, "rdp")
-    assert rdp.port == 3389
+    for preference in (None, "vnc", "rdp"):
+        endpoint = await driver.desktop_endpoint(vm.id, preference)
+        assert endpoint == DesktopEndpoint(DesktopProtocol.VNC, "lin-1", 5900)
+
+
+async def test_a_simulated_cluster_can_give_its_vms_a_real_desktop() -> None:
+    real = {
+        "protocol": "rdp",
+        "host": "192.0.2.10",
+        "port": 13389,
+        "username": "demo",
+        "password": "s3cret-pw",
+        "parameters": {"security": "nla", "ignore-cert": "true"},
+    }
+    driver = _driver(agent_seconds=0, boot_seconds=0, desktop=real)
+    vm = await driver.clone("9001", name="win-1", desktop_id="d1")
+    await driver.start(vm.id)
+    endpoint = await driver.desktop_endpoint(vm.id, "vnc")
+    assert (endpoint.protocol, endpoint.host, endpoint.port) == (
+        DesktopProtocol.RDP,
+        "192.0.2.10",
+        13389,
+    )
+    assert endpoint.credentials == {"username": "demo", "password": "s3cret-pw"}
+    assert endpoint.parameters == {"security": "nla", "ignore-cert": "true"}
+    assert "s3cret-pw" not in repr(endpoint)
+    only_host = _driver(agent_seconds=0, boot_seconds=0, desktop={"host": "127.0.0.1"})
+    vm = await only_host.clone("9000", name="lin-2", desktop_id="d2")
+    await only_host.start(vm.id)
+    assert await only_host.desktop_endpoint(vm.id) == DesktopEndpoint("vnc", "127.0.0.1", 5900)  # type: ignore[arg-type]
 
 
 def test_timings_are_plain_data() -> None:
