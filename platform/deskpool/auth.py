@@ -9,9 +9,13 @@ the token with :func:`bearer_token_from_header` and hands it to the process's
   missing, malformed, forged, expired or otherwise unacceptable token;
 - :class:`deskpool.errors.ServiceUnavailable` (503) while the provider cannot verify anything yet
   (the issuer has not been reached), and :class:`deskpool.errors.AuthNotConfigured` (503) while
-  the issuer or audience is not configured (SPEC §5.1.4).
+  it lacks its settings (SPEC §5.1.4: for OIDC, the issuer or the audience).
 
-Everything here is pure: no I/O, no globals. Providers live in plugins (``deskpool_oidc``).
+The platform knows nothing of how a provider verifies: what it is configured with, what it
+answers while unconfigured (:meth:`AuthProvider.not_configured_error`) and how a browser page
+signs in through it (:meth:`AuthProvider.browser_sign_in`, used by ``/docs``) are the
+provider's. Everything here is pure: no I/O, no globals. Providers live in plugins
+(``deskpool_oidc``).
 """
 
 from __future__ import annotations
@@ -24,11 +28,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from deskpool.errors import Unauthenticated
+from deskpool.errors import AuthNotConfigured, Unauthenticated
 
 __all__ = [
     "AuthProvider",
     "AuthProviderState",
+    "BrowserSignIn",
     "VerifiedToken",
     "bearer_token_from_header",
     "claim_at_path",
@@ -122,6 +127,24 @@ class VerifiedToken:
         )
 
 
+@dataclass(frozen=True)
+class BrowserSignIn:
+    """How a browser page of the API (``/docs``) signs a person in through the provider.
+
+    The page runs the authorization code flow with PKCE as a public client.
+
+    :param discovery_url: the OpenID Provider metadata the page reads.
+    :param client_id: the client the page signs in as (the console's).
+    :param scopes: the scopes it asks for, space-separated.
+    :param origins: the origins the page talks to (its content security policy allows them).
+    """
+
+    discovery_url: str
+    client_id: str
+    scopes: str
+    origins: tuple[str, ...] = ()
+
+
 def _optional_str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
@@ -213,6 +236,23 @@ class AuthProvider(abc.ABC):
     def configured(self) -> bool:
         """Whether the provider has the settings it needs (else protected routes answer 503)."""
         return self.state is not AuthProviderState.NOT_CONFIGURED
+
+    def not_configured_error(self) -> AuthNotConfigured:
+        """What protected routes answer while :attr:`configured` is false.
+
+        Providers override it to name the settings an operator must give.
+        """
+        return AuthNotConfigured(
+            f"Protected operations are unavailable until the {self.name} auth provider is "
+            "configured."
+        )
+
+    def browser_sign_in(self) -> BrowserSignIn | None:
+        """How ``/docs`` signs a person in, or ``None`` when the provider offers no browser flow.
+
+        The default offers none; the page then documents the API without "Try it out" sign-in.
+        """
+        return None
 
     @abc.abstractmethod
     async def start(self) -> None:

@@ -573,36 +573,9 @@ def declare_core_settings(registry: SettingRegistry) -> None:
         type_name="list",
     )
 
+    # The auth provider plugin declares its own settings in this section (the oidc plugin:
+    # AUTH_OIDC_ISSUER_URL, AUTH_OIDC_AUDIENCE, AUTH_OIDC_GROUPS_CLAIM, AUTH_OIDC_ROLES_CLAIM).
     auth = _Section(registry, "Authentication")
-    auth.add(
-        "AUTH_OIDC_ISSUER_URL",
-        parse_url("https", "http"),
-        "",
-        "Issuer URL of the identity provider. Protected routes answer 503 until it and the audience are set.",
-        type_name="url",
-        required="Yes",
-    )
-    auth.add(
-        "AUTH_OIDC_AUDIENCE",
-        str,
-        "",
-        "OIDC client ID or audience that tokens are validated against.",
-        required="Yes",
-    )
-    auth.add(
-        "AUTH_OIDC_GROUPS_CLAIM",
-        str,
-        "groups",
-        "Token claim read for group membership. Dot-paths for nested claims are supported.",
-        type_name="claim path",
-    )
-    auth.add(
-        "AUTH_OIDC_ROLES_CLAIM",
-        str,
-        "roles",
-        "Token claim read for role membership.",
-        type_name="claim path",
-    )
     auth.add(
         "AUTH_BOOTSTRAP_ADMIN_EMAILS",
         parse_list,

@@ -2,7 +2,10 @@
 
 It migrates, starts a development OIDC issuer on loopback (fixed keys kept in the state folder,
 so sign-ins survive restarts), points the API and the console at it, makes its administrator a
-bootstrap admin, runs every component, and prints where everything is and a ready-made token.
+bootstrap admin (the issuer follows docs/operators/identity.md: the console signs in as the
+client ``deskpool``, and the API accepts access tokens typed ``at+jwt`` for its own audience
+``deskpool-api``, never the console's ID tokens), runs every component, and prints where
+everything is and a ready-made token.
 On a fresh database it then connects a simulated cluster and creates a small Linux pool through
 the REST API, as an administrator would, so provisioning can be watched at once. When nothing
 listens at ``DESKTOPD_ADDRESS`` (guacd is not packaged by Debian), it runs the desktop daemon
@@ -32,7 +35,10 @@ log = logging.getLogger(__name__)
 #: The development administrator the issuer signs in by default.
 DEV_ADMIN_SUBJECT = "dev-admin"
 DEV_ADMIN_EMAIL = "admin@deskpool.test"
+#: The console's client id at the development issuer.
 DEV_CLIENT_ID = "deskpool"
+#: The audience of the API's access tokens: the API's own, distinct from the console's client.
+DEV_API_AUDIENCE = "deskpool-api"
 
 #: The simulated cluster of a fresh development database: slow enough to watch.
 DEMO_CLUSTER: dict[str, Any] = {
@@ -68,7 +74,7 @@ def dev_environ(environ: Mapping[str, str], issuer_url: str) -> dict[str, str]:
         "WEB_PUBLIC_API_BASE_URL": f"http://{api_addr}",
         "API_CORS_ALLOWED_ORIGINS": f"http://{web_addr},http://localhost:{web_port}",
         "AUTH_OIDC_ISSUER_URL": issuer_url,
-        "AUTH_OIDC_AUDIENCE": DEV_CLIENT_ID,
+        "AUTH_OIDC_AUDIENCE": DEV_API_AUDIENCE,
         "AUTH_BOOTSTRAP_ADMIN_EMAILS": DEV_ADMIN_EMAIL,
         "WEB_PUBLIC_OIDC_AUTHORITY": issuer_url,
         "WEB_PUBLIC_OIDC_CLIENT_ID": DEV_CLIENT_ID,
@@ -118,7 +124,7 @@ async def desktop_daemon(environ: dict[str, str]) -> tuple[DesktopDaemonSimulato
 
 async def run_dev(environ: Mapping[str, str], state_dir: Path, issuer_port: int) -> None:
     """Migrate, start the dev issuer, run every component until SIGTERM/SIGINT."""
-    issuer = DevIdentityProvider(state_dir / "dev-idp-keys.json", audience=DEV_CLIENT_ID)
+    issuer = DevIdentityProvider(state_dir / "dev-idp-keys.json", audience=DEV_API_AUDIENCE)
     await issuer.start("127.0.0.1", issuer_port)
     simulator: DesktopDaemonSimulator | None = None
     try:

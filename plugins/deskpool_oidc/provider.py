@@ -12,7 +12,15 @@ its JWK Set; while the issuer cannot be reached it keeps retrying with exponenti
   algorithm; an unknown ``kid`` refetches the JWK Set at most once per cooldown, so random
   key ids cannot make the service flood the issuer;
 - the signature verifies (joserfc does the cryptography) and ``iss``, ``aud`` (a string or a
-  list), ``exp``, ``nbf`` and ``iat`` hold, with a small clock skew.
+  list), ``exp``, ``nbf`` and ``iat`` hold, with a small clock skew;
+- it is an access token, not an ID token: a token typed ``at+jwt`` (RFC 9068) is one; a token
+  explicitly typed as another kind of JWT (``logout+jwt``, ``dpop+jwt``...; RFC 8725 §3.11) is
+  not, and neither is one that carries what only ID tokens carry (:data:`ID_TOKEN_CLAIMS`:
+  ``nonce``, ``at_hash``, ``c_hash``, ``s_hash``) or an issuer's own ID-token marker (Keycloak's
+  ``typ: ID`` claim). An ID token is issued *to a client* as proof of a sign-in, and its
+  audience is that client, not this API; accepting it would let anything that ever held a
+  console ID token call the API. ``AUTH_OIDC_ACCEPT_ID_TOKENS`` turns that refusal off for
+  issuers whose access tokens are ID tokens (Dex), see ``docs/operators/identity.md``.
 
 A verified token is cached in the process until it expires, keyed by the SHA-256 of the token,
 so verifying it again costs a hash and a dictionary lookup.
@@ -31,6 +39,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from joserfc import jws
@@ -38,8 +47,9 @@ from joserfc.errors import JoseError, SecurityWarning
 from joserfc.jwk import ECKey, Key, OKPKey, RSAKey, import_key
 from joserfc.jwt import JWTClaimsRegistry
 
-from deskpool.auth import AuthProvider, AuthProviderState, VerifiedToken
+from deskpool.auth import AuthProvider, AuthProviderState, BrowserSignIn, VerifiedToken
 from deskpool.errors import AuthNotConfigured, ServiceUnavailable, Unauthenticated
+from deskpool_oidc.token_types import not_an_access_token
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +90,10 @@ class OidcSettings:
     :param retry_initial: first delay between discovery attempts, in seconds.
     :param retry_max: largest delay between discovery attempts, in seconds.
     :param cache_size: most verified tokens kept in the cache.
+    :param accept_id_tokens: ``AUTH_OIDC_ACCEPT_ID_TOKENS``: do not refuse tokens that look like
+        ID tokens (for issuers whose access tokens are ID tokens).
+    :param browser_client_id: the client a browser page signs in as (``/docs``): the console's.
+    :param browser_scopes: the scopes that page asks for.
     """
 
     issuer_url: str
@@ -94,6 +108,9 @@ class OidcSettings:
     retry_initial: float = 1.0
     retry_max: float = 60.0
     cache_size: int = 10_000
+    accept_id_tokens: bool = False
+    browser_client_id: str = ""
+    browser_scopes: str = "openid"
 
     @property
     def configured(self) -> bool:
@@ -185,6 +202,31 @@ class OidcAuthProvider(AuthProvider):
     def key_ids(self) -> frozenset[str]:
         """The ``kid`` of every key currently trusted."""
         return frozenset(self._keys)
+
+    def not_configured_error(self) -> AuthNotConfigured:
+        """What protected routes answer while the issuer or the audience is unset."""
+        return AuthNotConfigured(
+            "Protected operations are unavailable until AUTH_OIDC_ISSUER_URL and "
+            "AUTH_OIDC_AUDIENCE are both set."
+        )
+
+    def browser_sign_in(self) -> BrowserSignIn | None:
+        """Sign-in for ``/docs``: the issuer's discovery document and the console's client.
+
+        ``None`` while no issuer or no client is configured.
+        """
+        issuer = self.settings.issuer_url.strip().rstrip("/")
+        client_id = self.settings.browser_client_id.strip()
+        if not issuer or not client_id:
+            return None
+        parts = urlsplit(issuer)
+        origin = f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else ""
+        return BrowserSignIn(
+            discovery_url=issuer + _DISCOVERY_PATH,
+            client_id=client_id,
+            scopes=self.settings.browser_scopes or "openid",
+            origins=(origin,) if origin else (),
+        )
 
     async def start(self) -> None:
         """Open the HTTP session and contact the issuer; never raises when it is unreachable.
@@ -387,9 +429,7 @@ class OidcAuthProvider(AuthProvider):
 
     def _not_ready(self) -> ServiceUnavailable:
         if self._state is AuthProviderState.NOT_CONFIGURED:
-            return AuthNotConfigured(
-                "Set AUTH_OIDC_ISSUER_URL and AUTH_OIDC_AUDIENCE to enable the protected API."
-            )
+            return self.not_configured_error()
         headers: dict[str, str] = {}
         if self._next_attempt_at is not None:
             wait = max(1, round(self._next_attempt_at - self._monotonic()))
@@ -425,6 +465,10 @@ class OidcAuthProvider(AuthProvider):
             raise Unauthenticated("The token's signature is invalid.")
         claims = _payload_claims(signed.payload)
         self._check_claims(claims)
+        if not self.settings.accept_id_tokens:
+            refusal = not_an_access_token(header, claims)
+            if refusal is not None:
+                raise Unauthenticated(refusal)
         self._refresh_in_background_if_old()
         identity = VerifiedToken.from_claims(
             claims, groups_claim=self.settings.groups_claim, roles_claim=self.settings.roles_claim

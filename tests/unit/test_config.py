@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+import deskpool_oidc
 from deskpool.config import (
     REDACTED,
     Config,
@@ -71,8 +72,10 @@ SPEC_DEFAULTS = {
 
 
 def core_settings() -> SettingRegistry:
+    """The platform's settings and those of the default auth provider (SPEC §5.3)."""
     registry = SettingRegistry()
     declare_core_settings(registry)
+    deskpool_oidc.deskpool_declare_settings(registry)
     return registry
 
 

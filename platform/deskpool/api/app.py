@@ -31,7 +31,7 @@ from deskpool.api.pagination import PageLimits, check_page_contract
 from deskpool.api.problems import REQUEST_ID_KEY, problem_middleware
 from deskpool.api.ratelimit import RateLimiter, add_rate_limit_headers
 from deskpool.api.routes import Operation, Reply, RouteTable
-from deskpool.api.security import authenticate, install_authentication
+from deskpool.api.security import AUTHENTICATOR_KEY, authenticate, install_authentication
 from deskpool.api.validation import DeskpoolParser, check_body_size, parse_body, parse_query
 from deskpool.runtime import Runtime
 
@@ -244,6 +244,6 @@ def create_app(runtime: Runtime) -> web.Application:
     document = load_openapi_document(config["OPENAPI_PATH"])
     if document is not None:
         app[OPENAPI_DOCUMENT_KEY] = document
-    docs.install_docs(app, config)
+    docs.install_docs(app, app[AUTHENTICATOR_KEY].provider)
     routes.register(app, operation_handler)
     return app

@@ -5,14 +5,17 @@ The page is Swagger UI (5 or newer, which renders OpenAPI 3.1), whose assets com
 page works on a machine with no internet. It reads the same ``/openapi.yaml`` the instance
 serves, so it shows the contract of the running version.
 
-Sign-in ("Authorize", then "Try it out") goes through the instance's OIDC issuer with the
-authorization code flow and PKCE, as a public client: ``WEB_PUBLIC_OIDC_CLIENT_ID`` (the
-console's client; ``AUTH_OIDC_AUDIENCE`` when unset) and ``WEB_PUBLIC_OIDC_SCOPE``. The identity
-provider must allow ``<API origin>/docs/oauth2-redirect.html`` as a redirect URI of that client.
+Sign-in ("Authorize", then "Try it out") is whatever the auth provider offers a browser
+(:meth:`deskpool.auth.AuthProvider.browser_sign_in`): the authorization code flow with PKCE as a
+public client, through the discovery document, client and scopes the provider names (the
+``oidc`` provider: ``AUTH_OIDC_ISSUER_URL``'s discovery, ``WEB_PUBLIC_OIDC_CLIENT_ID`` and
+``WEB_PUBLIC_OIDC_SCOPE``). The identity provider must allow
+``<API origin>/docs/oauth2-redirect.html`` as a redirect URI of that client. A provider that
+offers no browser flow gets a page without sign-in.
 
 The document's ``openIdConnect`` scheme names ``/docs/openid-configuration``, which this module
-answers with a redirect to ``AUTH_OIDC_ISSUER_URL``'s discovery document, so any tool that
-resolves the URL finds the instance's issuer; the page itself asks the issuer directly.
+answers with a redirect to that discovery document, so any tool that resolves the URL finds the
+instance's issuer; the page itself asks the issuer directly.
 """
 
 from __future__ import annotations
@@ -24,14 +27,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from deskpool.api.context import Call
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.routes import ResponseSpec, RouteTable
-from deskpool.config import Config
+from deskpool.auth import AuthProvider, BrowserSignIn
 from deskpool.errors import AuthNotConfigured, NotFound, ServiceUnavailable
 
 log = logging.getLogger(__name__)
@@ -107,40 +109,23 @@ def find_swagger_ui() -> SwaggerUiAssets | None:
 
 @dataclass(frozen=True)
 class DocsSettings:
-    """What the page needs from the configuration."""
+    """How the page signs in: the auth provider's browser flow, or none."""
 
-    issuer: str
-    client_id: str
-    scopes: str
-
-    @classmethod
-    def from_config(cls, config: Config) -> DocsSettings:
-        """Read the issuer, the console's client id (or the audience) and the scopes."""
-        return cls(
-            issuer=str(config["AUTH_OIDC_ISSUER_URL"] or "").rstrip("/"),
-            client_id=str(config["WEB_PUBLIC_OIDC_CLIENT_ID"] or config["AUTH_OIDC_AUDIENCE"]),
-            scopes=str(config["WEB_PUBLIC_OIDC_SCOPE"] or "openid"),
-        )
+    sign_in: BrowserSignIn | None = None
 
     @property
     def discovery_url(self) -> str:
-        """The issuer's OIDC discovery document (empty while no issuer is configured)."""
-        return f"{self.issuer}/.well-known/openid-configuration" if self.issuer else ""
-
-    @property
-    def issuer_origin(self) -> str:
-        """``scheme://host[:port]`` of the issuer, for the page's content security policy."""
-        parts = urlsplit(self.issuer)
-        return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else ""
+        """The sign-in discovery document (empty when the page offers no sign-in)."""
+        return self.sign_in.discovery_url if self.sign_in is not None else ""
 
     def page_config(self) -> dict[str, Any]:
         """The configuration the page's script reads."""
         oidc = None
-        if self.issuer and self.client_id:
+        if self.sign_in is not None:
             oidc = {
-                "clientId": self.client_id,
-                "scopes": self.scopes,
-                "discoveryUrl": self.discovery_url,
+                "clientId": self.sign_in.client_id,
+                "scopes": self.sign_in.scopes,
+                "discoveryUrl": self.sign_in.discovery_url,
                 "documentedDiscoveryPath": DISCOVERY_PATH,
             }
         return {
@@ -150,19 +135,19 @@ class DocsSettings:
         }
 
     def content_security_policy(self) -> str:
-        """Scripts and styles from this origin only; network calls to this origin and the issuer."""
-        issuer = f" {self.issuer_origin}" if self.issuer_origin else ""
+        """Scripts and styles from this origin only; network calls to this origin and sign-in's."""
+        origins = "".join(f" {origin}" for origin in self.sign_in.origins) if self.sign_in else ""
         return (
             "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-            f"img-src 'self' data:; font-src 'self' data:; connect-src 'self' https:{issuer}; "
-            f"form-action 'self'{issuer}; base-uri 'none'; frame-ancestors 'none'"
+            f"img-src 'self' data:; font-src 'self' data:; connect-src 'self' https:{origins}; "
+            f"form-action 'self'{origins}; base-uri 'none'; frame-ancestors 'none'"
         )
 
 
 class DocsSite:
     """Serves the page, its assets and the discovery redirect.
 
-    :param settings: the OIDC settings of the page.
+    :param settings: how the page signs in.
     :param assets: the Swagger UI build, or ``None`` when the package is missing.
     """
 
@@ -174,8 +159,8 @@ class DocsSite:
         self._page = _PAGE.replace("__CONFIG__", config.replace("<", "\\u003c"))
 
     @classmethod
-    def from_config(cls, config: Config) -> DocsSite:
-        """The site for ``config``; a missing or too old Swagger UI is logged once, here."""
+    def for_provider(cls, provider: AuthProvider) -> DocsSite:
+        """The site signing in through ``provider``; a missing or old Swagger UI is logged here."""
         assets = find_swagger_ui()
         if assets is None:
             log.error(
@@ -189,7 +174,7 @@ class DocsSite:
                 assets.version_text,
                 MINIMUM_MAJOR,
             )
-        return cls(DocsSettings.from_config(config), assets)
+        return cls(DocsSettings(provider.browser_sign_in()), assets)
 
     def page(self) -> web.Response:
         """The documentation page."""
@@ -229,8 +214,8 @@ class DocsSite:
         """``GET /docs/openid-configuration``: redirect to the issuer's discovery document."""
         if not self.settings.discovery_url:
             raise AuthNotConfigured(
-                "No OIDC issuer is configured (AUTH_OIDC_ISSUER_URL), so there is no discovery "
-                "document to point to."
+                "The auth provider offers no browser sign-in (for OIDC: AUTH_OIDC_ISSUER_URL is "
+                "not set), so there is no discovery document to point to."
             )
         raise web.HTTPTemporaryRedirect(self.settings.discovery_url)
 
@@ -268,13 +253,15 @@ def register(routes: RouteTable) -> None:
     )(get_docs)
 
 
-def install_docs(app: web.Application, config: Config) -> None:
+def install_docs(app: web.Application, provider: AuthProvider) -> None:
     """Give ``app`` its documentation site and the routes that are not operations.
 
     Those are the discovery redirect and the page's assets; ``GET /docs`` itself is in the
     route table (:func:`register`).
+
+    :param provider: the auth provider whose browser sign-in the page offers.
     """
-    site = DocsSite.from_config(config)
+    site = DocsSite.for_provider(provider)
     app[DOCS_SITE_KEY] = site
     app.router.add_get(DISCOVERY_PATH, site.discovery, allow_head=False)
     app.router.add_get("/docs/{asset}", site.asset, allow_head=False)

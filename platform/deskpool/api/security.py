@@ -1,8 +1,9 @@
 """Authentication and authorization of protected operations.
 
 The API application holds one :class:`~deskpool.identity.authenticator.Authenticator`, built
-from the auth provider that ``AUTH_PROVIDER`` chooses. While the OIDC issuer and audience are
-not both configured, every protected operation answers 503 (SPEC.md §5.1 rule 4). A caller
+from the auth provider that ``AUTH_PROVIDER`` chooses. While the provider lacks its settings
+(for OIDC, the issuer and the audience), every protected operation answers 503 (SPEC.md §5.1
+rule 4). A caller
 without the permission an operation declares gets 403; both 401 and 403 are recorded in the
 audit trail.
 """

@@ -26,13 +26,7 @@ from redis.exceptions import RedisError
 
 from deskpool.audit import record_audit_event
 from deskpool.auth import AuthProvider, VerifiedToken, bearer_token_from_header
-from deskpool.errors import (
-    AuthNotConfigured,
-    Forbidden,
-    ServiceUnavailable,
-    StartupError,
-    Unauthenticated,
-)
+from deskpool.errors import Forbidden, ServiceUnavailable, StartupError, Unauthenticated
 from deskpool.events import AuditEvent
 from deskpool.identity import repository
 from deskpool.identity.principal import GroupRef, Principal
@@ -125,8 +119,8 @@ class Authenticator:
 
     @property
     def configured(self) -> bool:
-        """Whether the OIDC issuer and audience are both set."""
-        return bool(self.config["AUTH_OIDC_ISSUER_URL"] and self.config["AUTH_OIDC_AUDIENCE"])
+        """Whether the auth provider has the settings it needs (SPEC §5.1.4)."""
+        return self.provider.configured
 
     async def start(self) -> None:
         """Create the bootstrap bindings, start the provider and the invalidation listener."""
@@ -202,16 +196,13 @@ class Authenticator:
     async def authenticate(self, authorization: str | None) -> Principal:
         """The principal of an ``Authorization`` header value.
 
-        :raises AuthNotConfigured: the OIDC issuer or audience is not set (503).
+        :raises AuthNotConfigured: the auth provider lacks its settings (503).
         :raises Unauthenticated: no token, or one the provider does not accept (401).
         :raises ServiceUnavailable: the provider cannot verify yet (503).
         :raises Forbidden: the user is disabled (403).
         """
         if not self.configured:
-            raise AuthNotConfigured(
-                "Protected operations are unavailable until AUTH_OIDC_ISSUER_URL and "
-                "AUTH_OIDC_AUDIENCE are both set."
-            )
+            raise self.provider.not_configured_error()
         try:
             token = bearer_token_from_header(authorization)
             verified = await self.provider.verify(token)

@@ -9,6 +9,12 @@ on a random port). It serves what a verifier reads from an issuer, over real HTT
   ``/logout``), signing in a registered user at once, without a form, so a browser (the
   console, the ``/docs`` page) can sign in against it unattended.
 
+It issues tokens the way ``docs/operators/identity.md`` advises an identity provider to be set
+up: access tokens are typed ``at+jwt`` (RFC 9068), carry ``client_id`` and ``scope``, and are
+for the API's own audience (:data:`DEFAULT_AUDIENCE`, ``deskpool-api``), distinct from the
+console's client id; ID tokens are for the client that signed in, carry ``at_hash`` (and the
+``nonce`` the client sent), and so are refused as bearer tokens.
+
 Signing keys are RS256, RS384, RS512, PS256, ES256, ES384 or EdDSA, created with joserfc; keys
 can be added unpublished, published, retired and rotated. :meth:`TestIdentityProvider.issue_token`
 signs access tokens with any claims and lifetimes, and the ``forge_*`` methods build the tokens
@@ -48,14 +54,18 @@ from deskpool.testing import idp_signin
 
 __all__ = [
     "DEFAULT_AUDIENCE",
+    "DEFAULT_CLIENT_ID",
     "DevIdentityProvider",
     "IdentityUser",
     "SigningKey",
     "TestIdentityProvider",
 ]
 
-#: The audience tokens are issued for unless a test says otherwise.
-DEFAULT_AUDIENCE = "deskpool"
+#: The audience access tokens are issued for unless a test says otherwise: the API's own, not
+#: a client id (the console signs in as :data:`DEFAULT_CLIENT_ID`).
+DEFAULT_AUDIENCE = "deskpool-api"
+#: The client id the console (and ``/docs``) signs in as by default.
+DEFAULT_CLIENT_ID = "deskpool-console"
 
 #: Signing algorithms the identity provider can create keys for.
 SIGNING_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA")
@@ -586,8 +596,17 @@ class TestIdentityProvider:
         self, grant_subject: str, client_id: str, scope: str, nonce: str | None
     ) -> dict[str, Any]:
         user = self.users.get(grant_subject) or IdentityUser(grant_subject)
-        access = self.issue_token(user.subject, claims=user.claims, expires_in=self.token_lifetime)
-        id_claims: dict[str, Any] = dict(user.claims)
+        access = self.issue_token(
+            user.subject,
+            claims={**user.claims, "client_id": client_id, "scope": scope},
+            expires_in=self.token_lifetime,
+        )
+        signing_key = self.key(self._current_kid)
+        id_claims: dict[str, Any] = {
+            **user.claims,
+            "azp": client_id,
+            "at_hash": token_hash(access, signing_key.alg),
+        }
         if nonce:
             id_claims["nonce"] = nonce
         id_token = self.issue_token(
@@ -609,6 +628,17 @@ class TestIdentityProvider:
             self._refresh[refresh] = _RefreshGrant(client_id, user.subject, scope)
             body["refresh_token"] = refresh
         return body
+
+
+def token_hash(token: str, alg: str) -> str:
+    """``at_hash`` of ``token`` for a key of ``alg`` (OpenID Connect Core §3.1.3.6).
+
+    The left half of the hash the signature algorithm uses, base64url without padding
+    (SHA-512 for EdDSA over Ed25519).
+    """
+    bits = alg[-3:] if alg[-3:] in {"256", "384", "512"} else "512"
+    digest = hashlib.new(f"sha{bits}", token.encode("ascii")).digest()
+    return urlsafe_b64encode(digest[: len(digest) // 2]).decode("ascii")
 
 
 def _is_loopback(host: str) -> bool:
