@@ -6,7 +6,8 @@ The component combines a :class:`~deskpool_worker.runner.JobRunner` (at most
 the job kinds and periodic tasks that plugins register (``deskpool_register_job_kinds``,
 ``deskpool_register_periodic_tasks``) and registers the platform's own: the desktop jobs and
 ``pool.reconcile`` (:mod:`deskpool_worker.pools`), and the periodic tasks of pool
-reconciliation, audit partition maintenance and the pruning of finished jobs.
+reconciliation, audit partition maintenance, the pruning of finished jobs, and licensing (the
+expiry watermark and activation reports, :mod:`deskpool.licensing.tasks`).
 
 On stop (SIGTERM) it stops claiming, gives in-flight jobs and runs ``WORKER_SHUTDOWN_TIMEOUT``
 to finish, then cancels them and releases their leases so another worker takes them at once.
@@ -30,6 +31,7 @@ from deskpool.jobs import queue
 from deskpool.jobs.metrics import JobMetrics
 from deskpool.jobs.model import JobKind
 from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
+from deskpool.licensing import tasks as licensing_tasks
 from deskpool.plugins import hookimpl
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
 from deskpool.registry import Registry
@@ -161,9 +163,10 @@ def deskpool_register_job_kinds(registry: Registry[Any]) -> None:
 
 @hookimpl
 def deskpool_register_periodic_tasks(registry: Registry[Any]) -> None:
-    """Register pool reconciliation, the session check, audit maintenance and job pruning."""
+    """Register reconciliation, the session check, audit, job pruning and licensing tasks."""
     pools.register_periodic_tasks(registry)
     sessions.register_periodic_tasks(registry)
+    licensing_tasks.register_periodic_tasks(registry)
     registry.add(
         "audit_maintenance",
         PeriodicTask(

@@ -36,17 +36,24 @@ class PeriodicTask:
 
     :param run: ``async def run(context: PeriodicContext)``.
     :param every: the interval: the name of a duration setting (``"POOL_RECONCILE_INTERVAL"``),
-        or seconds.
+        seconds, or a function of the configuration returning seconds.
     :param description: one line for logs and the operator guide.
     """
 
     run: PeriodicHandler
-    every: str | float
+    every: str | float | Callable[[Config], float]
     description: str = ""
 
     def interval(self, config: Config) -> timedelta:
         """The interval, read from the configuration when :attr:`every` names a setting."""
-        seconds = config.duration(self.every) if isinstance(self.every, str) else self.every
+        every = self.every
+        seconds = (
+            config.duration(every)
+            if isinstance(every, str)
+            else every(config)
+            if callable(every)
+            else every
+        )
         if seconds <= 0:
             raise ValueError("a periodic task's interval must be positive")
         return timedelta(seconds=seconds)

@@ -10,8 +10,9 @@ them inside the transaction that makes the growth.
 from __future__ import annotations
 
 import logging
+import random
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -37,6 +38,14 @@ from deskpool.licensing.model import (
     judged_time,
     limit_reason,
     verify_document,
+)
+from deskpool.licensing.reporting import (
+    LicenseReporter,
+    ReportFailed,
+    activation_report,
+    first_due,
+    next_due,
+    retry_delay,
 )
 from deskpool.licensing.watermark import StoredWatermark, advance, cleared, inspect
 
@@ -389,3 +398,60 @@ def _newly_recorded(row: StoredWatermark | None, following: StoredWatermark) -> 
 
 def _instant(moment: datetime | None) -> str | None:
     return format_instant(moment) if moment is not None else None
+
+
+# --------------------------------------------------------------------------- activation reports
+
+
+async def send_report_if_due(
+    connection: asyncpg.Connection,
+    context: LicensingContext,
+    reporter: LicenseReporter,
+    interval: timedelta,
+    rng: random.Random,
+) -> str:
+    """Send the activation report when one is due; what happened, in a word.
+
+    ``free``: the free edition's limits are in force, nothing is ever sent; ``disabled``: the
+    reporter is off (``LICENSE_REPORT_URL`` empty); ``scheduled``: the first report was given
+    its time; ``waiting``: not due yet; ``sent`` or ``failed``: an attempt was made (a failure
+    is retried with backoff). Only one worker runs this at a time (a periodic task).
+    """
+    judgement = await current_judgement(connection, context)
+    if not judgement.licensed:
+        return "free"
+    if not reporter.enabled:
+        return "disabled"
+    record = await store.get_reports(connection)
+    now = context.now()
+    if record.next_due_at is None:
+        await store.schedule_report(connection, first_due(now, interval, rng))
+        return "scheduled"
+    if now < record.next_due_at:
+        return "waiting"
+    payload = activation_report(
+        instance_id=await store.instance_id(connection),
+        version=context.version,
+        judgement=judgement,
+        build=context.check_build().state,
+        usage=await store.usage(connection),
+        sent_at=now,
+    )
+    outcome, error = "sent", None
+    try:
+        await reporter.send(payload)
+    except ReportFailed as failure:
+        outcome, error = "failed", str(failure)[:500]
+    due = (
+        next_due(now, interval, rng)
+        if outcome == "sent"
+        else now + retry_delay(record.consecutive_failures + 1, interval)
+    )
+    await store.record_report(
+        connection, attempted_at=now, outcome=outcome, error=error, next_due_at=due
+    )
+    if context.metrics is not None:
+        context.metrics.reports.labels(outcome).inc()
+    if error is not None:
+        log.warning("activation report failed (%s); next attempt at %s", error, _instant(due))
+    return outcome

@@ -39,7 +39,7 @@ def master_key() -> bytes:
 
 
 RESET = """
-TRUNCATE license_installation, clusters, jobs, periodic_tasks CASCADE;
+TRUNCATE license_installation, clusters, jobs, periodic_tasks, audit_events CASCADE;
 UPDATE license_watermark SET instant = NULL, seq = 0, evidence = NULL, evidence_detail = NULL,
        evidence_at = NULL, mac = NULL, judged_status = NULL, judged_edition = NULL,
        judged_at = NULL;
