@@ -15,6 +15,7 @@ then closes the rest (``UPSTREAM_UNAVAILABLE``) and records them as ``gateway_sh
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import secrets
@@ -111,6 +112,9 @@ class GatewayComponent(HttpListenerComponent):
         )
         self.supervisor.start()
         await super().start()
+        # What startup made lives as long as the process: keep the cyclic garbage collector
+        # from walking it again and again (each full walk would stall every tunnel).
+        gc.freeze()
         log.info(
             "gateway %s: tunnel at %s, desktop daemon at %s",
             self.gateway_id,

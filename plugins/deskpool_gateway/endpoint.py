@@ -137,6 +137,9 @@ async def tunnel_handler(request: web.Request) -> web.StreamResponse:
         max_msg_size=MAX_MESSAGE_SIZE,
         timeout=CLOSE_TIMEOUT,
         autoping=True,
+        # No permessage-deflate, though browsers offer it: the display stream is mostly
+        # base64 PNG/JPEG/WebP, and deflating every message would cost CPU and latency.
+        compress=False,
     )
     await ws.prepare(request)
     if not supervisor.settings.origin_allowed(request.headers.get("Origin")):

@@ -140,3 +140,31 @@ def test_status_codes_and_their_websocket_close_codes() -> None:
     assert Status.CLIENT_TOO_MANY.close_reason == "797"
     assert Status.from_code(0x0301) is Status.CLIENT_UNAUTHORIZED
     assert Status.from_code(0x0999) is None
+
+
+def test_feed_agrees_with_full_parsing_at_every_cut() -> None:
+    import random
+
+    rng = random.Random(7)
+    words = ["", "a", "é", "😀x", "12345678", "123456789", "x" * 40, "日本" * 600, ";,.", "1.2;"]
+    stream = "".join(
+        encode(rng.choice(["copy", "blob", "é"]), *rng.choices(words, k=rng.randrange(0, 12)))
+        for _ in range(60)
+    )
+    expected = InstructionParser().feed_instructions(stream)
+    for _ in range(40):
+        cuts = sorted(rng.sample(range(1, len(stream)), 6))
+        parser = InstructionParser()
+        pieces = zip([0, *cuts], [*cuts, None], strict=True)
+        text = "".join(parser.feed(stream[a:b]) for a, b in pieces)
+        assert text == stream
+        assert InstructionParser().feed_instructions(text) == expected
+
+
+def test_the_fast_path_keeps_the_element_limit() -> None:
+    assert InstructionParser().feed(encode("x", *(["a"] * 127))) == encode("x", *(["a"] * 127))
+    with pytest.raises(ProtocolError) as raised:
+        InstructionParser().feed(encode("x", *(["a"] * 128)))
+    assert raised.value.status is Status.CLIENT_OVERRUN
+    with pytest.raises(ProtocolError):
+        InstructionParser().feed("3.nop;3.abc:")
