@@ -180,7 +180,12 @@ def deskpool_register_periodic_tasks(registry: Registry[Any]) -> None:
 def deskpool_register_license_reporters(registry: Registry[Any]) -> None:
     """Register licensing reporters (the ``LICENSE_REPORTER`` setting chooses one).
 
-    :param registry: ``registry.add(name, factory)``.
+    The worker sends activation reports through the chosen reporter when a licensed edition is
+    in force (never for the free edition); the platform builds the payload and decides when.
+
+    :param registry: ``registry.add(name, factory)`` where ``factory(config)`` returns a
+        :class:`deskpool.licensing.reporting.LicenseReporter` (``enabled``, and ``async
+        send(report)`` raising ``ReportFailed`` when the report was not accepted).
     """
 
 
