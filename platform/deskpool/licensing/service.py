@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -300,14 +301,11 @@ async def _growth(
 
 
 async def _check(
-    connection: asyncpg.Connection,
-    context: LicensingContext,
-    resource: Resource,
-    usage_override: Usage | None = None,
+    connection: asyncpg.Connection, context: LicensingContext, resource: Resource
 ) -> None:
     judgement, usage = await _growth(connection, context)
     try:
-        check_growth(judgement, usage_override or usage, resource)
+        check_growth(judgement, usage, resource)
     except LicenseLimitReached:
         if context.metrics is not None:
             context.metrics.growth_refused.labels(resource.value).inc()
@@ -320,18 +318,17 @@ async def check_can_create_pool(connection: asyncpg.Connection, context: Licensi
 
 
 async def check_can_open_session(
-    connection: asyncpg.Connection, context: LicensingContext, active_sessions: int | None = None
+    connection: asyncpg.Connection, context: LicensingContext, desktop_id: uuid.UUID | None = None
 ) -> None:
-    """Allow one more concurrent session, or raise ``LicenseLimitReached``.
+    """Allow a session to ``desktop_id``, or raise ``LicenseLimitReached``.
 
-    :param active_sessions: the sessions open now, when the caller counts them; by default the
-        desktops marked in a session.
+    Sessions count per desktop (an open tunnel, or a connection token not used yet), so a
+    desktop that already has one is always allowed another connection: reconnecting never
+    counts twice, and nothing open is ever cut.
     """
-    override = None
-    if active_sessions is not None:
-        usage = await store.usage(connection)
-        override = Usage(usage.desktops, usage.pools, active_sessions)
-    await _check(connection, context, Resource.SESSIONS, override)
+    if desktop_id is not None and await store.has_session(connection, desktop_id):
+        return
+    await _check(connection, context, Resource.SESSIONS)
 
 
 async def desktop_headroom(connection: asyncpg.Connection, context: LicensingContext) -> Headroom:

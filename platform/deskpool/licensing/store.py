@@ -5,6 +5,7 @@ No rules here: :mod:`deskpool.licensing.service` decides; these functions read a
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -179,16 +180,35 @@ async def lock_growth(connection: asyncpg.Connection) -> None:
     await connection.execute("SELECT pg_advisory_xact_lock($1)", GROWTH_LOCK_KEY)
 
 
+#: Desktops with a session: an open tunnel, or a connection token handed out and not yet used
+#: (read-only views of another session aside).
+_SESSION_DESKTOPS = """
+    SELECT desktop_id FROM desktop_sessions WHERE ended_at IS NULL AND NOT read_only
+    UNION
+    SELECT desktop_id FROM connection_tokens
+     WHERE redeemed_at IS NULL AND expires_at > now() AND shadow_of IS NULL
+"""
+
+
 async def usage(connection: asyncpg.Connection) -> Usage:
-    """Desktops (those not being deleted), pools, and desktops in a session."""
+    """Desktops (those not being deleted), pools, and desktops with a session."""
     row = await connection.fetchrow(
-        """
+        f"""
         SELECT (SELECT count(*) FROM desktops WHERE state <> 'deleting') AS desktops,
                (SELECT count(*) FROM pools) AS pools,
-               (SELECT count(*) FROM desktops WHERE in_session) AS sessions
+               (SELECT count(*) FROM ({_SESSION_DESKTOPS}) AS s) AS sessions
         """
     )
     return Usage(desktops=row["desktops"], pools=row["pools"], sessions=row["sessions"])
+
+
+async def has_session(connection: asyncpg.Connection, desktop_id: uuid.UUID) -> bool:
+    """Whether the desktop already counts as one with a session."""
+    found = await connection.fetchval(
+        f"SELECT EXISTS (SELECT 1 FROM ({_SESSION_DESKTOPS}) AS s WHERE desktop_id = $1)",
+        desktop_id,
+    )
+    return bool(found)
 
 
 # --------------------------------------------------------------------------- reports

@@ -29,6 +29,7 @@ from deskpool.clusters.repository import get_cluster
 from deskpool.drivers import DriverError, deadline_after
 from deskpool.errors import Conflict, DeskpoolError, Forbidden, NotFound, ServiceUnavailable
 from deskpool.events import AuditEvent
+from deskpool.licensing.service import check_can_open_session
 from deskpool.pools import repository as pools
 from deskpool.pools.allocation import DesktopNotReady
 from deskpool.pools.model import Desktop, DesktopState, Pool
@@ -263,6 +264,8 @@ async def open_pool_desktop(
         raise Forbidden("You are not entitled to this pool.")
     async with runtime.db.acquire() as connection, connection.transaction():
         desktop = await pools.allocate_desktop(connection, pool, principal.id)
+        # Over the license's session limit the allocation is rolled back (409).
+        await check_can_open_session(connection, runtime.licensing, desktop.id)
         await _audit_allocation(connection, audit, desktop, str(principal.id))
     return await _connect(runtime, url, uuid.UUID(str(principal.id)), desktop, pool)
 
@@ -286,6 +289,8 @@ async def reconnect_desktop(
     pool = await pools.get_pool(runtime.db, desktop.pool_id)
     if pool is None:
         raise NotFound(f"You hold no desktop with the id {desktop_id}.")
+    async with runtime.db.acquire() as connection, connection.transaction():
+        await check_can_open_session(connection, runtime.licensing, desktop_id)
     if desktop.state is DesktopState.READY:
         async with runtime.db.acquire() as connection, connection.transaction():
             desktop = await pools.apply_event(connection, desktop_id, Allocated(user), pool=pool)

@@ -1167,7 +1167,9 @@ def register(routes: RouteTable) -> None:
             "caller's own desktop) with `Retry-After`; 503 `gateway_not_configured` (nothing "
             "is allocated) when `GATEWAY_PUBLIC_WS_URL` is unset, or not `wss://` outside "
             "development; 503 `desktop_unreachable` with `Retry-After` when the desktop's "
-            "address is not known yet (the desktop stays the caller's: ask again)."
+            "address is not known yet (the desktop stays the caller's: ask again); 409 "
+            "`license_limit_reached` (nothing is allocated) when a new session would go beyond "
+            "the license's concurrent sessions."
         ),
         tags=("me",),
         permission="pools:manage",

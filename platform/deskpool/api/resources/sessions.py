@@ -341,7 +341,8 @@ def register(routes: RouteTable) -> None:
         description=(
             "A new single-use connection token to the caller's desktop (a persistent desktop "
             "the caller was logged off from is handed back first). 404 when the caller does not "
-            "hold it."
+            "hold it; 409 `license_limit_reached` when the desktop has no session and one more "
+            "would go beyond the license's concurrent sessions."
         ),
         tags=("me",),
         permission=None,
