@@ -19,24 +19,15 @@ waits (a guest shutdown timeout, a task poll).
 from __future__ import annotations
 
 import abc
-import asyncio
-import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from types import TracebackType
 from typing import ClassVar, Self, TypeVar, final
 
-from deskpool_driver_api.context import (
-    DriverCall,
-    DriverContext,
-    current_deadline,
-    deadline_after,
-)
+from deskpool_driver_api.context import DriverContext, deadline_after, run_call
 from deskpool_driver_api.errors import (
     DriverBusy,
     DriverError,
-    DriverTimeout,
     Unsupported,
     VmNotRunning,
 )
@@ -58,8 +49,6 @@ from deskpool_driver_api.ownership import OwnershipTags
 __all__ = ["HypervisorDriver"]
 
 T = TypeVar("T")
-
-log = logging.getLogger(__name__)
 
 
 class HypervisorDriver(abc.ABC):
@@ -117,61 +106,12 @@ class HypervisorDriver(abc.ABC):
     ) -> T:
         """Run ``body`` as the driver call ``operation`` under ``deadline``.
 
-        This is the single place every public call passes: it applies the deadline, makes it
-        visible to :func:`remaining_time`, turns an expired deadline into
-        :class:`DriverTimeout`, and reports the call's duration and outcome to the observer.
+        This is the single place every public call passes (see :func:`run_call`): the deadline
+        applies and is visible to :func:`remaining_time`, an expired one becomes
+        :class:`DriverTimeout`, and the call's duration and outcome go to the observer.
         """
         at = deadline if deadline is not None else deadline_after(self.default_timeout)
-        started = time.monotonic()
-        outcome = "ok"
-        token = current_deadline.set(at)
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        cancel_requests = task.cancelling() if task is not None else 0
-        try:
-            if at <= started:
-                # Already passed: a body that never suspends would otherwise run to the end.
-                raise TimeoutError
-            async with asyncio.timeout_at(loop.time() + (at - started)) as scope:
-                try:
-                    result = await body()
-                except TimeoutError as error:
-                    if scope.expired():
-                        raise
-                    raise DriverTimeout(f"{operation}: {error or 'timed out'}") from error
-            if task is not None and task.cancelling() > cancel_requests:
-                # A library below swallowed our cancellation (Python 3.11's asyncio.wait_for,
-                # used by redis-py and others, does when its result arrives at the same
-                # moment): honour it, so a cancelled call never looks like a finished one.
-                raise asyncio.CancelledError
-            return result
-        except TimeoutError as error:
-            outcome = DriverTimeout.code
-            raise DriverTimeout(
-                f"{self.name} {operation} did not finish before its deadline"
-            ) from error
-        except DriverError as error:
-            outcome = error.code
-            raise
-        except asyncio.CancelledError:
-            outcome = "cancelled"
-            raise
-        except Exception:
-            outcome = "unexpected_error"
-            raise
-        finally:
-            current_deadline.reset(token)
-            self._report(operation, time.monotonic() - started, outcome)
-
-    def _report(self, operation: str, seconds: float, outcome: str) -> None:
-        observer = self.context.observer
-        if observer is None:
-            return
-        call = DriverCall(self.name, self.context.cluster_id, operation, seconds, outcome)
-        try:
-            observer.driver_call_finished(call)
-        except Exception:
-            log.exception("driver call observer failed for %s %s", self.name, operation)
+        return await run_call(self.name, self.context, operation, at, body)
 
     def _require(self, capable: bool, what: str) -> None:
         if not capable:

@@ -1,20 +1,28 @@
 """What the platform gives a driver besides its connection, and the deadline of a call.
 
 :class:`DriverContext` (shared state, cluster id, owner tag, clock, observer), the
-:class:`DriverCall` records an observer receives, and the deadline helpers a driver uses to
-size its own waits. :mod:`deskpool_driver_api.base` runs every call under its deadline.
+:class:`DriverCall` records an observer receives, the deadline helpers a driver uses to size
+its own waits, and :func:`run_call`, the one path every public call of
+:class:`~deskpool_driver_api.HypervisorDriver` takes.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
+from deskpool_driver_api.errors import DriverError, DriverTimeout
 from deskpool_driver_api.ownership import DEFAULT_OWNER_TAG
 from deskpool_driver_api.shared_state import SharedState
+
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 #: The deadline of the driver call running in this context (set by the base class).
 current_deadline: ContextVar[float | None] = ContextVar("deskpool_driver_deadline", default=None)
@@ -81,3 +89,69 @@ class DriverContext:
     owner_tag: str = DEFAULT_OWNER_TAG
     clock: Callable[[], float] = field(default=time.time)
     observer: DriverCallObserver | None = None
+
+
+async def run_call(
+    driver: str,
+    context: DriverContext,
+    operation: str,
+    at: float,
+    body: Callable[[], Awaitable[T]],
+) -> T:
+    """Run ``body`` as ``driver``'s call ``operation``, to finish before the deadline ``at``.
+
+    Makes ``at`` visible to :func:`remaining_time`, turns an expired deadline into
+    :class:`DriverTimeout` (before ``body`` runs when it has already passed), honours a
+    cancellation a library below swallowed, and reports the call's duration and outcome to
+    ``context.observer``.
+    """
+    started = time.monotonic()
+    outcome = "ok"
+    token = current_deadline.set(at)
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    cancel_requests = task.cancelling() if task is not None else 0
+    try:
+        if at <= started:
+            # Already passed: a body that never suspends would otherwise run to the end.
+            raise TimeoutError
+        async with asyncio.timeout_at(loop.time() + (at - started)) as scope:
+            try:
+                result = await body()
+            except TimeoutError as error:
+                if scope.expired():
+                    raise
+                raise DriverTimeout(f"{operation}: {error or 'timed out'}") from error
+        if task is not None and task.cancelling() > cancel_requests:
+            # A library below swallowed our cancellation (Python 3.11's asyncio.wait_for,
+            # used by redis-py and others, does when its result arrives at the same
+            # moment): honour it, so a cancelled call never looks like a finished one.
+            raise asyncio.CancelledError
+        return result
+    except TimeoutError as error:
+        outcome = DriverTimeout.code
+        raise DriverTimeout(f"{driver} {operation} did not finish before its deadline") from error
+    except DriverError as error:
+        outcome = error.code
+        raise
+    except asyncio.CancelledError:
+        outcome = "cancelled"
+        raise
+    except Exception:
+        outcome = "unexpected_error"
+        raise
+    finally:
+        current_deadline.reset(token)
+        _report(
+            DriverCall(driver, context.cluster_id, operation, time.monotonic() - started, outcome),
+            context.observer,
+        )
+
+
+def _report(call: DriverCall, observer: DriverCallObserver | None) -> None:
+    if observer is None:
+        return
+    try:
+        observer.driver_call_finished(call)
+    except Exception:
+        log.exception("driver call observer failed for %s %s", call.driver, call.operation)
