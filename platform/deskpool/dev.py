@@ -39,6 +39,8 @@ DEV_ADMIN_EMAIL = "admin@deskpool.test"
 DEV_CLIENT_ID = "deskpool"
 #: The audience of the API's access tokens: the API's own, distinct from the console's client.
 DEV_API_AUDIENCE = "deskpool-api"
+#: The gateway's tunnel path (the gateway's default, ``/websocket-tunnel``).
+DEV_TUNNEL_PATH = "/websocket-tunnel"
 
 #: The simulated cluster of a fresh development database: slow enough to watch.
 DEMO_CLUSTER: dict[str, Any] = {
@@ -65,12 +67,21 @@ def dev_environ(environ: Mapping[str, str], issuer_url: str) -> dict[str, str]:
     """The environment of the development process: the caller's, plus the dev issuer.
 
     The console (``WEB_ADDR``) calls the API (``API_ADDR``) from another origin: the API's base
-    URL and the console's origins (by address and as ``localhost``) are set to match.
+    URL and the console's origins (by address and as ``localhost``) are set to match. Opened
+    desktops' connection tokens point at the gateway on ``GATEWAY_ADDR`` (``ws://``, allowed
+    because ``APP_ENV`` is ``development``).
     """
     api_addr = environ.get("API_ADDR") or "127.0.0.1:8080"
     web_addr = environ.get("WEB_ADDR") or "127.0.0.1:8082"
     web_port = web_addr.rpartition(":")[2]
+    gateway_host, _, gateway_port = (environ.get("GATEWAY_ADDR") or "127.0.0.1:8081").rpartition(
+        ":"
+    )
+    if gateway_host in ("0.0.0.0", "[::]", ""):
+        gateway_host = "127.0.0.1"
     defaults = {
+        # A clear-text tunnel is accepted only because APP_ENV is development here.
+        "GATEWAY_PUBLIC_WS_URL": f"ws://{gateway_host}:{gateway_port}{DEV_TUNNEL_PATH}",
         "WEB_PUBLIC_API_BASE_URL": f"http://{api_addr}",
         "API_CORS_ALLOWED_ORIGINS": f"http://{web_addr},http://localhost:{web_port}",
         "AUTH_OIDC_ISSUER_URL": issuer_url,

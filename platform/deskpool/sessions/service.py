@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -27,7 +27,14 @@ from redis.exceptions import RedisError
 from deskpool.audit import record_audit_event
 from deskpool.clusters.repository import get_cluster
 from deskpool.drivers import DriverError, deadline_after
-from deskpool.errors import Conflict, DeskpoolError, Forbidden, NotFound, ServiceUnavailable
+from deskpool.errors import (
+    Conflict,
+    DeskpoolError,
+    Forbidden,
+    NotFound,
+    ServiceUnavailable,
+    ValidationFailed,
+)
 from deskpool.events import AuditEvent
 from deskpool.licensing.service import check_can_open_session
 from deskpool.pools import repository as pools
@@ -46,6 +53,7 @@ from deskpool.sessions.model import (
     target_to_json,
     token_key,
     tunnel_url_problem,
+    validate_policy,
 )
 from deskpool.sessions.tunnel import DesktopTarget
 
@@ -114,6 +122,40 @@ class DesktopConnection:
 
     def __repr__(self) -> str:
         return f"DesktopConnection({self.desktop.name}, {self.protocol}, <token hidden>)"
+
+
+# ------------------------------------------------------------------------------ policies
+
+
+async def pool_policies(
+    db: store.Db, pool_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, SessionPolicy]:
+    """The session policy of each pool (the default for a pool that never set one)."""
+    return await store.policies_of(db, pool_ids)
+
+
+def checked_policy(changes: Mapping[str, Any], base: SessionPolicy | None = None) -> SessionPolicy:
+    """``base`` (default: the default policy) with ``changes``, validated.
+
+    :raises ValidationFailed: a member is out of range (pointers under ``/session_policy``).
+    """
+    policy = SessionPolicy.from_json(changes, base)
+    errors = validate_policy(policy)
+    if errors:
+        raise ValidationFailed(errors)
+    return policy
+
+
+async def set_pool_policy(
+    connection: asyncpg.Connection, pool_id: uuid.UUID, changes: Mapping[str, Any]
+) -> SessionPolicy:
+    """Change the members ``changes`` names of a pool's session policy; return the result.
+
+    :raises ValidationFailed: see :func:`checked_policy`.
+    """
+    policy = checked_policy(changes, await store.get_policy(connection, pool_id))
+    await store.put_policy(connection, pool_id, policy)
+    return policy
 
 
 # ------------------------------------------------------------------------------ connection

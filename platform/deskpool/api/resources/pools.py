@@ -52,7 +52,12 @@ from deskpool.api.context import Call
 from deskpool.api.pagination import Page, PageQuery, decode_cursor, page_schema, paginate
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.resources.jobs import JobSchema
-from deskpool.api.resources.sessions import DesktopConnectionSchema, connection_view
+from deskpool.api.resources.sessions import (
+    DesktopConnectionSchema,
+    SessionPolicyInputSchema,
+    SessionPolicySchema,
+    connection_view,
+)
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.api.secret_fields import SecretInput, SecretStatusSchema
 from deskpool.api.validation import LocatedFieldError
@@ -84,6 +89,7 @@ from deskpool.pools.reconcile import PoolSummary
 from deskpool.pools.reconciler import enqueue_pool_reconcile
 from deskpool.pools.repository import DomainJoin, PoolRecord, SubjectType
 from deskpool.sessions import service as sessions
+from deskpool.sessions.model import DEFAULT_POLICY, SessionPolicy
 
 log = logging.getLogger(__name__)
 
@@ -300,6 +306,11 @@ class PoolSchema(Schema):
         metadata={"description": "Null until reconciliation first looked at the pool."},
     )
     counts = fields.Nested(DesktopCountsSchema, required=True)
+    session_policy = fields.Nested(
+        SessionPolicySchema,
+        required=True,
+        metadata={"description": "What happens to sessions of the pool's desktops."},
+    )
     created_at = fields.AwareDateTime(required=True)
     updated_at = fields.AwareDateTime(required=True)
 
@@ -371,6 +382,10 @@ class PoolCreateSchema(Schema):
         load_default=None,
         metadata={"description": "Active Directory join (Windows pools only)."},
     )
+    session_policy = fields.Nested(
+        SessionPolicyInputSchema,
+        metadata={"description": "Session policy members to set; those left out stay as they are."},
+    )
 
 
 class PoolChangeSchema(Schema):
@@ -403,6 +418,10 @@ class PoolChangeSchema(Schema):
         DomainJoinInputSchema,
         allow_none=True,
         metadata={"description": "Replaces the join settings; null removes them and the password."},
+    )
+    session_policy = fields.Nested(
+        SessionPolicyInputSchema,
+        metadata={"description": "Session policy members to set; those left out stay as they are."},
     )
 
 
@@ -499,7 +518,9 @@ def _empty_summary() -> PoolSummary:
     )
 
 
-def pool_view(record: PoolRecord, summary: PoolSummary | None) -> dict[str, Any]:
+def pool_view(
+    record: PoolRecord, summary: PoolSummary | None, policy: SessionPolicy = DEFAULT_POLICY
+) -> dict[str, Any]:
     """A pool as the API shows it."""
     pool = record.pool
     join = record.domain_join
@@ -535,6 +556,7 @@ def pool_view(record: PoolRecord, summary: PoolSummary | None) -> dict[str, Any]
         if health is None
         else {"status": str(health.status), "reasons": list(health.reasons)},
         "counts": counts_view(summary or _empty_summary()),
+        "session_policy": policy.as_json(),
         "created_at": record.created_at,
         "updated_at": record.updated_at,
     }
@@ -542,7 +564,11 @@ def pool_view(record: PoolRecord, summary: PoolSummary | None) -> dict[str, Any]
 
 async def _views(db: Any, records: Sequence[PoolRecord]) -> list[dict[str, Any]]:
     counts = await repository.pool_counts(db, [record.pool.id for record in records])
-    return [pool_view(record, counts.get(record.pool.id)) for record in records]
+    policies = await sessions.pool_policies(db, [record.pool.id for record in records])
+    return [
+        pool_view(record, counts.get(record.pool.id), policies[record.pool.id])
+        for record in records
+    ]
 
 
 async def _view(db: Any, record: PoolRecord) -> dict[str, Any]:
@@ -803,6 +829,7 @@ def register(routes: RouteTable) -> None:
         body = call.body
         pool = Pool(id=uuid.uuid4(), **_model_changes(body))
         _raise_invalid(validate_pool(pool))
+        policy = sessions.checked_policy(body.get("session_policy") or {})
         join = _domain_join_of(body)
         _check_domain_join(pool, join)
         password = (body.get("domain_join") or {}).get("password")
@@ -821,6 +848,8 @@ def register(routes: RouteTable) -> None:
                     connection, call.runtime.secret_store, pool.id, password
                 )
             await enqueue_pool_reconcile(connection, pool.id)
+            if "session_policy" in body:
+                policy = await sessions.set_pool_policy(connection, pool.id, body["session_policy"])
             await audit(
                 call,
                 connection,
@@ -840,7 +869,7 @@ def register(routes: RouteTable) -> None:
             )
             record = await repository.get_pool_record(connection, pool.id)
         assert record is not None
-        return Reply({**pool_view(record, None), "template_check": check.view()}, 201)
+        return Reply({**pool_view(record, None, policy), "template_check": check.view()}, 201)
 
     @routes.route(
         "GET",
@@ -915,6 +944,8 @@ def register(routes: RouteTable) -> None:
             )
             if updated.pool.generation != current.pool.generation:
                 await enqueue_pool_reconcile(connection, pool_id)
+            if "session_policy" in body:
+                await sessions.set_pool_policy(connection, pool_id, body["session_policy"])
             if replaces_join and join is None:
                 await repository.delete_domain_join_password(connection, pool_id)
             elif password is not None:

@@ -28,7 +28,12 @@ from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.errors import BadRequest
 from deskpool.identity.repository import parse_id
 from deskpool.sessions import service, store
-from deskpool.sessions.model import SessionRecord
+from deskpool.sessions.model import (
+    MAX_POLICY_SECONDS,
+    AfterDisconnect,
+    DisplayProtocol,
+    SessionRecord,
+)
 from deskpool.sessions.service import DesktopConnection
 from deskpool.sessions.tunnel import SessionEndReason
 
@@ -70,6 +75,62 @@ class DesktopConnectionSchema(Schema):
     )
     pool_id = fields.String(required=True)
     connection = fields.Nested(ConnectionSchema, required=True)
+
+
+_PROTOCOLS = [item.value for item in DisplayProtocol]
+_AFTER_DISCONNECT = [item.value for item in AfterDisconnect]
+_POLICY_DESCRIPTIONS = {
+    "protocol": "How desktops are shown: `auto` (RDP for Windows, VNC for Linux), `rdp`, `vnc`.",
+    "after_disconnect": (
+        "When a session ends: `logoff_immediately` (a non-persistent desktop is then rebuilt), "
+        "`logoff_after_delay` (after `logoff_delay` seconds without the user coming back), "
+        "`never`. An end the user did not cause (gateway lost or stopped, daemon error) always "
+        "waits `logoff_delay`."
+    ),
+    "logoff_delay": "Seconds a disconnected desktop waits for its user before logging off.",
+    "idle_timeout": "Seconds without user input before the session is disconnected; null: none.",
+    "max_session_duration": "Seconds a session may last before it is disconnected; null: none.",
+}
+
+
+def _policy_fields(required: bool) -> dict[str, fields.Field[Any]]:
+    seconds = validate.Range(min=1, max=MAX_POLICY_SECONDS)
+    d = _POLICY_DESCRIPTIONS
+    return {
+        "protocol": fields.String(
+            required=required,
+            validate=validate.OneOf(_PROTOCOLS),
+            metadata={"description": d["protocol"]},
+        ),
+        "after_disconnect": fields.String(
+            required=required,
+            validate=validate.OneOf(_AFTER_DISCONNECT),
+            metadata={"description": d["after_disconnect"]},
+        ),
+        "logoff_delay": fields.Integer(
+            required=required,
+            validate=validate.Range(min=0, max=MAX_POLICY_SECONDS),
+            metadata={"description": d["logoff_delay"]},
+        ),
+        "idle_timeout": fields.Integer(
+            required=required,
+            allow_none=True,
+            validate=seconds,
+            metadata={"description": d["idle_timeout"]},
+        ),
+        "max_session_duration": fields.Integer(
+            required=required,
+            allow_none=True,
+            validate=seconds,
+            metadata={"description": d["max_session_duration"]},
+        ),
+    }
+
+
+#: A pool's session policy, as the API shows it.
+SessionPolicySchema = Schema.from_dict(_policy_fields(True), name="SessionPolicy")
+#: Changes to a pool's session policy (members left out stay as they are).
+SessionPolicyInputSchema = Schema.from_dict(_policy_fields(False), name="SessionPolicyInput")
 
 
 class SessionSchema(Schema):

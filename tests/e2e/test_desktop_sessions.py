@@ -1,0 +1,270 @@
+"""A user's desktop session end to end, with real ``deskpool run`` processes.
+
+One api process, one worker and two gateway processes share a database of this module's own,
+a simulated cluster (its state in Redis) and a desktop daemon simulator (the tests' guacd).
+Through the REST API, an administrator connects the cluster and creates a non-persistent pool
+that logs its users off as soon as they disconnect, and entitles a user. Then:
+
+1. the user opens a desktop through the API, connects to a gateway with a client speaking
+   ``Guacamole.WebSocketTunnel``'s protocol, the gateway shakes hands with the daemon, and
+   instructions flow both ways; the session is listed, open, on that gateway;
+2. an administrator disconnects it through the API: the tunnel closes, the session ends with
+   ``admin_disconnect``, and the desktop is logged off and rebuilt before anyone gets it again;
+3. the user opens a desktop again and connects through the other gateway, which is then killed
+   with SIGKILL: the session ends as ``gateway_lost`` within the lease, the desktop stays the
+   user's (an end the user did not cause never logs off at once), and the user reconnects to
+   the same desktop through the surviving gateway.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import asyncpg
+import pytest
+from tests.e2e.test_pool_convergence import DeskpoolProcess, free_port, until
+from tests.secret_leak_guard import LeakGuard
+
+from deskpool.desktopd import DesktopDaemonSimulator
+from deskpool.testing.idp import TestIdentityProvider
+from deskpool.testing.tunnels import TunnelClosed, WebSocketTunnelClient
+
+ADMIN = "e2e-session-admin"
+USER = "e2e-session-user"
+LEASE_SECONDS = 3
+PUBLIC_URL = "wss://desktops.e2e.test/websocket-tunnel"
+
+#: Fast simulated phases: a rebuilt desktop is ready again within a second.
+SIMULATOR_OPTIONS = {
+    "clone_seconds": 0.05,
+    "boot_seconds": 0.05,
+    "agent_seconds": 0.05,
+    "oobe_seconds": 0.05,
+    "shutdown_seconds": 0.05,
+}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def environ(
+    deskpool_environ: dict[str, str],
+    module_database_url: str,
+    identity_provider: TestIdentityProvider,
+    desktop_daemon: DesktopDaemonSimulator,
+    leak_guard: LeakGuard,
+) -> dict[str, str]:
+    """The environment every process shares."""
+    return {
+        **deskpool_environ,
+        "PATH": os.environ["PATH"],
+        "DATABASE_URL": module_database_url,
+        "API_ADDR": f"127.0.0.1:{free_port()}",
+        "AUTH_OIDC_ISSUER_URL": identity_provider.issuer_url,
+        "AUTH_OIDC_AUDIENCE": identity_provider.audience,
+        "AUTH_BOOTSTRAP_ADMIN_SUBJECTS": ADMIN,
+        "SECRETS_MASTER_KEY": leak_guard.master_key(),
+        "GATEWAY_PUBLIC_WS_URL": PUBLIC_URL,
+        "DESKTOPD_ADDRESS": desktop_daemon.address,
+        "GATEWAY_LEASE_DURATION": f"{LEASE_SECONDS}s",
+        "SESSION_CHECK_INTERVAL": "1s",
+        "POOL_RECONCILE_INTERVAL": "1s",
+        "WORKER_POLL_INTERVAL": "1s",
+        "WORKER_LEASE_DURATION": "5s",
+        "WORKER_SHUTDOWN_TIMEOUT": "2s",
+        "GATEWAY_SHUTDOWN_TIMEOUT": "1s",
+    }
+
+
+@pytest.fixture
+async def processes(environ: dict[str, str]) -> AsyncIterator[dict[str, DeskpoolProcess]]:
+    """The api, a worker and two gateways, each on its own port."""
+    started = {
+        "api": DeskpoolProcess(["api"], environ),
+        "worker": DeskpoolProcess(["worker"], environ),
+        "gateway-a": DeskpoolProcess(
+            ["gateway"], {**environ, "GATEWAY_ADDR": f"127.0.0.1:{free_port()}"}
+        ),
+        "gateway-b": DeskpoolProcess(
+            ["gateway"], {**environ, "GATEWAY_ADDR": f"127.0.0.1:{free_port()}"}
+        ),
+    }
+    try:
+        for process in started.values():
+            await process.start()
+        yield started
+    finally:
+        for process in started.values():
+            await process.stop()
+
+
+@pytest.fixture
+async def db(module_database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    connection = await asyncpg.connect(module_database_url)
+    yield connection
+    await connection.close()
+
+
+def tunnel_url(process: DeskpoolProcess) -> str:
+    """Where a gateway process listens (a load balancer would stand at ``PUBLIC_URL``)."""
+    return f"ws://{process.env['GATEWAY_ADDR']}/websocket-tunnel"
+
+
+async def test_a_desktop_session_from_opening_to_logoff_across_two_gateways(
+    processes: dict[str, DeskpoolProcess],
+    environ: dict[str, str],
+    identity_provider: TestIdentityProvider,
+    db: asyncpg.Connection,
+) -> None:
+    api = f"http://{environ['API_ADDR']}/api/v1"
+    admin = {"Authorization": f"Bearer {identity_provider.issue_token(ADMIN)}"}
+    user = {"Authorization": f"Bearer {identity_provider.issue_token(USER)}"}
+    async with aiohttp.ClientSession() as http:
+
+        async def call(method: str, path: str, headers: dict[str, str], **kw: Any) -> Any:
+            async with http.request(method, f"{api}{path}", headers=headers, **kw) as response:
+                body = await response.json()
+                assert response.status < 300, (method, path, response.status, body)
+                return body
+
+        me = await call("GET", "/me", user)
+        cluster = await call(
+            "POST",
+            "/clusters",
+            admin,
+            json={
+                "name": "e2e-sessions",
+                "driver": "simulator",
+                "endpoint": "simulator://e2e-sessions",
+                "options": SIMULATOR_OPTIONS,
+            },
+        )
+        pool = await call(
+            "POST",
+            "/pools",
+            admin,
+            json={
+                "name": "e2e-sessions",
+                "cluster_id": cluster["id"],
+                "template": "ubuntu-22.04",
+                "kind": "non_persistent",
+                "os_type": "linux",
+                "min_size": 2,
+                "spare": 1,
+                "max_size": 4,
+                "naming_pattern": "sess-{n:02}",
+                "session_policy": {"after_disconnect": "logoff_immediately"},
+            },
+        )
+        pool_id = uuid.UUID(pool["id"])
+        await call(
+            "POST",
+            f"/pools/{pool_id}/entitlements",
+            admin,
+            json={"subject_type": "user", "subject_id": me["id"]},
+        )
+
+        async def ready() -> int:
+            return int(
+                await db.fetchval(
+                    "SELECT count(*) FROM desktops WHERE pool_id = $1 AND state = 'ready' "
+                    "AND NOT used_since_refresh",
+                    pool_id,
+                )
+            )
+
+        await until(ready, "the pool has a ready desktop")
+
+        async def session_of(desktop_id: str) -> Any:
+            page = await call("GET", f"/sessions?desktop_id={desktop_id}&state=open", admin)
+            items = page["items"]
+            return items[0] if items and items[0]["connected_at"] else None
+
+        # 1. Open, connect through gateway A, instructions both ways.
+        opened = await call("POST", f"/me/pools/{pool_id}/desktop", user)
+        connection = opened["connection"]
+        assert (connection["url"], connection["protocol"]) == (PUBLIC_URL, "vnc")
+        gateway_a, gateway_b = processes["gateway-a"], processes["gateway-b"]
+        client = await WebSocketTunnelClient.connect(
+            http, tunnel_url(gateway_a), {"token": connection["token"]}
+        )
+        drawn = await client.until("sync", within=20)
+        assert client.uuid is not None
+        assert any(instruction.opcode in ("img", "png") for instruction in drawn)
+        await client.send("mouse", 40, 40, 1)
+        await client.send("key", ord("d"), 1)
+        await client.send("key", ord("d"), 0)
+        await client.until("sync")
+        session = await until(lambda: session_of(opened["id"]), "the session is connected")
+        assert session["user_id"] == me["id"]
+        assert session["pool_id"] == str(pool_id)
+        mine = await call("GET", "/me/sessions?state=open", user)
+        assert [item["id"] for item in mine["items"]] == [session["id"]]
+        row = await db.fetchrow("SELECT * FROM desktops WHERE id = $1::uuid", opened["id"])
+        assert (row["state"], row["in_session"]) == ("in_use", True)
+
+        # 2. An administrator disconnects it: closed, logged off, rebuilt.
+        await call("POST", f"/sessions/{session['id']}/disconnect", admin)
+        closed = await client.closed(within=15)
+        assert isinstance(closed, TunnelClosed)
+        ended = await until(
+            lambda: _ended(call, admin, session["id"]), "the disconnected session ended"
+        )
+        assert ended["end_reason"] == "admin_disconnect"
+        assert ended["bytes_to_browser"] > 0
+
+        async def rebuilt() -> bool:
+            row = await db.fetchrow("SELECT * FROM desktops WHERE id = $1::uuid", opened["id"])
+            return bool(
+                row["state"] == "ready"
+                and row["assigned_user"] is None
+                and not row["used_since_refresh"]
+            )
+
+        refreshed = await db.fetchval(
+            "SELECT state FROM desktops WHERE id = $1::uuid", opened["id"]
+        )
+        assert refreshed in ("refreshing", "starting", "waiting_for_agent", "ready")
+        await until(rebuilt, "the logged-off desktop is rebuilt")
+
+        # 3. Connect through gateway B, then SIGKILL it mid-session.
+        again = await call("POST", f"/me/pools/{pool_id}/desktop", user)
+        client = await WebSocketTunnelClient.connect(
+            http, tunnel_url(gateway_b), {"token": again["connection"]["token"]}
+        )
+        await client.until("sync", within=20)
+        lost = await until(lambda: session_of(again["id"]), "the session on gateway B")
+        assert lost["gateway_id"] != session["gateway_id"]
+        gateway_b.kill()
+        assert isinstance(await client.closed(within=10), TunnelClosed)
+        ended = await until(
+            lambda: _ended(call, admin, lost["id"]),
+            "the lost gateway's session ended",
+            seconds=LEASE_SECONDS + 10,
+        )
+        assert ended["end_reason"] == "gateway_lost"
+        row = await db.fetchrow("SELECT * FROM desktops WHERE id = $1::uuid", again["id"])
+        assert (row["state"], str(row["assigned_user"]), row["in_session"]) == (
+            "in_use",
+            me["id"],
+            False,
+        )
+        # The user comes back, through the surviving gateway, to the same desktop.
+        back = await call("POST", f"/me/pools/{pool_id}/desktop", user)
+        assert back["id"] == again["id"]
+        client = await WebSocketTunnelClient.connect(
+            http, tunnel_url(gateway_a), {"token": back["connection"]["token"]}
+        )
+        await client.until("sync", within=20)
+        await client.ws.close()
+    for name in ("api", "worker", "gateway-a"):
+        assert "Traceback" not in processes[name].output, processes[name].output
+
+
+async def _ended(call: Any, headers: dict[str, str], session_id: str) -> Any:
+    session = await call("GET", f"/sessions/{session_id}", headers)
+    return session if session["state"] == "ended" else None
