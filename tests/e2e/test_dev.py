@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from tests.conftest import REPO, deskpool_command
@@ -15,6 +16,22 @@ from tests.e2e.test_processes import free_port
 
 from deskpool.guacamole.handshake import ClientInfo, perform_handshake
 from deskpool.guacamole.stream import InstructionReader
+from deskpool.testing.tunnels import WebSocketTunnelClient
+
+
+async def open_when_ready(
+    session: aiohttp.ClientSession, url: str, headers: dict[str, str]
+) -> dict[str, Any]:
+    """Open the desktop once one is ready (the demo cluster takes some seconds to build one)."""
+    async with asyncio.timeout(90):
+        while True:
+            async with session.post(url, headers=headers) as response:
+                body = await response.json()
+                if response.status == 200:
+                    return dict(body)
+                assert response.status == 503, body
+                assert body["code"] in ("no_desktop_available", "desktop_unreachable"), body
+            await asyncio.sleep(0.5)
 
 
 async def test_dev_serves_signs_in_and_seeds_a_simulated_pool(
@@ -32,6 +49,7 @@ async def test_dev_serves_signs_in_and_seeds_a_simulated_pool(
         "POOL_RECONCILE_INTERVAL": "1s",
         "WORKER_POLL_INTERVAL": "1s",
         "DESKTOPD_ADDRESS": f"127.0.0.1:{ports['desktopd']}",
+        "APP_ENV": "development",  # as `make run` writes it in .run/dev.env
     }
     command = [
         *deskpool_command(),
@@ -85,6 +103,18 @@ async def test_dev_serves_signs_in_and_seeds_a_simulated_pool(
             assert [pool["name"] for pool in items] == ["demo-linux"]
             async with session.get(f"{api}/api/v1/setup", headers=headers) as setup:
                 assert (await setup.json())["cluster_connected"]
+            # Opening the demo pool's desktop gives a token whose tunnel shows the desktop.
+            opened = await open_when_ready(
+                session, f"{api}/api/v1/me/pools/{items[0]['id']}/desktop", headers
+            )
+            connection = opened["connection"]
+            assert connection["url"] == f"ws://127.0.0.1:{ports['gateway']}/websocket-tunnel"
+            tunnel = await WebSocketTunnelClient.connect(
+                session, connection["url"], {"token": connection["token"]}
+            )
+            drawn = await tunnel.until("sync", within=20)
+            assert any(instruction.opcode in ("img", "png") for instruction in drawn)
+            await tunnel.ws.close()
         banner = "".join(lines)
         assert (
             f"no desktop daemon listens at 127.0.0.1:{ports['desktopd']}: running the desktop "
