@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from uuid import UUID
 
 from deskpool.errors import FieldError
-from deskpool.pools.model import Desktop, DesktopState, OsType
+from deskpool.pools.model import Desktop, DesktopState
 from deskpool.sessions.tunnel import DesktopTarget, SessionEndReason
 
 #: The longest delay, idle timeout or session length a policy accepts (one week, in seconds).
@@ -126,11 +126,13 @@ def validate_policy(policy: SessionPolicy, prefix: str = "/session_policy") -> l
     return errors
 
 
-def display_protocol(policy: SessionPolicy, os_type: OsType) -> str:
-    """The protocol a desktop of a pool with ``policy`` and ``os_type`` is shown with."""
-    if policy.protocol is not DisplayProtocol.AUTO:
-        return str(policy.protocol)
-    return "rdp" if os_type is OsType.WINDOWS else "vnc"
+def preferred_protocol(policy: SessionPolicy) -> str | None:
+    """The protocol a pool asks its desktops' driver for (``None``: the driver's default).
+
+    ``auto`` leaves the choice to the driver, which shows Windows guests with RDP and other
+    guests with its default (VNC for the simulator and Proxmox).
+    """
+    return None if policy.protocol is DisplayProtocol.AUTO else str(policy.protocol)
 
 
 # ------------------------------------------------------------------------------ tokens

@@ -48,8 +48,8 @@ from deskpool.sessions import store
 from deskpool.sessions.model import (
     SessionPolicy,
     SessionRecord,
-    display_protocol,
     new_token,
+    preferred_protocol,
     target_to_json,
     token_key,
     tunnel_url_problem,
@@ -194,7 +194,10 @@ def token_ttl(runtime: Runtime) -> float:
 async def resolve_target(
     runtime: Runtime, desktop: Desktop, pool: Pool, policy: SessionPolicy
 ) -> DesktopTarget:
-    """Ask the desktop's cluster driver where the desktop is shown, with the pool's protocol.
+    """Ask the desktop's cluster driver where the desktop is shown (``desktop_endpoint``).
+
+    The pool's protocol is a preference: the driver answers the protocol the guest offers (a
+    Windows guest is shown with RDP whatever the pool prefers).
 
     :raises DesktopUnreachable: the VM does not run, has no address yet, or the driver fails.
     """
@@ -204,16 +207,16 @@ async def resolve_target(
     cluster = await get_cluster(runtime.db, record.cluster_id)
     if cluster is None:
         raise DesktopUnreachable(f"the cluster of desktop {desktop.name} is gone")
-    protocol = display_protocol(policy, pool.os_type)
+    preferred = preferred_protocol(policy)
     try:
         async with runtime.drivers.open(cluster) as driver:
-            endpoint = await driver.console_endpoint(
-                desktop.vm_id, protocol, deadline=deadline_after(TARGET_TIMEOUT)
+            endpoint = await driver.desktop_endpoint(
+                desktop.vm_id, preferred, deadline=deadline_after(TARGET_TIMEOUT)
             )
     except (DriverError, DeskpoolError) as error:
         raise DesktopUnreachable(
-            f"desktop {desktop.name} cannot be reached with {protocol} now ({error.code}: "
-            f"{error.detail}); try again shortly",
+            f"desktop {desktop.name} cannot be reached now ({error.code}: {error.detail}); "
+            "try again shortly",
             headers=_RETRY,
         ) from None
     return DesktopTarget(

@@ -81,9 +81,7 @@ def estate(
     """``await estate(ready=1, kind=..., policy=SessionPolicy(...))``: see :class:`Estate`."""
 
     async def make(ready: int = 1, policy: SessionPolicy | None = None, **overrides: Any) -> Estate:
-        cluster_id = uuid.UUID(
-            await api_cluster(console_host=CONSOLE_HOST, console_ports={"vnc": VNC_PORT})
-        )
+        cluster_id = uuid.UUID(await api_cluster(desktop={"host": CONSOLE_HOST, "port": VNC_PORT}))
         pool = pool_model(cluster_id, template="ubuntu-22.04", **overrides)
         names = [f"s{secrets.token_hex(3)}-{n}" for n in range(ready)]
         vm_ids = await _vm_ids(pools_runtime, cluster_id, names)

@@ -80,7 +80,10 @@ class DesktopConnectionSchema(Schema):
 _PROTOCOLS = [item.value for item in DisplayProtocol]
 _AFTER_DISCONNECT = [item.value for item in AfterDisconnect]
 _POLICY_DESCRIPTIONS = {
-    "protocol": "How desktops are shown: `auto` (RDP for Windows, VNC for Linux), `rdp`, `vnc`.",
+    "protocol": (
+        "The preferred protocol: `auto` (the driver's choice: RDP for Windows, VNC for others), "
+        "`rdp` or `vnc`; a guest that offers only one is shown with it."
+    ),
     "after_disconnect": (
         "When a session ends: `logoff_immediately` (a non-persistent desktop is then rebuilt), "
         "`logoff_after_delay` (after `logoff_delay` seconds without the user coming back), "
