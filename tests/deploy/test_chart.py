@@ -131,7 +131,7 @@ def test_production_values_take_secrets_from_the_existing_secret() -> None:
         for p in ingress["spec"]["rules"][0]["http"]["paths"]
     }
     assert paths["/api"] == "dp-deskpool-api"
-    assert paths["/tunnel"] == "dp-deskpool-gateway"
+    assert paths["/websocket-tunnel"] == "dp-deskpool-gateway"
     assert paths["/"] == "dp-deskpool-web"
     assert by_kind(manifests, "ServiceMonitor")
 
