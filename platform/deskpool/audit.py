@@ -1,4 +1,4 @@
-"""The audit trail: recording events, and keeping the monthly partitions of its table.
+"""The audit trail: recording events, listing them, and keeping the monthly partitions of its table.
 
 Events are written with :func:`record_audit_event` on the caller's connection, inside the
 caller's transaction, so an event exists exactly when the change it records was committed.
@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import asyncpg
 
@@ -66,6 +67,49 @@ async def record_audit_event(connection: asyncpg.Connection, event: AuditEvent) 
         json.dumps(event.details, default=str),
     )
     return event_id
+
+
+#: The filters of :func:`list_audit_events`: name -> (column, comparison).
+AUDIT_FILTERS: dict[str, tuple[str, str]] = {
+    "since": ("occurred_at", ">="),
+    "until": ("occurred_at", "<"),
+    "actor": ("actor", "="),
+    "action": ("action", "="),
+    "resource_type": ("resource_type", "="),
+    "resource_id": ("resource_id", "="),
+    "outcome": ("outcome", "="),
+}
+
+
+async def list_audit_events(
+    connection: asyncpg.Connection,
+    *,
+    before: tuple[datetime, int] | None,
+    filters: Mapping[str, Any],
+    limit: int,
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` events, newest first, older than ``before`` (``(occurred_at, id)``).
+
+    :param filters: values by the names of :data:`AUDIT_FILTERS`; ``None`` values are ignored.
+    """
+    conditions = ["true"]
+    args: list[Any] = []
+
+    def arg(value: Any) -> str:
+        args.append(value)
+        return f"${len(args)}"
+
+    if before is not None:
+        conditions.append(f"(occurred_at, id) < ({arg(before[0])}, {arg(before[1])})")
+    for name, (column, comparison) in AUDIT_FILTERS.items():
+        if filters.get(name) is not None:
+            conditions.append(f"{column} {comparison} {arg(filters[name])}")
+    rows = await connection.fetch(
+        f"""SELECT * FROM {AUDIT_TABLE} WHERE {" AND ".join(conditions)}
+            ORDER BY occurred_at DESC, id DESC LIMIT {arg(limit)}""",
+        *args,
+    )
+    return [{**dict(row), "details": json.loads(row["details"])} for row in rows]
 
 
 # --------------------------------------------------------------------------- months

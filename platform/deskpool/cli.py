@@ -396,6 +396,10 @@ def build_parser() -> argparse.ArgumentParser:
     from deskpool.licensing.commands import add_parser as add_license_parser
 
     add_license_parser(commands)
+
+    from deskpool.identity.commands import add_parser as add_admin_parser
+
+    add_admin_parser(commands)
     return parser
 
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 from aiohttp import web
 
+from deskpool.actor import Actor
 from deskpool.api.problems import REQUEST_ID_KEY
-from deskpool.audit import record_audit_event
 from deskpool.events import AuditEvent, Outcome
 
 if TYPE_CHECKING:
@@ -41,6 +40,15 @@ class Call:
         """A path parameter of the matched route."""
         return self.request.match_info[name]
 
+    @property
+    def actor(self) -> Actor:
+        """Who makes this call, for the services it calls and the audit trail."""
+        return Actor.of_principal(
+            self.principal,
+            request_id=self.request_id or None,
+            source_address=self.request.remote,
+        )
+
     def audit_event(
         self,
         action: str,
@@ -49,19 +57,8 @@ class Call:
         details: dict[str, Any] | None = None,
         outcome: Outcome = "success",
     ) -> AuditEvent:
-        """An audit event of this call, by its caller, with its request id and address."""
-        actor = getattr(self.principal, "id", None) or "anonymous"
-        return AuditEvent(
-            action=action,
-            actor=str(actor),
-            resource_type=resource_type,
-            resource_id=resource_id,
-            outcome=outcome,
-            occurred_at=datetime.now(UTC),
-            request_id=self.request_id or None,
-            source_address=self.request.remote,
-            details=dict(details or {}),
-        )
+        """An audit event of this call's actor (see :meth:`deskpool.actor.Actor.audit_event`)."""
+        return self.actor.audit_event(action, resource_type, resource_id, details, outcome)
 
     async def record_audit(
         self,
@@ -72,10 +69,8 @@ class Call:
         details: dict[str, Any] | None = None,
         outcome: Outcome = "success",
     ) -> None:
-        """Record :meth:`audit_event` on ``connection``, in the transaction of the change."""
-        await record_audit_event(
-            connection, self.audit_event(action, resource_type, resource_id, details, outcome)
-        )
+        """Record an event of this call's actor on ``connection``, in the change's transaction."""
+        await self.actor.record(connection, action, resource_type, resource_id, details, outcome)
 
     @property
     def request_id(self) -> str:

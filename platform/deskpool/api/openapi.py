@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 from aiohttp import web
-from apispec import APISpec
+from apispec import APISpec, BasePlugin
 from apispec.ext.marshmallow import MarshmallowPlugin
 
 from deskpool import __version__
@@ -134,6 +134,26 @@ _RATE_LIMIT_HEADERS = (
 _STRUCTURED_TYPES = {"application/yaml", "application/openapi+yaml"}
 
 
+class SchemaRulesPlugin(BasePlugin):
+    """States rules across fields that a schema declares in its ``Meta``.
+
+    ``exactly_one_of = ("a", "b")`` (enforced by
+    :func:`deskpool.api.validation.require_exactly_one`) becomes ``oneOf`` with one ``required``
+    branch per field, so a generated client never sends none or both.
+    """
+
+    def schema_helper(
+        self, name: str, definition: dict[str, Any], **kwargs: Any
+    ) -> dict[str, Any] | None:
+        """The ``oneOf`` of a schema declaring ``Meta.exactly_one_of``; nothing otherwise."""
+        schema = kwargs.get("schema")
+        meta = getattr(schema, "Meta", None)
+        names = getattr(meta, "exactly_one_of", None)
+        if not names:
+            return None
+        return {"oneOf": [{"required": [field]} for field in names]}
+
+
 def problem_statuses(operation: Operation) -> list[int]:
     """The problem responses an operation can answer, from what it declares."""
     statuses = {429}
@@ -236,7 +256,7 @@ def build_document(routes: RouteTable) -> dict[str, Any]:
         title="deskpool API",
         version=__version__,
         openapi_version="3.1.0",
-        plugins=[MarshmallowPlugin()],
+        plugins=[MarshmallowPlugin(), SchemaRulesPlugin()],
         info={
             "description": DESCRIPTION,
             "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},

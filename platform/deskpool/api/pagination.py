@@ -20,6 +20,7 @@ import base64
 import binascii
 import functools
 import json
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -172,3 +173,30 @@ def check_page_contract(operation: Operation) -> None:
             f"{operation.operation_id} is paginated but its success response lacks `items` and "
             "`next` (use deskpool.api.pagination.page_schema)"
         )
+
+
+def id_cursor(cursor: str | None) -> uuid.UUID | None:
+    """The id a list sorted by id stored in ``cursor``; ``None`` for the first page.
+
+    :raises BadRequest: the cursor is not one this server issued.
+    """
+    key = decode_cursor(cursor)
+    if key is None:
+        return None
+    try:
+        return uuid.UUID(str(key))
+    except ValueError:
+        raise BadRequest("The cursor is not one this server issued.") from None
+
+
+def text_cursor(cursor: str | None) -> str | None:
+    """The text key a list sorted by a key stored in ``cursor``; ``None`` for the first page.
+
+    :raises BadRequest: the cursor is not one this server issued.
+    """
+    key = decode_cursor(cursor)
+    if key is None:
+        return None
+    if not isinstance(key, str):
+        raise BadRequest("The cursor is not one this server issued.")
+    return key

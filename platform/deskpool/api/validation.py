@@ -16,7 +16,7 @@ What a client gets for a request that cannot be served as sent:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -154,3 +154,16 @@ async def parse_query(
     """Validate the query parameters of ``request`` against ``schema`` (``unknown=EXCLUDE``)."""
     result: dict[str, Any] = await parser.parse(schema, request, location="query")
     return result
+
+
+def require_exactly_one(data: Mapping[str, Any], names: Sequence[str]) -> None:
+    """Refuse a body that gives none or more than one of the fields ``names``.
+
+    Use it in a schema's ``validates_schema`` with the same names in its
+    ``Meta.exactly_one_of``, which the OpenAPI document states as ``oneOf``
+    (:class:`deskpool.api.openapi.SchemaRulesPlugin`).
+
+    :raises marshmallow.ValidationError: a 422 on the body itself.
+    """
+    if sum(data.get(name) is not None for name in names) != 1:
+        raise ValidationError(f"Give exactly one of {' or '.join(names)}.")

@@ -2,7 +2,8 @@
 
 The auth provider verifies the token (and caches verified tokens until their expiry). This
 module turns the verified identity into a principal: the user is created at first sign-in
-(bootstrap admins receive ``platform_admin`` then, in the same transaction, with audit events),
+(bootstrap admins receive ``platform_admin`` then, in the same transaction, with audit events:
+see :mod:`deskpool.identity.sign_in`),
 and its groups, grants and effective permissions are resolved from the database once, then
 cached in the process. Any change to grants, memberships, bindings or roles calls
 :func:`identity_changed`, which publishes on a Redis channel; every process clears its cache
@@ -17,20 +18,16 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-import asyncpg
 from prometheus_client import CollectorRegistry, Counter
 from redis.exceptions import RedisError
 
-from deskpool.audit import record_audit_event
 from deskpool.auth import AuthProvider, VerifiedToken, bearer_token_from_header
-from deskpool.errors import Forbidden, ServiceUnavailable, StartupError, Unauthenticated
-from deskpool.events import AuditEvent
-from deskpool.identity import repository
-from deskpool.identity.principal import GroupRef, Principal
-from deskpool.permissions import resolve_permissions
+from deskpool.errors import Forbidden, ServiceUnavailable, Unauthenticated
+from deskpool.identity.operator import apply_bootstrap_bindings
+from deskpool.identity.principal import Principal
+from deskpool.identity.sign_in import sign_in
 
 if TYPE_CHECKING:
     from deskpool.config import Config
@@ -60,22 +57,6 @@ async def identity_changed(runtime: Runtime) -> None:
             "could not announce an identity change; caches expire within %ss",
             PRINCIPAL_CACHE_SECONDS,
         )
-
-
-def bootstrap_admin_reason(config: Config, token: VerifiedToken) -> str | None:
-    """Why a first sign-in receives ``platform_admin``, or ``None``.
-
-    Emails match case-insensitively, and only when the token does not say ``email_verified``
-    is false.
-    """
-    if token.subject in config["AUTH_BOOTSTRAP_ADMIN_SUBJECTS"]:
-        return "subject listed in AUTH_BOOTSTRAP_ADMIN_SUBJECTS"
-    emails = {email.lower() for email in config["AUTH_BOOTSTRAP_ADMIN_EMAILS"]}
-    verified_flag = token.claims.get("email_verified")
-    not_false = verified_flag is not False and str(verified_flag).lower() != "false"
-    if token.email and token.email.lower() in emails and not_false:
-        return "email listed in AUTH_BOOTSTRAP_ADMIN_EMAILS"
-    return None
 
 
 class AuthMetrics:
@@ -124,9 +105,7 @@ class Authenticator:
 
     async def start(self) -> None:
         """Create the bootstrap bindings, start the provider and the invalidation listener."""
-        bindings = self.config["AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS"]
-        if bindings:
-            await self._create_bootstrap_bindings(bindings)
+        await self._create_bootstrap_bindings(self.config["AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS"])
         await self.provider.start()
         self._listener = asyncio.create_task(self._listen(), name="identity-invalidation")
 
@@ -165,32 +144,9 @@ class Authenticator:
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     async def _create_bootstrap_bindings(self, bindings: tuple[tuple[str, str], ...]) -> None:
-        try:
-            async with self.runtime.db.acquire() as connection, connection.transaction():
-                created = await repository.ensure_bootstrap_bindings(connection, bindings)
-                for claim_value, group_key in created:
-                    await record_audit_event(
-                        connection,
-                        AuditEvent(
-                            action="oidc_group_binding.create",
-                            actor="system:bootstrap",
-                            resource_type="roles",
-                            resource_id=None,
-                            outcome="success",
-                            occurred_at=datetime.now(UTC),
-                            details={
-                                "claim_value": claim_value,
-                                "group": group_key,
-                                "source": "AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS",
-                            },
-                        ),
-                    )
-        except asyncpg.CheckViolationError:
-            raise StartupError(
-                "AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS names a local group key that is not "
-                "valid (lowercase letters, digits, '.', '_' and '-')"
-            ) from None
-        if created:
+        async with self.runtime.db.acquire() as connection:
+            changed = await apply_bootstrap_bindings(connection, bindings)
+        if changed:
             await identity_changed(self.runtime)
 
     async def authenticate(self, authorization: str | None) -> Principal:
@@ -240,75 +196,4 @@ class Authenticator:
 
     async def _resolve(self, token: VerifiedToken) -> Principal:
         async with self.runtime.db.acquire() as connection, connection.transaction():
-            user = await repository.upsert_user(
-                connection,
-                issuer=token.issuer,
-                subject=token.subject,
-                email=token.email,
-                display_name=token.name or token.username,
-            )
-            if user.created:
-                await self._first_sign_in(connection, user, token)
-            groups = await repository.groups_of(connection, user.id, token.groups)
-            group_refs = tuple(GroupRef(*group) for group in groups)
-            user_grants, group_grants = await repository.grants_of(
-                connection, user.id, [g.id for g in group_refs]
-            )
-            roles = await repository.role_definitions(connection)
-        effective = resolve_permissions(user_grants, group_grants, roles, claimed_roles=token.roles)
-        return Principal(
-            id=user.id,
-            issuer=user.issuer,
-            subject=user.subject,
-            email=user.email,
-            display_name=user.display_name,
-            disabled=user.disabled,
-            groups=group_refs,
-            claimed_groups=token.groups,
-            claimed_roles=token.roles,
-            effective=effective,
-        )
-
-    async def _first_sign_in(
-        self, connection: asyncpg.Connection, user: repository.UserRow, token: VerifiedToken
-    ) -> None:
-        now = datetime.now(UTC)
-        await record_audit_event(
-            connection,
-            AuditEvent(
-                action="user.create",
-                actor=user.id,
-                resource_type="users",
-                resource_id=user.id,
-                outcome="success",
-                occurred_at=now,
-                details={
-                    "reason": "first sign-in",
-                    "issuer": user.issuer,
-                    "subject": user.subject,
-                    "email": user.email,
-                },
-            ),
-        )
-        reason = bootstrap_admin_reason(self.config, token)
-        if reason is None:
-            return
-        grant = await repository.grant(
-            connection,
-            subject_type="user",
-            subject_id=user.id,
-            role_key="platform_admin",
-            source="bootstrap",
-        )
-        await record_audit_event(
-            connection,
-            AuditEvent(
-                action="grant.create",
-                actor="system:bootstrap",
-                resource_type="roles",
-                resource_id=str(grant["id"]),
-                outcome="success",
-                occurred_at=now,
-                details={"role": "platform_admin", "user": user.id, "reason": reason},
-            ),
-        )
+            return await sign_in(connection, self.config, token)

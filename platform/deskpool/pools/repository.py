@@ -999,6 +999,18 @@ async def revoke_entitlement(
     return bool(done)
 
 
+async def revoke_subject_entitlements(
+    connection: asyncpg.Connection, subject_type: SubjectType, subject_id: uuid.UUID
+) -> int:
+    """Remove every entitlement of a user or group (it is being deleted); how many there were."""
+    done = await connection.execute(
+        "DELETE FROM pool_entitlements WHERE subject_type = $1 AND subject_id = $2",
+        str(subject_type),
+        subject_id,
+    )
+    return int(done.split()[-1])
+
+
 #: The sort key of the entitlement list, as a cursor stores it: ``[subject_type, subject_id]``.
 EntitlementCursor = tuple[str, str]
 

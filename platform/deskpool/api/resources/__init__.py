@@ -3,25 +3,41 @@
 from __future__ import annotations
 
 from deskpool.api.resources import (
+    audit_events,
     clusters,
     desktops,
-    identity,
+    grants,
+    groups,
     jobs,
     license,
+    me,
     orphans,
     pools,
+    roles,
     sessions,
+    users,
 )
 from deskpool.api.routes import RouteTable
+
+#: Every built-in resource module; each has a ``register(routes)``.
+RESOURCES = (
+    audit_events,
+    clusters,
+    desktops,
+    grants,
+    groups,
+    jobs,
+    license,
+    me,
+    orphans,
+    pools,
+    roles,
+    sessions,
+    users,
+)
 
 
 def register(routes: RouteTable) -> None:
     """Add every built-in operation to ``routes``."""
-    clusters.register(routes)
-    desktops.register(routes)
-    identity.register(routes)
-    jobs.register(routes)
-    license.register(routes)
-    orphans.register(routes)
-    pools.register(routes)
-    sessions.register(routes)
+    for resource in RESOURCES:
+        resource.register(routes)

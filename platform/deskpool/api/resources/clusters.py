@@ -44,7 +44,7 @@ from deskpool.clusters.tls import (
 )
 from deskpool.drivers import DriverError, OsType, deadline_after
 from deskpool.errors import BadRequest, Conflict, DeskpoolError, NotFound, ValidationFailed
-from deskpool.identity.repository import parse_id
+from deskpool.ids import parse_id
 from deskpool.secrets import SecretValue
 
 log = logging.getLogger(__name__)

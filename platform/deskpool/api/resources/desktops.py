@@ -40,7 +40,7 @@ from deskpool.api.resources.pools import audit, cursor_pair
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.api.validation import LocatedFieldError
 from deskpool.errors import Conflict, NotFound, ValidationFailed
-from deskpool.identity.repository import parse_id
+from deskpool.ids import parse_id
 from deskpool.jobs import queue
 from deskpool.jobs.model import Job, JobState
 from deskpool.pools import repository

@@ -173,8 +173,8 @@ def state_view(state: service.LicenseState) -> dict[str, Any]:
 
 def actor_of(call: Call) -> service.Actor:
     """The caller as the licensing service audits it."""
-    event = call.audit_event("license.call", service.LICENSE, None)
-    return service.Actor(event.actor, event.request_id, event.source_address)
+    actor = call.actor
+    return service.Actor(actor.name, actor.request_id, actor.source_address)
 
 
 async def get_license(call: Call) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from deskpool.api.resources.jobs import JobSchema
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.clusters.repository import get_cluster
 from deskpool.errors import BadRequest, NotFound
-from deskpool.identity.repository import parse_id
+from deskpool.ids import parse_id
 from deskpool.pools.provisioning import CLUSTERS, enqueue_orphan_deletion
 from deskpool.pools.repository import OrphanRecord, list_orphans
 

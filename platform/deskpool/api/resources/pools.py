@@ -67,7 +67,7 @@ from deskpool.clusters.repository import ClusterRecord
 from deskpool.drivers import DriverError, deadline_after
 from deskpool.drivers import OsType as TemplateOsType
 from deskpool.errors import BadRequest, DeskpoolError, NotFound, ValidationFailed
-from deskpool.identity.repository import parse_id
+from deskpool.ids import parse_id
 from deskpool.licensing.service import check_can_create_pool
 from deskpool.pools import repository
 from deskpool.pools.allocation import DesktopNotReady, NoDesktopAvailable

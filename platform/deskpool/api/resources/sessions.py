@@ -26,7 +26,7 @@ from deskpool.api.pagination import Page, PageQuery, decode_cursor, page_schema,
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.errors import BadRequest
-from deskpool.identity.repository import parse_id
+from deskpool.ids import parse_id
 from deskpool.sessions import service, store
 from deskpool.sessions.model import (
     MAX_POLICY_SECONDS,

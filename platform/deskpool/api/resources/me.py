@@ -1,0 +1,85 @@
+"""The caller's own identity: ``GET /api/v1/me``, and the permission catalog."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from deskpool.api.context import Call
+from deskpool.api.resources.identity_schemas import MeSchema, PermissionListSchema
+from deskpool.api.routes import ResponseSpec, RouteTable
+from deskpool.identity.principal import Principal
+from deskpool.permissions import PermissionCatalog
+
+#: How many rendered /me bodies one API process keeps.
+ME_BODIES_KEPT = 10_000
+
+
+class MeRenderer:
+    """Renders the body of ``/api/v1/me`` once per principal.
+
+    The console asks for it constantly; the authenticator caches a principal until anything
+    about it changes, and bodies are keyed by the principal's value, so a changed principal
+    never gets another's body.
+    """
+
+    def __init__(self) -> None:
+        self._schema = MeSchema()
+        self._bodies: dict[Principal, bytes] = {}
+
+    async def get_me(self, call: Call) -> web.Response:
+        """The caller: identity, groups, roles and effective permissions."""
+        principal: Principal = call.principal
+        body = self._bodies.get(principal)
+        if body is None:
+            body = json.dumps(self._schema.dump(_me(principal))).encode()
+            if len(self._bodies) >= ME_BODIES_KEPT:
+                self._bodies.clear()
+            self._bodies[principal] = body
+        return web.Response(body=body, content_type="application/json")
+
+
+def _me(principal: Principal) -> dict[str, Any]:
+    return {
+        "id": principal.id,
+        "issuer": principal.issuer,
+        "subject": principal.subject,
+        "email": principal.email,
+        "display_name": principal.display_name,
+        "groups": [vars(group) for group in principal.groups],
+        "roles": sorted(principal.effective.roles),
+        "permissions": sorted(principal.effective.permissions),
+        "is_platform_admin": principal.effective.is_platform_admin,
+    }
+
+
+async def list_permissions(call: Call) -> dict[str, Any]:
+    """Every permission of the catalog."""
+    items = []
+    for name in sorted(PermissionCatalog.builtin()):
+        resource, _, action = name.partition(":")
+        items.append({"name": name, "resource": resource, "action": action})
+    return {"items": items}
+
+
+def register(routes: RouteTable) -> None:
+    """Add ``/api/v1/me`` and ``/api/v1/permissions``."""
+    routes.route(
+        "GET",
+        "/api/v1/me",
+        summary="The caller: identity, groups, roles and effective permissions",
+        tags=("me",),
+        permission=None,
+        authenticated=True,
+        responses={200: ResponseSpec("The caller.", MeSchema)},
+    )(MeRenderer().get_me)
+    routes.route(
+        "GET",
+        "/api/v1/permissions",
+        summary="The permission catalog",
+        tags=("roles",),
+        permission="roles:read",
+        responses={200: ResponseSpec("Every permission.", PermissionListSchema)},
+    )(list_permissions)

@@ -1,0 +1,211 @@
+"""SQL of roles and grants, and the count of platform admins the lock-out rule needs.
+
+Built-in roles are defined in code (:func:`deskpool.permissions.builtin_roles`); the ``roles``
+table holds the custom ones. Functions run on the caller's connection and transaction and hold
+no business rule.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import asyncpg
+
+from deskpool.identity.store import plain
+from deskpool.permissions import PLATFORM_ADMIN, Grant, Role, builtin_roles
+
+# ------------------------------------------------------------------------------------ roles
+
+
+async def role_definitions(connection: asyncpg.Connection) -> dict[str, Role]:
+    """Every defined role: the built-in ones and the custom ones."""
+    roles = builtin_roles()
+    for row in await connection.fetch("SELECT key, description, permissions FROM roles"):
+        roles.setdefault(
+            row["key"], Role(row["key"], frozenset(row["permissions"]), row["description"])
+        )
+    return roles
+
+
+async def insert_role(
+    connection: asyncpg.Connection, key: str, description: str, permissions: Sequence[str]
+) -> dict[str, Any] | None:
+    """Create a custom role; ``None`` when its key is taken."""
+    row = await connection.fetchrow(
+        """INSERT INTO roles (key, description, permissions) VALUES ($1, $2, $3)
+           ON CONFLICT (key) DO NOTHING RETURNING key, description, permissions""",
+        key,
+        description,
+        list(permissions),
+    )
+    return None if row is None else dict(row)
+
+
+async def update_role(
+    connection: asyncpg.Connection,
+    key: str,
+    description: str | None,
+    permissions: Sequence[str] | None,
+) -> dict[str, Any] | None:
+    """Change a custom role (``None`` keeps a field); ``None`` when there is no such role."""
+    row = await connection.fetchrow(
+        """UPDATE roles SET description = coalesce($2, description),
+                  permissions = coalesce($3, permissions), updated_at = now()
+           WHERE key = $1 RETURNING key, description, permissions""",
+        key,
+        description,
+        None if permissions is None else list(permissions),
+    )
+    return None if row is None else dict(row)
+
+
+async def delete_role(connection: asyncpg.Connection, key: str) -> bool:
+    """Delete a custom role and every grant of it; ``False`` when there was no such role."""
+    if not await connection.fetchval("DELETE FROM roles WHERE key = $1 RETURNING true", key):
+        return False
+    await connection.execute("DELETE FROM grants WHERE role_key = $1", key)
+    return True
+
+
+# ----------------------------------------------------------------------------------- grants
+
+
+async def list_grants(
+    connection: asyncpg.Connection,
+    *,
+    after: uuid.UUID | None,
+    subject_type: str | None,
+    subject_id: uuid.UUID | None,
+    role_key: str | None,
+    limit: int,
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` grants by id after ``after``, with the given filters."""
+    rows = await connection.fetch(
+        """SELECT * FROM grants
+            WHERE ($1::uuid IS NULL OR id > $1)
+              AND ($2::text IS NULL OR subject_type = $2)
+              AND ($3::uuid IS NULL OR subject_id = $3)
+              AND ($4::text IS NULL OR role_key = $4)
+            ORDER BY id LIMIT $5""",
+        after,
+        subject_type,
+        subject_id,
+        role_key,
+        limit,
+    )
+    return [plain(row) for row in rows]
+
+
+async def subject_exists(
+    connection: asyncpg.Connection, subject_type: str, subject_id: uuid.UUID
+) -> bool:
+    """Whether the user or group ``subject_id`` exists."""
+    table = "users" if subject_type == "user" else "groups"
+    return bool(await connection.fetchval(f"SELECT true FROM {table} WHERE id = $1", subject_id))
+
+
+async def insert_grant(
+    connection: asyncpg.Connection,
+    *,
+    subject_type: str,
+    subject_id: uuid.UUID,
+    role_key: str | None,
+    permission: str | None,
+    source: str,
+) -> dict[str, Any]:
+    """Grant a role or one permission to a user or a group; the existing grant if it exists."""
+    row = await connection.fetchrow(
+        """
+        INSERT INTO grants (subject_type, subject_id, role_key, permission, source)
+        VALUES ($1, $2, $3, $4, $5)
+        ON CONFLICT (subject_type, subject_id, coalesce(role_key, ''), coalesce(permission, ''))
+        DO UPDATE SET source = grants.source
+        RETURNING id, subject_type, subject_id, role_key, permission, source, created_at
+        """,
+        subject_type,
+        subject_id,
+        role_key,
+        permission,
+        source,
+    )
+    assert row is not None
+    return plain(row)
+
+
+async def delete_grant(
+    connection: asyncpg.Connection, grant_id: uuid.UUID
+) -> dict[str, Any] | None:
+    """Revoke a grant; the revoked grant, ``None`` when there was none."""
+    row = await connection.fetchrow("DELETE FROM grants WHERE id = $1 RETURNING *", grant_id)
+    return None if row is None else plain(row)
+
+
+async def delete_subject_grants(
+    connection: asyncpg.Connection, subject_type: str, subject_id: uuid.UUID
+) -> None:
+    """Revoke every grant of a user or group (it is being deleted)."""
+    await connection.execute(
+        "DELETE FROM grants WHERE subject_type = $1 AND subject_id = $2", subject_type, subject_id
+    )
+
+
+def _grant(row: asyncpg.Record) -> Grant:
+    return Grant(role=row["role_key"], permission=row["permission"])
+
+
+async def grants_of(
+    connection: asyncpg.Connection, user_id: str, group_ids: Iterable[str]
+) -> tuple[list[Grant], list[Grant]]:
+    """The user's own grants and its groups' grants."""
+    rows = await connection.fetch(
+        """
+        SELECT subject_type, role_key, permission FROM grants
+         WHERE (subject_type = 'user' AND subject_id = $1)
+            OR (subject_type = 'group' AND subject_id = ANY($2::uuid[]))
+        """,
+        uuid.UUID(user_id),
+        [uuid.UUID(g) for g in group_ids],
+    )
+    user: list[Grant] = []
+    group: list[Grant] = []
+    for row in rows:
+        (user if row["subject_type"] == "user" else group).append(_grant(row))
+    return user, group
+
+
+async def group_grants(connection: asyncpg.Connection, group_id: uuid.UUID) -> list[Grant]:
+    """The grants of one group."""
+    rows = await connection.fetch(
+        "SELECT role_key, permission FROM grants WHERE subject_type = 'group' AND subject_id = $1",
+        group_id,
+    )
+    return [_grant(row) for row in rows]
+
+
+async def count_enabled_admins(connection: asyncpg.Connection, admin_roles: Sequence[str]) -> int:
+    """How many enabled users hold ``platform:admin`` through the database.
+
+    Through a grant of the permission, or of a role in ``admin_roles``, to the user or to a
+    group the user is a member of. Claims of an access token (bound groups, roles) are not
+    stored, so admins by a claim are not counted.
+    """
+    count: int = await connection.fetchval(
+        """
+        WITH admin_grants AS (
+            SELECT subject_type, subject_id FROM grants
+             WHERE permission = $1 OR role_key = ANY($2::text[])
+        )
+        SELECT count(*) FROM users u
+         WHERE NOT u.disabled
+           AND (EXISTS (SELECT 1 FROM admin_grants a
+                         WHERE a.subject_type = 'user' AND a.subject_id = u.id)
+                OR EXISTS (SELECT 1 FROM admin_grants a
+                             JOIN group_members m ON m.group_id = a.subject_id
+                            WHERE a.subject_type = 'group' AND m.user_id = u.id))
+        """,
+        PLATFORM_ADMIN,
+        list(admin_roles),
+    )
+    return count

@@ -1,0 +1,112 @@
+"""Fixtures of the identity tests: people with exactly the grants a test gives them."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+PROBLEM = "application/problem+json"
+
+
+@dataclass(frozen=True)
+class Person:
+    """A user of the test issuer, stored as a first sign-in would store it."""
+
+    id: str
+    subject: str
+    headers: dict[str, str]
+
+
+@dataclass
+class Directory:
+    """Makes people on an API's database and calls the API as them."""
+
+    runtime: Any
+    client: Any
+    issuer: str
+    bearer: Callable[..., dict[str, str]]
+
+    async def person(
+        self,
+        *,
+        permissions: Sequence[str] = (),
+        roles: Sequence[str] = (),
+        member_of: Sequence[str] = (),
+        **claims: Any,
+    ) -> Person:
+        """A new user holding exactly ``permissions`` and ``roles`` (direct grants).
+
+        ``claims`` go into every token it sends (``groups=[...]`` for bound claim values).
+        """
+        subject = f"person-{secrets.token_hex(6)}"
+        async with self.runtime.db.acquire() as connection:
+            user_id = await connection.fetchval(
+                "INSERT INTO users (issuer, subject) VALUES ($1, $2) RETURNING id",
+                self.issuer,
+                subject,
+            )
+            for permission in permissions:
+                await connection.execute(
+                    "INSERT INTO grants (subject_type, subject_id, permission) "
+                    "VALUES ('user', $1, $2)",
+                    user_id,
+                    permission,
+                )
+            for role in roles:
+                await connection.execute(
+                    "INSERT INTO grants (subject_type, subject_id, role_key) "
+                    "VALUES ('user', $1, $2)",
+                    user_id,
+                    role,
+                )
+            for group in member_of:
+                await connection.execute(
+                    "INSERT INTO group_members (group_id, user_id) VALUES ($1, $2)", group, user_id
+                )
+        return Person(str(user_id), subject, self.bearer(subject, **claims))
+
+    async def call(
+        self, person: Person, method: str, path: str, body: Any = None
+    ) -> tuple[int, Any]:
+        """Call the API as ``person``: the status and the decoded body (``None`` when empty)."""
+        kwargs: dict[str, Any] = {"headers": person.headers}
+        if body is not None:
+            kwargs["json"] = body
+        response = await self.client.request(method, path, **kwargs)
+        data = await response.json(content_type=None) if response.status != 204 else None
+        if response.status >= 400:
+            assert response.content_type == PROBLEM, await response.text()
+        return response.status, data
+
+    async def group(self, admin: Person, *grants: dict[str, str]) -> str:
+        """A new group (made by ``admin``) holding ``grants`` (``{"role_key": ...}``...)."""
+        key = f"group-{secrets.token_hex(4)}"
+        status, group = await self.call(admin, "POST", "/api/v1/groups", {"key": key, "name": key})
+        assert status == 201, group
+        for grant in grants:
+            status, body = await self.call(
+                admin,
+                "POST",
+                "/api/v1/grants",
+                {"subject_type": "group", "subject_id": group["id"], **grant},
+            )
+            assert status == 201, body
+        return str(group["id"])
+
+    async def me(self, person: Person) -> dict[str, Any]:
+        """``GET /api/v1/me`` as ``person``."""
+        status, body = await self.call(person, "GET", "/api/v1/me")
+        assert status == 200, body
+        return dict(body)
+
+
+@pytest.fixture
+def directory(
+    secure_runtime: Any, secure_api_client: Any, identity_provider: Any, bearer: Any
+) -> Directory:
+    """People on the run's database, calling the API of ``secure_runtime``."""
+    return Directory(secure_runtime, secure_api_client, identity_provider.issuer_url, bearer)
