@@ -1,7 +1,6 @@
 """The Proxmox VE driver: desktops as QEMU VMs cloned from templates, through the REST API.
 
 Connection:
-
 - ``endpoint``: ``pve1.example.com`` or ``https://pve1.example.com:8006`` (any node of the
   cluster; requests for other nodes are proxied by Proxmox VE itself);
 - ``credentials``: ``token_id`` (``deskpool@pve!deskpool``) and ``token_secret``;
@@ -29,11 +28,12 @@ readiness; before 9: ``VM.Monitor``, which 9 removed), ``Datastore.AllocateSpace
 
 Ownership: Proxmox VE cannot tag a clone while creating it, so the clone is made with a
 description naming the desktop, then tagged (``tags``, semicolon separated) as soon as the
-clone task ends. If the caller is cancelled in between, a background task follows the clone
-*task* (its UPID) and tags the new VM when the task has succeeded, wherever the VM is: a clone
-to another node keeps its configuration on the source node, locked, until the task ends and
-only then moves to the target (``qemu-server``'s ``clone_vm``), so the VM is looked for on
-both. No clone is left untagged, however long it takes within ``abandoned_clone_grace``.
+clone task ends. If the caller is cancelled in between (or the task cannot be followed for a
+while), a background task follows the *task* (its UPID) and tags the new VM when the task has
+succeeded, wherever the VM is: a clone to another node keeps its configuration on the source
+node, locked, until the task ends and only then moves to the target (``qemu-server``'s
+``clone_vm``), so it is looked for on both. No clone is left untagged, however long it takes
+within ``abandoned_clone_grace``.
 
 Windows readiness: the guest agent's ``get-osinfo`` tells Windows (``id: mswindows``) from
 other systems; for Windows, the agent reads ``State.ini`` (:data:`WINDOWS_STATE_FILE`) and the
@@ -370,8 +370,11 @@ class ProxmoxDriver(HypervisorDriver):
             await self._run_task(upid, new_id)
             self._node_of[new_id] = target
             await self._tag(target, new_id, request.desktop_id)
-        except asyncio.CancelledError:
-            if new_id:
+        except (asyncio.CancelledError, DriverError) as error:
+            # Cancelled, or the clone could not be followed for a while: it may go on, so it
+            # is followed in the background (a clone whose task failed left no VM behind).
+            retry = not isinstance(error, DriverError) or error.retryable
+            if new_id and retry:
                 task = upid if isinstance(upid, str) and upid.startswith("UPID:") else None
                 self._finish_in_background(PendingClone(new_id, source, target, request, task))
             raise

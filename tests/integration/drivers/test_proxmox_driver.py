@@ -323,6 +323,26 @@ async def test_a_long_cross_node_clone_ends_tagged_and_owned(
     assert [(vm.id, vm.node, vm.desktop_id) for vm in owned] == [(str(made.vmid), "pve2", "d7")]
 
 
+async def test_a_clone_whose_task_cannot_be_followed_is_tagged_later(fake: FakeProxmox) -> None:
+    # The source node stops answering while its clone task runs: the call fails (the
+    # caller retries later), and the clone, which goes on, is still tagged once it ends.
+    fake.timings = FakeTimings(clone_seconds=0.3)
+    driver = make_driver(fake)
+    clone = asyncio.create_task(
+        driver.clone(LINUX_TEMPLATE, name="desk-far", desktop_id="d8", node="pve2")
+    )
+    task = await fake.started_tasks.get()
+    await fake.request_seen(is_task_poll)
+    fake.set_node_online("pve1", False)
+    with pytest.raises(NodeUnavailable):
+        await clone
+    assert task.exitstatus is None
+    fake.set_node_online("pve1", True)
+    await driver.close()
+    (made,) = [vm for vm in fake.vms.values() if not vm.is_template]
+    assert (made.node, made.config["tags"]) == ("pve2", "deskpool;deskpool-desktop-d8;ubuntu")
+
+
 async def test_a_cancelled_clone_whose_task_fails_leaves_nothing(fake: FakeProxmox) -> None:
     fake.timings = FakeTimings(clone_seconds=0.1)
     fake.fail_next_clone()
