@@ -83,6 +83,12 @@ class ProblemSchema(Schema):
     max_size = fields.Integer(
         metadata={"description": "The largest request body accepted, in bytes (413)."}
     )
+    resource = fields.String(
+        metadata={"description": "What a license limit counts: desktops, pools or sessions."}
+    )
+    limit = fields.Integer(metadata={"description": "The license limit reached."})
+    in_use = fields.Integer(metadata={"description": "How many exist (license limits)."})
+    edition = fields.String(metadata={"description": "The edition whose limits apply."})
 
 
 def problem_body(error: DeskpoolError, request: web.Request) -> dict[str, Any]:

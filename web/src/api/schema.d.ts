@@ -579,7 +579,7 @@ export interface paths {
         put?: never;
         /**
          * Reconnect to a desktop the caller holds
-         * @description A new single-use connection token to the caller's desktop (a persistent desktop the caller was logged off from is handed back first). 404 when the caller does not hold it.
+         * @description A new single-use connection token to the caller's desktop (a persistent desktop the caller was logged off from is handed back first). 404 when the caller does not hold it; 409 `license_limit_reached` when the desktop has no session and one more would go beyond the license's concurrent sessions.
          *
          *     Requires a valid access token; no particular permission.
          */
@@ -623,7 +623,7 @@ export interface paths {
         put?: never;
         /**
          * Open a desktop of a pool
-         * @description Hands the caller a desktop: the one they hold (persistent pools, reconnects), else a free ready one, and a single-use connection token to it (valid `SESSION_TOKEN_TTL`) with the gateway tunnel's URL. Entitled users (directly or through a group) and holders of `pools:manage` may; others get 403. 409 `pool_unavailable` when the pool is disabled, or draining and the caller holds nothing there; 503 `no_desktop_available` (or `desktop_not_ready` for the caller's own desktop) with `Retry-After`; 503 `gateway_not_configured` (nothing is allocated) when `GATEWAY_PUBLIC_WS_URL` is unset, or not `wss://` outside development; 503 `desktop_unreachable` with `Retry-After` when the desktop's address is not known yet (the desktop stays the caller's: ask again).
+         * @description Hands the caller a desktop: the one they hold (persistent pools, reconnects), else a free ready one, and a single-use connection token to it (valid `SESSION_TOKEN_TTL`) with the gateway tunnel's URL. Entitled users (directly or through a group) and holders of `pools:manage` may; others get 403. 409 `pool_unavailable` when the pool is disabled, or draining and the caller holds nothing there; 503 `no_desktop_available` (or `desktop_not_ready` for the caller's own desktop) with `Retry-After`; 503 `gateway_not_configured` (nothing is allocated) when `GATEWAY_PUBLIC_WS_URL` is unset, or not `wss://` outside development; 503 `desktop_unreachable` with `Retry-After` when the desktop's address is not known yet (the desktop stays the caller's: ask again); 409 `license_limit_reached` (nothing is allocated) when a new session would go beyond the license's concurrent sessions.
          *
          *     Requires the permission `pools:manage`, or an entitlement to the addressed pool (or `platform:admin`).
          */
@@ -1137,6 +1137,14 @@ export interface components {
             installed?: string[];
             /** @description The largest request body accepted, in bytes (413). */
             max_size?: number;
+            /** @description What a license limit counts: desktops, pools or sessions. */
+            resource?: string;
+            /** @description The license limit reached. */
+            limit?: number;
+            /** @description How many exist (license limits). */
+            in_use?: number;
+            /** @description The edition whose limits apply. */
+            edition?: string;
         } & {
             [key: string]: unknown;
         };
@@ -1425,7 +1433,7 @@ export interface components {
             subject_id: string;
             role_key: string | null;
             permission: string | null;
-            /** @description `api` or `bootstrap`. */
+            /** @description `api`, `bootstrap` (a bootstrap admin's first sign-in) or `break_glass` (`deskpool admin grant`). */
             source: string;
             /** Format: date-time */
             created_at: string;
@@ -1441,8 +1449,9 @@ export interface components {
             /** Format: uuid */
             subject_id: string;
             role_key?: string;
-            permission?: string;
-        };
+            /** @enum {string} */
+            permission?: "platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage";
+        } & (unknown | unknown);
         Group: {
             id: string;
             key: string;
@@ -1691,7 +1700,7 @@ export interface components {
             claim_value: string;
             group_id: string;
             group_key: string;
-            /** @description `api` or `bootstrap`. */
+            /** @description `api`, or `bootstrap` (from AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS). */
             source: string;
             /** Format: date-time */
             created_at: string;
@@ -1750,6 +1759,24 @@ export interface components {
             /** @description Ready, free and clean: can be handed out now. */
             available: number;
         };
+        SessionPolicy: {
+            /**
+             * @description The preferred protocol: `auto` (the driver's choice: RDP for Windows, VNC for others), `rdp` or `vnc`; a guest that offers only one is shown with it.
+             * @enum {string}
+             */
+            protocol: "auto" | "rdp" | "vnc";
+            /**
+             * @description When a session ends: `logoff_immediately` (a non-persistent desktop is then rebuilt), `logoff_after_delay` (after `logoff_delay` seconds without the user coming back), `never`. An end the user did not cause (gateway lost or stopped, daemon error) always waits `logoff_delay`.
+             * @enum {string}
+             */
+            after_disconnect: "logoff_immediately" | "logoff_after_delay" | "never";
+            /** @description Seconds a disconnected desktop waits for its user before logging off. */
+            logoff_delay: number;
+            /** @description Seconds without user input before the session is disconnected; null: none. */
+            idle_timeout: number | null;
+            /** @description Seconds a session may last before it is disconnected; null: none. */
+            max_session_duration: number | null;
+        };
         Pool: {
             id: string;
             name: string;
@@ -1792,6 +1819,8 @@ export interface components {
             /** @description Null until reconciliation first looked at the pool. */
             health: components["schemas"]["PoolHealth"] | null;
             counts: components["schemas"]["DesktopCounts"];
+            /** @description What happens to sessions of the pool's desktops. */
+            session_policy: components["schemas"]["SessionPolicy"];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1817,6 +1846,24 @@ export interface components {
              * @description The account's password. Write-only: sealed at rest, never returned. Required when the pool has none yet; left out, the stored one is kept.
              */
             password?: string;
+        };
+        SessionPolicyInput: {
+            /**
+             * @description The preferred protocol: `auto` (the driver's choice: RDP for Windows, VNC for others), `rdp` or `vnc`; a guest that offers only one is shown with it.
+             * @enum {string}
+             */
+            protocol?: "auto" | "rdp" | "vnc";
+            /**
+             * @description When a session ends: `logoff_immediately` (a non-persistent desktop is then rebuilt), `logoff_after_delay` (after `logoff_delay` seconds without the user coming back), `never`. An end the user did not cause (gateway lost or stopped, daemon error) always waits `logoff_delay`.
+             * @enum {string}
+             */
+            after_disconnect?: "logoff_immediately" | "logoff_after_delay" | "never";
+            /** @description Seconds a disconnected desktop waits for its user before logging off. */
+            logoff_delay?: number;
+            /** @description Seconds without user input before the session is disconnected; null: none. */
+            idle_timeout?: number | null;
+            /** @description Seconds a session may last before it is disconnected; null: none. */
+            max_session_duration?: number | null;
         };
         PoolCreate: {
             /** @description Unique among pools (without case), at most 64 characters. */
@@ -1881,6 +1928,8 @@ export interface components {
              * @default null
              */
             domain_join?: components["schemas"]["DomainJoinInput"] | null;
+            /** @description Session policy members to set; those left out stay as they are. */
+            session_policy?: components["schemas"]["SessionPolicyInput"];
         };
         TemplateCheck: {
             /**
@@ -1932,6 +1981,8 @@ export interface components {
             /** @description Null until reconciliation first looked at the pool. */
             health: components["schemas"]["PoolHealth"] | null;
             counts: components["schemas"]["DesktopCounts"];
+            /** @description What happens to sessions of the pool's desktops. */
+            session_policy: components["schemas"]["SessionPolicy"];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1984,6 +2035,8 @@ export interface components {
             state?: "enabled" | "disabled" | "draining";
             /** @description Replaces the join settings; null removes them and the password. */
             domain_join?: components["schemas"]["DomainJoinInput"] | null;
+            /** @description Session policy members to set; those left out stay as they are. */
+            session_policy?: components["schemas"]["SessionPolicyInput"];
         };
         Entitlement: {
             pool_id: string;
@@ -2028,11 +2081,11 @@ export interface components {
             key: string;
             /** @default  */
             description?: string;
-            permissions: string[];
+            permissions: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage")[];
         };
         RoleChange: {
             description?: string;
-            permissions?: string[];
+            permissions?: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage")[];
         };
         Shadow: {
             session: components["schemas"]["Session"];
@@ -2870,7 +2923,15 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
-            403: components["responses"]["Forbidden"];
+            /** @description The caller lacks the operation's permission (`forbidden`), or does not hold every permission the grant (the role's permissions, or the permission) would confer (`escalation_denied`; the permissions are listed in `missing_permissions`). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -2904,7 +2965,15 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            /** @description Refused: no enabled platform admin would be left (`last_platform_admin`). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             429: components["responses"]["RateLimited"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -3037,7 +3106,15 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            /** @description Refused: no enabled platform admin would be left (`last_platform_admin`) (the members hold it through the group). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             429: components["responses"]["RateLimited"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -3144,7 +3221,15 @@ export interface operations {
                 content?: never;
             };
             401: components["responses"]["Unauthenticated"];
-            403: components["responses"]["Forbidden"];
+            /** @description The caller lacks the operation's permission (`forbidden`), or does not hold every permission membership of the group (everything the group holds) would confer (`escalation_denied`; the permissions are listed in `missing_permissions`). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             429: components["responses"]["RateLimited"];
@@ -3177,7 +3262,15 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            /** @description Refused: no enabled platform admin would be left (`last_platform_admin`) (the user holds it through the group). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             429: components["responses"]["RateLimited"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -3657,7 +3750,15 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
-            403: components["responses"]["Forbidden"];
+            /** @description The caller lacks the operation's permission (`forbidden`), or does not hold every permission the binding (everything the group holds) would confer (`escalation_denied`; the permissions are listed in `missing_permissions`). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -3691,7 +3792,15 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            /** @description The binding comes from AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS (`configured_binding`): remove it there. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             429: components["responses"]["RateLimited"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -4119,7 +4228,15 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
-            403: components["responses"]["Forbidden"];
+            /** @description The caller lacks the operation's permission (`forbidden`), or does not hold every permission the role (every permission it carries) would confer (`escalation_denied`; the permissions are listed in `missing_permissions`). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -4184,7 +4301,15 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            /** @description The role is built in, or no enabled platform admin would be left (`last_platform_admin`). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             429: components["responses"]["RateLimited"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -4219,9 +4344,25 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
-            403: components["responses"]["Forbidden"];
+            /** @description The caller lacks the operation's permission (`forbidden`), or does not hold every permission the permissions added to the role would confer (`escalation_denied`; the permissions are listed in `missing_permissions`). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            /** @description The role is built in, or no enabled platform admin would be left (`last_platform_admin`). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
@@ -4504,9 +4645,25 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
-            403: components["responses"]["Forbidden"];
+            /** @description The caller lacks the operation's permission (`forbidden`), or does not hold every permission enabling the user (everything the user holds) would confer (`escalation_denied`; the permissions are listed in `missing_permissions`). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             404: components["responses"]["NotFound"];
-            409: components["responses"]["Conflict"];
+            /** @description Refused: no enabled platform admin would be left (`last_platform_admin`), or the caller would disable its own account (`cannot_disable_self`). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
