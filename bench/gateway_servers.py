@@ -1,0 +1,197 @@
+"""The processes of ``bench/gateway.py``: a fake guacd, deskpool's gateway, and a plain relay.
+
+Each runs as its own process (``python bench/gateway_servers.py ROLE PORT [DAEMON_PORT]``) and
+prints ``ready`` once it listens.
+
+- ``daemon``: guacd's side of the handshake (``args`` with ``VERSION_1_5_0``, ``ready``), then
+  what the ``hostname`` argument asks for: ``flood:N`` sends N bytes of a realistic display
+  stream (PNG ``img`` streams of 6048-byte blobs plus small drawing instructions, ``sync`` per
+  frame) as fast as the peer takes them, then hangs up; ``echo`` answers each ``key`` with
+  ``sync`` carrying the key's first argument; ``idle`` sends ``nop`` every 5 s as guacd does.
+- ``deskpool``: the real gateway component with a broker that grants any token (the token is
+  the daemon mode), so token redemption costs nothing on either side of the comparison.
+- ``relay``: a plain asyncio TCP relay to the daemon, the floor a relay in Python can reach.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import random
+import sys
+import uuid
+from collections.abc import AsyncIterator, Mapping
+
+from deskpool.guacamole import encode
+from deskpool.guacamole.stream import InstructionReader, StreamClosed
+from deskpool.sessions.tunnel import (
+    DesktopTarget,
+    SessionEndReason,
+    TunnelCounters,
+    TunnelGrant,
+)
+
+VNC_ARG_NAMES = ("hostname", "port", "password")
+
+
+def display_frame(seed: int = 1) -> bytes:
+    """One frame of guacd-like output: ~57 KB, mostly base64 blobs, 40 small instructions."""
+    rng = random.Random(seed)
+    parts = []
+    for _ in range(32):
+        x, y = rng.randrange(1024), rng.randrange(768)
+        parts.append(encode("copy", -1, x, y, 64, 16, 14, 0, (x + 8) % 1024, y))
+    for n in range(8):
+        parts.append(encode("rect", 0, n * 10, n * 10, 32, 32))
+        parts.append(encode("cfill", 14, 0, 200, 100, 50, 255))
+    parts.append(encode("img", 3, 14, 0, "image/png", 0, 0))
+    for _ in range(7):
+        parts.append(encode("blob", 3, base64.b64encode(rng.randbytes(6048)).decode()))
+    parts.append(encode("end", 3))
+    parts.append(encode("sync", 1700000000000, 1))
+    return "".join(parts).encode()
+
+
+async def serve_daemon(port: int) -> None:
+    """The fake guacd."""
+    frame = display_frame()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        instructions = InstructionReader(reader)
+        try:
+            await instructions.expect("select")
+            writer.write(encode("args", "VERSION_1_5_0", *VNC_ARG_NAMES).encode())
+            while (connect := await instructions.read()).opcode != "connect":
+                pass
+            values = dict(zip(VNC_ARG_NAMES, connect.args[1:], strict=False))
+            writer.write(encode("ready", f"${uuid.uuid4()}").encode())
+            mode = values.get("hostname", "idle")
+            if mode.startswith("flood:"):
+                remaining = int(mode.split(":")[1])
+                while remaining > 0:
+                    writer.write(frame)
+                    remaining -= len(frame)
+                    await writer.drain()
+            elif mode == "echo":
+                while True:
+                    instruction = await instructions.read()
+                    if instruction.opcode == "key":
+                        writer.write(encode("sync", instruction.args[0], 1).encode())
+            else:
+                while True:
+                    try:
+                        async with asyncio.timeout(5):
+                            await instructions.read()
+                    except TimeoutError:
+                        writer.write(encode("nop").encode())
+        except (StreamClosed, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=4096)
+    print("ready", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+class BenchBroker:
+    """Grants every token: the token names the daemon mode (the VNC ``hostname``)."""
+
+    async def redeem(self, token: str, *, gateway_id: str) -> TunnelGrant:
+        """A grant for the daemon mode ``token``."""
+        return TunnelGrant(
+            session_id=uuid.uuid4(),
+            user_id=uuid.uuid4(),
+            desktop_id=uuid.uuid4(),
+            pool_id=uuid.uuid4(),
+            target=DesktopTarget("vnc", token, 5900),
+            user_display_name="bench",
+            desktop_name="bench",
+        )
+
+    async def session_connected(self, session_id: uuid.UUID, *, connection_id: str) -> None:
+        """Nothing to record."""
+
+    async def heartbeat(
+        self, gateway_id: str, counters: Mapping[uuid.UUID, TunnelCounters]
+    ) -> None:
+        """Nothing to renew."""
+
+    async def session_ended(
+        self, session_id: uuid.UUID, reason: SessionEndReason, counters: TunnelCounters
+    ) -> None:
+        """Nothing to close."""
+
+    async def disconnect_requests(self, gateway_id: str) -> AsyncIterator[uuid.UUID]:
+        """Never any."""
+        await asyncio.Event().wait()
+        yield uuid.uuid4()
+
+
+async def serve_deskpool(port: int, daemon_port: int) -> None:
+    """The real gateway component."""
+    from deskpool.host import bootstrap
+    from deskpool.runtime import Runtime
+    from deskpool_gateway import GatewayComponent
+
+    environ = {
+        "DATABASE_URL": "postgresql://bench@127.0.0.1:5432/unused",
+        "KVSTORE_ADDR": "127.0.0.1:6379",
+        "SECRETS_MASTER_KEY": "A" * 43 + "=",
+        "GATEWAY_ADDR": f"127.0.0.1:{port}",
+        "DESKTOPD_ADDRESS": f"127.0.0.1:{daemon_port}",
+        "GATEWAY_MAX_TUNNELS": "100000",
+        "LOG_LEVEL": "warn",
+        "APP_ENV": "production",
+    }
+    process = bootstrap(environ, ["gateway"])
+    component = GatewayComponent(
+        Runtime(process.config, process.plugins), broker_factory=lambda _: BenchBroker()
+    )
+    await component.start()
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+
+async def serve_relay(port: int, daemon_port: int) -> None:
+    """A plain TCP relay."""
+
+    async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", daemon_port)
+        await asyncio.gather(pump(reader, upstream_writer), pump(upstream_reader, writer))
+
+    server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=4096)
+    print("ready", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def main() -> None:
+    """``ROLE PORT [DAEMON_PORT]``."""
+    role, port = sys.argv[1], int(sys.argv[2])
+    daemon_port = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    if role == "daemon":
+        asyncio.run(serve_daemon(port))
+    elif role == "deskpool":
+        asyncio.run(serve_deskpool(port, daemon_port))
+    elif role == "relay":
+        asyncio.run(serve_relay(port, daemon_port))
+    else:
+        raise SystemExit(f"unknown role {role!r}")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
