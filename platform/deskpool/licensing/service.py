@@ -24,6 +24,7 @@ from deskpool.licensing import store
 from deskpool.licensing.context import LicensingContext
 from deskpool.licensing.manifest import ManifestCheck
 from deskpool.licensing.model import (
+    CLOCK_SKEW_TOLERANCE,
     Judgement,
     License,
     LicenseLimitReached,
@@ -48,7 +49,7 @@ from deskpool.licensing.reporting import (
     next_due,
     retry_delay,
 )
-from deskpool.licensing.watermark import StoredWatermark, advance, cleared, inspect
+from deskpool.licensing.watermark import Seen, StoredWatermark, advance, cleared, inspect
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +117,26 @@ class Headroom:
 # --------------------------------------------------------------------------- judging
 
 
+async def _floor(connection: asyncpg.Connection, context: LicensingContext) -> Seen | None:
+    """The lowest the watermark may be: what this process saw, and the license's installation.
+
+    Installing a license persists the watermark first, and the installation time is the
+    database's clock, so a watermark earlier than it (less the skew tolerance) moved backwards,
+    even to a process that has just started (an old row put back, a restored backup).
+    """
+    floor = context.seen
+    installation = await store.get_installation(connection)
+    if installation is not None:
+        witnessed = installation.installed_at - CLOCK_SKEW_TOLERANCE
+        if floor is None or witnessed > floor.instant:
+            floor = Seen(floor.seq if floor is not None else 0, witnessed)
+    return floor
+
+
 async def _watermark(connection: asyncpg.Connection, context: LicensingContext) -> WatermarkView:
     row = await store.get_watermark(connection)
-    view = inspect(row, context.watermark_keys, await store.instance_id(connection), context.seen)
+    instance = await store.instance_id(connection)
+    view = inspect(row, context.watermark_keys, instance, await _floor(connection, context))
     if row is not None and view.trusted:
         context.remember(row.seq, row.instant)
     if context.metrics is not None:
@@ -228,6 +246,8 @@ async def install_license(
         await record_audit_event(connection, actor.event("license.install", details, "failure"))
         raise
     async with connection.transaction():
+        # The watermark is persisted before the installation, whose time is its floor.
+        await persist_watermark(connection, context)
         previous = await store.get_installation(connection)
         await store.put_installation(connection, license.id, document, actor.id)
         await _clear_evidence_before(connection, context, license)
@@ -367,9 +387,10 @@ async def persist_watermark(
     async with connection.transaction():
         instance = await store.instance_id(connection)
         row = await store.get_watermark(connection, for_update=True)
-        following, view = advance(
-            row, context.now(), context.watermark_keys, instance, context.seen
-        )
+        # The highest time seen: this process's clock and the database's.
+        now = max(context.now(), await store.database_now(connection))
+        floor = await _floor(connection, context)
+        following, view = advance(row, now, context.watermark_keys, instance, floor)
         await store.write_watermark(connection, following)
         if view.evidence and _newly_recorded(row, following):
             log.warning("license watermark %s: %s", view.integrity.value, view.detail)

@@ -144,6 +144,12 @@ async def write_watermark(connection: asyncpg.Connection, row: StoredWatermark) 
     return bool(written)
 
 
+async def database_now(connection: asyncpg.Connection) -> datetime:
+    """The database server's clock (a second witness of the time)."""
+    moment: datetime = await connection.fetchval("SELECT now()")
+    return moment
+
+
 async def get_judged(connection: asyncpg.Connection) -> JudgedState:
     """The license state last judged."""
     row = await connection.fetchrow(

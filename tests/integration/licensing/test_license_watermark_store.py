@@ -20,7 +20,7 @@ from deskpool.licensing.model import (
     LicenseStatus,
     WatermarkIntegrity,
 )
-from deskpool.licensing.watermark import StoredWatermark
+from deskpool.licensing.watermark import StoredWatermark, WatermarkKeys, advance
 from deskpool.testing.licensing import TestVendor
 
 ACTOR = service.Actor("test:licensing")
@@ -163,3 +163,26 @@ async def test_a_state_change_is_audited_once_and_shown_in_metrics(
     assert (
         registry.get_sample_value("deskpool_license_state_changes_total", {"status": "grace"}) == 1
     )
+
+
+async def test_an_old_row_put_back_is_backwards_even_to_a_fresh_process(
+    db: asyncpg.Connection, make_context: Any, license_vendor: TestVendor, master_key: bytes
+) -> None:
+    await install(db, make_context(Clock()), license_vendor)
+    # A watermark row from a day before the installation, with a MAC that verifies (as a
+    # restored backup or a copied-back row would have), replaces the current one.
+    instance = await store.instance_id(db)
+    keys = WatermarkKeys.derive(master_key)
+    old, _ = advance(
+        StoredWatermark(None, 0), datetime.now(UTC) - timedelta(days=1), keys, instance
+    )
+    await db.execute(
+        "UPDATE license_watermark SET instant = $1, seq = $2, mac = $3",
+        old.instant,
+        old.seq,
+        old.mac,
+    )
+    fresh = make_context(Clock())
+    state = await service.license_state(db, fresh)
+    assert state.watermark.integrity is WatermarkIntegrity.BACKWARDS
+    assert state.judgement.status is LicenseStatus.EXPIRED
