@@ -117,7 +117,7 @@ class Headroom:
 # --------------------------------------------------------------------------- judging
 
 
-async def _floor(connection: asyncpg.Connection, context: LicensingContext) -> Seen | None:
+def _floor(installation: store.Installation | None, context: LicensingContext) -> Seen | None:
     """The lowest the watermark may be: what this process saw, and the license's installation.
 
     Installing a license persists the watermark first, and the installation time is the
@@ -125,7 +125,6 @@ async def _floor(connection: asyncpg.Connection, context: LicensingContext) -> S
     even to a process that has just started (an old row put back, a restored backup).
     """
     floor = context.seen
-    installation = await store.get_installation(connection)
     if installation is not None:
         witnessed = installation.installed_at - CLOCK_SKEW_TOLERANCE
         if floor is None or witnessed > floor.instant:
@@ -133,15 +132,19 @@ async def _floor(connection: asyncpg.Connection, context: LicensingContext) -> S
     return floor
 
 
-async def _watermark(connection: asyncpg.Connection, context: LicensingContext) -> WatermarkView:
-    row = await store.get_watermark(connection)
-    instance = await store.instance_id(connection)
-    view = inspect(row, context.watermark_keys, instance, await _floor(connection, context))
+async def _read(
+    connection: asyncpg.Connection, context: LicensingContext
+) -> tuple[store.Installation | None, WatermarkView]:
+    """The installation and what the stored watermark is worth (one round trip)."""
+    snapshot = await store.snapshot(connection)
+    instance = snapshot.instance_id or await store.instance_id(connection)
+    row, installation = snapshot.watermark, snapshot.installation
+    view = inspect(row, context.watermark_keys, instance, _floor(installation, context))
     if row is not None and view.trusted:
         context.remember(row.seq, row.instant)
     if context.metrics is not None:
         context.metrics.observe_watermark(view)
-    return view
+    return installation, view
 
 
 def _installed_license(
@@ -157,12 +160,20 @@ def _installed_license(
 
 async def current_judgement(connection: asyncpg.Connection, context: LicensingContext) -> Judgement:
     """Judge the installed license now (the limits in force)."""
-    installation = await store.get_installation(connection)
+    installation, watermark = await _read(connection, context)
+    return _judge(context, installation, watermark)
+
+
+def _judge(
+    context: LicensingContext,
+    installation: store.Installation | None,
+    watermark: WatermarkView,
+) -> Judgement:
     license, invalid = _installed_license(installation, context)
     judgement = judge(
         license,
         now=context.now(),
-        watermark=await _watermark(connection, context),
+        watermark=watermark,
         build=context.check_build().state,
         invalid_reason=invalid,
     )
@@ -173,16 +184,17 @@ async def current_judgement(connection: asyncpg.Connection, context: LicensingCo
 
 async def license_state(connection: asyncpg.Connection, context: LicensingContext) -> LicenseState:
     """The license state, usage, watermark, build integrity and last activation report."""
-    judgement = await current_judgement(connection, context)
+    installation, watermark = await _read(connection, context)
+    judgement = _judge(context, installation, watermark)
     usage = await store.usage(connection)
     if context.metrics is not None:
         context.metrics.observe(judgement, usage)
     return LicenseState(
         judgement=judgement,
         usage=usage,
-        watermark=await _watermark(connection, context),
+        watermark=watermark,
         build=context.check_build(),
-        installation=await store.get_installation(connection),
+        installation=installation,
         reports=await store.get_reports(connection),
         instance_id=await store.instance_id(connection),
     )
@@ -239,7 +251,7 @@ async def install_license(
     """
     try:
         license = verify_document(document, context.trusted())
-        watermark = await _watermark(connection, context)
+        _, watermark = await _read(connection, context)
         check_installable(license, judged_time(context.now(), watermark))
     except LicenseRefused as refused:
         details = {"code": refused.code, "detail": refused.detail}
@@ -389,7 +401,7 @@ async def persist_watermark(
         row = await store.get_watermark(connection, for_update=True)
         # The highest time seen: this process's clock and the database's.
         now = max(context.now(), await store.database_now(connection))
-        floor = await _floor(connection, context)
+        floor = _floor(await store.get_installation(connection), context)
         following, view = advance(row, now, context.watermark_keys, instance, floor)
         await store.write_watermark(connection, following)
         if view.evidence and _newly_recorded(row, following):
@@ -404,7 +416,7 @@ async def persist_watermark(
             )
     context.remember(following.seq, following.instant)
     if context.metrics is not None:
-        context.metrics.observe_watermark(await _watermark(connection, context))
+        await _read(connection, context)
     return view
 
 

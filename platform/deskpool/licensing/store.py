@@ -150,6 +150,46 @@ async def database_now(connection: asyncpg.Connection) -> datetime:
     return moment
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """The installation and the watermark row, read together."""
+
+    installation: Installation | None
+    watermark: StoredWatermark | None
+    instance_id: str | None
+
+
+async def snapshot(connection: asyncpg.Connection) -> Snapshot:
+    """The installed license, the watermark row and the instance id, in one round trip."""
+    row = await connection.fetchrow(
+        """
+        SELECT w.slot AS watermark_slot, w.instance_id, w.instant, w.seq, w.evidence,
+               w.evidence_detail, w.evidence_at, w.mac,
+               i.license_id, i.document, i.installed_at, i.installed_by
+          FROM (SELECT 1) AS one
+          LEFT JOIN license_watermark AS w ON true
+          LEFT JOIN license_installation AS i ON true
+        """
+    )
+    installation = None
+    if row["license_id"] is not None:
+        installation = Installation(
+            row["license_id"], row["document"], row["installed_at"], row["installed_by"]
+        )
+    watermark = None
+    if row["watermark_slot"] is not None:
+        watermark = StoredWatermark(
+            row["instant"],
+            row["seq"],
+            row["evidence"],
+            row["evidence_detail"],
+            row["evidence_at"],
+            bytes(row["mac"]) if row["mac"] is not None else None,
+        )
+    instance = str(row["instance_id"]) if row["instance_id"] is not None else None
+    return Snapshot(installation, watermark, instance)
+
+
 async def get_judged(connection: asyncpg.Connection) -> JudgedState:
     """The license state last judged."""
     row = await connection.fetchrow(

@@ -186,3 +186,17 @@ async def test_an_old_row_put_back_is_backwards_even_to_a_fresh_process(
     state = await service.license_state(db, fresh)
     assert state.watermark.integrity is WatermarkIntegrity.BACKWARDS
     assert state.judgement.status is LicenseStatus.EXPIRED
+
+
+async def test_an_installed_license_edited_in_the_database_is_invalid(
+    db: asyncpg.Connection, make_context: Any, license_vendor: TestVendor
+) -> None:
+    await install(db, make_context(Clock()), license_vendor, limits={"desktops": 10})
+    await db.execute(
+        """UPDATE license_installation
+              SET document = replace(document, '"desktops": 10', '"desktops": 10000')"""
+    )
+    judgement = await service.current_judgement(db, make_context(Clock()))
+    assert judgement.status is LicenseStatus.INVALID
+    assert judgement.limits == FREE_LIMITS
+    assert "license_modified" in judgement.reasons[0]
