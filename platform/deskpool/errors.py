@@ -37,6 +37,16 @@ class BadRequest(DeskpoolError):
     title = "Bad request"
 
 
+class InvalidCursor(BadRequest):
+    """A list was sent a ``cursor`` it did not issue (tampered, from another list, garbage)."""
+
+    code = "invalid_cursor"
+    title = "Invalid cursor"
+
+    def __init__(self, detail: str = "The cursor is not one this list issued.") -> None:
+        super().__init__(detail)
+
+
 class Unauthenticated(DeskpoolError):
     """No valid bearer token came with a protected call (RFC 6750)."""
 

@@ -27,7 +27,13 @@ from deskpool.api import docs, openapi, resources
 from deskpool.api.context import Call
 from deskpool.api.cors import CorsPolicy, cors_middleware
 from deskpool.api.openapi import OPENAPI_DOCUMENT_KEY
-from deskpool.api.pagination import PageLimits, check_page_contract
+from deskpool.api.pagination import (
+    CursorSeals,
+    PageLimits,
+    check_page_contract,
+    cursor_binding,
+    seal_next,
+)
 from deskpool.api.problems import REQUEST_ID_KEY, problem_middleware
 from deskpool.api.ratelimit import RateLimiter, add_rate_limit_headers
 from deskpool.api.routes import Operation, Reply, RouteTable
@@ -45,6 +51,7 @@ RUNTIME_KEY = web.AppKey("runtime", Runtime)
 ROUTES_KEY = web.AppKey("routes", RouteTable)
 RATE_LIMITER_KEY = web.AppKey("rate_limiter", RateLimiter)
 PAGE_LIMITS_KEY = web.AppKey("page_limits", PageLimits)
+CURSOR_SEALS_KEY = web.AppKey("cursor_seals", CursorSeals)
 PARSER_KEY = web.AppKey("request_parser", DeskpoolParser)
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
@@ -165,12 +172,19 @@ def operation_handler(operation: Operation) -> Handler:
         call = Call(request=request, operation=operation, runtime=runtime, principal=principal)
         if query_schema is not None:
             call.query = await parse_query(request, query_schema, parser)
+        seal = None
         if operation.paginated:
             call.query["limit"] = app[PAGE_LIMITS_KEY].resolve(call.query.get("limit"))
-            call.query.setdefault("cursor", None)
+            # One cursor codec: a list opens only the cursors it sealed (else 400).
+            seal = await app[CURSOR_SEALS_KEY].get(runtime.db)
+            binding = cursor_binding(operation.operation_id, request.match_info)
+            cursor = call.query.get("cursor")
+            call.query["cursor"] = seal.open(binding, cursor) if cursor else None
         if body_schema is not None:
             call.body = await parse_body(request, body_schema, parser)
         result = await operation.handler(call)
+        if seal is not None:
+            result = seal_next(result, seal, binding)
         if isinstance(result, web.StreamResponse):
             return result
         reply = result if isinstance(result, Reply) else Reply(result, operation.success_status)
@@ -237,6 +251,7 @@ def create_app(runtime: Runtime) -> web.Application:
 
     app.on_cleanup.append(close_limiter)
     app[PAGE_LIMITS_KEY] = PageLimits.from_config(config)
+    app[CURSOR_SEALS_KEY] = CursorSeals()
     app[PARSER_KEY] = DeskpoolParser()
     install_authentication(app, runtime)
     routes = build_route_table(runtime.plugins)

@@ -10,26 +10,38 @@ The page size a client gets is :meth:`PageLimits.resolve` of the ``limit`` it se
 states the hard bounds (1 to 500); an instance configured with a smaller maximum serves pages of
 that size instead of refusing a larger ``limit``.
 
-A cursor is the sort key of the last item served, base64-encoded JSON; clients treat it as
-opaque. A cursor that does not decode is a 400, never a 500.
+A cursor is one codec for every list. Inside, it is the sort key of the last item served
+(:func:`encode_cursor`: base64url JSON, all a handler sees); outside, the route layer seals it
+to the list that issued it (:class:`CursorSeal`): a truncated HMAC-SHA256 over the operation,
+its path parameters and the key, with a secret the instance makes for itself and keeps in the
+database, so every process shares it. A list opens only the cursors it issued: one tampered
+with, issued by another list (or for another pool's desktops), or made up is a 400
+``invalid_cursor`` (:class:`deskpool.errors.InvalidCursor`) before the handler runs, never a
+404, a 500, or a page that starts somewhere else. Clients treat cursors as opaque.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import functools
+import hashlib
+import hmac
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from marshmallow import Schema, fields, validate
 
-from deskpool.errors import BadRequest
+from deskpool.db.platform_state import instance_secret
+from deskpool.errors import InvalidCursor
 
 if TYPE_CHECKING:
+    import asyncpg
+
     from deskpool.api.routes import Operation
     from deskpool.config import Config
 
@@ -39,6 +51,12 @@ DEFAULT_LIMIT = 50
 MAX_LIMIT = 500
 #: What a cursor is made of: unpadded base64url, as :func:`encode_cursor` writes it.
 CURSOR_PATTERN = r"^[A-Za-z0-9_-]+$"
+#: Bytes of the HMAC-SHA256 tag that seals a cursor to its list.
+CURSOR_TAG_BYTES = 16
+#: The tag's length in the cursor (unpadded base64url of :data:`CURSOR_TAG_BYTES`).
+_TAG_CHARS = 22
+#: The ``platform_state`` key of the instance's cursor secret.
+CURSOR_SECRET_NAME = "api.cursor_secret"
 
 
 class PageQuery(Schema):
@@ -62,7 +80,7 @@ class PageQuery(Schema):
         metadata={
             "description": (
                 "The `next` cursor of the previous page, as given (opaque); omit it for the "
-                "first page. A cursor this server did not issue is answered 400."
+                "first page. A cursor this list did not issue is answered 400 `invalid_cursor`."
             ),
         },
     )
@@ -105,7 +123,7 @@ def encode_cursor(key: Any) -> str:
 def decode_cursor(cursor: str | None) -> Any:
     """Decode a cursor made by :func:`encode_cursor`; ``None`` for the first page.
 
-    :raises BadRequest: the cursor is not one this server issued.
+    :raises InvalidCursor: the cursor is not one this server issued.
     """
     if not cursor:
         return None
@@ -113,7 +131,7 @@ def decode_cursor(cursor: str | None) -> Any:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         return json.loads(raw)
     except (binascii.Error, ValueError, RecursionError):
-        raise BadRequest("The cursor is not one this server issued.") from None
+        raise InvalidCursor() from None
 
 
 def paginate(rows: list[Any], limit: int, key: Callable[[Any], Any]) -> Page:
@@ -125,6 +143,69 @@ def paginate(rows: list[Any], limit: int, key: Callable[[Any], Any]) -> Page:
         items = rows[:limit]
         return Page(items, encode_cursor(key(items[-1])))
     return Page(rows, None)
+
+
+def cursor_binding(operation_id: str, path_params: Mapping[str, str]) -> bytes:
+    """What a cursor is sealed to: the list (operation id) and its path parameters."""
+    parts = [operation_id, *(f"{name}={path_params[name]}" for name in sorted(path_params))]
+    return "\0".join(parts).encode("utf-8", "surrogatepass")
+
+
+class CursorSeal:
+    """Seals the cursors a list issues to that list, and opens only those.
+
+    :param secret: the instance's cursor secret (:data:`CURSOR_SECRET_NAME`).
+    """
+
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+
+    def _tag(self, binding: bytes, inner: str) -> str:
+        mac = hmac.new(self._secret, binding + b"\0" + inner.encode("ascii"), hashlib.sha256)
+        return base64.urlsafe_b64encode(mac.digest()[:CURSOR_TAG_BYTES]).decode().rstrip("=")
+
+    def seal(self, binding: bytes, inner: str) -> str:
+        """The cursor a client receives for the key ``inner`` (:func:`encode_cursor`)."""
+        return inner + self._tag(binding, inner)
+
+    def open(self, binding: bytes, cursor: str) -> str:
+        """The key inside ``cursor``, if this list issued it.
+
+        :raises InvalidCursor: it did not (tampered, another list's, made up).
+        """
+        inner, tag = cursor[:-_TAG_CHARS], cursor[-_TAG_CHARS:]
+        if not inner or not inner.isascii() or not tag.isascii():
+            raise InvalidCursor()
+        if not hmac.compare_digest(tag, self._tag(binding, inner)):
+            raise InvalidCursor()
+        return inner
+
+
+class CursorSeals:
+    """The :class:`CursorSeal` of one API application, its secret read once from the database."""
+
+    def __init__(self) -> None:
+        self._seal: CursorSeal | None = None
+        self._lock = asyncio.Lock()
+
+    async def get(self, db: asyncpg.Pool) -> CursorSeal:
+        """The seal (the first call reads or creates the instance's secret)."""
+        if self._seal is None:
+            async with self._lock:
+                if self._seal is None:
+                    self._seal = CursorSeal(await instance_secret(db, CURSOR_SECRET_NAME))
+        return self._seal
+
+
+def seal_next(result: Any, seal: CursorSeal, binding: bytes) -> Any:
+    """``result`` with its page's ``next`` key sealed to the list (other results unchanged)."""
+    from deskpool.api.routes import Reply
+
+    if isinstance(result, Reply) and isinstance(result.data, Page):
+        return Reply(seal_next(result.data, seal, binding), result.status, result.headers)
+    if isinstance(result, Page) and result.next is not None:
+        return Page(result.items, seal.seal(binding, result.next))
+    return result
 
 
 @functools.cache
@@ -178,7 +259,7 @@ def check_page_contract(operation: Operation) -> None:
 def id_cursor(cursor: str | None) -> uuid.UUID | None:
     """The id a list sorted by id stored in ``cursor``; ``None`` for the first page.
 
-    :raises BadRequest: the cursor is not one this server issued.
+    :raises InvalidCursor: the cursor is not one this server issued.
     """
     key = decode_cursor(cursor)
     if key is None:
@@ -186,17 +267,17 @@ def id_cursor(cursor: str | None) -> uuid.UUID | None:
     try:
         return uuid.UUID(str(key))
     except ValueError:
-        raise BadRequest("The cursor is not one this server issued.") from None
+        raise InvalidCursor() from None
 
 
 def text_cursor(cursor: str | None) -> str | None:
     """The text key a list sorted by a key stored in ``cursor``; ``None`` for the first page.
 
-    :raises BadRequest: the cursor is not one this server issued.
+    :raises InvalidCursor: the cursor is not one this server issued.
     """
     key = decode_cursor(cursor)
     if key is None:
         return None
     if not isinstance(key, str):
-        raise BadRequest("The cursor is not one this server issued.")
+        raise InvalidCursor()
     return key

@@ -30,7 +30,6 @@ from deskpool.drivers import DriverError, deadline_after
 from deskpool.errors import (
     Conflict,
     DeskpoolError,
-    Forbidden,
     NotFound,
     ServiceUnavailable,
     ValidationFailed,
@@ -298,15 +297,14 @@ async def open_pool_desktop(
     The tunnel's configuration is checked first, so nothing is allocated when no browser could
     connect. The allocation is :func:`deskpool.pools.repository.allocate_desktop`'s.
 
-    :raises NotFound: no such pool. :raises Forbidden: the caller may not open it.
+    :raises NotFound: no such pool, or one the caller may not open: both answer the same, so
+        the answer never tells whether a pool exists.
     :raises GatewayNotConfigured: see :func:`tunnel_url`.
     """
     url = tunnel_url(runtime)
     pool = await pools.get_pool(runtime.db, pool_id)
-    if pool is None:
-        raise NotFound(f"No pool has the id {pool_id}.")
-    if not await may_open(runtime, principal, pool_id):
-        raise Forbidden("You are not entitled to this pool.")
+    if pool is None or not await may_open(runtime, principal, pool_id):
+        raise NotFound(f"You may open no pool with the id {pool_id}.")
     async with runtime.db.acquire() as connection, connection.transaction():
         desktop = await pools.allocate_desktop(connection, pool, principal.id)
         # Over the license's session limit the allocation is rolled back (409).

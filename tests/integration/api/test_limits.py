@@ -198,14 +198,14 @@ async def test_a_cursor_outside_its_alphabet_is_422(make_api_client: ApiClientFa
     assert [e["pointer"] for e in errors] == ["/query/cursor"]
 
 
-@pytest.mark.parametrize("cursor", ["bm90IGpzb24", "W1tbW1s", "x"])
+@pytest.mark.parametrize("cursor", ["bm90IGpzb24", "W1tbW1s", "x", "MQ" + "A" * 22])
 async def test_a_cursor_this_server_did_not_issue_is_400(
     make_api_client: ApiClientFactory, cursor: str
 ) -> None:
     client = await make_api_client(numbers=3)
     response = await client.get("/test/numbers", params={"cursor": cursor})
     assert response.status == 400
-    assert (await response.json())["code"] == "bad_request"
+    assert (await response.json())["code"] == "invalid_cursor"
 
 
 def test_page_limits_resolve_within_the_configured_bounds() -> None:

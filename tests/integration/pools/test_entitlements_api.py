@@ -139,7 +139,18 @@ async def test_opening_a_desktop(
     await entitle(client, manager, pool, "user", alice.id)
     url = f"{MY_POOLS}/{pool.id}/desktop"
 
-    assert (await client.post(url, headers=stranger.headers)).status == 403
+    # A pool the caller may not open and one that does not exist answer alike.
+    missing = uuid.uuid4()
+    refused = await client.post(url, headers=stranger.headers)
+    absent = await client.post(f"{MY_POOLS}/{missing}/desktop", headers=stranger.headers)
+    assert refused.status == absent.status == 404
+    assert refused.headers["Content-Type"] == absent.headers["Content-Type"]
+    bodies = [await refused.json(), await absent.json()]
+    for body, pool_id in zip(bodies, (pool.id, missing), strict=True):
+        del body["request_id"]
+        body["detail"] = body["detail"].replace(str(pool_id), "<id>")
+        body["instance"] = body["instance"].replace(str(pool_id), "<id>")
+    assert bodies[0] == bodies[1]
     assert (
         await client.post(f"{MY_POOLS}/{uuid.uuid4()}/desktop", headers=alice.headers)
     ).status == 404

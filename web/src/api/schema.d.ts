@@ -623,7 +623,7 @@ export interface paths {
         put?: never;
         /**
          * Open a desktop of a pool
-         * @description Hands the caller a desktop: the one they hold (persistent pools, reconnects), else a free ready one, and a single-use connection token to it (valid `SESSION_TOKEN_TTL`) with the gateway tunnel's URL. Entitled users (directly or through a group) and holders of `pools:manage` may; others get 403. 409 `pool_unavailable` when the pool is disabled, or draining and the caller holds nothing there; 503 `no_desktop_available` (or `desktop_not_ready` for the caller's own desktop) with `Retry-After`; 503 `gateway_not_configured` (nothing is allocated) when `GATEWAY_PUBLIC_WS_URL` is unset, or not `wss://` outside development; 503 `desktop_unreachable` with `Retry-After` when the desktop's address is not known yet (the desktop stays the caller's: ask again); 409 `license_limit_reached` (nothing is allocated) when a new session would go beyond the license's concurrent sessions.
+         * @description Hands the caller a desktop: the one they hold (persistent pools, reconnects), else a free ready one, and a single-use connection token to it (valid `SESSION_TOKEN_TTL`) with the gateway tunnel's URL. Entitled users (directly or through a group) and holders of `pools:manage` may; a pool the caller may not open answers 404 exactly as a pool that does not exist. 409 `pool_unavailable` when the pool is disabled, or draining and the caller holds nothing there; 503 `no_desktop_available` (or `desktop_not_ready` for the caller's own desktop) with `Retry-After`; 503 `gateway_not_configured` (nothing is allocated) when `GATEWAY_PUBLIC_WS_URL` is unset, or not `wss://` outside development; 503 `desktop_unreachable` with `Retry-After` when the desktop's address is not known yet (the desktop stays the caller's: ask again); 409 `license_limit_reached` (nothing is allocated) when a new session would go beyond the license's concurrent sessions.
          *
          *     Requires the permission `pools:manage`, or an entitlement to the addressed pool (or `platform:admin`).
          */
@@ -999,7 +999,7 @@ export interface paths {
         };
         /**
          * Whether a cluster is connected, and whether the caller may connect one
-         * @description The console asks this after sign-in: with no cluster connected, a caller who may connect one is led to do so, others are told to ask an administrator.
+         * @description The console asks this after sign-in: with no cluster connected, a caller who may connect one is led to do so, others are told to ask an administrator. Every signed-in caller learns whether a cluster is connected and what they may do; the number of clusters only with `clusters:read`, the installed drivers only with `clusters:manage`.
          *
          *     Requires a valid access token; no particular permission.
          */
@@ -2094,11 +2094,13 @@ export interface components {
         Setup: {
             /** @description Whether a cluster is connected (with an installed driver). */
             cluster_connected: boolean;
-            cluster_count: number;
+            /** @description How many cluster connections exist; only for holders of `clusters:read`. */
+            cluster_count?: number;
             /** @description Whether the caller may connect one (`clusters:manage`). */
             can_connect_cluster: boolean;
             is_platform_admin: boolean;
-            installed_drivers: string[];
+            /** @description The hypervisor drivers a cluster can be connected with; only for callers who may connect one (`clusters:manage`). */
+            installed_drivers?: string[];
         };
         User: {
             id: string;
@@ -2244,7 +2246,7 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
                 /** @description Events at or after this time. */
                 since?: string;
@@ -2288,7 +2290,7 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
                 /** @description Only clusters of this driver. */
                 driver?: string;
@@ -2495,7 +2497,7 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
             };
             header?: never;
@@ -2551,7 +2553,7 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
             };
             header?: never;
@@ -2622,7 +2624,7 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
             };
             header?: never;
@@ -2678,7 +2680,7 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
                 /** @description Only desktops of this pool. */
                 pool_id?: string;
@@ -2862,7 +2864,7 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
                 subject_type?: "user" | "group";
                 subject_id?: string;
@@ -2983,7 +2985,7 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
             };
             header?: never;
@@ -3164,7 +3166,7 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
             };
             header?: never;
@@ -3280,7 +3282,7 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
                 state?: "queued" | "running" | "succeeded" | "dead" | "cancelled" | null;
                 kind?: string | null;
@@ -3578,7 +3580,7 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
             };
             header?: never;
@@ -3655,7 +3657,7 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
                 /** @description `open` or `ended`. */
                 state?: "open" | "ended";
@@ -3692,7 +3694,7 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
             };
             header?: never;
@@ -3838,7 +3840,7 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
                 /** @description Only pools on this cluster. */
                 cluster_id?: string;
@@ -4015,7 +4017,7 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
             };
             header?: never;
@@ -4170,7 +4172,7 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
             };
             header?: never;
@@ -4375,7 +4377,7 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
                 /** @description `open` or `ended`. */
                 state?: "open" | "ended";
@@ -4551,7 +4553,7 @@ export interface operations {
             query?: {
                 /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
                 limit?: number;
-                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this server did not issue is answered 400. */
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
                 /** @description Matches email or display name (substring). */
                 q?: string;

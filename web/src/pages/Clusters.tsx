@@ -53,7 +53,7 @@ export function ClustersPage() {
         ) : null}
       </div>
       {adding && setup.data ? (
-        <ClusterForm drivers={setup.data.installed_drivers} onSaved={() => setAdding(false)} />
+        <ClusterForm drivers={setup.data.installed_drivers ?? []} onSaved={() => setAdding(false)} />
       ) : null}
       <ProblemAlert error={clusters.error} />
       <DataTable caption="Clusters" columns={columns} rows={clusters.data?.items ?? []} rowKey={(c) => c.id} loading={clusters.isLoading} />

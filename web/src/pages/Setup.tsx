@@ -50,7 +50,7 @@ export function SetupPage() {
             <h2>{STEPS[0]}</h2>
             <p>deskpool runs desktops on a virtualization cluster. Connect one with an installed driver.</p>
             <ClusterForm
-              drivers={setup.data.installed_drivers}
+              drivers={setup.data.installed_drivers ?? []}
               onSaved={(saved) => {
                 setCluster(saved);
                 setStep(1);

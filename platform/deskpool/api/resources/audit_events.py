@@ -10,7 +10,7 @@ from deskpool.api.resources.identity_schemas import AuditEventSchema, AuditQuery
 from deskpool.api.routes import ResponseSpec, RouteTable
 from deskpool.audit import AUDIT_FILTERS
 from deskpool.audit import list_audit_events as query_audit_events
-from deskpool.errors import BadRequest
+from deskpool.errors import InvalidCursor
 
 
 def _before(cursor: str | None) -> tuple[datetime, int] | None:
@@ -21,7 +21,7 @@ def _before(cursor: str | None) -> tuple[datetime, int] | None:
         at, last_id = after
         return datetime.fromisoformat(at), int(last_id)
     except (ValueError, TypeError):
-        raise BadRequest("The cursor is not one this server issued.") from None
+        raise InvalidCursor() from None
 
 
 async def list_audit_events(call: Call) -> Page:

@@ -43,7 +43,7 @@ from deskpool.clusters.tls import (
     normalize_fingerprint,
 )
 from deskpool.drivers import DriverError, OsType, deadline_after
-from deskpool.errors import BadRequest, Conflict, DeskpoolError, NotFound, ValidationFailed
+from deskpool.errors import Conflict, DeskpoolError, InvalidCursor, NotFound, ValidationFailed
 from deskpool.ids import parse_id
 from deskpool.secrets import SecretValue
 
@@ -327,19 +327,31 @@ class TemplateSchema(Schema):
 
 
 class SetupSchema(Schema):
-    """What the console needs to know on first sign-in."""
+    """What the console needs to know on first sign-in, and no more than the caller may see."""
 
     cluster_connected = fields.Boolean(
         required=True,
         metadata={"description": "Whether a cluster is connected (with an installed driver)."},
     )
-    cluster_count = fields.Integer(required=True)
+    cluster_count = fields.Integer(
+        validate=validate.Range(min=0),
+        metadata={
+            "description": "How many cluster connections exist; only for holders of "
+            "`clusters:read`."
+        },
+    )
     can_connect_cluster = fields.Boolean(
         required=True,
         metadata={"description": "Whether the caller may connect one (`clusters:manage`)."},
     )
     is_platform_admin = fields.Boolean(required=True)
-    installed_drivers = fields.List(fields.String(), required=True)
+    installed_drivers = fields.List(
+        fields.String(),
+        metadata={
+            "description": "The hypervisor drivers a cluster can be connected with; only for "
+            "callers who may connect one (`clusters:manage`)."
+        },
+    )
 
 
 _DRIVER_PROBLEMS = {
@@ -421,7 +433,7 @@ def _page_in_memory(call: Call, items: list[T], key: Callable[[T], Any]) -> Page
         try:
             ordered = [item for item in ordered if key(item) > after]
         except TypeError:
-            raise BadRequest("The cursor is not one this server issued.") from None
+            raise InvalidCursor() from None
     limit = int(call.query["limit"])
     return paginate(ordered[: limit + 1], limit, key)
 
@@ -453,7 +465,10 @@ def register(routes: RouteTable) -> None:
         summary="Whether a cluster is connected, and whether the caller may connect one",
         description=(
             "The console asks this after sign-in: with no cluster connected, a caller who may "
-            "connect one is led to do so, others are told to ask an administrator."
+            "connect one is led to do so, others are told to ask an administrator. Every "
+            "signed-in caller learns whether a cluster is connected and what they may do; the "
+            "number of clusters only with `clusters:read`, the installed drivers only with "
+            "`clusters:manage`."
         ),
         tags=("setup",),
         permission=None,
@@ -461,15 +476,21 @@ def register(routes: RouteTable) -> None:
         responses={200: ResponseSpec("The setup state.", SetupSchema)},
     )
     async def get_setup(call: Call) -> dict[str, Any]:
+        principal = call.principal
         manager = driver_manager_for(call.runtime)
         counts = await repository.clusters_by_driver(call.runtime.db)
-        return {
+        may_connect = principal.may("clusters:manage")
+        setup: dict[str, Any] = {
             "cluster_connected": any(manager.is_installed(driver) for driver in counts),
-            "cluster_count": sum(counts.values()),
-            "can_connect_cluster": call.principal.may("clusters:manage"),
-            "is_platform_admin": call.principal.effective.is_platform_admin,
-            "installed_drivers": manager.installed(),
+            "can_connect_cluster": may_connect,
+            "is_platform_admin": principal.effective.is_platform_admin,
         }
+        # What only administrators act on stays with them: drivers and counts.
+        if principal.may("clusters:read"):
+            setup["cluster_count"] = sum(counts.values())
+        if may_connect:
+            setup["installed_drivers"] = manager.installed()
+        return setup
 
     @routes.route(
         "GET",
@@ -487,7 +508,7 @@ def register(routes: RouteTable) -> None:
         limit = int(call.query["limit"])
         after = decode_cursor(call.query.get("cursor"))
         if after is not None and not (isinstance(after, str) and _storable(after)):
-            raise BadRequest("The cursor is not one this server issued.")
+            raise InvalidCursor()
         records = await repository.list_clusters(
             call.runtime.db, limit=limit + 1, after_name=after, driver=call.query.get("driver")
         )

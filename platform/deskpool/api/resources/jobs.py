@@ -14,7 +14,7 @@ from marshmallow import Schema, fields, validate
 from deskpool.api.context import Call
 from deskpool.api.pagination import Page, PageQuery, decode_cursor, page_schema, paginate
 from deskpool.api.routes import ResponseSpec, RouteTable
-from deskpool.errors import BadRequest, Conflict, NotFound
+from deskpool.errors import Conflict, InvalidCursor, NotFound
 from deskpool.jobs import queue
 from deskpool.jobs.model import Job, JobState
 
@@ -99,7 +99,7 @@ def cursor_id(cursor: str | None) -> int | None:
     """The job id a list cursor continues below."""
     after = decode_cursor(cursor)
     if after is not None and not isinstance(after, int):
-        raise BadRequest("The cursor is not one this server issued.")
+        raise InvalidCursor()
     return after
 
 

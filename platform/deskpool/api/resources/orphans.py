@@ -27,7 +27,7 @@ from deskpool.api.pagination import Page, PageQuery, decode_cursor, page_schema,
 from deskpool.api.resources.jobs import JobSchema
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.clusters.repository import get_cluster
-from deskpool.errors import BadRequest, NotFound
+from deskpool.errors import InvalidCursor, NotFound
 from deskpool.ids import parse_id
 from deskpool.pools.provisioning import CLUSTERS, enqueue_orphan_deletion
 from deskpool.pools.repository import OrphanRecord, list_orphans
@@ -80,7 +80,7 @@ def _after(cursor: str | None) -> list[str] | None:
         return None
     if isinstance(after, list) and len(after) == 2 and all(isinstance(p, str) for p in after):
         return [str(part) for part in after]
-    raise BadRequest("The cursor is not one this server issued.")
+    raise InvalidCursor()
 
 
 def _vm_id(call: Call) -> str:

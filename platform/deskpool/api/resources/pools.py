@@ -29,8 +29,9 @@ desktop counts by state.
 - *Opening a desktop.* ``POST /api/v1/me/pools/{pool_id}/desktop`` hands the caller a desktop
   (:func:`deskpool.pools.repository.allocate_desktop`) and a connection token to it
   (:func:`deskpool.sessions.service.open_pool_desktop`): entitled users (directly or through a
-  group) and holders of ``pools:manage`` may; 409 when the pool is disabled or draining, 503
-  with ``Retry-After`` when no desktop is ready.
+  group) and holders of ``pools:manage`` may; a pool the caller may not open is 404, exactly as
+  one that does not exist; 409 when the pool is disabled or draining, 503 with ``Retry-After``
+  when no desktop is ready.
 
 Every change is recorded in the audit trail in the same transaction.
 """
@@ -66,7 +67,7 @@ from deskpool.clusters.drivers import driver_manager_for
 from deskpool.clusters.repository import ClusterRecord
 from deskpool.drivers import DriverError, deadline_after
 from deskpool.drivers import OsType as TemplateOsType
-from deskpool.errors import BadRequest, DeskpoolError, NotFound, ValidationFailed
+from deskpool.errors import DeskpoolError, InvalidCursor, NotFound, ValidationFailed
 from deskpool.ids import parse_id
 from deskpool.licensing.service import check_can_create_pool
 from deskpool.pools import repository
@@ -605,7 +606,7 @@ def cursor_pair(cursor: str | None) -> tuple[str, str] | None:
             pass
         else:
             return after[0], after[1]
-    raise BadRequest("The cursor is not one this server issued.")
+    raise InvalidCursor()
 
 
 async def audit(
@@ -1048,7 +1049,7 @@ def register(routes: RouteTable) -> None:
         limit = int(call.query["limit"])
         after = cursor_pair(call.query.get("cursor"))
         if after is not None and after[0] not in _SUBJECT_TYPES:
-            raise BadRequest("The cursor is not one this server issued.")
+            raise InvalidCursor()
         items = await repository.list_entitlements(
             call.runtime.db, record.pool.id, limit=limit + 1, after=after
         )
@@ -1192,7 +1193,8 @@ def register(routes: RouteTable) -> None:
             "Hands the caller a desktop: the one they hold (persistent pools, reconnects), else "
             "a free ready one, and a single-use connection token to it (valid "
             "`SESSION_TOKEN_TTL`) with the gateway tunnel's URL. Entitled users (directly or "
-            "through a group) and holders of `pools:manage` may; others get 403. 409 "
+            "through a group) and holders of `pools:manage` may; a pool the caller may not "
+            "open answers 404 exactly as a pool that does not exist. 409 "
             "`pool_unavailable` when the pool is disabled, or draining and the caller holds "
             "nothing there; 503 `no_desktop_available` (or `desktop_not_ready` for the "
             "caller's own desktop) with `Retry-After`; 503 `gateway_not_configured` (nothing "

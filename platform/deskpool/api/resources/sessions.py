@@ -25,7 +25,7 @@ from deskpool.api.context import Call
 from deskpool.api.pagination import Page, PageQuery, decode_cursor, page_schema, paginate
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
-from deskpool.errors import BadRequest
+from deskpool.errors import InvalidCursor
 from deskpool.ids import parse_id
 from deskpool.sessions import service, store
 from deskpool.sessions.model import (
@@ -273,7 +273,7 @@ def _after(cursor: str | None) -> tuple[datetime, uuid.UUID] | None:
             return datetime.fromisoformat(after[0]), uuid.UUID(after[1])
         except ValueError:
             pass
-    raise BadRequest("The cursor is not one this server issued.")
+    raise InvalidCursor()
 
 
 def _open_filter(query: dict[str, Any]) -> bool | None:
