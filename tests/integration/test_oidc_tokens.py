@@ -730,7 +730,9 @@ async def test_deskpool_dev_accepts_its_access_tokens_and_refuses_its_id_tokens(
     from deskpool.dev import DEV_API_AUDIENCE, DEV_CLIENT_ID, dev_environ
     from deskpool.testing.idp import DevIdentityProvider
 
-    async with DevIdentityProvider(tmp_path / "keys.json", audience=DEV_API_AUDIENCE) as issuer:
+    issuer = DevIdentityProvider(tmp_path / "keys.json", audience=DEV_API_AUDIENCE)
+    issuer.sign_in_page = False  # sign the default user in at once
+    async with issuer:
         environ = dev_environ(
             {"DATABASE_URL": "postgresql://127.0.0.1:5432/unused", "KVSTORE_ADDR": "x:1"},
             issuer.issuer_url,
