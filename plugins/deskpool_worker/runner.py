@@ -42,6 +42,8 @@ from deskpool.jobs.model import (
     PermanentJobFailure,
     decide_failure,
 )
+from deskpool.live.model import LiveEvent
+from deskpool.live.publishers import publish
 from deskpool_worker.reconnect import DATABASE_ERRORS, ReconnectBackoff, wait_for_event
 
 if TYPE_CHECKING:
@@ -356,6 +358,16 @@ class JobRunner:
                 db_error,
             )
             return
+        if state is not None:
+            what = "dead" if state is JobState.DEAD else "retrying"
+            await publish(
+                self.runtime,
+                LiveEvent(
+                    f"job.{what}",
+                    str(context.id),
+                    {"kind": context.kind, "state": state.value, "error": error},
+                ),
+            )
         if state is None:
             self._stale(context.lease, context.kind, "failure")
         elif state is JobState.DEAD:
@@ -416,6 +428,15 @@ class JobRunner:
                 self._completions.pop(lease, None)
                 if lease not in accepted:
                     self._stale(lease, kind, "completion")
+                else:
+                    await publish(
+                        self.runtime,
+                        LiveEvent(
+                            "job.succeeded",
+                            str(lease.job_id),
+                            {"kind": kind, "state": "succeeded"},
+                        ),
+                    )
 
     # ----------------------------------------------------------------------- leases
 

@@ -36,9 +36,11 @@ from deskpool.api.pagination import (
 )
 from deskpool.api.problems import REQUEST_ID_KEY, problem_middleware
 from deskpool.api.ratelimit import RateLimiter, add_rate_limit_headers
+from deskpool.api.resources import events
 from deskpool.api.routes import Operation, Reply, RouteTable
 from deskpool.api.security import AUTHENTICATOR_KEY, authenticate, install_authentication
 from deskpool.api.validation import DeskpoolParser, check_body_size, parse_body, parse_query
+from deskpool.live.bus import LiveHub
 from deskpool.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -189,11 +191,15 @@ def operation_handler(operation: Operation) -> Handler:
             return result
         reply = result if isinstance(result, Reply) else Reply(result, operation.success_status)
         if reply.status == 204:
+            if request.method != "GET":
+                await events.publish_api_change(call, None)
             return web.Response(status=204, headers=reply.headers)
         dumper = dumpers.get(reply.status)
         data = (
             dumper.dump(reply.data) if dumper is not None and reply.data is not None else reply.data
         )
+        if request.method != "GET" and reply.status < 400:
+            await events.publish_api_change(call, data)
         return web.json_response(data, status=reply.status, headers=reply.headers)
 
     handle.__name__ = operation.operation_id
@@ -250,6 +256,13 @@ def create_app(runtime: Runtime) -> web.Application:
         await limiter.close()
 
     app.on_cleanup.append(close_limiter)
+    hub = LiveHub(runtime.kv, config["KVSTORE_KEY_PREFIX"])
+    app[events.HUB_KEY] = hub
+
+    async def close_hub(app: web.Application) -> None:
+        await hub.close()  # ends the open event streams before the graceful shutdown waits
+
+    app.on_shutdown.append(close_hub)
     app[PAGE_LIMITS_KEY] = PageLimits.from_config(config)
     app[CURSOR_SEALS_KEY] = CursorSeals()
     app[PARSER_KEY] = DeskpoolParser()

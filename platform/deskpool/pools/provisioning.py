@@ -74,6 +74,7 @@ from deskpool.events import AuditEvent
 from deskpool.jobs.context import JobContext
 from deskpool.jobs.model import Job, JobKind, LeaseLost, PermanentJobFailure
 from deskpool.jobs.queue import enqueue
+from deskpool.live.publishers import publish_desktop
 from deskpool.pools.model import CloneMode, Desktop, DesktopState, Pool
 from deskpool.pools.provisioning_store import (
     apply_event_in_state,
@@ -347,6 +348,7 @@ class DesktopRecorder:
             )
             return None
         self.desktop = after
+        await publish_desktop(self.context.runtime, after)
         return after
 
     async def record_from_any(self, event: DesktopEvent) -> Desktop | None:
@@ -365,6 +367,7 @@ class DesktopRecorder:
                 return None
         if after is not None:
             self.desktop = after
+            await publish_desktop(self.context.runtime, after)
         return after
 
     async def fail(self, error: str) -> None:
@@ -397,6 +400,7 @@ class DesktopRecorder:
                 ),
             )
         self.desktop = after
+        await publish_desktop(self.context.runtime, after)
         log.warning("desktop %s failed at %s: %s", after.name, step, error)
 
     async def settle(self, error: BaseException) -> None:
@@ -688,6 +692,7 @@ class DesktopWork(DesktopRecorder):
                     },
                 ),
             )
+        await publish_desktop(self.context.runtime, self.desktop, "deleted")
         log.info("desktop %s deleted", self.desktop.name)
 
     async def power(self, kind: str) -> None:

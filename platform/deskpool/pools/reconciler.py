@@ -62,6 +62,8 @@ from deskpool.jobs.model import Job, JobKind, JobState, PermanentJobFailure
 from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
 from deskpool.jobs.queue import enqueue
 from deskpool.licensing.service import cap_desktops
+from deskpool.live.model import LiveEvent
+from deskpool.live.publishers import publish
 from deskpool.pools.model import Desktop, ObservedVm, Pool
 from deskpool.pools.provisioning import (
     CLUSTERS,
@@ -462,6 +464,15 @@ class PoolReconcilerService:
                 health = PoolHealth(status or health.status, (*health.reasons, held))
                 log.warning("pool %s: %s", pool.name, held)
             await mark_reconciled(connection, pool.id, generation, health)
+        if applied:
+            await publish(
+                self.runtime,
+                LiveEvent(
+                    "pool.reconciled",
+                    str(pool.id),
+                    {"health": str(health.status), "applied": applied},
+                ),
+            )
         if applied or skipped:
             log.info(
                 "pool %s reconciled: %d action(s) applied, %d left to the next pass",

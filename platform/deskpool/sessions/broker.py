@@ -32,6 +32,7 @@ from redis.exceptions import RedisError
 
 from deskpool.audit import record_audit_event
 from deskpool.events import AuditEvent
+from deskpool.live.publishers import publish, session_event
 from deskpool.pools import repository as pools
 from deskpool.pools.states import SessionOpened
 from deskpool.runtime import Runtime
@@ -128,6 +129,7 @@ class PlatformSessionBroker:
             raise TokenRejected("unavailable") from None
         if isinstance(outcome, str):
             raise TokenRejected(outcome)
+        await publish(runtime=self.runtime, event=session_event("opened", outcome))
         return outcome
 
     async def _redeem(
@@ -358,6 +360,7 @@ async def end_session(
     for viewer in watching:
         if viewer is not None:
             await publish_disconnect(runtime, viewer)
+    await publish(runtime=runtime, event=session_event("ended", ended))
     return ended
 
 

@@ -286,6 +286,43 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Stream live events (server-sent events)
+         * @description A [server-sent event](https://html.spec.whatwg.org/multipage/server-sent-events.html) stream of
+         *     the changes of what the caller may read. Each event has:
+         *
+         *     - `id`: its position in the stream; reconnect with the `Last-Event-ID` header set to the last
+         *       one received to get what was missed (events are kept for a while: when the position is too
+         *       old, the first event is a `reset`, meaning "read everything again");
+         *     - `event`: `<kind>.<what>`: `desktop.state`, `desktop.deleted`, `pool.changed`, `job.succeeded`,
+         *       `job.dead`, `job.retrying`, `session.changed`, `<kind>.changed` for any change made through the
+         *       API;
+         *     - `data`: a JSON object with `type`, `id` (the changed object's id) and what changed (a desktop's
+         *       `state` and `pool_id`, a job's `kind` and `state`...).
+         *
+         *     A comment line is sent every 15 seconds on a quiet stream. Desktop users receive the events of
+         *     their own desktops and sessions; other events need the resource's read permission.
+         *
+         *     Authenticated with the bearer token like every operation: browsers read it with `fetch`.
+         *
+         *     Requires a valid access token; no particular permission.
+         */
+        get: operations["streamEvents"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/grants": {
         parameters: {
             query?: never;
@@ -2855,6 +2892,34 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    streamEvents: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The event stream (it stays open). */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/event-stream": string;
+                };
+            };
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             429: components["responses"]["RateLimited"];
             503: components["responses"]["ServiceUnavailable"];
         };

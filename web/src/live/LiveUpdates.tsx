@@ -18,7 +18,18 @@ export function keysFor(event: ServerEvent): string[] {
     case "job":
       return ["jobs", "dashboard"];
     case "session":
-      return ["sessions", "desktops", "my-pools", "dashboard"];
+      return ["sessions", "desktops", "my-pools", "my-sessions", "dashboard"];
+    case "cluster":
+      return ["clusters", "setup"];
+    case "group":
+      return ["groups", "grants", "bindings"];
+    case "user":
+      return ["users"];
+    case "role":
+    case "grant":
+      return ["roles", "grants", "bindings"];
+    case "license":
+      return ["license"];
     default:
       return [];
   }
@@ -52,7 +63,11 @@ export function LiveUpdates({ children }: { children: ReactNode }) {
       getToken,
       signal: controller.signal,
       onState: setState,
-      onEvent: (event) => invalidate(keysFor(event)),
+      onEvent: (event) => {
+        // A reset: the stream lost its place; everything on screen may be stale.
+        if (event.event === "reset") void client.invalidateQueries();
+        else invalidate(keysFor(event));
+      },
       retryMs: 3000,
     });
     return () => controller.abort();

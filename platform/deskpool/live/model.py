@@ -1,0 +1,106 @@
+"""Live events and who may see them: plain data and rules, no I/O."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from deskpool.permissions import PLATFORM_ADMIN
+
+#: The resource kinds that have live events, with the permissions that let a caller see any
+#: event of that kind (an owner sees their own even without them).
+READ_PERMISSIONS: Mapping[str, tuple[str, ...]] = {
+    "desktop": ("desktops:read", "pools:read"),
+    "pool": ("pools:read",),
+    "job": ("jobs:read",),
+    "session": ("sessions:read",),
+    "cluster": ("clusters:read",),
+    "user": ("users:read",),
+    "group": ("groups:read",),
+    "role": ("roles:read",),
+    "grant": ("roles:read",),
+    "license": ("license:read",),
+}
+
+#: The singular kind of each resource of the permission model (``pools`` → ``pool``).
+KIND_OF_RESOURCE: Mapping[str, str] = {
+    "desktops": "desktop",
+    "pools": "pool",
+    "jobs": "job",
+    "sessions": "session",
+    "clusters": "cluster",
+    "users": "user",
+    "groups": "group",
+    "roles": "role",
+    "license": "license",
+}
+
+
+@dataclass(frozen=True)
+class LiveEvent:
+    """One change, as streamed.
+
+    :param type: ``<kind>.<what>``: ``desktop.state``, ``pool.changed``, ``job.dead``...
+    :param resource_id: the changed object's id.
+    :param data: what a screen needs to show the change (never a secret).
+    :param owner: the user the object belongs to, who sees the event without a permission.
+    """
+
+    type: str
+    resource_id: str
+    data: dict[str, Any] = field(default_factory=dict)
+    owner: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """The resource kind (the part of the type before the dot)."""
+        return self.type.partition(".")[0]
+
+    def fields(self) -> dict[str, str]:
+        """The event as the fields of a Redis stream entry."""
+        return {
+            "type": self.type,
+            "id": self.resource_id,
+            "owner": self.owner or "",
+            "data": json.dumps(self.data, separators=(",", ":"), default=str),
+        }
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, str]) -> LiveEvent:
+        """Read back :meth:`fields`."""
+        return cls(
+            type=fields.get("type", ""),
+            resource_id=fields.get("id", ""),
+            data=dict(json.loads(fields.get("data") or "{}")),
+            owner=fields.get("owner") or None,
+        )
+
+    def body(self) -> dict[str, Any]:
+        """The JSON ``data`` of the server-sent event."""
+        return {"type": self.type, "id": self.resource_id, **self.data}
+
+
+def may_see(event: LiveEvent, permissions: frozenset[str] | set[str], user_id: str) -> bool:
+    """Whether a caller with ``permissions`` (and id ``user_id``) may receive ``event``."""
+    if PLATFORM_ADMIN in permissions:
+        return True
+    if event.owner is not None and event.owner == user_id:
+        return True
+    needed = READ_PERMISSIONS.get(event.kind)
+    return needed is not None and any(permission in permissions for permission in needed)
+
+
+def stream_id_key(stream_id: str) -> tuple[int, int]:
+    """A Redis stream id (``<ms>-<seq>``) as a sortable pair; ``(-1, -1)`` if malformed."""
+    milliseconds, _, sequence = stream_id.partition("-")
+    try:
+        return int(milliseconds), int(sequence or 0)
+    except ValueError:
+        return -1, -1
+
+
+def valid_stream_id(stream_id: str) -> bool:
+    """Whether ``stream_id`` is a well-formed Redis stream id (what ``Last-Event-ID`` must be)."""
+    return stream_id_key(stream_id) >= (0, 0) and stream_id.count("-") <= 1

@@ -1,0 +1,129 @@
+"""``GET /api/v1/events``: live events through Redis, across two api applications.
+
+Each application has its own runtime (database pool, Redis client, stream reader), as two api
+processes would: what one publishes, the other streams; a client that reconnects with
+``Last-Event-ID`` gets what it missed; each caller sees only what it may read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from deskpool.live import bus
+from deskpool.live.model import LiveEvent
+from deskpool.testing.pytest_plugin import opened_runtime
+
+ADMIN = "events-admin"
+
+
+@pytest.fixture
+async def two_apis(
+    secure_environ: dict[str, str], aiohttp_client: Any
+) -> AsyncIterator[tuple[Any, Any, Any]]:
+    """Two API clients on two runtimes sharing the database and Redis; the first runtime."""
+    from deskpool.api.app import create_app
+
+    environ = {**secure_environ, "AUTH_BOOTSTRAP_ADMIN_SUBJECTS": ADMIN}
+    async with opened_runtime(environ) as first, opened_runtime(environ) as second:
+        clients = (
+            await aiohttp_client(create_app(first)),
+            await aiohttp_client(create_app(second)),
+        )
+        yield (*clients, first)
+        for client in clients:  # the servers end their streams before the runtimes close
+            await client.close()
+
+
+async def read_events(response: Any, count: int) -> list[dict[str, Any]]:
+    """The next ``count`` events of an open stream (comments skipped), within 10 seconds."""
+    events: list[dict[str, Any]] = []
+
+    async def read() -> None:
+        while len(events) < count:
+            block = (await response.content.readuntil(b"\n\n")).decode()
+            fields: dict[str, str] = {}
+            for line in block.splitlines():
+                if line.startswith(":") or not line:
+                    continue
+                name, _, value = line.partition(": ")
+                fields[name] = value
+            if "data" in fields:
+                events.append({**fields, "data": json.loads(fields["data"])})
+
+    await asyncio.wait_for(read(), 10.0)
+    return events
+
+
+async def test_a_change_through_one_api_streams_from_the_other_and_resumes(
+    two_apis: tuple[Any, Any, Any], bearer: Callable[..., dict[str, str]]
+) -> None:
+    writer, reader, _ = two_apis
+    admin = bearer(ADMIN, email="events-admin@example.com")
+    stream = await reader.get("/api/v1/events", headers=admin)
+    assert stream.status == 200
+    assert stream.headers["Content-Type"] == "text/event-stream"
+    created = await writer.post(
+        "/api/v1/groups", json={"key": "ops", "name": "Operators"}, headers=admin
+    )
+    assert created.status == 201
+    group = await created.json()
+    [event] = await read_events(stream, 1)
+    assert event["event"] == "group.changed"
+    assert event["data"]["id"] == group["id"]
+    assert event["data"]["type"] == "group.changed"
+    first_id = event["id"]
+    stream.close()
+
+    # Two changes while disconnected: the reconnect with Last-Event-ID gets both, in order.
+    for key in ("dev", "qa"):
+        response = await writer.post(
+            "/api/v1/groups", json={"key": key, "name": key}, headers=admin
+        )
+        assert response.status == 201
+    resumed = await reader.get("/api/v1/events", headers={**admin, "Last-Event-ID": first_id})
+    missed = await read_events(resumed, 2)
+    assert [e["event"] for e in missed] == ["group.changed", "group.changed"]
+    assert missed[0]["id"] > first_id
+    assert missed[1]["id"] > missed[0]["id"]
+    resumed.close()
+
+
+async def test_a_caller_sees_only_what_it_may_read(
+    two_apis: tuple[Any, Any, Any], bearer: Callable[..., dict[str, str]]
+) -> None:
+    _, reader, runtime = two_apis
+    user = bearer("desk-user", email="desk-user@example.com")
+    me = await (await reader.get("/api/v1/me", headers=user)).json()
+    stream = await reader.get("/api/v1/events", headers=user)
+    assert stream.status == 200
+    prefix = runtime.config["KVSTORE_KEY_PREFIX"]
+    await bus.publish(runtime.kv, prefix, LiveEvent("pool.changed", "p-1"))
+    await bus.publish(runtime.kv, prefix, LiveEvent("desktop.state", "d-other", owner="someone"))
+    await bus.publish(
+        runtime.kv, prefix, LiveEvent("desktop.state", "d-mine", {"state": "ready"}, owner=me["id"])
+    )
+    [event] = await read_events(stream, 1)
+    assert event["data"] == {"type": "desktop.state", "id": "d-mine", "state": "ready"}
+    stream.close()
+
+
+async def test_a_stale_position_starts_with_a_reset_and_a_bad_one_is_refused(
+    two_apis: tuple[Any, Any, Any], bearer: Callable[..., dict[str, str]]
+) -> None:
+    _, reader, runtime = two_apis
+    admin = bearer(ADMIN)
+    await bus.publish(
+        runtime.kv, runtime.config["KVSTORE_KEY_PREFIX"], LiveEvent("pool.changed", "p")
+    )
+    stale = await reader.get("/api/v1/events", headers={**admin, "Last-Event-ID": "1-0"})
+    [event] = await read_events(stale, 1)
+    assert event["event"] == "reset"
+    stale.close()
+    bad = await reader.get("/api/v1/events", headers={**admin, "Last-Event-ID": "nope"})
+    assert bad.status == 400
+    assert (await reader.get("/api/v1/events")).status == 401
