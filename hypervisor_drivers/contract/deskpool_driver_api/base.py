@@ -412,17 +412,6 @@ class HypervisorDriver(abc.ABC):
 
         return await self._call("desktop_endpoint", deadline, body)
 
-    @final
-    async def console_endpoint(
-        self,
-        vm_id: str,
-        protocol: DesktopProtocol | str | None = None,
-        *,
-        deadline: float | None = None,
-    ) -> DesktopEndpoint:
-        """The name :meth:`desktop_endpoint` had before contract 0.2 (same arguments)."""
-        return await self.desktop_endpoint(vm_id, protocol, deadline=deadline)
-
     # ------------------------------------------------------------------ what a driver implements
 
     @abc.abstractmethod

@@ -51,10 +51,6 @@ class DesktopProtocol(enum.StrEnum):
     VNC = "vnc"
 
 
-#: The name :class:`DesktopProtocol` had before contract 0.2.
-ConsoleProtocol = DesktopProtocol
-
-
 @dataclass(frozen=True)
 class DriverCapabilities:
     """What a driver can do; the platform reads it before offering an option.
@@ -245,10 +241,6 @@ class DesktopEndpoint:
         )
 
     __str__ = __repr__
-
-
-#: The name :class:`DesktopEndpoint` had before contract 0.2.
-ConsoleEndpoint = DesktopEndpoint
 
 
 @dataclass(frozen=True)

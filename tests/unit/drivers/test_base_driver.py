@@ -319,12 +319,7 @@ async def test_the_desktop_endpoint_passes_the_preference_and_checks_the_answer(
         3389,
     )
     assert await driver.desktop_endpoint("100", "rdp") == endpoint
-    assert await driver.console_endpoint("100", "rdp") == endpoint  # the name before 0.2
-    assert driver.ran == [
-        "desktop_endpoint None",
-        "desktop_endpoint rdp",
-        "desktop_endpoint rdp",
-    ]
+    assert driver.ran == ["desktop_endpoint None", "desktop_endpoint rdp"]
     driver.desktop_protocol = DesktopProtocol.VNC  # not declared: a driver bug
     with pytest.raises(DriverError, match="vnc desktop"):
         await driver.desktop_endpoint("100")

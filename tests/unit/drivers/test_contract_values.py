@@ -13,7 +13,6 @@ from deskpool.drivers import (
     AuthenticationFailed,
     ClusterConnection,
     ClusterUnreachable,
-    ConsoleEndpoint,
     DesktopEndpoint,
     DesktopProtocol,
     DriverBusy,
@@ -71,7 +70,6 @@ def test_desktop_endpoint_repr_hides_credentials() -> None:
     assert "vnc-pass-123" not in repr(endpoint)
     assert REDACTED in repr(endpoint)
     assert endpoint.credentials["password"] == "vnc-pass-123"
-    assert ConsoleEndpoint is DesktopEndpoint  # the name before 0.2
 
 
 def test_desktop_endpoint_checks_its_values() -> None:
