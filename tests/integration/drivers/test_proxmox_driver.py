@@ -228,6 +228,8 @@ async def test_desktops_are_rdp_for_windows_and_the_pools_choice_for_linux(
         )
         assert endpoint.parameters == {"security": "any", "ignore-cert": "true"}
         assert endpoint.credentials == {}
+    fake.lack_osinfo(int(windows.id))  # an old agent: the VM's ostype (win11) says Windows
+    assert (await driver.desktop_endpoint(windows.id, "vnc")).protocol is DesktopProtocol.RDP
     vnc = await driver.desktop_endpoint(linux.id, "vnc")
     assert (vnc.protocol, vnc.port, dict(vnc.parameters)) == (DesktopProtocol.VNC, 5900, {})
     assert (await driver.desktop_endpoint(linux.id)).protocol is DesktopProtocol.RDP

@@ -34,7 +34,7 @@ checked, as on a real cluster: ``VM.GuestAgent.*`` from 9 on, ``VM.Monitor`` bef
 :func:`privileges_for`).
 
 Time runs for real but fast (see :class:`FakeTimings`); faults are injected through methods
-(``set_node_online``, ``silence_agent``, ``stall_oobe``, ``ignore_shutdown``,
+(``set_node_online``, ``silence_agent``, ``lack_osinfo``, ``stall_oobe``, ``ignore_shutdown``,
 ``fail_next_clone``, ``steal_next_id``). Every request is recorded in ``requests`` and every
 task started is put on the ``started_tasks`` queue. The fake serves plain HTTP, or HTTPS when
 given an SSL context.

@@ -122,6 +122,10 @@ class FakeCluster:
         """Make a VM's guest agent never answer."""
         self.vms[vmid].agent_silenced = silent
 
+    def lack_osinfo(self, vmid: int, lacks: bool = True) -> None:
+        """Give a VM an old guest agent that does not know ``guest-get-osinfo``."""
+        self.vms[vmid].agent_lacks_osinfo = lacks
+
     def stall_oobe(self, vmid: int, stalled: bool = True) -> None:
         """Keep a Windows VM in OOBE forever."""
         self.vms[vmid].oobe_stalled = stalled

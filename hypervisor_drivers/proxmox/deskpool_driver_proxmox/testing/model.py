@@ -120,6 +120,8 @@ class FakeVm:
     running: bool = False
     started_at: float | None = None
     agent_silenced: bool = False
+    #: An old guest agent without ``guest-get-osinfo``.
+    agent_lacks_osinfo: bool = False
     oobe_stalled: bool = False
     ignores_shutdown: bool = False
 

@@ -238,6 +238,10 @@ class FakeVmApi(FakeCluster):
             if command == "get-host-name":
                 return {"result": {"host-name": vm.config.get("name", "")}}
             if command == "get-osinfo":
+                if vm.agent_lacks_osinfo:
+                    raise ApiError(
+                        500, "Agent error: The command guest-get-osinfo has not been found"
+                    )
                 return {"result": osinfo(vm)}
             return {"result": interfaces(vm)}
 
