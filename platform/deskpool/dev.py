@@ -37,6 +37,9 @@ DEV_ADMIN_SUBJECT = "dev-admin"
 DEV_ADMIN_EMAIL = "admin@deskpool.test"
 #: The console's client id at the development issuer.
 DEV_CLIENT_ID = "deskpool"
+#: The group claim value of the issuer's desktop user, and the local group it is bound to.
+DEV_USERS_CLAIM = "deskpool-users"
+DEV_USERS_GROUP = "desktop-users"
 #: The audience of the API's access tokens: the API's own, distinct from the console's client.
 DEV_API_AUDIENCE = "deskpool-api"
 #: The gateway's tunnel path (the gateway's default, ``/websocket-tunnel``).
@@ -206,6 +209,8 @@ async def seed_demo(api: str, token: str) -> None:
             if response.status != 201:
                 log.warning("could not create the demo pool: %s", await response.text())
                 return
+            pool_id = (await response.json())["id"]
+        await entitle_dev_users(session, pool_id)
         log.info(
             "created the simulated cluster %r and the pool %r (min %d, spare %d): "
             "watch GET /api/v1/desktops",
@@ -214,6 +219,38 @@ async def seed_demo(api: str, token: str) -> None:
             DEMO_POOL["min_size"],
             DEMO_POOL["spare"],
         )
+
+
+async def entitle_dev_users(session: aiohttp.ClientSession, pool_id: str) -> None:
+    """Entitle the administrator, and the issuer's desktop users (their group claim), to the pool.
+
+    The ``deskpool-users`` claim value is bound to a local group ``desktop-users``, so the
+    development desktop user opens the demo pool's desktops from the console's My desktops.
+    """
+    async with session.get("/api/v1/me") as response:
+        admin_id = (await response.json())["id"]
+    async with session.post(
+        "/api/v1/groups", json={"key": DEV_USERS_GROUP, "name": "Desktop users"}
+    ) as response:
+        if response.status != 201:
+            log.warning("could not create the desktop users group: %s", await response.text())
+            return
+        group_id = (await response.json())["id"]
+    requests = [
+        ("/api/v1/oidc-group-bindings", {"claim_value": DEV_USERS_CLAIM, "group_id": group_id}),
+        (
+            f"/api/v1/pools/{pool_id}/entitlements",
+            {"subject_type": "user", "subject_id": admin_id},
+        ),
+        (
+            f"/api/v1/pools/{pool_id}/entitlements",
+            {"subject_type": "group", "subject_id": group_id},
+        ),
+    ]
+    for path, body in requests:
+        async with session.post(path, json=body) as response:
+            if response.status >= 300:
+                log.warning("demo set-up: %s answered %s", path, await response.text())
 
 
 def main(environ: Mapping[str, str], state_dir: Path, issuer_port: int) -> None:

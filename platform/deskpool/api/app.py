@@ -25,7 +25,7 @@ from prometheus_client import Counter, Histogram
 
 from deskpool.api import docs, openapi, resources
 from deskpool.api.context import Call
-from deskpool.api.cors import CorsPolicy, cors_middleware
+from deskpool.api.cors import CorsPolicy, cors_middleware, cors_on_prepare
 from deskpool.api.openapi import OPENAPI_DOCUMENT_KEY
 from deskpool.api.pagination import (
     CursorSeals,
@@ -246,6 +246,7 @@ def create_app(runtime: Runtime) -> web.Application:
         client_max_size=config["API_MAX_BODY_SIZE"],
     )
     app[RUNTIME_KEY] = runtime
+    app.on_response_prepare.append(cors_on_prepare(cors))
     app[METRICS_KEY] = HttpMetrics(runtime)
     limiter = RateLimiter(
         runtime.kv, config["KVSTORE_KEY_PREFIX"], config["API_RATE_LIMIT_PER_MINUTE"]

@@ -15,8 +15,9 @@ responses carry the same headers as successful ones and a page can read the prob
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import hdrs, web
@@ -30,7 +31,14 @@ SETTING = "API_CORS_ALLOWED_ORIGINS"
 #: Methods a cross-origin page may use.
 ALLOWED_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 #: Request headers a cross-origin page may send beyond the CORS-safelisted ones.
-ALLOWED_HEADERS = ("Authorization", "Content-Type", "X-Request-Id", "If-Match", "If-None-Match")
+ALLOWED_HEADERS = (
+    "Authorization",
+    "Content-Type",
+    "X-Request-Id",
+    "If-Match",
+    "If-None-Match",
+    "Last-Event-ID",
+)
 #: Response headers a cross-origin page may read beyond the CORS-safelisted ones.
 EXPOSED_HEADERS = (
     "X-Request-Id",
@@ -174,3 +182,23 @@ def cors_middleware(policy: CorsPolicy) -> Middleware:
         return response
 
     return cors
+
+
+def cors_on_prepare(policy: CorsPolicy) -> Callable[[web.Request, web.StreamResponse], Any]:
+    """An ``on_response_prepare`` signal that gives streamed responses their CORS headers.
+
+    A handler that streams (the live event stream) sends its headers before the middleware
+    sees the response; this adds the same headers just before they are sent.
+    """
+
+    async def add(request: web.Request, response: web.StreamResponse) -> None:
+        origin = request.headers.get(hdrs.ORIGIN)
+        if not policy.enabled or origin is None or not policy.allows(origin):
+            return
+        if "Access-Control-Allow-Origin" not in response.headers:
+            response.headers.update(policy.response_headers(origin))
+            response.headers["Access-Control-Expose-Headers"] = ", ".join(EXPOSED_HEADERS)
+            if not policy.any_origin:
+                _add_vary_origin(response)
+
+    return add

@@ -19,6 +19,7 @@ from deskpool.live.model import LiveEvent
 from deskpool.testing.pytest_plugin import opened_runtime
 
 ADMIN = "events-admin"
+CONSOLE = "http://console.example.org"
 
 
 @pytest.fixture
@@ -28,7 +29,11 @@ async def two_apis(
     """Two API clients on two runtimes sharing the database and Redis; the first runtime."""
     from deskpool.api.app import create_app
 
-    environ = {**secure_environ, "AUTH_BOOTSTRAP_ADMIN_SUBJECTS": ADMIN}
+    environ = {
+        **secure_environ,
+        "AUTH_BOOTSTRAP_ADMIN_SUBJECTS": ADMIN,
+        "API_CORS_ALLOWED_ORIGINS": CONSOLE,
+    }
     async with opened_runtime(environ) as first, opened_runtime(environ) as second:
         clients = (
             await aiohttp_client(create_app(first)),
@@ -64,9 +69,10 @@ async def test_a_change_through_one_api_streams_from_the_other_and_resumes(
 ) -> None:
     writer, reader, _ = two_apis
     admin = bearer(ADMIN, email="events-admin@example.com")
-    stream = await reader.get("/api/v1/events", headers=admin)
+    stream = await reader.get("/api/v1/events", headers={**admin, "Origin": CONSOLE})
     assert stream.status == 200
     assert stream.headers["Content-Type"] == "text/event-stream"
+    assert stream.headers["Access-Control-Allow-Origin"] == CONSOLE  # a console may read it
     created = await writer.post(
         "/api/v1/groups", json={"key": "ops", "name": "Operators"}, headers=admin
     )

@@ -1,13 +1,162 @@
-/** The desktop in the browser (through the gateway), full window. */
-import { Link, useParams } from "react-router";
+/**
+ * The desktop in the browser: the whole window, keyboard (with Ctrl+Alt+Del), mouse, clipboard,
+ * resizing with the window, the connection's state, reconnecting with a fresh token after a
+ * drop, and disconnecting.
+ */
+import { useCallback, useEffect, useRef, useState } from "react";
+import { Link, useLocation, useNavigate, useParams } from "react-router";
+import { unwrap, type Schemas } from "../api/client";
+import { describeError } from "../api/problem";
+import type { DesktopHandle, DesktopState } from "../desktop/guacamole";
+import { useSession } from "../session";
+
+type Connection = Schemas["Connection"];
+
+const LABEL: Record<DesktopState | "idle", string> = {
+  idle: "Not connected",
+  connecting: "Connecting…",
+  waiting: "Waiting for the desktop…",
+  connected: "Connected",
+  disconnected: "Disconnected",
+  error: "Connection lost",
+};
 
 export function DesktopViewPage() {
   const { desktopId = "" } = useParams();
+  const { api } = useSession();
+  const navigate = useNavigate();
+  const location = useLocation();
+  const screen = useRef<HTMLDivElement>(null);
+  const handle = useRef<DesktopHandle | null>(null);
+  const [state, setState] = useState<DesktopState | "idle">("idle");
+  const [detail, setDetail] = useState("");
+  const [clipboard, setClipboard] = useState("");
+  const [showClipboard, setShowClipboard] = useState(false);
+  const first = useRef<Connection | null>((location.state as { connection?: Connection } | null)?.connection ?? null);
+
+  const connect = useCallback(async () => {
+    handle.current?.disconnect();
+    handle.current = null;
+    setState("connecting");
+    setDetail("");
+    try {
+      // The token of the page that opened the desktop once; a fresh one for every reconnect.
+      let connection = first.current;
+      first.current = null;
+      if (!connection) {
+        const opened = await unwrap(
+          api.POST("/api/v1/me/desktops/{desktop_id}/connection", { params: { path: { desktop_id: desktopId } } }),
+        );
+        connection = opened.connection;
+      }
+      const { openDesktop } = await import("../desktop/guacamole");
+      if (!screen.current) return;
+      handle.current = await openDesktop(screen.current, connection.url, connection.token, {
+        onState: (next, why) => {
+          setState(next);
+          setDetail(why ?? "");
+        },
+        onClipboard: setClipboard,
+      });
+      screen.current.focus();
+    } catch (error) {
+      setState("error");
+      setDetail(describeError(error));
+    }
+  }, [api, desktopId]);
+
+  useEffect(() => {
+    void connect();
+    return () => {
+      handle.current?.disconnect();
+      handle.current = null;
+    };
+  }, [connect]);
+
+  useEffect(() => {
+    const element = screen.current;
+    if (!element) return;
+    let timer: ReturnType<typeof setTimeout> | null = null;
+    const observer = new ResizeObserver(() => {
+      if (timer) clearTimeout(timer);
+      timer = setTimeout(() => handle.current?.resize(element.clientWidth, element.clientHeight), 200);
+    });
+    observer.observe(element);
+    return () => observer.disconnect();
+  }, []);
+
+  const disconnect = () => {
+    handle.current?.disconnect();
+    handle.current = null;
+    navigate("/my");
+  };
+  const live = state === "connected" || state === "waiting" || state === "connecting";
   return (
-    <main className="container narrow">
-      <h1>Desktop {desktopId}</h1>
-      <p>Opening desktops in the browser needs the gateway's connection tokens, which this API does not offer yet.</p>
-      <Link to="/my">Back to My desktops</Link>
-    </main>
+    <div className="desktop-view">
+      <div className="desktop-bar" role="toolbar" aria-label="Desktop">
+        <span className="state" role="status" aria-live="polite" data-state={state}>
+          {LABEL[state]}
+          {detail ? `: ${detail}` : ""}
+        </span>
+        <button type="button" className="secondary" onClick={() => handle.current?.ctrlAltDel()} disabled={state !== "connected"}>
+          Ctrl+Alt+Del
+        </button>
+        <button type="button" className="secondary" onClick={() => setShowClipboard((value) => !value)} aria-expanded={showClipboard}>
+          Clipboard
+        </button>
+        <button
+          type="button"
+          className="secondary"
+          onClick={() => void document.documentElement.requestFullscreen?.().catch(() => undefined)}
+        >
+          Full screen
+        </button>
+        {!live ? (
+          <button type="button" onClick={() => void connect()}>
+            Reconnect
+          </button>
+        ) : null}
+        <button type="button" className="contrast" onClick={disconnect}>
+          Disconnect
+        </button>
+        <Link to="/my">My desktops</Link>
+      </div>
+      {showClipboard ? (
+        <form
+          className="desktop-clipboard"
+          onSubmit={(event) => {
+            event.preventDefault();
+            handle.current?.sendClipboard(clipboard);
+          }}
+        >
+          <label>
+            Clipboard (shared with the desktop)
+            <textarea value={clipboard} onChange={(event) => setClipboard(event.target.value)} rows={3} />
+          </label>
+          <button type="submit" className="secondary">
+            Send to the desktop
+          </button>
+        </form>
+      ) : null}
+      <div
+        className="desktop-screen"
+        ref={screen}
+        tabIndex={0}
+        role="application"
+        aria-label="Remote desktop: keyboard and mouse go to the desktop"
+        onMouseEnter={() => screen.current?.focus()}
+      />
+      {!live ? (
+        <div className="desktop-overlay" role="alert">
+          <p>
+            {LABEL[state]}
+            {detail ? `: ${detail}` : ""}
+          </p>
+          <button type="button" onClick={() => void connect()}>
+            Reconnect
+          </button>
+        </div>
+      ) : null}
+    </div>
   );
 }

@@ -30,7 +30,7 @@ export function MyDesktopsPage() {
       unwrap(api.POST("/api/v1/me/pools/{pool_id}/desktop", { params: { path: { pool_id: pool.id } } })),
     onSuccess: (allocated) => {
       void client.invalidateQueries({ queryKey: ["my-pools"] });
-      navigate(`/desktop/${allocated.id}`);
+      navigate(`/desktop/${allocated.id}`, { state: { connection: allocated.connection } });
     },
   });
   return (
@@ -57,6 +57,11 @@ export function MyDesktopsPage() {
               </p>
             ) : null}
             <p>{AVAILABILITY[pool.availability]}</p>
+            {pool.desktop && (pool.desktop.state === "in_use" || pool.desktop.state === "ready") ? (
+              <button type="button" className="secondary" onClick={() => navigate(`/desktop/${pool.desktop!.id}`)}>
+                Connect to {pool.desktop.name}
+              </button>
+            ) : null}
             <button
               type="button"
               disabled={pool.availability !== "available"}
