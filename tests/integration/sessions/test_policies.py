@@ -135,6 +135,24 @@ async def test_a_lost_gateway_never_logs_the_user_off_at_once(
     assert str(grant.desktop_id) == again["id"]
 
 
+async def test_a_daemon_failure_ends_the_session_and_keeps_the_desktop(
+    client: Any, estate: MakeEstate, broker: PlatformSessionBroker, pools_runtime: Runtime
+) -> None:
+    # The gateway could not reach the desktop daemon (down, slow, or refusing the handshake).
+    place = await estate(ready=1, policy=IMMEDIATELY)
+    opened = await open_desktop(client, place)
+    grant = await broker.redeem(opened["connection"]["token"], gateway_id="gw-e")
+    assert (await desktop_row(pools_runtime, opened["id"]))["in_session"] is True
+    await broker.session_ended(grant.session_id, SessionEndReason.DAEMON_ERROR, TunnelCounters())
+    desktop = await desktop_row(pools_runtime, opened["id"])
+    assert (desktop["state"], str(desktop["assigned_user"]), desktop["in_session"]) == (
+        "in_use",
+        place.user.id,
+        False,
+    )
+    assert (await open_desktop(client, place))["id"] == opened["id"]
+
+
 async def test_logoff_after_the_delay_keeps_a_persistent_desktop_assigned(
     client: Any, estate: MakeEstate, broker: PlatformSessionBroker, pools_runtime: Runtime
 ) -> None:
