@@ -294,17 +294,18 @@ async def open_pool_desktop(
 ) -> DesktopConnection:
     """Hand the caller a desktop of the pool and a connection token to it.
 
-    The tunnel's configuration is checked first, so nothing is allocated when no browser could
-    connect. The allocation is :func:`deskpool.pools.repository.allocate_desktop`'s.
+    The tunnel's configuration is checked before the allocation, so nothing is allocated when
+    no browser could connect. The allocation is
+    :func:`deskpool.pools.repository.allocate_desktop`'s.
 
     :raises NotFound: no such pool, or one the caller may not open: both answer the same, so
         the answer never tells whether a pool exists.
     :raises GatewayNotConfigured: see :func:`tunnel_url`.
     """
-    url = tunnel_url(runtime)
     pool = await pools.get_pool(runtime.db, pool_id)
     if pool is None or not await may_open(runtime, principal, pool_id):
         raise NotFound(f"You may open no pool with the id {pool_id}.")
+    url = tunnel_url(runtime)
     async with runtime.db.acquire() as connection, connection.transaction():
         desktop = await pools.allocate_desktop(connection, pool, principal.id)
         # Over the license's session limit the allocation is rolled back (409).
@@ -324,7 +325,6 @@ async def reconnect_desktop(
     :raises NotFound: no such desktop, or it is not the caller's.
     :raises DesktopNotReady: it is being rebuilt or repaired.
     """
-    url = tunnel_url(runtime)
     user = str(principal.id)
     desktop = await pools.get_desktop(runtime.db, desktop_id)
     if desktop is None or desktop.assigned_user != user:
@@ -332,6 +332,7 @@ async def reconnect_desktop(
     pool = await pools.get_pool(runtime.db, desktop.pool_id)
     if pool is None:
         raise NotFound(f"You hold no desktop with the id {desktop_id}.")
+    url = tunnel_url(runtime)
     async with runtime.db.acquire() as connection, connection.transaction():
         await check_can_open_session(connection, runtime.licensing, desktop_id)
     if desktop.state is DesktopState.READY:
@@ -354,10 +355,10 @@ async def shadow_session(
     :raises NotFound: no such session. :raises SessionNotOpen: it ended, is itself a
         read-only view, or its tunnel has not finished the handshake.
     """
-    url = tunnel_url(runtime)
     session = await store.get_session(runtime.db, session_id)
     if session is None:
         raise NotFound(f"No session has the id {session_id}.")
+    url = tunnel_url(runtime)
     if not session.is_open or session.read_only or session.connection_id is None:
         raise SessionNotOpen(
             f"session {session_id} cannot be joined: it "
