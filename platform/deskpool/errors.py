@@ -47,6 +47,25 @@ class InvalidCursor(BadRequest):
         super().__init__(detail)
 
 
+class InvalidText(BadRequest):
+    """A string of the request is not text PostgreSQL and the logs can hold.
+
+    NUL characters, unpaired surrogates and bytes that are not UTF-8 are refused wherever they
+    come (path, query, body), before any handler reads them; ``errors`` points to each one.
+    """
+
+    code = "invalid_text"
+    title = "Invalid text"
+
+    def __init__(self, errors: Sequence[FieldError]) -> None:
+        super().__init__(
+            "The request holds text that is not valid: NUL characters, unpaired surrogates "
+            "and bytes that are not UTF-8 are never accepted."
+        )
+        self.errors = list(errors)
+        self.extra["errors"] = [error.as_dict() for error in self.errors]
+
+
 class Unauthenticated(DeskpoolError):
     """No valid bearer token came with a protected call (RFC 6750)."""
 
@@ -94,6 +113,14 @@ class Conflict(DeskpoolError):
     title = "Conflict"
 
 
+class RequestTimeout(DeskpoolError):
+    """The client did not send its request body in time; the connection is closed."""
+
+    status = 408
+    code = "request_timeout"
+    title = "Request timeout"
+
+
 class PayloadTooLarge(DeskpoolError):
     """The request body is over the configured limit."""
 
@@ -137,6 +164,16 @@ class ServiceUnavailable(DeskpoolError):
     status = 503
     code = "service_unavailable"
     title = "Service unavailable"
+
+
+class DependencyUnavailable(ServiceUnavailable):
+    """A store the request needs (PostgreSQL, Redis) was lost or did not answer in time.
+
+    Always answered with ``Retry-After``: the request may be retried as it was sent.
+    """
+
+    code = "dependency_unavailable"
+    title = "A dependency is unavailable"
 
 
 class AuthNotConfigured(ServiceUnavailable):

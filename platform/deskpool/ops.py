@@ -1,7 +1,8 @@
 """The ops listener at ``METRICS_ADDR``: ``/healthz``, ``/readyz`` and ``/metrics``.
 
 One listener per process, whatever components run in it. All three routes are unauthenticated:
-operators bind the listener to an internal address (see the operator guide).
+operators bind the listener to an internal address (see the operator guide). It bounds its
+connections like every HTTP listener (:mod:`deskpool.listener`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from deskpool.listener import ConnectionLimits, start_listener
 from deskpool.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -84,17 +86,23 @@ class OpsListener:
         self.address: HostPort | None = runtime.config["METRICS_ADDR"]
         self._runner: web.AppRunner | None = None
 
+    @property
+    def runner(self) -> web.AppRunner | None:
+        """The runner serving the ops application while started."""
+        return self._runner
+
     async def start(self) -> None:
         """Bind the listener, unless disabled."""
         if self.address is None:
             log.info("ops listener disabled (METRICS_ADDR is empty)")
             return
-        self._runner = web.AppRunner(
-            create_ops_app(self.runtime), access_log=None, handle_signals=False, shutdown_timeout=2
+        self._runner = await start_listener(
+            create_ops_app(self.runtime),
+            self.address,
+            name="ops",
+            limits=ConnectionLimits.from_config(self.runtime.config),
+            shutdown_timeout=2,
         )
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.address.host, self.address.port)
-        await site.start()
         log.info("ops listener on http://%s (/healthz /readyz /metrics)", self.address)
 
     async def stop(self) -> None:

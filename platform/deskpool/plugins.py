@@ -22,6 +22,7 @@ from stevedore import NamedExtensionManager
 from deskpool import hookspecs
 from deskpool.config import SettingRegistry, declare_core_settings, parse_list
 from deskpool.errors import PluginLoadError, PluginNotFound
+from deskpool.listener import declare_listener_settings
 from deskpool.registry import Registry
 
 if TYPE_CHECKING:
@@ -155,6 +156,7 @@ class PluginHost:
         """The platform's settings followed by every plugin's declarations."""
         registry = SettingRegistry()
         declare_core_settings(registry)
+        declare_listener_settings(registry)
         self._hook.deskpool_declare_settings(registry=registry)
         return list(registry)
 

@@ -1,12 +1,14 @@
 """The API application: middlewares, the operation wrapper, and the documentation routes.
 
 Order of the middlewares, outermost first: request id, logging, metrics and RateLimit headers;
-CORS; problem+json. CORS sits outside the problem middleware so error responses carry its
+CORS; problem+json; the input guard (text that is not text in the path or query, see
+:mod:`deskpool.api.inputs`). CORS sits outside the problem middleware so error responses carry its
 headers too. Each operation of the route table is wrapped by :func:`operation_handler`, which
 refuses an oversized body, authenticates (protected operations) and checks the declared
 permission, applies the rate limit (by principal after authentication; by client address on
-public operations), validates the query and body with webargs, calls the handler and dumps its
-result through the response schema.
+public operations), validates the query and body with webargs, calls the handler (a read whose
+database connection was lost is served once more on another) and dumps its result through the
+response schema.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from prometheus_client import Counter, Histogram
 from deskpool.api import docs, openapi, resources
 from deskpool.api.context import Call
 from deskpool.api.cors import CorsPolicy, cors_middleware, cors_on_prepare
+from deskpool.api.inputs import input_guard_middleware
 from deskpool.api.openapi import OPENAPI_DOCUMENT_KEY
 from deskpool.api.pagination import (
     CursorSeals,
@@ -41,6 +44,7 @@ from deskpool.api.routes import Operation, Reply, RouteTable
 from deskpool.api.security import AUTHENTICATOR_KEY, authenticate, install_authentication
 from deskpool.api.validation import DeskpoolParser, check_body_size, parse_body, parse_query
 from deskpool.live.bus import LiveHub
+from deskpool.outages import DATABASE, outage_of
 from deskpool.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -57,6 +61,9 @@ CURSOR_SEALS_KEY = web.AppKey("cursor_seals", CursorSeals)
 PARSER_KEY = web.AppKey("request_parser", DeskpoolParser)
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+
+#: Methods whose handler is run a second time when the database was lost under the first.
+_RETRIED_METHODS = frozenset({"GET", "HEAD"})
 
 
 class HttpMetrics:
@@ -184,7 +191,14 @@ def operation_handler(operation: Operation) -> Handler:
             call.query["cursor"] = seal.open(binding, cursor) if cursor else None
         if body_schema is not None:
             call.body = await parse_body(request, body_schema, parser)
-        result = await operation.handler(call)
+        try:
+            result = await operation.handler(call)
+        except Exception as error:
+            # A read that met a dead connection (cut, or the server restarted) is served once
+            # more on another; a change is not: it may have been committed.
+            if request.method not in _RETRIED_METHODS or outage_of(error) != DATABASE:
+                raise
+            result = await operation.handler(call)
         if seal is not None:
             result = seal_next(result, seal, binding)
         if isinstance(result, web.StreamResponse):
@@ -242,7 +256,12 @@ def create_app(runtime: Runtime) -> web.Application:
     config = runtime.config
     cors = CorsPolicy.from_setting(config["API_CORS_ALLOWED_ORIGINS"])
     app = web.Application(
-        middlewares=[request_middleware, cors_middleware(cors), problem_middleware],
+        middlewares=[
+            request_middleware,
+            cors_middleware(cors),
+            problem_middleware,
+            input_guard_middleware,
+        ],
         client_max_size=config["API_MAX_BODY_SIZE"],
     )
     app[RUNTIME_KEY] = runtime
@@ -266,7 +285,7 @@ def create_app(runtime: Runtime) -> web.Application:
     app.on_shutdown.append(close_hub)
     app[PAGE_LIMITS_KEY] = PageLimits.from_config(config)
     app[CURSOR_SEALS_KEY] = CursorSeals()
-    app[PARSER_KEY] = DeskpoolParser()
+    app[PARSER_KEY] = DeskpoolParser(body_timeout=config.duration("API_BODY_TIMEOUT"))
     install_authentication(app, runtime)
     routes = build_route_table(runtime.plugins)
     app[ROUTES_KEY] = routes

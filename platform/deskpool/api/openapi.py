@@ -8,10 +8,11 @@ serves the file at ``OPENAPI_PATH`` as ``GET /openapi.yaml`` (an operation of th
 itself).
 
 Besides what each operation declares, the document lists every problem response an operation
-can give, from what it declares: a path parameter can be 404; a body 400, 413, 415 and 422; a
-query 400 and 422; a protected operation 401 (with ``WWW-Authenticate``), 403 and 503; a
-protected change 409; and every operation 429 (with ``Retry-After``), since all are rate
-limited. Success responses carry the RateLimit headers.
+can give, from what it declares: every operation 400 (text that is not text in its URL, see
+:mod:`deskpool.api.inputs`) and 429 (with ``Retry-After``), since all are rate limited; a path
+parameter 404; a body 408, 413, 415 and 422; a query 422; a protected operation 401 (with
+``WWW-Authenticate``), 403 and 503; a protected change 409. Success responses carry the
+RateLimit headers.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from deskpool import __version__
 from deskpool.api.context import Call
 from deskpool.api.docs import DISCOVERY_PATH
+from deskpool.api.inputs import MAX_JSON_DEPTH
 from deskpool.api.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.routes import Operation, ResponseSpec, RouteTable
@@ -62,6 +64,10 @@ JSON pointer; a 401 carries a `WWW-Authenticate: Bearer` challenge (RFC 6750). U
 ## Limits
 
 - Request bodies are at most `API_MAX_BODY_SIZE` bytes (default 1 MiB); larger ones are 413.
+  A body must arrive within `API_BODY_TIMEOUT` (408 otherwise), nest arrays and objects at most
+  {MAX_JSON_DEPTH} deep, and may be sent gzip- or deflate-encoded (`Content-Encoding`).
+- Strings (in the path, the query and the body) never hold NUL characters, unpaired surrogates
+  or percent-encoded bytes that are not UTF-8: such a request is 400 `invalid_text`.
 - Lists are paginated: `limit` (default `API_PAGE_SIZE_DEFAULT`, {DEFAULT_LIMIT}; at most
   `API_PAGE_SIZE_MAX`, {MAX_LIMIT}) and `cursor`, the opaque `next` of the previous page, which
   is null on the last page.
@@ -74,18 +80,29 @@ JSON pointer; a 401 carries a `WWW-Authenticate: Bearer` challenge (RFC 6750). U
 
 #: The problem responses, written once under ``components/responses``: status, name, text.
 _STANDARD_PROBLEMS: dict[int, tuple[str, str]] = {
-    400: ("BadRequest", "The request cannot be read (malformed JSON, a bad cursor)."),
+    400: (
+        "BadRequest",
+        "The request cannot be read: malformed JSON, JSON nested too deeply (`json_too_deep`), "
+        "text with a NUL character, an unpaired surrogate or bytes that are not UTF-8 "
+        "(`invalid_text`, with `errors`), a body not in its Content-Encoding, a bad cursor.",
+    ),
     401: ("Unauthenticated", "No valid bearer token (see the WWW-Authenticate header)."),
     403: ("Forbidden", "The caller lacks the operation's permission."),
     404: ("NotFound", "The resource does not exist."),
+    408: ("RequestTimeout", "The request body did not arrive within API_BODY_TIMEOUT."),
     409: ("Conflict", "The request conflicts with the resource's current state."),
     413: ("PayloadTooLarge", "The request body is larger than API_MAX_BODY_SIZE."),
-    415: ("UnsupportedMediaType", "The request body is not application/json."),
+    415: (
+        "UnsupportedMediaType",
+        "The request body is not application/json, or its Content-Encoding is not gzip or "
+        "deflate (see Accept-Encoding).",
+    ),
     422: ("ValidationFailed", "One or more fields are invalid (see `errors`)."),
     429: ("RateLimited", "Rate limit exceeded (see the Retry-After and RateLimit-* headers)."),
     503: (
         "ServiceUnavailable",
-        "Authentication is not configured, or a dependency is unavailable.",
+        "Authentication is not configured, or a dependency (the database, the key-value store) "
+        "was lost under the request (`dependency_unavailable`, with Retry-After: send it again).",
     ),
 }
 
@@ -156,13 +173,13 @@ class SchemaRulesPlugin(BasePlugin):
 
 def problem_statuses(operation: Operation) -> list[int]:
     """The problem responses an operation can answer, from what it declares."""
-    statuses = {429}
+    statuses = {400, 429}
     if _PATH_PARAM.search(operation.path):
         statuses.add(404)
     if operation.body is not None:
-        statuses |= {400, 413, 415, 422}
+        statuses |= {408, 413, 415, 422}
     if operation.query is not None:
-        statuses |= {400, 422}
+        statuses.add(422)
     if not operation.public:
         statuses |= {401, 403, 503}
         if operation.method in {"PUT", "PATCH", "DELETE", "POST"}:
@@ -202,6 +219,20 @@ def _problem(status: int) -> dict[str, Any]:
         }
     if status == 401:
         problem["headers"] = {"WWW-Authenticate": "WWW-Authenticate"}
+    if status == 503:
+        problem["headers"] = {
+            "Retry-After": {
+                "description": "Seconds to wait before sending the request again (outages).",
+                "schema": {"type": "integer", "minimum": 0},
+            }
+        }
+    if status == 415:
+        problem["headers"] = {
+            "Accept-Encoding": {
+                "description": "The content codings a request body may use (RFC 9110 §12.5.3).",
+                "schema": {"type": "string"},
+            }
+        }
     return problem
 
 

@@ -2,8 +2,15 @@
 
 :func:`problem_middleware` catches every :class:`deskpool.errors.DeskpoolError`, aiohttp's own
 HTTP errors (unknown route, wrong method, body too large) and anything unexpected, and answers
-``application/problem+json``. An unexpected exception is logged with its traceback and answered
-500 with only the request id: no traceback or HTML error page ever reaches a client.
+``application/problem+json``:
+
+- a store lost under the request (PostgreSQL or Redis, see :mod:`deskpool.outages`): 503
+  ``dependency_unavailable`` with ``Retry-After``, logged as one line;
+- a value PostgreSQL refuses to store that validation let through: 400 ``invalid_value``,
+  logged as a warning naming the route (a schema rule is missing there);
+- anything else is a bug: logged with its traceback and answered 500 with only the request id.
+
+No traceback or HTML error page ever reaches a client.
 """
 
 from __future__ import annotations
@@ -14,16 +21,20 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from aiohttp.web_protocol import RequestPayloadError
+from asyncpg import exceptions as pg
 from marshmallow import INCLUDE, Schema, fields, validate
 
 from deskpool.errors import (
     BadRequest,
+    DependencyUnavailable,
     DeskpoolError,
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
     UnsupportedMediaType,
 )
+from deskpool.outages import RETRY_AFTER_SECONDS, outage_of
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +51,15 @@ class FieldErrorSchema(Schema):
         metadata={
             "description": (
                 "JSON pointer (RFC 6901) to the field: from the body's root for body fields "
-                '(`/name`; `""` is the body itself), under `/query` for query parameters.'
+                '(`/name`; `""` is the body itself), under `/query` for query parameters and '
+                "under `/path` for path parameters."
             ),
             "example": "/name",
         },
     )
     detail = fields.String(required=True, metadata={"description": "What is wrong with it."})
     location = fields.String(
-        validate=validate.OneOf(["body", "query"]),
+        validate=validate.OneOf(["body", "query", "path"]),
         metadata={"description": "The part of the request the field is in."},
     )
 
@@ -91,19 +103,24 @@ class ProblemSchema(Schema):
     edition = fields.String(metadata={"description": "The edition whose limits apply."})
 
 
-def problem_body(error: DeskpoolError, request: web.Request) -> dict[str, Any]:
-    """The problem+json body for ``error`` raised while serving ``request``."""
+def problem_document(error: DeskpoolError, instance: str, request_id: str) -> dict[str, Any]:
+    """The problem+json body for ``error``, about ``instance`` (the request path)."""
     body: dict[str, Any] = {
         "type": PROBLEM_TYPE_BASE + error.code,
         "title": error.title,
         "status": error.status,
         "detail": error.detail,
-        "instance": request.path,
+        "instance": instance,
         "code": error.code,
-        "request_id": request.get(REQUEST_ID_KEY, ""),
+        "request_id": request_id,
     }
     body.update(error.extra)
     return body
+
+
+def problem_body(error: DeskpoolError, request: web.Request) -> dict[str, Any]:
+    """The problem+json body for ``error`` raised while serving ``request``."""
+    return problem_document(error, request.path, request.get(REQUEST_ID_KEY, ""))
 
 
 #: The challenge a 401 carries when the error that caused it named none (RFC 6750 §3).
@@ -153,6 +170,51 @@ def from_http_exception(exc: web.HTTPException) -> DeskpoolError:
     )
 
 
+#: Values PostgreSQL refuses to store (SQLSTATE class 22) that an input can carry.
+_REFUSED_VALUES = (
+    pg.CharacterNotInRepertoireError,
+    pg.UntranslatableCharacterError,
+    pg.NumericValueOutOfRangeError,
+    pg.InvalidTextRepresentationError,
+    pg.StringDataRightTruncationError,
+    pg.InvalidDatetimeFormatError,
+    pg.DatetimeFieldOverflowError,
+)
+
+
+def unexpected_error(error: Exception, request: web.Request) -> DeskpoolError:
+    """What to answer for an exception no handler expected, logging it once."""
+    route = request.match_info.route.resource
+    where = f"{request.method} {route.canonical if route is not None else request.path}"
+    request_id = {"request_id": request.get(REQUEST_ID_KEY, "")}
+    dependency = outage_of(error)
+    if dependency is not None:
+        log.warning(
+            "%s unavailable serving %s: %s: %.200s",
+            dependency,
+            where,
+            type(error).__name__,
+            error,
+            extra=request_id,
+        )
+        return DependencyUnavailable(
+            f"The {dependency} was unavailable while serving this request; retry it.",
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
+    if isinstance(error, RequestPayloadError):
+        return BadRequest("The request body could not be read to its end.")
+    if isinstance(error, _REFUSED_VALUES) or type(error) is pg.DataError:
+        log.warning(
+            "PostgreSQL refused a value serving %s (%s): a validation rule is missing",
+            where,
+            type(error).__name__,
+            extra=request_id,
+        )
+        return BadRequest("A value of the request cannot be stored.", code="invalid_value")
+    log.exception("unhandled error serving %s", where, extra=request_id)
+    return DeskpoolError("An unexpected error occurred; quote the request id to an operator.")
+
+
 @web.middleware
 async def problem_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Answer every error as problem+json; log unexpected ones with their traceback."""
@@ -165,14 +227,5 @@ async def problem_middleware(request: web.Request, handler: Handler) -> web.Stre
         if exc.status < 400:
             raise  # redirects and the like pass through
         return problem_response(from_http_exception(exc), request)
-    except Exception:
-        log.exception(
-            "unhandled error serving %s %s",
-            request.method,
-            request.path,
-            extra={"request_id": request.get(REQUEST_ID_KEY, "")},
-        )
-        return problem_response(
-            DeskpoolError("An unexpected error occurred; quote the request id to an operator."),
-            request,
-        )
+    except Exception as error:
+        return problem_response(unexpected_error(error, request), request)

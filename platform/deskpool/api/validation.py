@@ -5,7 +5,13 @@ What a client gets for a request that cannot be served as sent:
 - a body over ``API_MAX_BODY_SIZE``: 413 (``payload_too_large``), before anything is read when
   ``Content-Length`` says so;
 - a body that is not ``application/json`` (or ``application/*+json``): 415;
-- a body that is not valid JSON (syntax, encoding, nesting too deep): 400 (``bad_request``);
+- a body in a content coding other than identity, gzip or deflate: 415
+  (``unsupported_content_encoding``, with ``Accept-Encoding``); one that does not match its
+  coding: 400 (``invalid_content_encoding``);
+- a body that does not arrive within ``API_BODY_TIMEOUT``: 408 (``request_timeout``);
+- a body that is not valid JSON (syntax, charset): 400 (``bad_request``); nested too deeply or
+  holding text that is not text: 400 (``json_too_deep``, ``invalid_text``; see
+  :mod:`deskpool.api.inputs`);
 - a missing body, unknown fields, wrong types, missing required fields, values out of range:
   422 (``validation_failed``) whose ``errors`` list every invalid field with a JSON pointer
   (RFC 6901) and its location. Body fields are pointed to from the body's root (``/name``,
@@ -15,38 +21,27 @@ What a client gets for a request that cannot be served as sent:
 
 from __future__ import annotations
 
-import json
+import asyncio
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.http_exceptions import ContentEncodingError
+from aiohttp.web_protocol import RequestPayloadError
 from marshmallow import Schema, ValidationError
 from webargs import core
 from webargs.aiohttpparser import AIOHTTPParser
 
+from deskpool.api.inputs import BODY, read_json
+from deskpool.api.inputs import LocatedFieldError as LocatedFieldError
 from deskpool.errors import (
     BadRequest,
     FieldError,
     PayloadTooLarge,
+    RequestTimeout,
     UnsupportedMediaType,
     ValidationFailed,
 )
-
-#: Where a field error is, as its ``location`` member says.
-BODY = "body"
-QUERY = "query"
-
-
-@dataclass(frozen=True)
-class LocatedFieldError(FieldError):
-    """A field error that also says which part of the request it is in (``body``, ``query``)."""
-
-    location: str = BODY
-
-    def as_dict(self) -> dict[str, str]:
-        """Return the field error as it appears in a problem+json body."""
-        return {"pointer": self.pointer, "detail": self.message, "location": self.location}
 
 
 def _escape(segment: str) -> str:
@@ -78,28 +73,82 @@ def field_errors(messages: Any, location: str) -> list[FieldError]:
     return list(_field_errors(messages, f"/{_escape(location)}", location))
 
 
+#: Content codings a request body may arrive in, besides ``identity``.
+ACCEPTED_CODINGS = ("gzip", "deflate")
+
+#: How long a body may take to arrive when the application sets no ``API_BODY_TIMEOUT``.
+DEFAULT_BODY_TIMEOUT = 30.0
+
+
+def check_content_encoding(request: web.BaseRequest) -> None:
+    """Refuse a body in a content coding this server does not read (415, RFC 9110 §15.5.16).
+
+    :raises UnsupportedMediaType: with ``Accept-Encoding`` naming the codings read.
+    """
+    coding = request.headers.get(hdrs.CONTENT_ENCODING, "").strip().lower()
+    if coding in ("", "identity") or coding in ACCEPTED_CODINGS:
+        return
+    raise UnsupportedMediaType(
+        f"The request body's Content-Encoding is not one this server reads; send it as is "
+        f"or in one of: {', '.join(ACCEPTED_CODINGS)}.",
+        code="unsupported_content_encoding",
+        headers={"Accept-Encoding": ", ".join(ACCEPTED_CODINGS)},
+    )
+
+
+async def read_body(request: web.Request, seconds: float) -> bytes:
+    """The whole body of ``request``, decoded from its content coding.
+
+    :raises UnsupportedMediaType: the content coding is not one this server reads.
+    :raises BadRequest: the body does not match its coding, or breaks off.
+    :raises RequestTimeout: the body did not arrive within ``seconds``.
+    """
+    if not request.body_exists:
+        return b""
+    check_content_encoding(request)
+    try:
+        async with asyncio.timeout(seconds):
+            return await request.read()
+    except TimeoutError:
+        raise RequestTimeout(
+            f"The request body did not arrive within {seconds:g} seconds (API_BODY_TIMEOUT).",
+            headers={"Connection": "close"},
+        ) from None
+    except RequestPayloadError as error:
+        if isinstance(error.__cause__, ContentEncodingError):
+            raise BadRequest(
+                "The request body is not in the Content-Encoding its header names.",
+                code="invalid_content_encoding",
+            ) from None
+        raise BadRequest("The request body could not be read to its end.") from None
+
+
 class DeskpoolParser(AIOHTTPParser):
-    """webargs' aiohttp parser, raising deskpool's errors instead of aiohttp's."""
+    """webargs' aiohttp parser, raising deskpool's errors instead of aiohttp's.
+
+    :param body_timeout: seconds a request body may take to arrive (``API_BODY_TIMEOUT``).
+    """
+
+    def __init__(self, body_timeout: float = DEFAULT_BODY_TIMEOUT) -> None:
+        super().__init__()
+        self.body_timeout = body_timeout
 
     async def load_json(self, req: web.Request, schema: Schema) -> Any:
         """The decoded JSON body.
 
         :raises ValidationFailed: there is no body (operations that read one require it).
-        :raises BadRequest: the body is not text in its charset, not JSON, or nested too deeply.
+        :raises BadRequest: the body is not text in its charset, not JSON, nested too deeply,
+            holds text that is not text, or does not match its ``Content-Encoding``.
+        :raises RequestTimeout: the body did not arrive within ``API_BODY_TIMEOUT``.
         """
-        raw = await req.read() if req.body_exists else b""
+        raw = await read_body(req, self.body_timeout)
         if not raw.strip():
             raise ValidationFailed([LocatedFieldError("", "A JSON request body is required.")])
         try:
             text = raw.decode(req.charset or "utf-8")
         except (UnicodeDecodeError, LookupError):
             raise BadRequest("The request body is not text in its declared charset.") from None
-        try:
-            return json.loads(text)
-        except RecursionError:
-            raise BadRequest("The request body nests too deeply to be read.") from None
-        except ValueError as error:
-            raise BadRequest(f"The request body is not valid JSON: {error}.") from None
+        return read_json(text)
 
     def handle_error(
         self,

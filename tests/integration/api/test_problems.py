@@ -60,7 +60,7 @@ async def test_json_nested_too_deeply_is_400_not_500(client: Any) -> None:
         data=b"[" * 1020 + b"]" * 1020,
         headers={"Content-Type": "application/json"},
     )
-    await problem(response, 400, "bad_request")
+    await problem(response, 400, "json_too_deep")
 
 
 async def test_a_body_over_the_declared_limit_is_413_before_it_is_read(client: Any) -> None:
