@@ -21,12 +21,13 @@ import os
 import secrets
 import socket
 from collections.abc import Callable
+from dataclasses import replace
 
 from aiohttp import web
 
 from deskpool.config import HostPort, SettingRegistry
 from deskpool.errors import StartupError
-from deskpool.listener import HttpListenerComponent
+from deskpool.listener import ConnectionLimits, HttpListenerComponent
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
 from deskpool.runtime import ComponentFactory, Runtime
@@ -83,6 +84,17 @@ class GatewayComponent(HttpListenerComponent):
     def shutdown_timeout(self) -> float:
         """The drain deadline, and the time closed tunnels get to finish closing."""
         return self.settings.shutdown_timeout + CLOSE_GRACE
+
+    @property
+    def limits(self) -> ConnectionLimits:
+        """The listener's connection limits, with room for ``GATEWAY_MAX_TUNNELS`` tunnels.
+
+        A tunnel holds its connection as long as it lasts, so the cap is
+        ``API_MAX_CONNECTIONS`` plus ``GATEWAY_MAX_TUNNELS``: the tunnel limit, refused with a
+        status the browser shows, is the one a user meets.
+        """
+        limits = super().limits
+        return replace(limits, max_connections=limits.max_connections + self.settings.max_tunnels)
 
     def create_app(self) -> web.Application:
         """The gateway application: the tunnel endpoint and a status page."""
