@@ -195,8 +195,10 @@ def operation_handler(operation: Operation) -> Handler:
             result = await operation.handler(call)
         except Exception as error:
             # A read that met a dead connection (cut, or the server restarted) is served once
-            # more on another; a change is not: it may have been committed.
-            if request.method not in _RETRIED_METHODS or outage_of(error) != DATABASE:
+            # more on another, unless it already sent something (a stream); a change is not
+            # retried: it may have been committed.
+            retry = request.method in _RETRIED_METHODS and request.writer.output_size == 0
+            if not retry or outage_of(error) != DATABASE:
                 raise
             result = await operation.handler(call)
         if seal is not None:
