@@ -7,9 +7,11 @@ that logs its users off as soon as they disconnect, and entitles a user. Then:
 
 1. the user opens a desktop through the API, connects to a gateway with a client speaking
    ``Guacamole.WebSocketTunnel``'s protocol, the gateway shakes hands with the daemon, and
-   instructions flow both ways; the session is listed, open, on that gateway;
-2. an administrator disconnects it through the API: the tunnel closes, the session ends with
-   ``admin_disconnect``, and the desktop is logged off and rebuilt before anyone gets it again;
+   instructions flow both ways; the session is listed, open, on that gateway; an administrator
+   joins it read-only through the other gateway;
+2. an administrator disconnects it through the API: the tunnel closes (and the read-only view
+   with it), the session ends with ``admin_disconnect``, and the desktop is logged off and
+   rebuilt before anyone gets it again;
 3. the user opens a desktop again and connects through the other gateway, which is then killed
    with SIGKILL: the session ends as ``gateway_lost`` within the lease, the desktop stays the
    user's (an end the user did not cause never logs off at once), and the user reconnects to
@@ -208,10 +210,21 @@ async def test_a_desktop_session_from_opening_to_logoff_across_two_gateways(
         row = await db.fetchrow("SELECT * FROM desktops WHERE id = $1::uuid", opened["id"])
         assert (row["state"], row["in_session"]) == ("in_use", True)
 
-        # 2. An administrator disconnects it: closed, logged off, rebuilt.
+        # An administrator watches it read-only, through the other gateway.
+        shadow = await call("POST", f"/sessions/{session['id']}/shadow", admin)
+        viewer = await WebSocketTunnelClient.connect(
+            http, tunnel_url(gateway_b), {"token": shadow["connection"]["token"]}
+        )
+        watched = await viewer.until("sync", within=20)
+        assert any(instruction.opcode in ("img", "png") for instruction in watched)
+        views = await call("GET", f"/sessions?desktop_id={opened['id']}&state=open", admin)
+        assert {item["read_only"] for item in views["items"]} == {False, True}
+
+        # 2. An administrator disconnects it: closed, logged off, rebuilt; the view closes too.
         await call("POST", f"/sessions/{session['id']}/disconnect", admin)
         closed = await client.closed(within=15)
         assert isinstance(closed, TunnelClosed)
+        assert isinstance(await viewer.closed(within=15), TunnelClosed)
         ended = await until(
             lambda: _ended(call, admin, session["id"]), "the disconnected session ended"
         )
