@@ -28,11 +28,11 @@ function describedBy(id: string, error?: string, hint?: ReactNode): string | und
 export function TextField({ label, error, hint, ...input }: Common & InputHTMLAttributes<HTMLInputElement>) {
   const id = useId();
   return (
-    <label htmlFor={id}>
-      {label}
+    <div className="field">
+      <label htmlFor={id}>{label}</label>
       <input id={id} aria-invalid={error ? true : undefined} aria-describedby={describedBy(id, error, hint)} {...input} />
       <Described id={id} error={error} hint={hint} />
-    </label>
+    </div>
   );
 }
 
@@ -45,12 +45,12 @@ export function SelectField({
 }: Common & SelectHTMLAttributes<HTMLSelectElement>) {
   const id = useId();
   return (
-    <label htmlFor={id}>
-      {label}
+    <div className="field">
+      <label htmlFor={id}>{label}</label>
       <select id={id} aria-invalid={error ? true : undefined} aria-describedby={describedBy(id, error, hint)} {...select}>
         {children}
       </select>
       <Described id={id} error={error} hint={hint} />
-    </label>
+    </div>
   );
 }

@@ -123,7 +123,7 @@ function GroupDetail() {
     queryFn: () => unwrap(api.GET("/api/v1/groups/{group_id}/members", { params: { path, query: { limit: 500 } } })),
   });
   const users = useQuery({
-    queryKey: ["users", "list", ""],
+    queryKey: ["users", "all"],
     enabled: can(me, "users:read"),
     queryFn: () => unwrap(api.GET("/api/v1/users", { params: { query: { limit: 500 } } })),
   });

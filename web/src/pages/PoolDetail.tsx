@@ -52,7 +52,7 @@ function Entitlements({ pool }: { pool: Pool }) {
     queryFn: () => unwrap(api.GET("/api/v1/groups", { params: { query: { limit: 500 } } })),
   });
   const users = useQuery({
-    queryKey: ["users", "list"],
+    queryKey: ["users", "all"],
     enabled: can(me, "users:read"),
     queryFn: () => unwrap(api.GET("/api/v1/users", { params: { query: { limit: 500 } } })),
   });

@@ -1,0 +1,320 @@
+"""The web console in Debian's Chromium against real deskpool processes (issue 14's Done-when).
+
+``deskpool run all`` serves the API, worker, gateway and console from the built ``web/dist``;
+the test's OIDC issuer shows its sign-in page (code + PKCE), the cluster is the simulator
+driver's, and the desktops are drawn by the desktop daemon simulator, run here so the test can
+read what its screens echo. Every page visited is saved as a screenshot (in
+``DESKPOOL_TEST_ARTIFACTS`` when set, else the test's temporary folder) and checked with
+axe-core: no serious or critical violation.
+
+1. an administrator signs in through the issuer's sign-in page;
+2. on the empty instance the setup wizard connects a simulated cluster and creates a pool;
+3. the pool page shows its desktops becoming ready without a reload;
+4. the administrator creates a group, adds a user and entitles the group to the pool;
+5. that user signs in, sees only My desktops, opens a desktop and sees it echo what is typed;
+6. the administrator disconnects the session; the user sees it and reconnects;
+7. signing out ends the session at the issuer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import secrets
+import shutil
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from tests.conftest import REPO, deskpool_command
+from tests.e2e.test_processes import free_port
+
+from deskpool.desktopd import DesktopDaemonSimulator
+from deskpool.testing.idp import TestIdentityProvider
+from deskpool.testing.pytest_plugin import fresh_database
+
+CHROMIUM = "/usr/bin/chromium"
+DIST = REPO / "web" / "dist"
+AXE = REPO / "web" / "node_modules" / "axe-core" / "axe.min.js"
+ADMIN = ("dev-admin", "Development Administrator")
+USER = ("desk-user", "Desk User")
+TIMEOUT = 30_000
+
+
+@dataclass
+class Instance:
+    """The running deskpool processes and what the test drives them with."""
+
+    console: str
+    api: str
+    idp: TestIdentityProvider
+    daemon: DesktopDaemonSimulator
+    artifacts: Path
+    log: Path
+    visited: list[str] = field(default_factory=list)
+    violations: dict[str, list[str]] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="module")
+def console_database(test_servers: Any) -> Iterator[str]:
+    with fresh_database(test_servers, "deskpool_console") as url:
+        yield url
+
+
+@pytest.fixture
+async def instance(
+    console_database: str, test_servers: Any, tmp_path: Path
+) -> AsyncIterator[Instance]:
+    if not (DIST / "index.html").is_file() or not AXE.is_file():
+        pytest.fail("the console is not built: run `make console` (or `make test`)", pytrace=False)
+    if shutil.which(CHROMIUM) is None:
+        pytest.fail(f"{CHROMIUM} is missing: run `sudo bash scripts/ensure-browser.sh`")
+    artifacts = Path(os.environ.get("DESKPOOL_TEST_ARTIFACTS") or tmp_path) / "console"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    ports = {name: free_port() for name in ("api", "web", "gateway", "ops")}
+    console = f"http://127.0.0.1:{ports['web']}"
+    api = f"http://127.0.0.1:{ports['api']}"
+    idp = TestIdentityProvider(sign_in_page=True)
+    idp.users.clear()
+    idp.add_user(ADMIN[0], email="admin@deskpool.test", email_verified=True, name=ADMIN[1])
+    idp.add_user(USER[0], email="user@deskpool.test", email_verified=True, name=USER[1])
+    daemon = DesktopDaemonSimulator()
+    await idp.start()
+    await daemon.start()
+    env = {
+        "PATH": os.environ["PATH"],
+        "XDG_CACHE_HOME": str(tmp_path / "xdg"),
+        "DATABASE_URL": console_database,
+        "KVSTORE_ADDR": test_servers.kv_addr,
+        "KVSTORE_KEY_PREFIX": f"deskpool-console-{secrets.token_hex(4)}:",
+        "SECRETS_MASTER_KEY": base64.b64encode(os.urandom(32)).decode(),
+        "APP_ENV": "development",
+        "API_ADDR": f"127.0.0.1:{ports['api']}",
+        "WEB_ADDR": f"127.0.0.1:{ports['web']}",
+        "GATEWAY_ADDR": f"127.0.0.1:{ports['gateway']}",
+        "METRICS_ADDR": f"127.0.0.1:{ports['ops']}",
+        "WEB_DIST_PATH": str(DIST),
+        "AUTH_OIDC_ISSUER_URL": idp.issuer_url,
+        "AUTH_OIDC_AUDIENCE": idp.audience,
+        "AUTH_BOOTSTRAP_ADMIN_EMAILS": "admin@deskpool.test",
+        "API_CORS_ALLOWED_ORIGINS": console,
+        "WEB_PUBLIC_API_BASE_URL": api,
+        "WEB_PUBLIC_OIDC_AUTHORITY": idp.issuer_url,
+        "WEB_PUBLIC_OIDC_CLIENT_ID": "deskpool-console",
+        "WEB_PUBLIC_OIDC_SCOPE": "openid profile email offline_access",
+        "GATEWAY_PUBLIC_WS_URL": f"ws://127.0.0.1:{ports['gateway']}/websocket-tunnel",
+        "DESKTOPD_ADDRESS": daemon.address,
+        "WORKER_POLL_INTERVAL": "1s",
+        "POOL_RECONCILE_INTERVAL": "2s",
+    }
+    log = artifacts / "deskpool.log"
+    with log.open("w") as output:
+        process = subprocess.Popen(  # noqa: ASYNC220 (started once, then awaited by polling)
+            [*deskpool_command(), "run", "all"], env=env, cwd=REPO, stdout=output, stderr=output
+        )
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(300):
+                if process.poll() is not None:
+                    pytest.fail(f"deskpool exited early:\n{log.read_text()[-3000:]}")
+                try:
+                    async with session.get(f"http://127.0.0.1:{ports['ops']}/readyz") as ready:
+                        if ready.status == 200:
+                            break
+                except aiohttp.ClientConnectionError:
+                    pass
+                await asyncio.sleep(0.1)
+            else:
+                pytest.fail(f"deskpool never became ready:\n{log.read_text()[-3000:]}")
+            # The desktop user has signed in once before (their user record exists).
+            token = idp.issue_token(USER[0], email="user@deskpool.test", name=USER[1])
+            async with session.get(
+                f"{api}/api/v1/me", headers={"Authorization": f"Bearer {token}"}
+            ) as me:
+                assert me.status == 200
+        yield Instance(console, api, idp, daemon, artifacts, log)
+    finally:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+        await daemon.stop()
+        await idp.stop()
+
+
+async def visit(instance: Instance, page: Any, name: str) -> None:
+    """Save a screenshot of the page and record its serious or critical axe violations."""
+    # Not "networkidle": the console keeps its live event stream open.
+    await page.wait_for_load_state("load")
+    from playwright.async_api import expect
+
+    await expect(page.locator('[aria-busy="true"]')).to_have_count(0, timeout=TIMEOUT)
+    await page.screenshot(path=str(instance.artifacts / f"{len(instance.visited):02}-{name}.png"))
+    instance.visited.append(name)
+    if not await page.evaluate("typeof window.axe !== 'undefined'"):
+        await page.evaluate(AXE.read_text())
+    result = await page.evaluate(
+        "axe.run(document, {resultTypes: ['violations']}).then(r => JSON.stringify(r.violations))"
+    )
+    serious = [
+        f"{v['id']}: {v['help']} ({len(v['nodes'])}: {v['nodes'][0]['target']})"
+        for v in json.loads(result)
+        if v.get("impact") in {"serious", "critical"}
+    ]
+    if serious:
+        instance.violations[name] = serious
+
+
+async def sign_in(instance: Instance, page: Any, who: tuple[str, str]) -> None:
+    await page.goto(instance.console + "/")
+    await page.get_by_role("button", name="Sign in").click()
+    await page.wait_for_url(instance.idp.issuer_url + "/authorize*")
+    await visit(instance, page, f"issuer-sign-in-{who[0]}")
+    await page.get_by_role("button", name=who[1]).click()
+    await page.wait_for_url(instance.console + "/**")
+    await page.get_by_role("button", name="Sign out").wait_for(timeout=TIMEOUT)
+
+
+async def test_the_console_from_first_sign_in_to_the_desktop(instance: Instance) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        admin_context = await browser.new_context(viewport={"width": 1280, "height": 800})
+        user_context = await browser.new_context(viewport={"width": 1280, "height": 800})
+        admin = await admin_context.new_page()
+        user = await user_context.new_page()
+        csp_errors: list[str] = []
+        page_errors: list[str] = []
+        for page in (admin, user):
+            page.on(
+                "console",
+                lambda m: (
+                    csp_errors.append(m.text) if "Content Security Policy" in m.text else None
+                ),
+            )
+        try:
+            await _steps(instance, admin, user, expect)
+        except BaseException:
+            for name, page in (("admin", admin), ("user", user)):
+                await page.screenshot(path=str(instance.artifacts / f"failed-{name}.png"))
+            print("page errors:", page_errors)
+            raise
+        finally:
+            await browser.close()
+    assert page_errors == []
+    assert instance.violations == {}, instance.violations
+    assert csp_errors == []
+    assert len(instance.visited) >= 12
+
+
+async def _steps(instance: Instance, admin: Any, user: Any, expect: Any) -> None:
+    # 1. The administrator signs in through the issuer's page (code + PKCE)...
+    await sign_in(instance, admin, ADMIN)
+    # 2. ...and, the instance being empty, lands in the setup wizard.
+    await admin.wait_for_url("**/setup")
+    await visit(instance, admin, "setup-connect")
+    await admin.get_by_label("Name", exact=True).fill("simulated")
+    await admin.get_by_label("Driver").select_option("simulator")
+    await admin.get_by_label("Endpoint").fill("simulator://local")
+    await admin.get_by_label("Options (JSON)").fill('{"clone_seconds": 1, "boot_seconds": 1}')
+    await admin.get_by_role("button", name="Connect", exact=True).click()
+    await expect(admin.get_by_text("Connected to")).to_be_visible(timeout=TIMEOUT)
+    await visit(instance, admin, "setup-check")
+    await admin.get_by_role("button", name="Next").click()
+    await admin.get_by_role("radio").first.check()
+    await visit(instance, admin, "setup-template")
+    await admin.get_by_role("button", name="Next").click()
+    await admin.get_by_label("Name", exact=True).fill("e2e-pool")
+    await admin.get_by_label("Minimum size").fill("2")
+    await admin.get_by_label("Maximum size").fill("3")
+    await admin.get_by_label("Spare desktops").fill("0")
+    await visit(instance, admin, "setup-pool")
+    await admin.get_by_role("button", name="Create the pool").click()
+    await admin.wait_for_url("**/pools/*")
+
+    # 3. The pool page shows its desktops becoming ready, with no reload.
+    await admin.evaluate("window.__noReload = true")
+    await expect(admin.get_by_test_id("count-ready")).to_have_text("2", timeout=60_000)
+    assert await admin.evaluate("window.__noReload === true")
+    await visit(instance, admin, "pool")
+
+    # 4. A group, a member, and the group entitled to the pool.
+    pool_url = admin.url
+    await admin.get_by_role("link", name="People").click()
+    await admin.get_by_role("link", name="Groups").click()
+    await admin.get_by_label("Group key").fill("e2e-users")
+    await admin.get_by_label("Group name").fill("E2E users")
+    await admin.get_by_role("button", name="Create group").click()
+    await admin.get_by_role("link", name="E2E users").click()
+    await admin.get_by_label("Add a user").select_option(label=f"{USER[1]} (user@deskpool.test)")
+    await admin.get_by_role("button", name="Add member").click()
+    await expect(admin.get_by_role("cell", name="user@deskpool.test")).to_be_visible()
+    await visit(instance, admin, "group")
+    await admin.goto(pool_url)
+    await admin.get_by_label("Entitle a group or user").select_option(label="group E2E users")
+    await admin.get_by_role("button", name="Entitle", exact=True).click()
+    await expect(admin.get_by_text("group E2E users Revoke")).to_be_visible()
+    await visit(instance, admin, "pool-entitled")
+
+    # 5. The user sees only My desktops, opens a desktop, and it echoes what is typed.
+    await sign_in(instance, user, USER)
+    await user.wait_for_url("**/my")
+    links = await user.get_by_role("navigation", name="Main").get_by_role("link").all_inner_texts()
+    assert links == ["My desktops"]
+    await visit(instance, user, "my-desktops")
+    await user.get_by_role("button", name="Open e2e-pool").click()
+    await expect(user.locator('[data-state="connected"]')).to_be_visible(timeout=TIMEOUT)
+    await user.locator(".desktop-screen").click()
+    await user.keyboard.type("hello from e2e")
+    await _until(lambda: any("hello from e2e" in c.screen.typed for c in _screens(instance)))
+    await visit(instance, user, "desktop")
+
+    # 6. The administrator sees the session and disconnects it; the user sees it, reconnects.
+    await admin.get_by_role("link", name="Sessions").click()
+    disconnect = admin.get_by_role("button", name="Disconnect")
+    await expect(disconnect).to_have_count(1, timeout=TIMEOUT)
+    await visit(instance, admin, "sessions")
+    await disconnect.click()
+    overlay = user.locator(".desktop-overlay")
+    await expect(overlay).to_be_visible(timeout=TIMEOUT)
+    await visit(instance, user, "desktop-disconnected")
+    await overlay.get_by_role("button", name="Reconnect").click()
+    await expect(user.locator('[data-state="connected"]')).to_be_visible(timeout=TIMEOUT)
+    await visit(instance, user, "desktop-reconnected")
+
+    # 7. Signing out ends the session at the issuer: the next sign-in shows its page again.
+    await user.get_by_role("link", name="My desktops").click()
+    await user.get_by_role("button", name="Sign out").click()
+    await user.get_by_role("button", name="Sign in").wait_for(timeout=TIMEOUT)
+    await visit(instance, user, "signed-out")
+    assert len(instance.idp.browser_sessions) == 1  # the administrator's, not the user's
+    await user.get_by_role("button", name="Sign in").click()
+    await user.wait_for_url(instance.idp.issuer_url + "/authorize*")
+    await expect(user.get_by_role("button", name=USER[1])).to_be_visible()
+
+
+def _note_csp(text: str, errors: list[str]) -> None:
+    if "Content Security Policy" in text:
+        errors.append(text)
+
+
+def _screens(instance: Instance) -> list[Any]:
+    return list(instance.daemon.connections.values())
+
+
+async def _until(condition: Any) -> None:
+    """Poll ``condition`` (state of the daemon simulator, which has no event to await)."""
+    async with asyncio.timeout(15.0):
+        while not condition():  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
