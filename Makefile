@@ -77,8 +77,10 @@ docs: setup
 	$(BIN)/deskpool config doc
 	$(BIN)/deskpool hooks doc
 
-openapi: setup
+# The OpenAPI document from the code, and the console's API types from the document.
+openapi: setup $(WEB_STAMP)
 	$(BIN)/deskpool openapi write
+	$(WEB_NODE) npm run --silent gen
 
 clean:
 	rm -rf $(VENV) .tox .run build *.egg-info web/node_modules web/dist

@@ -1143,7 +1143,7 @@ export interface components {
     schemas: {
         FieldError: {
             /**
-             * @description JSON pointer (RFC 6901) to the field: from the body's root for body fields (`/name`; `""` is the body itself), under `/query` for query parameters.
+             * @description JSON pointer (RFC 6901) to the field: from the body's root for body fields (`/name`; `""` is the body itself), under `/query` for query parameters and under `/path` for path parameters.
              * @example /name
              */
             pointer: string;
@@ -1153,7 +1153,7 @@ export interface components {
              * @description The part of the request the field is in.
              * @enum {string}
              */
-            location?: "body" | "query";
+            location?: "body" | "query" | "path";
         };
         Problem: {
             /** @description URI identifying the problem type. */
@@ -2161,7 +2161,7 @@ export interface components {
         };
     };
     responses: {
-        /** @description The request cannot be read (malformed JSON, a bad cursor). */
+        /** @description The request cannot be read: malformed JSON, JSON nested too deeply (`json_too_deep`), text with a NUL character, an unpaired surrogate or bytes that are not UTF-8 (`invalid_text`, with `errors`), a body not in its Content-Encoding, a bad cursor. */
         BadRequest: {
             headers: {
                 [name: string]: unknown;
@@ -2198,6 +2198,15 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
+        /** @description The request body did not arrive within API_BODY_TIMEOUT. */
+        RequestTimeout: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /** @description The request conflicts with the resource's current state. */
         Conflict: {
             headers: {
@@ -2216,9 +2225,11 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The request body is not application/json. */
+        /** @description The request body is not application/json, or its Content-Encoding is not gzip or deflate (see Accept-Encoding). */
         UnsupportedMediaType: {
             headers: {
+                /** @description The content codings a request body may use (RFC 9110 §12.5.3). */
+                "Accept-Encoding"?: string;
                 [name: string]: unknown;
             };
             content: {
@@ -2248,9 +2259,11 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description Authentication is not configured, or a dependency is unavailable. */
+        /** @description Authentication is not configured, or a dependency (the database, the key-value store) was lost under the request (`dependency_unavailable`, with Retry-After: send it again). */
         ServiceUnavailable: {
             headers: {
+                /** @description Seconds to wait before sending the request again (outages). */
+                "Retry-After"?: number;
                 [name: string]: unknown;
             };
             content: {
@@ -2388,6 +2401,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -2420,6 +2434,7 @@ export interface operations {
                     "application/json": components["schemas"]["Cluster"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -2449,6 +2464,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -2489,6 +2505,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -2521,6 +2538,7 @@ export interface operations {
                     "application/json": components["schemas"]["CheckResult"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -2648,6 +2666,7 @@ export interface operations {
                     "application/json": components["schemas"]["Job"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -2777,6 +2796,7 @@ export interface operations {
                     "application/json": components["schemas"]["Desktop"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -2816,6 +2836,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -2856,6 +2877,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -2888,6 +2910,7 @@ export interface operations {
                     "application/json": components["schemas"]["Desktop"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -2918,6 +2941,7 @@ export interface operations {
                     "text/event-stream": string;
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             429: components["responses"]["RateLimited"];
@@ -2999,6 +3023,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -3029,6 +3054,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3109,6 +3135,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -3141,6 +3168,7 @@ export interface operations {
                     "application/json": components["schemas"]["Group"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3170,6 +3198,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3218,6 +3247,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -3287,6 +3317,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             /** @description The caller lacks the operation's permission (`forbidden`), or does not hold every permission membership of the group (everything the group holds) would confer (`escalation_denied`; the permissions are listed in `missing_permissions`). */
             403: {
@@ -3326,6 +3357,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3405,6 +3437,7 @@ export interface operations {
                     "application/json": components["schemas"]["Job"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3436,6 +3469,7 @@ export interface operations {
                     "application/json": components["schemas"]["Job"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3468,6 +3502,7 @@ export interface operations {
                     "application/json": components["schemas"]["Job"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3498,6 +3533,7 @@ export interface operations {
                     "application/json": components["schemas"]["LicenseState"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             429: components["responses"]["RateLimited"];
@@ -3533,6 +3569,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -3563,6 +3600,7 @@ export interface operations {
                     "application/json": components["schemas"]["LicenseState"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             409: components["responses"]["Conflict"];
@@ -3592,6 +3630,7 @@ export interface operations {
                     "application/json": components["schemas"]["Me"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             429: components["responses"]["RateLimited"];
@@ -3622,6 +3661,7 @@ export interface operations {
                     "application/json": components["schemas"]["DesktopConnection"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3699,6 +3739,7 @@ export interface operations {
                     "application/json": components["schemas"]["DesktopConnection"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3826,6 +3867,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -3856,6 +3898,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -3894,6 +3937,7 @@ export interface operations {
                     "application/json": components["schemas"]["PermissionList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             429: components["responses"]["RateLimited"];
@@ -3968,6 +4012,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -4000,6 +4045,7 @@ export interface operations {
                     "application/json": components["schemas"]["Pool"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4029,6 +4075,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4069,6 +4116,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -4160,6 +4208,7 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -4192,6 +4241,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4224,6 +4274,7 @@ export interface operations {
                     "application/json": components["schemas"]["Job"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4304,6 +4355,7 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -4336,6 +4388,7 @@ export interface operations {
                     "application/json": components["schemas"]["Role"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4365,6 +4418,7 @@ export interface operations {
                 };
                 content?: never;
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4421,6 +4475,7 @@ export interface operations {
                 };
             };
             404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
             /** @description The role is built in, or no enabled platform admin would be left (`last_platform_admin`). */
             409: {
                 headers: {
@@ -4504,6 +4559,7 @@ export interface operations {
                     "application/json": components["schemas"]["Session"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4535,6 +4591,7 @@ export interface operations {
                     "application/json": components["schemas"]["Session"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4567,6 +4624,7 @@ export interface operations {
                     "application/json": components["schemas"]["Shadow"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4607,6 +4665,7 @@ export interface operations {
                     "application/json": components["schemas"]["Setup"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             429: components["responses"]["RateLimited"];
@@ -4675,6 +4734,7 @@ export interface operations {
                     "application/json": components["schemas"]["User"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -4722,6 +4782,7 @@ export interface operations {
                 };
             };
             404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
             /** @description Refused: no enabled platform admin would be left (`last_platform_admin`), or the caller would disable its own account (`cannot_disable_self`). */
             409: {
                 headers: {
@@ -4760,6 +4821,7 @@ export interface operations {
                     "text/html": string;
                 };
             };
+            400: components["responses"]["BadRequest"];
             429: components["responses"]["RateLimited"];
             /** @description The Swagger UI assets are not installed. */
             503: {
@@ -4794,6 +4856,7 @@ export interface operations {
                     "application/yaml": Record<string, never>;
                 };
             };
+            400: components["responses"]["BadRequest"];
             429: components["responses"]["RateLimited"];
             /** @description The document could not be read at startup (OPENAPI_PATH). */
             503: {
