@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 
-from deskpool.api.inputs import MAX_JSON_DEPTH, NestingTooDeep, check_json, read_json, text_problem
+from deskpool.api.inputs import (
+    MAX_JSON_DEPTH,
+    NestingTooDeep,
+    check_json,
+    read_json,
+    text_problem,
+    url_problems,
+)
 from deskpool.errors import BadRequest, InvalidText
 
 
@@ -58,3 +65,29 @@ def test_numbers_that_are_not_finite_are_refused(text: str) -> None:
     with pytest.raises(BadRequest) as refused:
         read_json(text)
     assert refused.value.code == "bad_request"
+
+
+class FakeRequest:
+    """What :func:`url_problems` reads of a request."""
+
+    def __init__(self, raw_path: str, match_info: dict[str, str]) -> None:
+        self.raw_path = raw_path
+        self.match_info = match_info
+
+
+@pytest.mark.parametrize(
+    ("raw_path", "match_info", "expected"),
+    [
+        ("/api/v1/groups?limit=5", {}, []),
+        ("/api/v1/groups/caf%C3%A9?q=a+b%20c", {"group_id": "café"}, []),
+        ("/api/v1/roles/a%00b", {"role_key": "a\x00b"}, [("/path/role_key", "path")]),
+        ("/api/v1/roles/a%ED%A0%80", {"role_key": "a%ED%A0%80"}, [("/path/role_key", "path")]),
+        ("/api/v1/jobs?kind=%00&ok=1", {}, [("/query/kind", "query")]),
+        ("/api/v1/jobs?k%FFind=1", {}, [("/query", "query")]),
+        # Raw bytes the C parser refuses, should a parser ever let them through.
+        ("/api/v1/roles/a\udcffb", {"role_key": "a\udcffb"}, [("/path/role_key", "path")]),
+    ],
+)
+def test_url_problems(raw_path: str, match_info: dict[str, str], expected: list[Any]) -> None:
+    found = url_problems(FakeRequest(raw_path, match_info))  # type: ignore[arg-type]
+    assert [(error.pointer, error.as_dict()["location"]) for error in found] == expected

@@ -167,7 +167,7 @@ def _decoded(raw: str, *, plus: bool = False) -> str | None:
         raw = raw.replace("+", " ")
     try:
         return unquote_to_bytes(raw).decode("utf-8")
-    except UnicodeDecodeError:
+    except UnicodeError:  # escapes that are not UTF-8; raw bytes the parser let through
         return None
 
 
