@@ -128,16 +128,24 @@ BEARER_CHALLENGE = 'Bearer realm="deskpool"'
 
 
 def problem_response(error: DeskpoolError, request: web.Request) -> web.Response:
-    """Render ``error`` as an ``application/problem+json`` response."""
+    """Render ``error`` as an ``application/problem+json`` response.
+
+    An error whose headers say ``Connection: close`` (a body that could not be read to its end)
+    closes the connection after the response.
+    """
     headers = dict(error.headers)
     if error.status == 401:
         headers.setdefault("WWW-Authenticate", BEARER_CHALLENGE)
-    return web.Response(
+    close = headers.pop("Connection", "").lower() == "close"
+    response = web.Response(
         status=error.status,
         text=json.dumps(problem_body(error, request)),
         content_type=PROBLEM_CONTENT_TYPE,
         headers=headers,
     )
+    if close:
+        response.force_close()
+    return response
 
 
 def from_http_exception(exc: web.HTTPException) -> DeskpoolError:
@@ -202,7 +210,9 @@ def unexpected_error(error: Exception, request: web.Request) -> DeskpoolError:
             headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         )
     if isinstance(error, RequestPayloadError):
-        return BadRequest("The request body could not be read to its end.")
+        return BadRequest(
+            "The request body could not be read to its end.", headers={"Connection": "close"}
+        )
     if isinstance(error, _REFUSED_VALUES) or type(error) is pg.DataError:
         log.warning(
             "PostgreSQL refused a value serving %s (%s): a validation rule is missing",

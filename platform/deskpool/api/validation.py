@@ -119,8 +119,11 @@ async def read_body(request: web.Request, seconds: float) -> bytes:
             raise BadRequest(
                 "The request body is not in the Content-Encoding its header names.",
                 code="invalid_content_encoding",
+                headers={"Connection": "close"},
             ) from None
-        raise BadRequest("The request body could not be read to its end.") from None
+        raise BadRequest(
+            "The request body could not be read to its end.", headers={"Connection": "close"}
+        ) from None
 
 
 class DeskpoolParser(AIOHTTPParser):

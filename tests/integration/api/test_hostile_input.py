@@ -259,3 +259,29 @@ async def test_a_body_in_a_supported_content_encoding_is_read(
         },
     )
     assert response.status == 201, await response.text()
+
+
+async def test_every_body_is_refused_in_a_coding_it_does_not_match(hostile: Hostile) -> None:
+    failures = []
+    for operation in hostile.operations:
+        if operation.body is None:
+            continue
+        for encoding, status, code in (
+            ("gzip", 400, "invalid_content_encoding"),
+            ("x-unknown", 415, "unsupported_content_encoding"),
+        ):
+            response = await hostile.client.request(
+                operation.method,
+                fill_path(operation, {}),
+                data=b'{"name": "plain"}',
+                headers={
+                    **hostile.headers,
+                    "Content-Type": "application/json",
+                    "Content-Encoding": encoding,
+                },
+                compress=False,
+            )
+            text = await response.text()
+            if response.status != status or json.loads(text).get("code") != code:
+                failures.append(f"{operation.operation_id} {encoding}: {response.status} {text}")
+    assert failures == [], "\n".join(failures)
