@@ -26,6 +26,7 @@ from urllib.parse import unquote_to_bytes
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from marshmallow import ValidationError
 
 from deskpool.errors import BadRequest, FieldError, InvalidText
 
@@ -221,3 +222,17 @@ async def input_guard_middleware(request: web.Request, handler: Handler) -> web.
     if errors:
         raise InvalidText(errors)
     return await handler(request)
+
+
+def storable_text(value: Any) -> None:
+    """Refuse text PostgreSQL cannot store: NUL characters and unpaired surrogates."""
+    values = value if isinstance(value, list) else [value]
+    for item in values:
+        if not isinstance(item, str):
+            continue
+        if "\x00" in item:
+            raise ValidationError("Must not contain NUL characters.")
+        try:
+            item.encode()
+        except UnicodeEncodeError:
+            raise ValidationError("Must not contain unpaired surrogates.") from None

@@ -34,8 +34,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from marshmallow import Schema, fields, validate
+from marshmallow import Schema, ValidationError, fields, validate
 
+from deskpool.api.inputs import storable_text
 from deskpool.db.platform_state import instance_secret
 from deskpool.errors import InvalidCursor
 
@@ -281,3 +282,19 @@ def text_cursor(cursor: str | None) -> str | None:
     if not isinstance(key, str):
         raise InvalidCursor()
     return key
+
+
+def cursor_pair(cursor: str | None) -> tuple[str, str] | None:
+    """A ``[text, uuid]`` list cursor, or ``None`` for the first page; anything else is 400."""
+    after = decode_cursor(cursor)
+    if after is None:
+        return None
+    if isinstance(after, list) and len(after) == 2 and all(isinstance(part, str) for part in after):
+        try:
+            storable_text(after[0])
+            uuid.UUID(after[1])
+        except (ValueError, ValidationError):
+            pass
+        else:
+            return after[0], after[1]
+    raise InvalidCursor()

@@ -82,7 +82,6 @@ from deskpool.pools.provisioning_store import (
     vm_is_recorded,
 )
 from deskpool.pools.repository import (
-    forget_orphans,
     get_desktop,
     get_pool,
     remove_desktop,
@@ -102,6 +101,7 @@ from deskpool.pools.states import (
     Started,
     WindowsReady,
 )
+from deskpool.pools.store_orphans import forget_orphans
 
 log = logging.getLogger(__name__)
 

@@ -100,17 +100,15 @@ from deskpool.pools.reconcile import (
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
 from deskpool.pools.repository import (
     DesktopNameTaken,
-    OrphanRecord,
     desktop_names_on_clusters,
     desktops_of_pools,
     get_pool,
     insert_desktops,
-    known_orphan_ids,
     mark_reconciled,
     pools_to_reconcile,
-    record_orphans,
 )
 from deskpool.pools.states import IllegalTransition
+from deskpool.pools.store_orphans import OrphanRecord, known_orphan_ids, record_orphans
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime

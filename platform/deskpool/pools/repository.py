@@ -1,4 +1,4 @@
-"""SQL of the pool aggregate: pools, their desktops, entitlements and reported orphans.
+"""SQL of the pool aggregate: pools, their desktops and entitlements (orphans: store_orphans).
 
 Rows map to the pure model of :mod:`deskpool.pools.model` (:class:`Pool`, :class:`Desktop`);
 what the model does not hold (a pool's description, domain-join settings, health, times) comes
@@ -41,7 +41,6 @@ from deskpool.pools.model import (
     CloneMode,
     Desktop,
     DesktopState,
-    ObservedVm,
     OsType,
     Pool,
     PoolKind,
@@ -178,18 +177,6 @@ class Entitlement:
     subject_type: SubjectType
     subject_id: uuid.UUID
     created_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class OrphanRecord:
-    """A VM tagged by deskpool that belongs to no desktop, as reconciliation reported it."""
-
-    cluster_id: uuid.UUID
-    vm_id: str
-    name: str
-    pool_id: uuid.UUID | None
-    desktop_id: uuid.UUID | None
-    reported_at: datetime
 
 
 # ------------------------------------------------------------------------------ mapping
@@ -1084,81 +1071,6 @@ async def is_entitled(
         _uuids(group_ids),
     )
     return bool(found)
-
-
-# ------------------------------------------------------------------------------ orphans
-
-
-def _orphan(row: Mapping[str, Any]) -> OrphanRecord:
-    return OrphanRecord(
-        cluster_id=row["cluster_id"],
-        vm_id=row["vm_id"],
-        name=row["name"],
-        pool_id=row["pool_id"],
-        desktop_id=row["desktop_id"],
-        reported_at=row["reported_at"],
-    )
-
-
-async def record_orphans(
-    connection: asyncpg.Connection, cluster_id: uuid.UUID, vms: Iterable[ObservedVm]
-) -> list[OrphanRecord]:
-    """Record orphan VMs of a cluster; return those not recorded before (report them once)."""
-    listed = list(vms)
-    if not listed:
-        return []
-    rows = await connection.fetch(
-        """
-        INSERT INTO pool_orphans (cluster_id, vm_id, name, pool_id, desktop_id)
-        SELECT $1, vm_id, name, pool_id, desktop_id
-          FROM unnest($2::text[], $3::text[], $4::uuid[], $5::uuid[])
-               AS o (vm_id, name, pool_id, desktop_id)
-        ON CONFLICT (cluster_id, vm_id) DO NOTHING
-        RETURNING *
-        """,
-        cluster_id,
-        [vm.vm_id for vm in listed],
-        [vm.name for vm in listed],
-        [vm.pool_id for vm in listed],
-        [vm.desktop_id for vm in listed],
-    )
-    return [_orphan(row) for row in rows]
-
-
-async def list_orphans(
-    db: Db, *, cluster_id: uuid.UUID | None = None, pool_id: uuid.UUID | None = None
-) -> list[OrphanRecord]:
-    """The recorded orphans, of one cluster or pool if given, oldest report first."""
-    rows = await db.fetch(
-        """
-        SELECT * FROM pool_orphans
-         WHERE ($1::uuid IS NULL OR cluster_id = $1) AND ($2::uuid IS NULL OR pool_id = $2)
-         ORDER BY reported_at, cluster_id, vm_id
-        """,
-        cluster_id,
-        pool_id,
-    )
-    return [_orphan(row) for row in rows]
-
-
-async def known_orphan_ids(db: Db, cluster_ids: Collection[uuid.UUID]) -> set[str]:
-    """The VM ids of orphans already recorded on the clusters (reconcile's ``known_orphans``)."""
-    rows = await db.fetch(
-        "SELECT vm_id FROM pool_orphans WHERE cluster_id = ANY($1::uuid[])", list(cluster_ids)
-    )
-    return {row["vm_id"] for row in rows}
-
-
-async def forget_orphans(
-    connection: asyncpg.Connection, cluster_id: uuid.UUID, vm_ids: Iterable[str]
-) -> int:
-    """Drop orphan records (their VMs were deleted or adopted); return how many went."""
-    result = await connection.execute(
-        "DELETE FROM pool_orphans WHERE cluster_id = $1 AND vm_id = ANY($2::text[])",
-        cluster_id,
-        list(vm_ids),
-    )
-    return int(result.split()[-1])
 
 
 # ------------------------------------------------------------------------------ domain join

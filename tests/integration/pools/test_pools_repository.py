@@ -12,7 +12,7 @@ import pytest
 from tests.integration.pools.conftest import MakePool, add_desktops, add_user, pool_model
 
 from deskpool.errors import ValidationFailed
-from deskpool.pools import repository
+from deskpool.pools import repository, store_orphans
 from deskpool.pools.allocation import DesktopNotReady, NoDesktopAvailable, PoolUnavailable
 from deskpool.pools.model import DesktopState, ObservedVm, PoolKind, PoolState, PowerState
 from deskpool.pools.reconcile import HealthStatus, PoolHealth
@@ -150,13 +150,13 @@ async def test_reconcile_bookkeeping(db: asyncpg.Connection, make_pool: MakePool
 async def test_orphans_are_recorded_once(db: asyncpg.Connection, make_pool: MakePool) -> None:
     pool = await make_pool()
     vm = ObservedVm(vm_id="901", name="stray", power_state=PowerState.RUNNING, pool_id=pool.id)
-    first = await repository.record_orphans(db, pool.cluster_id, [vm])
-    again = await repository.record_orphans(db, pool.cluster_id, [vm])
+    first = await store_orphans.record_orphans(db, pool.cluster_id, [vm])
+    again = await store_orphans.record_orphans(db, pool.cluster_id, [vm])
     assert [o.vm_id for o in first] == ["901"]
     assert again == []
-    assert await repository.known_orphan_ids(db, [pool.cluster_id]) == {"901"}
-    assert [o.name for o in await repository.list_orphans(db, pool_id=pool.id)] == ["stray"]
-    assert await repository.forget_orphans(db, pool.cluster_id, ["901"]) == 1
+    assert await store_orphans.known_orphan_ids(db, [pool.cluster_id]) == {"901"}
+    assert [o.name for o in await store_orphans.list_orphans(db, pool_id=pool.id)] == ["stray"]
+    assert await store_orphans.forget_orphans(db, pool.cluster_id, ["901"]) == 1
 
 
 async def test_entitlements(db: asyncpg.Connection, make_pool: MakePool) -> None:

@@ -24,7 +24,7 @@ from tests.integration.provisioning.conftest import (
 from deskpool.clusters.repository import ClusterRecord
 from deskpool.jobs.periodic import PeriodicContext
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, reconcile_batch
-from deskpool.pools import repository
+from deskpool.pools import repository, store_orphans
 from deskpool.pools.provisioning import PROVISION, enqueue_orphan_deletion
 from deskpool.pools.reconcile import ReconcilePolicy
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
@@ -97,7 +97,7 @@ async def test_a_vm_of_a_deleted_pool_is_reported_once_with_no_pool_and_kept(
         batch = await reconcile_batch(PoolReconcilerService(runtime, POLICY), context)
         assert batch.failed == ()
 
-    [orphan] = await repository.list_orphans(db, cluster_id=pool.cluster_id)
+    [orphan] = await store_orphans.list_orphans(db, cluster_id=pool.cluster_id)
     assert (orphan.vm_id, orphan.name, orphan.pool_id, orphan.desktop_id) == (
         left.id,
         "left-behind",
@@ -112,14 +112,14 @@ async def test_a_vm_of_a_deleted_pool_is_reported_once_with_no_pool_and_kept(
     assert left.id in event["details"]
     owned = {vm.id for vm in await simulator.driver.list_owned_vms()}
     assert owned == {desktop.vm_id, left.id}
-    assert foreign.id not in {o.vm_id for o in await repository.list_orphans(db)}
+    assert foreign.id not in {o.vm_id for o in await store_orphans.list_orphans(db)}
     assert await db.fetchval("SELECT count(*) FROM jobs WHERE kind = 'vm.delete_orphan'") == 0
 
     async with runtime.db.acquire() as connection:
         job = await enqueue_orphan_deletion(connection, pool.cluster_id, left.id)
     await run_job(job.id)
     assert {vm.id for vm in await simulator.driver.list_owned_vms()} == {desktop.vm_id}
-    assert await repository.list_orphans(db, cluster_id=pool.cluster_id) == []
+    assert await store_orphans.list_orphans(db, cluster_id=pool.cluster_id) == []
 
 
 async def test_a_cluster_without_pools_has_its_leftover_vms_reported_by_the_scan(
@@ -139,7 +139,7 @@ async def test_a_cluster_without_pools_has_its_leftover_vms_reported_by_the_scan
         )
         assert reported == (1 if run == 0 else 0)
 
-    [orphan] = await repository.list_orphans(db, cluster_id=cluster.id)
+    [orphan] = await store_orphans.list_orphans(db, cluster_id=cluster.id)
     assert (orphan.vm_id, orphan.pool_id) == (left.id, None)
     assert (
         await db.fetchval(

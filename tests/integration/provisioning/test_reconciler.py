@@ -25,7 +25,7 @@ from tests.integration.provisioning.conftest import (
 from deskpool.jobs.model import LeaseLost
 from deskpool.jobs.periodic import PeriodicContext
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, reconcile_batch
-from deskpool.pools import repository
+from deskpool.pools import repository, store_orphans
 from deskpool.pools.model import Desktop, DesktopState, Pool
 from deskpool.pools.provisioning import PROVISION, enqueue_desktop_job, idempotency_key
 from deskpool.pools.reconcile import ReconcilePolicy
@@ -336,7 +336,7 @@ async def test_an_orphan_vm_is_reported_once(
     await reconciler.reconcile_now(pool.id, no_fence)
     await reconciler.reconcile_now(pool.id, no_fence)
 
-    [orphan] = await repository.list_orphans(db, pool_id=pool.id)
+    [orphan] = await store_orphans.list_orphans(db, pool_id=pool.id)
     assert (orphan.vm_id, orphan.name, orphan.desktop_id) == (stray.id, "stray", desktop.id)
     [event] = await audit(db, "reconcile.report_orphan")
     assert stray.id in event["details"]

@@ -34,12 +34,12 @@ import asyncpg
 from marshmallow import Schema, fields, validate
 
 from deskpool.api.context import Call
-from deskpool.api.pagination import Page, PageQuery, page_schema, paginate
+from deskpool.api.pagination import Page, PageQuery, cursor_pair, page_schema, paginate
 from deskpool.api.resources.jobs import JobSchema
-from deskpool.api.resources.pools import audit, cursor_pair
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.api.validation import LocatedFieldError
 from deskpool.errors import Conflict, NotFound, ValidationFailed
+from deskpool.identity import store as identity_store
 from deskpool.ids import parse_id
 from deskpool.jobs import queue
 from deskpool.jobs.model import Job, JobState
@@ -266,10 +266,6 @@ async def _active_job(
     return None
 
 
-async def _user_exists(connection: asyncpg.Connection, user_id: uuid.UUID) -> bool:
-    return bool(await connection.fetchval("SELECT true FROM users WHERE id = $1", user_id))
-
-
 async def _reread(connection: asyncpg.Connection, desktop_id: uuid.UUID) -> dict[str, Any]:
     record = await repository.get_desktop_record(connection, desktop_id)
     if record is None:
@@ -351,16 +347,17 @@ def register(routes: RouteTable) -> None:
             already = await _active_job(connection, kind, desktop_id)
             job = already or await enqueue_desktop_job(connection, kind, desktop)
             if already is None:
-                await audit(
-                    call,
+                await call.record_audit(
                     connection,
                     "desktop.action",
                     "desktops",
                     str(desktop_id),
-                    action=action,
-                    job_id=job.id,
-                    state=str(desktop.state),
-                    name=desktop.name,
+                    {
+                        "action": action,
+                        "job_id": job.id,
+                        "state": str(desktop.state),
+                        "name": desktop.name,
+                    },
                 )
         return Reply(job, 202)
 
@@ -386,7 +383,7 @@ def register(routes: RouteTable) -> None:
             desktop = (await _locked(connection, desktop_id)).desktop
             pool = await _pool_of(connection, desktop)
             _require_persistent(pool)
-            if not await _user_exists(connection, user_id):
+            if await identity_store.get_user(connection, user_id) is None:
                 raise ValidationFailed(
                     [LocatedFieldError("/user_id", f"No user has the id {user_id}.")]
                 )
@@ -394,14 +391,15 @@ def register(routes: RouteTable) -> None:
                 connection, desktop_id, Assigned(str(user_id)), pool=pool
             )
             if after != desktop:
-                await audit(
-                    call,
+                await call.record_audit(
                     connection,
                     "desktop.assign",
                     "desktops",
                     str(desktop_id),
-                    user_id=str(user_id),
-                    name=desktop.name,
+                    {
+                        "user_id": str(user_id),
+                        "name": desktop.name,
+                    },
                 )
             return await _reread(connection, desktop_id)
 
@@ -425,14 +423,15 @@ def register(routes: RouteTable) -> None:
             _require_persistent(pool)
             after = await repository.apply_event(connection, desktop_id, Unassigned(), pool=pool)
             if after != desktop:
-                await audit(
-                    call,
+                await call.record_audit(
                     connection,
                     "desktop.unassign",
                     "desktops",
                     str(desktop_id),
-                    user_id=desktop.assigned_user,
-                    name=desktop.name,
+                    {
+                        "user_id": desktop.assigned_user,
+                        "name": desktop.name,
+                    },
                 )
             return await _reread(connection, desktop_id)
 

@@ -15,22 +15,19 @@ audit trail in the transaction that enqueues the job.
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC
 from typing import Any
 
-import asyncpg
 from marshmallow import Schema, fields
 
 from deskpool.api.context import Call
 from deskpool.api.pagination import Page, PageQuery, decode_cursor, page_schema, paginate
 from deskpool.api.resources.jobs import JobSchema
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
-from deskpool.clusters.repository import get_cluster
 from deskpool.errors import InvalidCursor, NotFound
 from deskpool.ids import parse_id
-from deskpool.pools.provisioning import CLUSTERS, enqueue_orphan_deletion
-from deskpool.pools.repository import OrphanRecord, list_orphans
+from deskpool.pools import service
+from deskpool.pools.store_orphans import OrphanRecord
 
 #: The longest VM id a path may name; longer ones are no VM's.
 MAX_VM_ID_LENGTH = 256
@@ -118,10 +115,7 @@ def register(routes: RouteTable) -> None:
         cluster_id = parse_id(call.path_param("cluster_id"), "cluster")
         limit = int(call.query["limit"])
         after = _after(call.query.get("cursor"))
-        async with call.runtime.db.acquire() as connection:
-            if await get_cluster(connection, cluster_id) is None:
-                raise NotFound(f"No cluster has the id {cluster_id}.")
-            orphans = await list_orphans(connection, cluster_id=cluster_id)
+        orphans = await service.cluster_orphans(call.runtime, cluster_id)
         ordered = sorted(orphans, key=orphan_cursor)
         if after is not None:
             ordered = [orphan for orphan in ordered if orphan_cursor(orphan) > after]
@@ -145,36 +139,5 @@ def register(routes: RouteTable) -> None:
     async def delete_cluster_orphan(call: Call) -> Reply:
         cluster_id = parse_id(call.path_param("cluster_id"), "cluster")
         vm_id = _vm_id(call)
-        async with call.runtime.db.acquire() as connection, connection.transaction():
-            if await get_cluster(connection, cluster_id) is None:
-                raise NotFound(f"No cluster has the id {cluster_id}.")
-            orphan = await _orphan(connection, cluster_id, vm_id)
-            job = await enqueue_orphan_deletion(connection, cluster_id, vm_id)
-            details: dict[str, Any] = {"vm_id": vm_id, "name": orphan.name, "job_id": job.id}
-            if orphan.pool_id is not None:
-                details["pool_id"] = str(orphan.pool_id)
-            await call.record_audit(
-                connection, "cluster.orphan_delete", CLUSTERS, str(cluster_id), details
-            )
+        job = await service.request_orphan_deletion(call.runtime, call.actor, cluster_id, vm_id)
         return Reply(job, 202)
-
-
-async def _orphan(
-    connection: asyncpg.Connection, cluster_id: uuid.UUID, vm_id: str
-) -> OrphanRecord:
-    """The orphan ``vm_id`` of the cluster, locked until the transaction ends; else 404."""
-    row = await connection.fetchrow(
-        "SELECT * FROM pool_orphans WHERE cluster_id = $1 AND vm_id = $2 FOR UPDATE",
-        cluster_id,
-        vm_id,
-    )
-    if row is None:
-        raise NotFound(f"No orphan VM {vm_id!r} is reported on the cluster.")
-    return OrphanRecord(
-        cluster_id=row["cluster_id"],
-        vm_id=row["vm_id"],
-        name=row["name"],
-        pool_id=row["pool_id"],
-        desktop_id=row["desktop_id"],
-        reported_at=row["reported_at"],
-    )

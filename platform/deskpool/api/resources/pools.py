@@ -50,7 +50,8 @@ import asyncpg
 from marshmallow import Schema, ValidationError, fields, validate
 
 from deskpool.api.context import Call
-from deskpool.api.pagination import Page, PageQuery, decode_cursor, page_schema, paginate
+from deskpool.api.inputs import storable_text
+from deskpool.api.pagination import Page, PageQuery, cursor_pair, page_schema, paginate
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.resources.jobs import JobSchema
 from deskpool.api.resources.sessions import (
@@ -102,20 +103,6 @@ _TEMPLATES_LISTED = 10
 
 
 # ---------------------------------------------------------------------------------- fields
-
-
-def storable_text(value: Any) -> None:
-    """Refuse text PostgreSQL cannot store: NUL characters and unpaired surrogates."""
-    values = value if isinstance(value, list) else [value]
-    for item in values:
-        if not isinstance(item, str):
-            continue
-        if "\x00" in item:
-            raise ValidationError("Must not contain NUL characters.")
-        try:
-            item.encode()
-        except UnicodeEncodeError:
-            raise ValidationError("Must not contain unpaired surrogates.") from None
 
 
 def bounded_name_width(value: Any) -> None:
@@ -591,22 +578,6 @@ async def existing_pool(call: Call) -> PoolRecord:
     if record is None:
         raise NotFound(f"No pool has the id {pool_id}.")
     return record
-
-
-def cursor_pair(cursor: str | None) -> tuple[str, str] | None:
-    """A ``[text, uuid]`` list cursor, or ``None`` for the first page; anything else is 400."""
-    after = decode_cursor(cursor)
-    if after is None:
-        return None
-    if isinstance(after, list) and len(after) == 2 and all(isinstance(part, str) for part in after):
-        try:
-            storable_text(after[0])
-            uuid.UUID(after[1])
-        except (ValueError, ValidationError):
-            pass
-        else:
-            return after[0], after[1]
-    raise InvalidCursor()
 
 
 async def audit(
