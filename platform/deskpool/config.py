@@ -580,7 +580,9 @@ def declare_core_settings(registry: SettingRegistry) -> None:
         "AUTH_BOOTSTRAP_ADMIN_EMAILS",
         parse_list,
         "",
-        "Email addresses that receive the `platform_admin` role automatically at first sign-in.",
+        "Email addresses that receive the `platform_admin` role automatically at first sign-in "
+        "(only when the token's `email_verified` is `true`, and only for the first account with "
+        "the address; see docs/operators/access.md).",
         type_name="list",
         required="Recommended for first login",
     )
@@ -588,14 +590,15 @@ def declare_core_settings(registry: SettingRegistry) -> None:
         "AUTH_BOOTSTRAP_ADMIN_SUBJECTS",
         parse_list,
         "",
-        "Same mechanism, matched on the OIDC subject.",
+        "Same mechanism, matched on the OIDC subject (exactly).",
         type_name="list",
     )
     auth.add(
         "AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS",
         parse_bindings,
         "",
-        "Comma-separated list of `<claim value>=<local group key>` bootstrap bindings.",
+        "Comma-separated list of `<claim value>=<local group key>` bootstrap bindings (applied at "
+        "startup: created, or removed when no longer listed).",
         type_name="bindings",
     )
 

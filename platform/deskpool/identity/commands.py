@@ -82,8 +82,8 @@ def cmd_admin_grant(args: argparse.Namespace) -> int:
     if result.enabled:
         print("enabled the user (it was disabled)")
     print(
-        "recorded in the audit trail (actor break-glass:cli); running processes apply it within "
-        "a minute, or at once on the user's next sign-in"
+        "recorded in the audit trail (actor break-glass:cli); running API processes apply it "
+        "within a minute (as their cached principals expire)"
     )
     return 0
 
