@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from tests.integration.identity.conftest import served
 
 from deskpool.api.app import create_app
 from deskpool.testing.pytest_plugin import fresh_database, opened_runtime
@@ -32,12 +33,10 @@ def own_database(test_servers: ServiceAddresses) -> Iterator[str]:
 
 async def is_admin(environ: dict[str, str], aiohttp_client: Any, headers: dict[str, str]) -> bool:
     """Whether a freshly started API (no cached principals) says the caller is an admin."""
-    async with opened_runtime(environ) as runtime:
-        client = await aiohttp_client(create_app(runtime))
+    async with served(environ, aiohttp_client) as (_, client):
         response = await client.get("/api/v1/me", headers=headers)
         status = response.status
         body = await response.json()
-        await client.close()
     assert status == 200, body
     return bool(body["is_platform_admin"])
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import re
+import secrets
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from tests.integration.identity.conftest import served
 
-from deskpool.api.app import build_route_table, create_app
+from deskpool.api.app import build_route_table
 from deskpool.api.routes import Operation
-from deskpool.testing.pytest_plugin import opened_runtime
 
 PROBLEM = "application/problem+json"
 Bearer = Callable[..., dict[str, str]]
@@ -74,9 +76,22 @@ async def test_token_problems_are_401_problem_json(
         assert "invalid" in response.headers["WWW-Authenticate"], name
 
 
+@pytest.fixture
+async def matrix_api(secure_environ: dict[str, str], aiohttp_client: Any) -> Any:
+    """The API with every component configured, so that configuration is never the answer."""
+    environ = {
+        **secure_environ,
+        "GATEWAY_PUBLIC_WS_URL": "wss://gateway.test/websocket-tunnel",
+        "SECRETS_MASTER_KEY": base64.b64encode(secrets.token_bytes(32)).decode(),
+    }
+    async with served(environ, aiohttp_client) as served_api:
+        yield served_api
+
+
 async def test_permission_matrix(
-    secure_api_client: Any, secure_runtime: Any, identity_provider: Any, bearer: Bearer
+    matrix_api: tuple[Any, Any], identity_provider: Any, bearer: Bearer
 ) -> None:
+    secure_runtime, secure_api_client = matrix_api
     ops = operations(secure_runtime)
     assert len(ops) > 20
     issuer = identity_provider.issuer_url
@@ -115,8 +130,8 @@ def bootstrap_environ(secure_environ: dict[str, str]) -> dict[str, str]:
 
 @pytest.fixture
 async def bootstrap_client(bootstrap_environ: dict[str, str], aiohttp_client: Any) -> Any:
-    async with opened_runtime(bootstrap_environ) as runtime:
-        yield await aiohttp_client(create_app(runtime))
+    async with served(bootstrap_environ, aiohttp_client) as (_, client):
+        yield client
 
 
 async def test_bootstrap_admin_manages_groups_and_grants_at_first_sign_in(
@@ -174,8 +189,7 @@ async def test_a_flood_of_bad_tokens_is_rate_limited_before_it_is_recorded(
     secure_environ: dict[str, str], aiohttp_client: Any
 ) -> None:
     environ = {**secure_environ, "API_RATE_LIMIT_PER_MINUTE": "3"}
-    async with opened_runtime(environ) as runtime:
-        client = await aiohttp_client(create_app(runtime))
+    async with served(environ, aiohttp_client) as (runtime, client):
         prefix = f"flood-{uuid.uuid4().hex}"
         statuses = []
         for number in range(6):

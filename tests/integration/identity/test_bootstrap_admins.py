@@ -8,9 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-
-from deskpool.api.app import create_app
-from deskpool.testing.pytest_plugin import opened_runtime
+from tests.integration.identity.conftest import served
 
 TAG = uuid.uuid4().hex[:8]
 ROOT_EMAIL = f"Root-{TAG}@Example.COM"
@@ -26,8 +24,8 @@ async def client(secure_environ: dict[str, str], aiohttp_client: Any) -> AsyncIt
         ),
         "AUTH_BOOTSTRAP_ADMIN_SUBJECTS": ROOT_SUBJECT,
     }
-    async with opened_runtime(environ) as runtime:
-        yield await aiohttp_client(create_app(runtime))
+    async with served(environ, aiohttp_client) as (_, client):
+        yield client
 
 
 async def is_admin(client: Any, headers: dict[str, str]) -> bool:
@@ -87,8 +85,7 @@ async def test_the_role_is_given_at_the_first_sign_in_only(
     email = unique("late") + "@example.com"
     subject = unique("late")
     # The user signs in once without the address the operator later lists...
-    async with opened_runtime(secure_environ) as runtime:
-        client = await aiohttp_client(create_app(runtime))
+    async with served(secure_environ, aiohttp_client) as (_, client):
         assert not await is_admin(client, bearer(subject, email=email, email_verified=True))
     # ...and its next sign-ins, with the address now listed, do not make it admin.
     environ = {
@@ -96,8 +93,7 @@ async def test_the_role_is_given_at_the_first_sign_in_only(
         "AUTH_BOOTSTRAP_ADMIN_EMAILS": email,
         "AUTH_BOOTSTRAP_ADMIN_SUBJECTS": subject,
     }
-    async with opened_runtime(environ) as runtime:
-        client = await aiohttp_client(create_app(runtime))
+    async with served(environ, aiohttp_client) as (_, client):
         assert not await is_admin(client, bearer(subject, email=email, email_verified=True))
 
 

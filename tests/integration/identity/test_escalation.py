@@ -13,15 +13,13 @@ import uuid
 from typing import Any
 
 import pytest
-from tests.integration.identity.conftest import Directory, Person
+from tests.integration.identity.conftest import Directory, Person, served
 
 from deskpool.actor import Actor
-from deskpool.api.app import create_app
 from deskpool.identity import service
 from deskpool.identity.principal import Principal
 from deskpool.identity.rules import EscalationDenied
 from deskpool.permissions import EffectivePermissions
-from deskpool.testing.pytest_plugin import opened_runtime
 
 
 def assert_denied(status: int, body: Any, *missing: str) -> None:
@@ -255,8 +253,7 @@ async def test_bootstrap_bindings_are_configuration_not_a_caller(
     tag = uuid.uuid4().hex[:8]
     claim, key = f"idp-admins-{tag}", f"admins-{tag}"
     environ = {**secure_environ, "AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS": f"{claim}={key}"}
-    async with opened_runtime(environ) as runtime:
-        client = await aiohttp_client(create_app(runtime))
+    async with served(environ, aiohttp_client) as (runtime, client):
         directory = Directory(runtime, client, identity_provider.issuer_url, bearer)
         binding = await runtime.db.fetchrow(
             "SELECT b.id, b.source, g.id AS group_id FROM oidc_group_bindings b "
@@ -307,8 +304,7 @@ async def test_bootstrap_bindings_are_configuration_not_a_caller(
         assert body["code"] == "configured_binding"
 
     # Removed from the setting, it is removed at the next start, and that is audited.
-    async with opened_runtime(secure_environ) as runtime:
-        client = await aiohttp_client(create_app(runtime))
+    async with served(secure_environ, aiohttp_client) as (runtime, _):
         assert not await runtime.db.fetchval(
             "SELECT true FROM oidc_group_bindings WHERE id = $1", binding["id"]
         )
@@ -318,4 +314,3 @@ async def test_bootstrap_bindings_are_configuration_not_a_caller(
             str(binding["id"]),
         )
         assert deleted == "system:bootstrap"
-        await client.close()

@@ -11,10 +11,9 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from tests.integration.identity.conftest import Directory, Person
+from tests.integration.identity.conftest import Directory, Person, served
 
-from deskpool.api.app import create_app
-from deskpool.testing.pytest_plugin import fresh_database, opened_runtime
+from deskpool.testing.pytest_plugin import fresh_database
 from deskpool.testing.services import ServiceAddresses
 
 
@@ -38,8 +37,8 @@ async def lone(
     identity_provider: Any,
     bearer: Any,
 ) -> AsyncIterator[Directory]:
-    async with opened_runtime({**secure_environ, "DATABASE_URL": own_database}) as runtime:
-        client = await aiohttp_client(create_app(runtime))
+    environ = {**secure_environ, "DATABASE_URL": own_database}
+    async with served(environ, aiohttp_client) as (runtime, client):
         yield Directory(runtime, client, identity_provider.issuer_url, bearer)
 
 
