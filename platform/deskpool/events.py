@@ -1,7 +1,7 @@
 """Audit events: what happened, who did it, to what, and with what outcome.
 
-An event is written in the same transaction as the change it records; observers registered
-through ``deskpool_audit_event`` see it after the commit. Details never contain secrets.
+An event is written in the same transaction as the change it records (see :mod:`deskpool.audit`),
+so it exists exactly when the change was committed. Details never contain secrets.
 """
 
 from __future__ import annotations

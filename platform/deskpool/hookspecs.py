@@ -18,7 +18,6 @@ import pluggy
 if TYPE_CHECKING:
     from deskpool.api.routes import RouteTable
     from deskpool.config import Config, SettingRegistry
-    from deskpool.events import AuditEvent
     from deskpool.registry import Registry
     from deskpool.runtime import ComponentFactory, ReadinessCheck, Runtime
 
@@ -186,17 +185,4 @@ def deskpool_register_license_reporters(registry: Registry[Any]) -> None:
     :param registry: ``registry.add(name, factory)`` where ``factory(config)`` returns a
         :class:`deskpool.licensing.reporting.LicenseReporter` (``enabled``, and ``async
         send(report)`` raising ``ReportFailed`` when the report was not accepted).
-    """
-
-
-# ------------------------------------------------------------------------------------ events
-
-
-@hookspec
-def deskpool_audit_event(event: AuditEvent) -> Any:
-    """Observe an audit event after the change it records has been committed.
-
-    May be ``async``. Observers must not raise; an exception is logged and ignored.
-
-    :param event: the recorded event (its details never contain secrets).
     """

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
-import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,10 +27,8 @@ from deskpool.registry import Registry
 if TYPE_CHECKING:
     from deskpool.api.routes import RouteTable
     from deskpool.config import Config, Setting
-    from deskpool.events import AuditEvent
     from deskpool.runtime import ComponentFactory, ReadinessCheck, Runtime
 
-log = logging.getLogger(__name__)
 
 #: The marker plugins decorate their hook implementations with.
 hookimpl = pluggy.HookimplMarker("deskpool")
@@ -205,14 +202,6 @@ class PluginHost:
             for checks in self._hook.deskpool_readiness_checks(runtime=runtime)
             for check in checks
         ]
-
-    # -- events
-    async def audit_event(self, event: AuditEvent) -> None:
-        """Call ``deskpool_audit_event`` observers; their failures are logged, never raised."""
-        try:
-            await await_all(self._hook.deskpool_audit_event(event=event))
-        except Exception:
-            log.exception("an audit event observer failed")
 
 
 async def await_all(results: Iterable[Any]) -> list[Any]:

@@ -5,24 +5,19 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
-from tests.conftest import REPO, deskpool_command
+
+from deskpool.testing.processes import DeskpoolProcess, free_port, until
 
 TESTPLUGIN = {"deskpool.plugins": {"greeter": "deskpool_testplugin"}}
 Run = Callable[..., subprocess.CompletedProcess[str]]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.mark.parametrize(
@@ -55,9 +50,9 @@ def test_run_refuses_to_start_when_the_schema_is_behind(
 
 
 @pytest.fixture
-def served(
+async def served(
     deskpool_environ: dict[str, str], plugin_site: Callable[..., Path]
-) -> Iterator[tuple[subprocess.Popen[str], dict[str, int]]]:
+) -> AsyncIterator[tuple[DeskpoolProcess, dict[str, int]]]:
     site = plugin_site("deskpool-testplugin", ["deskpool_testplugin"], TESTPLUGIN)
     ports = {"api": free_port(), "ops": free_port()}
     env = {
@@ -70,63 +65,48 @@ def served(
         "WORKER_SHUTDOWN_TIMEOUT": "5s",
         "WORKER_POLL_INTERVAL": "1s",
     }
-    process = subprocess.Popen(
-        [*deskpool_command(), "run", "api", "worker"],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = DeskpoolProcess(["api", "worker"], env)
     try:
-        yield process, ports
+        yield await process.start(), ports
     finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(10)
-
-
-async def wait_ready(
-    session: aiohttp.ClientSession, url: str, process: subprocess.Popen[str]
-) -> None:
-    for _ in range(200):
-        if process.poll() is not None:
-            raise AssertionError(f"exited early: {process.stdout.read() if process.stdout else ''}")
-        try:
-            async with session.get(url) as response:
-                if response.status == 200:
-                    return
-        except aiohttp.ClientConnectionError:
-            pass
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{url} never became ready")
+        process.kill()
+        if process.process is not None:
+            await process.wait()
 
 
 async def test_api_and_worker_in_one_process_drain_a_request_in_flight_on_sigterm(
-    served: tuple[subprocess.Popen[str], dict[str, int]],
+    served: tuple[DeskpoolProcess, dict[str, int]],
 ) -> None:
     process, ports = served
     api = f"http://127.0.0.1:{ports['api']}"
     async with aiohttp.ClientSession() as session:
-        await wait_ready(session, f"http://127.0.0.1:{ports['ops']}/readyz", process)
-        async with session.get(f"http://127.0.0.1:{ports['ops']}/readyz") as ready:
-            body = await ready.json()
-            assert body["checks"]["components"]["ok"]
+
+        async def ready() -> dict[str, Any] | None:
+            try:
+                async with session.get(f"http://127.0.0.1:{ports['ops']}/readyz") as response:
+                    return dict(await response.json()) if response.status == 200 else None
+            except aiohttp.ClientConnectionError:
+                return None
+
+        body = await until(ready, f"the process is ready:\n{process.output}")
+        assert body["checks"]["components"]["ok"]
+        # A plugin's readiness check (its resource acquired in deskpool_startup).
+        assert body["checks"]["testplugin"]["ok"]
         async with session.get(f"{api}/openapi.yaml") as document:
             assert document.status == 200
         async with session.get(f"{api}/api/v1/pools") as pools:
             assert pools.status == 503
             assert pools.content_type == "application/problem+json"
-
         in_flight = asyncio.create_task(session.get(f"{api}/testplugin/slow?seconds=1.5"))
         await asyncio.sleep(0.5)  # the request is being served (it sleeps 1.5 s server-side)
-        process.send_signal(signal.SIGTERM)
+        process.signal(signal.SIGTERM)
         response = await in_flight
         assert response.status == 200
         assert (await response.json())["greeting"] == "hello"
-    returncode = await asyncio.to_thread(process.wait, 20)
-    output = process.stdout.read() if process.stdout else ""
+    returncode = await process.wait(20)
+    output = process.output
     assert returncode == 0, output
     assert "component worker stopped" in output
     assert "component api stopped" in output
+    assert "testplugin released its resource" in output  # deskpool_shutdown ran
     assert "Traceback" not in output

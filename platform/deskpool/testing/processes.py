@@ -1,0 +1,163 @@
+"""Real ``deskpool run`` processes for end-to-end tests, for deskpool and for plugin authors.
+
+:class:`DeskpoolProcess` starts ``deskpool run COMPONENT...`` with a given environment, collects
+its output line by line, and waits until every component logged that it started (or fails with
+the output when the process exits first). :meth:`DeskpoolProcess.watch` waits for a line, so a
+test awaits what the process says instead of sleeping. :func:`free_port` picks a port for a
+listener; :func:`until` waits for a condition a test reads (from the database, a cluster...).
+
+Example::
+
+    api = await DeskpoolProcess(["api", "worker"], env).start()
+    try:
+        ...
+    finally:
+        await api.stop()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that is free now (bind it soon: another process may take it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def deskpool_command() -> list[str]:
+    """The ``deskpool`` command of the running interpreter."""
+    return [sys.executable, "-m", "deskpool.cli"]
+
+
+async def until(
+    check: Callable[[], Awaitable[Any]], what: str, seconds: float = 30, every: float = 0.02
+) -> Any:
+    """Await ``check()`` until it returns something truthy, and return that.
+
+    :raises AssertionError: naming ``what`` when ``seconds`` pass first.
+    """
+    try:
+        async with asyncio.timeout(seconds):
+            while True:
+                value = await check()
+                if value:
+                    return value
+                await asyncio.sleep(every)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting until {what}") from None
+
+
+class DeskpoolProcess:
+    """One ``deskpool run COMPONENT...`` process, its output collected line by line.
+
+    :param components: the components to run (``["api"]``, ``["worker"]``...).
+    :param env: the whole environment of the process.
+    :param cwd: its working directory (the current one when ``None``).
+    """
+
+    def __init__(
+        self, components: Sequence[str], env: Mapping[str, str], cwd: Path | None = None
+    ) -> None:
+        self.components = list(components)
+        self.env = dict(env)
+        self.cwd = cwd
+        self.lines: list[str] = []
+        self.watched: dict[str, asyncio.Event] = {}
+        self.process: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+
+    @property
+    def pid(self) -> int:
+        """The process id (once started)."""
+        assert self.process is not None
+        return self.process.pid
+
+    @property
+    def output(self) -> str:
+        """Everything the process wrote so far."""
+        return "\n".join(self.lines)
+
+    async def start(self, within: float = 30) -> DeskpoolProcess:
+        """Start the process; return once every component logged ``component NAME started``.
+
+        :raises AssertionError: with the output, when the process exits before that.
+        """
+        started = [self.watch(f"component {name} started") for name in self.components]
+        self.process = await asyncio.create_subprocess_exec(
+            *deskpool_command(),
+            "run",
+            *self.components,
+            env=self.env,
+            cwd=self.cwd,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        self._reader = asyncio.create_task(self._read())
+        all_started = asyncio.ensure_future(asyncio.gather(*(event.wait() for event in started)))
+        either: list[asyncio.Future[Any]] = [all_started, self._reader]
+        async with asyncio.timeout(within):
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if not all_started.done():
+            all_started.cancel()
+            raise AssertionError(f"{self.components} exited before starting:\n{self.output}")
+        return self
+
+    def watch(self, text: str) -> asyncio.Event:
+        """An event set once the process writes a line containing ``text`` (or already did)."""
+        event = self.watched.setdefault(text, asyncio.Event())
+        if any(text in line for line in self.lines):
+            event.set()
+        return event
+
+    async def _read(self) -> None:
+        assert self.process is not None
+        assert self.process.stdout is not None
+        async for raw in self.process.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            self.lines.append(line)
+            for text, event in self.watched.items():
+                if text in line:
+                    event.set()
+
+    def signal(self, number: int) -> None:
+        """Send signal ``number`` if the process still runs."""
+        if self.process is not None and self.process.returncode is None:
+            self.process.send_signal(number)
+
+    def kill(self) -> None:
+        """SIGKILL the process if it still runs."""
+        self.signal(signal.SIGKILL)
+
+    async def wait(self, within: float = 30) -> int:
+        """Wait for the process to exit and its output to be read; return its exit status."""
+        assert self.process is not None
+        returncode = await asyncio.wait_for(self.process.wait(), within)
+        if self._reader is not None:
+            await self._reader
+        return returncode
+
+    async def stop(self, within: float = 15) -> int | None:
+        """SIGTERM the process, SIGKILL it after ``within`` seconds; return its exit status.
+
+        ``None`` when it was never started.
+        """
+        if self.process is None:
+            return None
+        self.signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.process.wait(), within)
+        except TimeoutError:
+            self.kill()
+            await self.process.wait()
+        if self._reader is not None:
+            await self._reader
+        return self.process.returncode
