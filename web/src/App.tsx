@@ -11,6 +11,7 @@ import { DashboardPage } from "./pages/Dashboard";
 import { DesktopsPage } from "./pages/Desktops";
 import { DesktopViewPage } from "./pages/DesktopView";
 import { JobsPage } from "./pages/Jobs";
+import { LicensePage } from "./pages/License";
 import { MyDesktopsPage } from "./pages/MyDesktops";
 import { PeoplePage } from "./pages/People";
 import { PoolDetailPage } from "./pages/PoolDetail";
@@ -66,6 +67,7 @@ export function App() {
           <Route path="/people/*" element={<PeoplePage />} />
           <Route path="/audit" element={<AuditPage />} />
           <Route path="/jobs" element={<JobsPage />} />
+          <Route path="/license" element={<LicensePage />} />
           <Route path="*" element={<NotFound />} />
         </Route>
       </Routes>

@@ -25,6 +25,6 @@ describe("navigation", () => {
   });
 
   it("shows an administrator everything", () => {
-    expect(visibleItems({ ...user, is_platform_admin: true }).length).toBe(9);
+    expect(visibleItems({ ...user, is_platform_admin: true }).length).toBe(10);
   });
 });

@@ -21,6 +21,7 @@ const ITEMS: Item[] = [
   { to: "/people", label: "People", anyOf: ["users:read", "groups:read", "roles:read"] },
   { to: "/audit", label: "Audit", permission: "audit:read" },
   { to: "/jobs", label: "Jobs", permission: "jobs:read" },
+  { to: "/license", label: "License", permission: "license:read" },
 ];
 
 export function visibleItems(me: Parameters<typeof can>[0]): Item[] {

@@ -4,6 +4,7 @@ import { Link } from "react-router";
 import { unwrap } from "../api/client";
 import { can } from "../auth/permissions";
 import { Badge } from "../components/Badge";
+import { SessionsChart } from "../components/SessionsChart";
 import { ProblemAlert } from "../components/Problem";
 import { words } from "../format";
 import { useSession } from "../session";
@@ -14,6 +15,12 @@ export function DashboardPage() {
     queryKey: ["dashboard", "pools"],
     enabled: can(me, "pools:read"),
     queryFn: () => unwrap(api.GET("/api/v1/pools", { params: { query: { limit: 500 } } })),
+  });
+  const sessions = useQuery({
+    queryKey: ["dashboard", "sessions"],
+    enabled: can(me, "sessions:read"),
+    // The latest 500 sessions (newest first): the chart keeps those of the last day.
+    queryFn: () => unwrap(api.GET("/api/v1/sessions", { params: { query: { limit: 500 } } })),
   });
   const failedJobs = useQuery({
     queryKey: ["dashboard", "jobs"],
@@ -30,7 +37,7 @@ export function DashboardPage() {
   return (
     <section>
       <h1>Dashboard</h1>
-      <ProblemAlert error={pools.error ?? failedJobs.error} />
+      <ProblemAlert error={pools.error ?? failedJobs.error ?? sessions.error} />
       <div className="cards">
         <article>
           <h2>Desktops by state</h2>
@@ -63,6 +70,7 @@ export function DashboardPage() {
           </p>
         </article>
       </div>
+      {sessions.data ? <SessionsChart sessions={sessions.data.items} /> : null}
       <h2>Pool health</h2>
       <ul className="pool-health">
         {pools.data?.items.map((pool) => (

@@ -26,6 +26,11 @@ export interface PoolDraft {
   domain_username: string;
   domain_ou: string;
   domain_password: string;
+  protocol: "auto" | "rdp" | "vnc";
+  after_disconnect: "logoff_immediately" | "logoff_after_delay" | "never";
+  logoff_delay: string;
+  idle_timeout: string;
+  max_session_duration: string;
 }
 
 export function draftOf(pool?: Pool, clusterId = "", template = ""): PoolDraft {
@@ -45,7 +50,19 @@ export function draftOf(pool?: Pool, clusterId = "", template = ""): PoolDraft {
     domain_username: pool?.domain_join?.username ?? "",
     domain_ou: pool?.domain_join?.organizational_unit ?? "",
     domain_password: "",
+    protocol: pool?.session_policy.protocol ?? "auto",
+    after_disconnect: pool?.session_policy.after_disconnect ?? "logoff_after_delay",
+    logoff_delay: String(pool?.session_policy.logoff_delay ?? 300),
+    idle_timeout: pool?.session_policy.idle_timeout ? String(pool.session_policy.idle_timeout) : "",
+    max_session_duration: pool?.session_policy.max_session_duration
+      ? String(pool.session_policy.max_session_duration)
+      : "",
   };
+}
+
+/** Seconds from a form field; empty means none. */
+function seconds(value: string): number | null {
+  return value.trim() ? Number(value) : null;
 }
 
 /** The request body of a draft (the domain join only when a domain is given). */
@@ -62,6 +79,13 @@ export function bodyOf(draft: PoolDraft): PoolCreate {
     max_size: Number(draft.max_size),
     spare: Number(draft.spare),
     naming_pattern: draft.naming_pattern,
+    session_policy: {
+      protocol: draft.protocol,
+      after_disconnect: draft.after_disconnect,
+      logoff_delay: Number(draft.logoff_delay || 0),
+      idle_timeout: seconds(draft.idle_timeout),
+      max_session_duration: seconds(draft.max_session_duration),
+    },
   };
   if (draft.domain.trim()) {
     body.domain_join = {
@@ -178,6 +202,31 @@ export function PoolForm({
         <TextField label="Maximum size" type="number" min={1} value={draft.max_size} onChange={set("max_size")} error={errors.max_size} />
         <TextField label="Spare desktops" type="number" min={0} value={draft.spare} onChange={set("spare")} error={errors.spare} />
       </div>
+      <details>
+        <summary>Session policy</summary>
+        <div className="grid">
+          <SelectField label="Protocol" value={draft.protocol} onChange={set("protocol")} error={errors["session_policy.protocol"]}>
+            <option value="auto">Automatic (RDP for Windows, else VNC)</option>
+            <option value="rdp">RDP</option>
+            <option value="vnc">VNC</option>
+          </SelectField>
+          <SelectField
+            label="When a session ends"
+            value={draft.after_disconnect}
+            onChange={set("after_disconnect")}
+            error={errors["session_policy.after_disconnect"]}
+          >
+            <option value="logoff_immediately">Log off at once</option>
+            <option value="logoff_after_delay">Log off after a delay</option>
+            <option value="never">Keep the user signed in</option>
+          </SelectField>
+        </div>
+        <div className="grid">
+          <TextField label="Log-off delay (seconds)" type="number" min={0} value={draft.logoff_delay} onChange={set("logoff_delay")} error={errors["session_policy.logoff_delay"]} />
+          <TextField label="Idle timeout (seconds)" type="number" min={1} value={draft.idle_timeout} onChange={set("idle_timeout")} error={errors["session_policy.idle_timeout"]} hint="Empty: none." />
+          <TextField label="Longest session (seconds)" type="number" min={1} value={draft.max_session_duration} onChange={set("max_session_duration")} error={errors["session_policy.max_session_duration"]} hint="Empty: none." />
+        </div>
+      </details>
       <details>
         <summary>Domain join</summary>
         <div className="grid">
