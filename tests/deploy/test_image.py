@@ -126,6 +126,11 @@ async def test_image_runs_migration_and_every_component_and_opens_a_desktop(
         timeout=120,
     )  # fmt: skip
     assert migrate.returncode == 0
+    # Built without the vendor key: the build manifest is unsigned, and says so plainly.
+    manifest = await asyncio.to_thread(
+        podman, "run", "--rm", containers.image, "license", "manifest", "verify", check=False
+    )
+    assert manifest.stdout.startswith("unsigned"), manifest.stdout + manifest.stderr
 
     ports = {name: free_port() for name in (*COMPONENTS, "desktopd")}
     ops = {name: free_port() for name in COMPONENTS}
