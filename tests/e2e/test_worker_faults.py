@@ -205,7 +205,9 @@ async def test_sigkilled_workers_lose_no_job_and_every_duplicate_is_a_reclaimed_
 ) -> None:
     total = 60
     for n in range(total):
-        await queue.enqueue(db, "record", {"n": n, "seconds": 0.5})
+        # Long enough that the three kills (each waiting for a replacement to start, slow on a
+        # loaded machine) happen while jobs are still running.
+        await queue.enqueue(db, "record", {"n": n, "seconds": 1.5})
     workers = {}
     for worker in await asyncio.gather(*(spawn_worker() for _ in range(3))):
         workers[worker.pid] = worker
@@ -272,7 +274,8 @@ async def test_a_stalled_workers_late_completion_is_rejected(
 ) -> None:
     stalled = await spawn_worker()
     job = await queue.enqueue(
-        db, "record", {"stall_attempts": [1], "stall": LEASE_SECONDS * 2.5, "seconds": 0}
+        # Stalled long enough for the rescuer to start and reclaim first, even when loaded.
+        db, "record", {"stall_attempts": [1], "stall": LEASE_SECONDS * 5, "seconds": 0}
     )
     await until(
         lambda: db.fetchval("SELECT count(*) = 1 FROM job_executions WHERE job_id = $1", job.id),
