@@ -275,7 +275,9 @@ async def test_a_stalled_workers_late_completion_is_rejected(
     stalled = await spawn_worker()
     job = await queue.enqueue(
         # Stalled long enough for the rescuer to start and reclaim first, even when loaded.
-        db, "record", {"stall_attempts": [1], "stall": LEASE_SECONDS * 5, "seconds": 0}
+        db,
+        "record",
+        {"stall_attempts": [1], "stall": LEASE_SECONDS * 5, "seconds": 0},
     )
     await until(
         lambda: db.fetchval("SELECT count(*) = 1 FROM job_executions WHERE job_id = $1", job.id),
