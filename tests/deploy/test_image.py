@@ -12,7 +12,6 @@ import asyncio
 import base64
 import os
 import secrets
-import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -21,6 +20,7 @@ import aiohttp
 import pytest
 
 from deskpool.testing.idp import TestIdentityProvider
+from deskpool.testing.processes import free_port
 from deskpool.testing.services import ServiceAddresses, create_test_database, drop_test_database
 from deskpool.testing.tunnels import WebSocketTunnelClient
 from tests.deploy.conftest import REPO
@@ -29,12 +29,6 @@ from tests.deploy.podman import Containers, build_image, podman, wait_http
 IMAGE = "localhost/deskpool:test"
 COMPONENTS = ("api", "worker", "gateway", "web")
 pytestmark = pytest.mark.timeout(1800)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

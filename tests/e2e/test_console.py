@@ -33,10 +33,10 @@ from typing import Any
 import aiohttp
 import pytest
 from tests.conftest import REPO, deskpool_command
-from tests.e2e.test_processes import free_port
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.idp import TestIdentityProvider
+from deskpool.testing.processes import free_port
 from deskpool.testing.pytest_plugin import fresh_database
 
 CHROMIUM = "/usr/bin/chromium"

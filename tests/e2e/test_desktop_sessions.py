@@ -29,11 +29,11 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
-from tests.e2e.test_pool_convergence import DeskpoolProcess, free_port, until
 from tests.secret_leak_guard import LeakGuard
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.idp import TestIdentityProvider
+from deskpool.testing.processes import DeskpoolProcess, free_port, until
 from deskpool.testing.tunnels import TunnelClosed, WebSocketTunnelClient
 
 ADMIN = "e2e-session-admin"

@@ -12,10 +12,10 @@ from typing import Any
 
 import aiohttp
 from tests.conftest import REPO, deskpool_command
-from tests.e2e.test_processes import free_port
 
 from deskpool.guacamole.handshake import ClientInfo, perform_handshake
 from deskpool.guacamole.stream import InstructionReader
+from deskpool.testing.processes import free_port
 from deskpool.testing.tunnels import WebSocketTunnelClient
 
 

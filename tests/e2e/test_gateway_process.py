@@ -11,11 +11,11 @@ import time
 
 import aiohttp
 from tests.conftest import REPO
-from tests.e2e.test_processes import free_port
 from tests.integration.gateway.conftest import gateway_environ
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import Status
+from deskpool.testing.processes import free_port
 from deskpool.testing.tunnels import WebSocketTunnelClient
 
 

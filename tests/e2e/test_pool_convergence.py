@@ -23,29 +23,21 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import socket
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, cast
+from collections.abc import AsyncIterator
+from typing import cast
 
 import aiohttp
 import asyncpg
 import pytest
-from tests.conftest import REPO, deskpool_command
 
 from deskpool.clusters.repository import get_cluster
-from deskpool.db import migrate
 from deskpool.host import bootstrap
 from deskpool.pools.model import DesktopState
 from deskpool.runtime import Runtime
 from deskpool.testing.idp import TestIdentityProvider
-from deskpool.testing.services import (
-    ServiceAddresses,
-    create_test_database,
-    drop_test_database,
-)
+from deskpool.testing.processes import DeskpoolProcess, free_port, until
 from deskpool_driver_simulator import SimulatorDriver
 
 ADMIN = "e2e-admin"
@@ -63,109 +55,17 @@ SIMULATOR_OPTIONS = {
 pytestmark = pytest.mark.slow
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class DeskpoolProcess:
-    """One ``deskpool run COMPONENT...`` process, its output collected line by line."""
-
-    def __init__(self, components: list[str], env: dict[str, str]) -> None:
-        self.components = components
-        self.env = env
-        self.lines: list[str] = []
-        self.started: dict[str, asyncio.Event] = {name: asyncio.Event() for name in components}
-        self.process: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task[None] | None = None
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    @property
-    def output(self) -> str:
-        return "\n".join(self.lines)
-
-    async def start(self) -> DeskpoolProcess:
-        self.process = await asyncio.create_subprocess_exec(
-            *deskpool_command(),
-            "run",
-            *self.components,
-            env=self.env,
-            cwd=REPO,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        self._reader = asyncio.create_task(self._read())
-        started = asyncio.gather(*(event.wait() for event in self.started.values()))
-        either: list[asyncio.Future[Any]] = [started, self._reader]
-        async with asyncio.timeout(30):
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-        if not started.done():
-            started.cancel()
-            raise AssertionError(f"{self.components} exited before starting:\n{self.output}")
-        return self
-
-    async def _read(self) -> None:
-        assert self.process is not None
-        assert self.process.stdout is not None
-        async for raw in self.process.stdout:
-            line = raw.decode(errors="replace").rstrip()
-            self.lines.append(line)
-            for name, event in self.started.items():
-                if f"component {name} started" in line:
-                    event.set()
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.returncode is None:
-            self.process.send_signal(signal.SIGKILL)
-
-    async def stop(self) -> None:
-        if self.process is None:
-            return
-        if self.process.returncode is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(self.process.wait(), 15)
-        except TimeoutError:
-            self.kill()
-            await self.process.wait()
-        if self._reader is not None:
-            await self._reader
-
-
-@pytest.fixture(scope="module")
-def convergence_database(test_servers: ServiceAddresses) -> Iterator[str]:
-    """A migrated database of this module's own (its workers are killed mid-job)."""
-
-    async def create() -> str:
-        url = await create_test_database(test_servers.admin_url, prefix="deskpool_convergence")
-        connection = await asyncpg.connect(url)
-        try:
-            await migrate(connection)
-        finally:
-            await connection.close()
-        return url
-
-    url = asyncio.run(create())
-    yield url
-    asyncio.run(drop_test_database(test_servers.admin_url, url))
-
-
 @pytest.fixture
 def environ(
     deskpool_environ: dict[str, str],
-    convergence_database: str,
+    module_database_url: str,
     identity_provider: TestIdentityProvider,
 ) -> dict[str, str]:
     """The environment every process of the test shares."""
     return {
         **deskpool_environ,
         "PATH": os.environ["PATH"],
-        "DATABASE_URL": convergence_database,
+        "DATABASE_URL": module_database_url,
         "API_ADDR": f"127.0.0.1:{free_port()}",
         "AUTH_OIDC_ISSUER_URL": identity_provider.issuer_url,
         "AUTH_OIDC_AUDIENCE": identity_provider.audience,
@@ -196,8 +96,8 @@ async def processes(environ: dict[str, str]) -> AsyncIterator[dict[str, Deskpool
 
 
 @pytest.fixture
-async def db(convergence_database: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(convergence_database)
+async def db(module_database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    connection = await asyncpg.connect(module_database_url)
     yield connection
     await connection.close()
 
@@ -210,17 +110,6 @@ async def hands(environ: dict[str, str]) -> AsyncIterator[Runtime]:
     await runtime.open()
     yield runtime
     await runtime.close()
-
-
-async def until(check: Callable[[], Awaitable[Any]], what: str, seconds: float = 30) -> Any:
-    """Wait for a condition the database or the cluster tells; return its truthy value."""
-    async with asyncio.timeout(seconds):
-        while True:
-            value = await check()
-            if value:
-                return value
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting until {what}")
 
 
 async def vms_per_desktop(simulator: SimulatorDriver) -> dict[str, list[str]]:

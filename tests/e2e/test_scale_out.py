@@ -25,13 +25,13 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
-from tests.e2e.test_pool_convergence import DeskpoolProcess, free_port, until
 from tests.e2e.test_worker_faults import RECORDER, RECORDING_TABLES
 from tests.secret_leak_guard import LeakGuard
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.jobs import queue
 from deskpool.testing.idp import TestIdentityProvider
+from deskpool.testing.processes import DeskpoolProcess, free_port, until
 from deskpool.testing.tunnels import TunnelClosed, WebSocketTunnelClient
 
 ADMIN = "scale-admin"

@@ -13,17 +13,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import socket
 import subprocess
 import uuid
 from collections.abc import Callable
 
 import asyncpg
 import pytest
-from tests.conftest import REPO, deskpool_command
 from tests.secret_leak_guard import LeakGuard
 
 from deskpool.secrets import SecretContext, put_secrets
+from deskpool.testing.processes import DeskpoolProcess, free_port
 from deskpool_envelope.store import EnvelopeSecretStore, MasterKey
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
@@ -138,12 +137,6 @@ def test_a_previous_key_without_a_current_one_is_refused(
     assert "SECRETS_MASTER_KEY_PREVIOUS is set but SECRETS_MASTER_KEY is not" in message
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def test_during_a_rotation_window_the_api_and_worker_start_and_say_what_is_left(
     deskpool_environ: dict[str, str], isolated_database_url: str, leak_guard: LeakGuard
 ) -> None:
@@ -158,35 +151,11 @@ async def test_during_a_rotation_window_the_api_and_worker_start_and_say_what_is
         "API_ADDR": f"127.0.0.1:{free_port()}",
         "WORKER_SHUTDOWN_TIMEOUT": "5s",
     }
-    process = await asyncio.create_subprocess_exec(
-        *deskpool_command(),
-        "run",
-        "api",
-        "worker",
-        env=env,
-        cwd=REPO,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    assert process.stdout is not None
-    output: list[str] = []
-    try:
-        while True:
-            line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
-            assert line, "".join(output)  # the process ended before it was running
-            output.append(line)
-            if "running: api, worker" in line:
-                break
-        process.terminate()
-        rest, _ = await asyncio.wait_for(process.communicate(), 60)
-        output.append(rest.decode())
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    text = "".join(output)
+    process = await DeskpoolProcess(["api", "worker"], env).start(within=60)
+    returncode = await process.stop(within=60)
+    text = process.output
     leak_guard.scan(text, "deskpool run api worker (rotation window)")
-    assert process.returncode == 0, text
+    assert returncode == 0, text
     assert "1 sealed secret(s) are still under the previous master key" in text
     assert key_id(old) in text
     assert old not in text

@@ -19,21 +19,15 @@ import itertools
 import json
 import os
 import signal
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import pytest
-from tests.conftest import REPO, deskpool_command
 
-from deskpool.db import migrate
 from deskpool.jobs import queue
-from deskpool.testing.services import (
-    ServiceAddresses,
-    create_test_database,
-    drop_test_database,
-)
+from deskpool.testing.processes import DeskpoolProcess, until
 
 RECORDER = {
     "deskpool.plugins": {"jobrecorder": "deskpool_jobrecorder"},
@@ -52,95 +46,22 @@ CREATE TABLE periodic_executions (
 """
 
 
-class WorkerProcess:
-    """One ``deskpool run worker`` process, its output collected line by line."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.env = env
-        self.lines: list[str] = []
-        self.started = asyncio.Event()
-        self.watched: dict[str, asyncio.Event] = {}
-        self.process: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task[None] | None = None
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    @property
-    def output(self) -> str:
-        return "\n".join(self.lines)
-
-    async def start(self) -> WorkerProcess:
-        self.process = await asyncio.create_subprocess_exec(
-            *deskpool_command(),
-            "run",
-            "worker",
-            env=self.env,
-            cwd=REPO,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        self._reader = asyncio.create_task(self._read())
-        async with asyncio.timeout(30):
-            started = asyncio.create_task(self.started.wait())
-            await asyncio.wait([started, self._reader], return_when=asyncio.FIRST_COMPLETED)
-        if not self.started.is_set():
-            raise AssertionError(f"worker exited before starting:\n{self.output}")
-        return self
-
-    def watch(self, text: str) -> asyncio.Event:
-        """An event set once a line containing ``text`` is written."""
-        event = self.watched.setdefault(text, asyncio.Event())
-        if any(text in line for line in self.lines):
-            event.set()
-        return event
-
-    async def _read(self) -> None:
-        assert self.process is not None
-        assert self.process.stdout is not None
-        async for raw in self.process.stdout:
-            line = raw.decode(errors="replace").rstrip()
-            self.lines.append(line)
-            if "component worker started" in line:
-                self.started.set()
-            for text, event in self.watched.items():
-                if text in line:
-                    event.set()
-
-    def signal(self, number: int) -> None:
-        if self.process is not None and self.process.returncode is None:
-            self.process.send_signal(number)
-
-    async def wait(self) -> int:
-        assert self.process is not None
-        returncode = await asyncio.wait_for(self.process.wait(), 30)
-        if self._reader is not None:
-            await self._reader
-        return returncode
-
-
 @pytest.fixture(scope="module")
-def fault_database(test_servers: ServiceAddresses) -> Iterator[str]:
-    """A migrated database of this module's own, with the test plugin's recording tables.
+def fault_database(module_database_url: str) -> str:
+    """The module's own database, with the test plugin's recording tables.
 
     Only this module's workers use it, so terminating its backends disturbs nobody else.
     """
 
-    async def create() -> str:
-        url = await create_test_database(test_servers.admin_url, prefix="deskpool_faults")
-        connection = await asyncpg.connect(url)
+    async def create_tables() -> None:
+        connection = await asyncpg.connect(module_database_url)
         try:
-            await migrate(connection)
             await connection.execute(RECORDING_TABLES)
         finally:
             await connection.close()
-        return url
 
-    url = asyncio.run(create())
-    yield url
-    asyncio.run(drop_test_database(test_servers.admin_url, url))
+    asyncio.run(create_tables())
+    return module_database_url
 
 
 @pytest.fixture
@@ -159,9 +80,9 @@ async def spawn_worker(
 ) -> AsyncIterator[Callable[..., Any]]:
     """``await spawn_worker(**settings)``: a started worker process; all are killed at the end."""
     site = plugin_site("deskpool-jobrecorder", ["deskpool_jobrecorder"], RECORDER)
-    workers: list[WorkerProcess] = []
+    workers: list[DeskpoolProcess] = []
 
-    async def spawn(**settings: str) -> WorkerProcess:
+    async def spawn(**settings: str) -> DeskpoolProcess:
         env = {
             **deskpool_environ,
             "PATH": os.environ["PATH"],
@@ -174,7 +95,7 @@ async def spawn_worker(
             "WORKER_SHUTDOWN_TIMEOUT": "2s",
             **settings,
         }
-        worker = WorkerProcess(env)
+        worker = DeskpoolProcess(["worker"], env)
         workers.append(worker)
         return await worker.start()
 
@@ -184,16 +105,6 @@ async def spawn_worker(
     for worker in workers:
         if worker.process is not None:
             await worker.wait()
-
-
-async def until(check: Callable[[], Any], what: str, tries: int = 1500) -> Any:
-    """Wait (at most 30 s) for a condition the database tells; return its truthy value."""
-    for _ in range(tries):
-        value = await check()
-        if value:
-            return value
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out waiting until {what}")
 
 
 def pid_of(worker_id: str) -> int:

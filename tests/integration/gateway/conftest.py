@@ -8,11 +8,11 @@ from typing import Any
 
 import aiohttp
 import pytest
-from tests.e2e.test_processes import free_port
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.host import bootstrap
 from deskpool.runtime import Runtime
+from deskpool.testing.processes import free_port
 from deskpool.testing.tunnels import InMemorySessionBroker, WebSocketTunnelClient
 from deskpool_gateway import GatewayComponent
 

@@ -7,11 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from tests.e2e.test_processes import free_port
 from tests.integration.gateway.conftest import GatewayHarness
 
 from deskpool.guacamole import Status, encode
 from deskpool.sessions.tunnel import DesktopTarget, SessionEndReason
+from deskpool.testing.processes import free_port
 
 
 async def refused_with(harness: GatewayHarness, token: str, **options: Any) -> Status:

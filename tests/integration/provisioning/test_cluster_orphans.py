@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import asyncpg
 import pytest
@@ -22,7 +22,6 @@ from tests.integration.provisioning.conftest import (
 )
 
 from deskpool.clusters.repository import ClusterRecord
-from deskpool.jobs.periodic import PeriodicContext
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, reconcile_batch
 from deskpool.pools import repository, store_orphans
 from deskpool.pools.provisioning import PROVISION, enqueue_orphan_deletion
@@ -30,6 +29,7 @@ from deskpool.pools.reconcile import ReconcilePolicy
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
 from deskpool.pools.reconciler import PoolReconcilerService
 from deskpool.runtime import Runtime
+from deskpool.testing.periodic import leased_periodic_context
 from deskpool_worker import WorkerComponent
 from deskpool_worker.pools import pool_reconciler
 
@@ -56,26 +56,6 @@ async def provision_all(db: asyncpg.Connection, run_job: RunJob) -> None:
         await run_job(job_id["id"])
 
 
-async def periodic_context(db: asyncpg.Connection, runtime: Runtime) -> PeriodicContext:
-    """A run of the reconciliation task holding its lease."""
-    fence = await db.fetchval(
-        """
-        INSERT INTO periodic_tasks (name, fence, lease_expires_at, last_started_at)
-        VALUES ($1, 7, now() + interval '1 minute', now())
-        RETURNING fence
-        """,
-        POOL_RECONCILE_TASK,
-    )
-    return PeriodicContext(
-        POOL_RECONCILE_TASK,
-        runtime,
-        fence=fence,
-        started_at=datetime.now(UTC),
-        interval=timedelta(seconds=30),
-        lease_duration=timedelta(minutes=1),
-    )
-
-
 async def test_a_vm_of_a_deleted_pool_is_reported_once_with_no_pool_and_kept(
     db: asyncpg.Connection,
     make_pool: MakePool,
@@ -92,7 +72,7 @@ async def test_a_vm_of_a_deleted_pool_is_reported_once_with_no_pool_and_kept(
     left = await simulator.driver.clone("9000", name="left-behind", desktop_id=str(gone_desktop))
     foreign = await simulator.driver.admin.add_foreign_vm("not-ours")
 
-    context = await periodic_context(db, runtime)
+    context = await leased_periodic_context(db, runtime, POOL_RECONCILE_TASK)
     for _ in range(2):
         batch = await reconcile_batch(PoolReconcilerService(runtime, POLICY), context)
         assert batch.failed == ()
@@ -179,7 +159,7 @@ async def test_a_reconcile_run_counts_its_actions_and_its_cycle(
     assert sample("deskpool_reconcile_cycle_seconds_count") == 1
 
     await make_pool(min_size=1)
-    context = await periodic_context(db, runtime)
+    context = await leased_periodic_context(db, runtime, POOL_RECONCILE_TASK)
     batch = await reconcile_batch(PoolReconcilerService(runtime, POLICY, metrics), context)
 
     assert len(batch.reconciled) == 2

@@ -36,6 +36,7 @@ from deskpool.pools.reconciler import (
 )
 from deskpool.pools.states import Allocated
 from deskpool.runtime import Runtime
+from deskpool.testing.periodic import claim_periodic_task, leased_periodic_context
 
 S = DesktopState
 POLICY = ReconcilePolicy(failure_backoff_base=timedelta(milliseconds=1))
@@ -121,22 +122,7 @@ async def test_a_batch_lists_each_cluster_once_however_many_of_its_pools_it_take
     pools.append(await make_pool(min_size=1, cluster_id=other.id))
     labels = {"driver": "simulator", "operation": "list_owned_vms", "outcome": "ok"}
     before = runtime.metrics.get_sample_value("deskpool_driver_calls_total", labels) or 0.0
-    fence = await db.fetchval(
-        """
-        INSERT INTO periodic_tasks (name, fence, lease_expires_at, last_started_at)
-        VALUES ($1, 7, now() + interval '1 minute', now())
-        RETURNING fence
-        """,
-        POOL_RECONCILE_TASK,
-    )
-    context = PeriodicContext(
-        POOL_RECONCILE_TASK,
-        runtime,
-        fence=fence,
-        started_at=datetime.now(UTC),
-        interval=timedelta(seconds=30),
-        lease_duration=timedelta(minutes=1),
-    )
+    context = await leased_periodic_context(db, runtime, POOL_RECONCILE_TASK)
 
     batch = await reconcile_batch(reconciler, context)
 
@@ -152,10 +138,7 @@ async def test_a_run_that_lost_its_lease_commits_nothing(
     db: asyncpg.Connection, make_pool: MakePool, runtime: Runtime
 ) -> None:
     pool = await make_pool(min_size=2)
-    await db.execute(
-        "INSERT INTO periodic_tasks (name, fence, lease_expires_at) VALUES ($1, 8, now())",
-        POOL_RECONCILE_TASK,
-    )
+    await claim_periodic_task(db, POOL_RECONCILE_TASK, fence=8, lease=timedelta(0), started=False)
     stale = PeriodicContext(
         POOL_RECONCILE_TASK,
         runtime,

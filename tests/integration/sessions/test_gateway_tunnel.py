@@ -12,13 +12,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-from tests.e2e.test_processes import free_port
 from tests.integration.sessions.conftest import Estate, desktop_row, open_desktop
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import Instruction, Status
 from deskpool.runtime import Runtime
 from deskpool.sessions.tunnel import SessionEndReason
+from deskpool.testing.processes import free_port
 from deskpool.testing.pytest_plugin import opened_runtime
 from deskpool.testing.tunnels import WebSocketTunnelClient
 from deskpool_gateway import GatewayComponent
