@@ -10,10 +10,12 @@ from aiohttp import web
 
 from deskpool.actor import Actor
 from deskpool.api.problems import REQUEST_ID_KEY
+from deskpool.errors import Unauthenticated
 from deskpool.events import AuditEvent, Outcome
 
 if TYPE_CHECKING:
     from deskpool.api.routes import Operation
+    from deskpool.identity.principal import Principal
     from deskpool.runtime import Runtime
 
 
@@ -34,7 +36,18 @@ class Call:
     runtime: Runtime
     body: dict[str, Any] = field(default_factory=dict)
     query: dict[str, Any] = field(default_factory=dict)
-    principal: Any = None
+    principal: Principal | None = None
+
+    @property
+    def caller(self) -> Principal:
+        """The signed-in caller of a protected operation.
+
+        :raises Unauthenticated: the operation is public, so there is none (a programming
+            error in the route table).
+        """
+        if self.principal is None:
+            raise Unauthenticated("This operation has no signed-in caller.")
+        return self.principal
 
     def path_param(self, name: str) -> str:
         """A path parameter of the matched route."""

@@ -476,7 +476,7 @@ def register(routes: RouteTable) -> None:
         responses={200: ResponseSpec("The setup state.", SetupSchema)},
     )
     async def get_setup(call: Call) -> dict[str, Any]:
-        principal = call.principal
+        principal = call.caller
         manager = driver_manager_for(call.runtime)
         counts = await repository.clusters_by_driver(call.runtime.db)
         may_connect = principal.may("clusters:manage")

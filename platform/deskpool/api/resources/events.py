@@ -70,7 +70,7 @@ def register(routes: RouteTable) -> None:
         if resume is not None and not valid_stream_id(resume):
             raise BadRequest("Last-Event-ID is not an id this stream gave.")
         hub = request.app[HUB_KEY]
-        principal = call.principal
+        principal = call.caller
         permissions = set(principal.effective.permissions)
         response = web.StreamResponse(
             headers={

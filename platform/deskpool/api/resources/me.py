@@ -31,7 +31,7 @@ class MeRenderer:
 
     async def get_me(self, call: Call) -> web.Response:
         """The caller: identity, groups, roles and effective permissions."""
-        principal: Principal = call.principal
+        principal = call.caller
         body = self._bodies.get(principal)
         if body is None:
             body = json.dumps(self._schema.dump(_me(principal))).encode()

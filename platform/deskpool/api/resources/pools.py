@@ -1118,7 +1118,7 @@ def register(routes: RouteTable) -> None:
         responses={200: ResponseSpec("A page of pools.", page_schema(MyPoolSchema))},
     )
     async def list_my_pools(call: Call) -> Page:
-        principal = call.principal
+        principal = call.caller
         db = call.runtime.db
         limit = int(call.query["limit"])
         after = cursor_pair(call.query.get("cursor"))
@@ -1186,7 +1186,7 @@ def register(routes: RouteTable) -> None:
     async def open_pool_desktop(call: Call) -> dict[str, Any]:
         try:
             connection = await sessions.open_pool_desktop(
-                call.runtime, call.principal, pool_id_of(call), call.audit_event
+                call.runtime, call.caller, pool_id_of(call), call.audit_event
             )
         except (NoDesktopAvailable, DesktopNotReady) as error:
             error.headers = {**error.headers, "Retry-After": _retry_after(call)}

@@ -371,7 +371,7 @@ def register(routes: RouteTable) -> None:
     )
     async def shadow_session(call: Call) -> dict[str, Any]:
         session, connection = await service.shadow_session(
-            call.runtime, call.principal, _session_id(call), call.audit_event
+            call.runtime, call.caller, _session_id(call), call.audit_event
         )
         return {
             "session": session_view(session),
@@ -394,7 +394,7 @@ def register(routes: RouteTable) -> None:
         return await _page(
             call,
             store.SessionFilter(
-                user_id=uuid.UUID(str(call.principal.id)), open=_open_filter(call.query)
+                user_id=uuid.UUID(str(call.caller.id)), open=_open_filter(call.query)
             ),
         )
 
@@ -419,6 +419,6 @@ def register(routes: RouteTable) -> None:
     async def connect_my_desktop(call: Call) -> dict[str, Any]:
         desktop_id = parse_id(call.path_param("desktop_id"), "desktop")
         connection = await service.reconnect_desktop(
-            call.runtime, call.principal, desktop_id, call.audit_event
+            call.runtime, call.caller, desktop_id, call.audit_event
         )
         return connection_view(connection)
