@@ -29,6 +29,21 @@ class FieldError:
         return {"pointer": self.pointer, "detail": self.message}
 
 
+#: The part of a request a field error is in by default: its JSON body.
+BODY = "body"
+
+
+@dataclass(frozen=True)
+class LocatedFieldError(FieldError):
+    """A field error that also says which part of the request it is in."""
+
+    location: str = BODY
+
+    def as_dict(self) -> dict[str, str]:
+        """Return the field error as it appears in a problem+json body."""
+        return {"pointer": self.pointer, "detail": self.message, "location": self.location}
+
+
 class BadRequest(DeskpoolError):
     """The request cannot be read at all (malformed JSON, a bad cursor)."""
 

@@ -20,7 +20,6 @@ import json
 import math
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -28,7 +27,9 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from marshmallow import ValidationError
 
+from deskpool.errors import BODY as BODY
 from deskpool.errors import BadRequest, FieldError, InvalidText
+from deskpool.errors import LocatedFieldError as LocatedFieldError
 
 #: The deepest nesting of arrays and objects a JSON body may have (the body itself is 1).
 MAX_JSON_DEPTH = 32
@@ -37,7 +38,6 @@ MAX_JSON_DEPTH = 32
 MAX_REPORTED = 20
 
 #: Where a string of the request is, as a field error's ``location`` says.
-BODY = "body"
 QUERY = "query"
 PATH = "path"
 
@@ -59,17 +59,6 @@ def text_problem(text: str) -> str | None:
 
 def _escape(segment: str) -> str:
     return segment.replace("~", "~0").replace("/", "~1")
-
-
-@dataclass(frozen=True)
-class LocatedFieldError(FieldError):
-    """A field error that also says which part of the request it is in."""
-
-    location: str = BODY
-
-    def as_dict(self) -> dict[str, str]:
-        """Return the field error as it appears in a problem+json body."""
-        return {"pointer": self.pointer, "detail": self.message, "location": self.location}
 
 
 def located(pointer: str, message: str, location: str) -> FieldError:

@@ -2,22 +2,419 @@
 
 Each change validates, changes, records its audit event through the :class:`Actor` and
 enqueues its jobs in one transaction, so a request either happens whole or not at all.
+Changes take the members of a create or change request as the API's schemas load them
+(``PoolCreateSchema``, ``PoolChangeSchema``): a caller outside the API passes the same
+members. A new template or cluster is looked up through the cluster's driver before the
+transaction (:func:`check_template`), so no driver call holds a row lock.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deskpool.actor import Actor
-from deskpool.clusters.repository import get_cluster
-from deskpool.errors import NotFound
+from deskpool.clusters import repository as clusters
+from deskpool.clusters.drivers import driver_manager_for
+from deskpool.clusters.repository import ClusterRecord, get_cluster
+from deskpool.drivers import DriverError, deadline_after
+from deskpool.drivers import OsType as TemplateOsType
+from deskpool.errors import DeskpoolError, LocatedFieldError, NotFound, ValidationFailed
 from deskpool.jobs.model import Job
+from deskpool.licensing.service import check_can_create_pool
+from deskpool.pools import repository
+from deskpool.pools.model import (
+    CloneMode,
+    OsType,
+    Pool,
+    PoolKind,
+    PoolState,
+    validate_pool,
+    validate_pool_change,
+)
 from deskpool.pools.provisioning import CLUSTERS, enqueue_orphan_deletion
+from deskpool.pools.reconciler import enqueue_pool_reconcile
+from deskpool.pools.repository import Db, DomainJoin, Entitlement, PoolRecord, SubjectType
 from deskpool.pools.store_orphans import OrphanRecord, list_orphans, lock_orphan
+from deskpool.sessions import service as sessions
+from deskpool.sessions.model import SessionPolicy
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+#: Seconds a pool change waits for the cluster's driver to list its templates.
+TEMPLATE_CHECK_TIMEOUT = 10.0
+
+#: How many templates a "no such template" error lists.
+_TEMPLATES_LISTED = 10
+
+
+def _field_error(pointer: str, message: str) -> ValidationFailed:
+    return ValidationFailed([LocatedFieldError(pointer, message)])
+
+
+@dataclass(frozen=True)
+class TemplateCheck:
+    """The outcome of checking a pool's template against its cluster."""
+
+    template: str
+    status: str
+    detail: str | None = None
+
+    def view(self) -> dict[str, Any]:
+        """The ``template_check`` member of a write response."""
+        return {"status": self.status, "detail": self.detail}
+
+
+def _not_verified(template: str, why: str) -> TemplateCheck:
+    return TemplateCheck(template, "not_verified", why)
+
+
+async def check_template(
+    runtime: Runtime, cluster: ClusterRecord, template: str, os_type: OsType
+) -> TemplateCheck:
+    """Look ``template`` up on ``cluster``; return its id and whether it was verified.
+
+    :raises ValidationFailed: the driver lists the templates and none is ``template`` (or
+        several are named so), or the template's OS is not ``os_type``.
+    """
+    manager = driver_manager_for(runtime)
+    try:
+        async with manager.open(cluster) as driver:
+            templates = await driver.list_templates(deadline=deadline_after(TEMPLATE_CHECK_TIMEOUT))
+    except DriverError as error:
+        return _not_verified(template, f"{error.code}: {error.detail}")
+    except DeskpoolError as error:  # the driver is not installed, or its credentials won't open
+        return _not_verified(template, f"{error.code}: {error.detail}")
+    except Exception as error:  # a driver outside its contract: not the caller's problem
+        log.exception("the %s driver failed listing templates of %s", cluster.driver, cluster.id)
+        return _not_verified(
+            template,
+            f"driver_unexpected_error: the {cluster.driver} driver raised {type(error).__name__}",
+        )
+    found = [item for item in templates if item.id == template]
+    if not found:
+        found = [item for item in templates if item.name == template]
+        if len(found) > 1:
+            raise _field_error(
+                "/template",
+                f"{len(found)} templates of the cluster are named {template!r}; give the id "
+                f"({', '.join(sorted(item.id for item in found))}).",
+            )
+    if not found:
+        listed = ", ".join(
+            f"{item.name} (id {item.id})"
+            for item in sorted(templates, key=lambda t: t.name)[:_TEMPLATES_LISTED]
+        )
+        more = len(templates) - _TEMPLATES_LISTED
+        suffix = f" and {more} more" if more > 0 else ""
+        raise _field_error(
+            "/template",
+            f"The cluster {cluster.name!r} has no template {template!r}; it has: "
+            f"{listed or 'none'}{suffix}.",
+        )
+    chosen = found[0]
+    if chosen.os_type in (TemplateOsType.LINUX, TemplateOsType.WINDOWS) and str(
+        chosen.os_type
+    ) != str(os_type):
+        raise _field_error(
+            "/os_type",
+            f"The template {chosen.name!r} is a {chosen.os_type} template, not {os_type}.",
+        )
+    return TemplateCheck(chosen.id, "verified")
+
+
+async def _cluster_or_422(db: Db, cluster_id: uuid.UUID) -> ClusterRecord:
+    cluster = await clusters.get_cluster(db, cluster_id)
+    if cluster is None:
+        raise _field_error("/cluster_id", f"No cluster has the id {cluster_id}.")
+    return cluster
+
+
+def _domain_join_of(body: Mapping[str, Any]) -> DomainJoin | None:
+    join = body.get("domain_join")
+    if join is None:
+        return None
+    return DomainJoin(
+        domain=join["domain"],
+        username=join["username"],
+        organizational_unit=join.get("organizational_unit"),
+    )
+
+
+def _check_domain_join(pool: Pool, join: DomainJoin | None) -> None:
+    if join is not None and pool.os_type is not OsType.WINDOWS:
+        raise _field_error("/domain_join", "Only Windows pools join a domain.")
+
+
+def _raise_invalid(errors: list[Any]) -> None:
+    if errors:
+        raise ValidationFailed(
+            [LocatedFieldError(error.pointer, error.message) for error in errors]
+        )
+
+
+_MODEL_FIELDS = (
+    "name",
+    "template",
+    "min_size",
+    "max_size",
+    "spare",
+    "naming_pattern",
+    "storage",
+)
+
+
+def _model_changes(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The model fields a create or change body sets, as model values."""
+    changes: dict[str, Any] = {key: body[key] for key in _MODEL_FIELDS if key in body}
+    if "cluster_id" in body:
+        changes["cluster_id"] = body["cluster_id"]
+    if "kind" in body:
+        changes["kind"] = PoolKind(body["kind"])
+    if "os_type" in body:
+        changes["os_type"] = OsType(body["os_type"])
+    if "clone_mode" in body:
+        changes["clone_mode"] = CloneMode(body["clone_mode"])
+    if "state" in body:
+        changes["state"] = PoolState(body["state"])
+    if "target_nodes" in body:
+        changes["target_nodes"] = tuple(body["target_nodes"])
+    return changes
+
+
+@dataclass(frozen=True)
+class PoolWritten:
+    """A pool as a create or change left it, with its session policy and template check."""
+
+    record: PoolRecord
+    policy: SessionPolicy
+    check: TemplateCheck
+
+
+async def create_pool(runtime: Runtime, actor: Actor, body: Mapping[str, Any]) -> PoolWritten:
+    """Create a pool from a create request's members; enqueue its first reconciliation.
+
+    :raises ValidationFailed: invalid settings, an unknown cluster or template.
+    :raises deskpool.licensing.service.LicenseLimitReached: the license allows no more pools.
+    """
+    pool = Pool(id=uuid.uuid4(), **_model_changes(body))
+    _raise_invalid(validate_pool(pool))
+    policy = sessions.checked_policy(body.get("session_policy") or {})
+    join = _domain_join_of(body)
+    _check_domain_join(pool, join)
+    password = (body.get("domain_join") or {}).get("password")
+    if join is not None and password is None:
+        raise _field_error("/domain_join/password", "Missing data for required field.")
+    cluster = await _cluster_or_422(runtime.db, pool.cluster_id)
+    check = await check_template(runtime, cluster, pool.template, pool.os_type)
+    pool = Pool(id=pool.id, **{**_model_changes(body), "template": check.template})
+    async with runtime.db.acquire() as connection, connection.transaction():
+        await check_can_create_pool(connection, runtime.licensing)
+        await repository.create_pool(
+            connection, pool, description=body["description"], domain_join=join
+        )
+        if password is not None:
+            await repository.store_domain_join_password(
+                connection, runtime.secret_store, pool.id, password
+            )
+        await enqueue_pool_reconcile(connection, pool.id)
+        if "session_policy" in body:
+            policy = await sessions.set_pool_policy(connection, pool.id, body["session_policy"])
+        await actor.record(
+            connection,
+            "pool.create",
+            "pools",
+            str(pool.id),
+            {
+                "name": pool.name,
+                "cluster_id": str(pool.cluster_id),
+                "template": pool.template,
+                "kind": str(pool.kind),
+                "min_size": pool.min_size,
+                "max_size": pool.max_size,
+                "spare": pool.spare,
+                "state": str(pool.state),
+                "domain_join": join is not None,
+                "template_check": check.status,
+            },
+        )
+        record = await repository.get_pool_record(connection, pool.id)
+    assert record is not None
+    return PoolWritten(record, policy, check)
+
+
+async def change_pool(
+    runtime: Runtime, actor: Actor, pool_id: uuid.UUID, body: Mapping[str, Any]
+) -> tuple[PoolRecord, TemplateCheck]:
+    """Change a pool with a change request's members; the result is validated as a whole.
+
+    Members given replace the stored ones. The cluster, kind and OS cannot change while the
+    pool has desktops; a new template or cluster is looked up as on creation; a change that
+    reconciliation reads bumps the generation and enqueues a reconciliation.
+    ``domain_join: None`` removes the join settings and password; a ``domain_join`` without
+    ``password`` keeps the stored one.
+
+    :raises NotFound: no pool has the id.
+    :raises ValidationFailed: the changed pool is not valid.
+    """
+    changes = _model_changes(body)
+    before = await repository.get_pool_record(runtime.db, pool_id)
+    if before is None:
+        raise NotFound(f"No pool has the id {pool_id}.")
+    planned = repository.with_changes(before.pool, changes)
+    check = TemplateCheck(planned.template, "not_checked")
+    if planned.template != before.pool.template or planned.cluster_id != before.pool.cluster_id:
+        _raise_invalid(validate_pool(planned))
+        cluster = await _cluster_or_422(runtime.db, planned.cluster_id)
+        check = await check_template(runtime, cluster, planned.template, planned.os_type)
+        if "template" in changes:
+            changes["template"] = check.template
+    replaces_join = "domain_join" in body
+    join = _domain_join_of(body)
+    password = (body.get("domain_join") or {}).get("password")
+    async with runtime.db.acquire() as connection, connection.transaction():
+        current = await repository.get_pool_record(connection, pool_id, for_update=True)
+        if current is None:
+            raise NotFound(f"No pool has the id {pool_id}.")
+        proposed = repository.with_changes(current.pool, changes)
+        counts = await repository.pool_counts(connection, [pool_id])
+        _raise_invalid(
+            validate_pool_change(current.pool, proposed, has_desktops=counts[pool_id].total > 0)
+        )
+        if proposed.cluster_id != current.pool.cluster_id:
+            await _cluster_or_422(connection, proposed.cluster_id)
+        _check_domain_join(proposed, join if replaces_join else current.domain_join)
+        if (
+            replaces_join
+            and join is not None
+            and password is None
+            and not current.domain_join_password.is_set
+        ):
+            raise _field_error("/domain_join/password", "Missing data for required field.")
+        updated = await repository.update_pool(
+            connection,
+            current.pool,
+            proposed,
+            description=body.get("description"),
+            **({"domain_join": join} if replaces_join else {}),
+        )
+        if updated.pool.generation != current.pool.generation:
+            await enqueue_pool_reconcile(connection, pool_id)
+        if "session_policy" in body:
+            await sessions.set_pool_policy(connection, pool_id, body["session_policy"])
+        if replaces_join and join is None:
+            await repository.delete_domain_join_password(connection, pool_id)
+        elif password is not None:
+            await repository.store_domain_join_password(
+                connection, runtime.secret_store, pool_id, password
+            )
+        await actor.record(
+            connection,
+            "pool.update",
+            "pools",
+            str(pool_id),
+            {
+                "fields": sorted(body),
+                "generation": updated.pool.generation,
+                "state": str(updated.pool.state),
+                "domain_join_password": (
+                    "removed"
+                    if replaces_join and join is None
+                    else "replaced"
+                    if password is not None
+                    else "unchanged"
+                ),
+                "template_check": check.status,
+            },
+        )
+        record = await repository.get_pool_record(connection, pool_id)
+        assert record is not None
+    return record, check
+
+
+async def delete_pool(runtime: Runtime, actor: Actor, pool_id: uuid.UUID) -> None:
+    """Delete an empty pool, its entitlements and domain-join password.
+
+    :raises NotFound: no pool has the id.
+    :raises deskpool.pools.repository.PoolNotEmpty: the pool still has desktops.
+    """
+    async with runtime.db.acquire() as connection, connection.transaction():
+        record = await repository.get_pool_record(connection, pool_id)
+        if record is None or not await repository.delete_pool(connection, pool_id):
+            raise NotFound(f"No pool has the id {pool_id}.")
+        await actor.record(
+            connection, "pool.delete", "pools", str(pool_id), {"name": record.pool.name}
+        )
+
+
+async def reconcile_pool_now(runtime: Runtime, actor: Actor, pool_id: uuid.UUID) -> Job:
+    """Enqueue an immediate reconciliation of the pool (or answer the one queued)."""
+    async with runtime.db.acquire() as connection, connection.transaction():
+        record = await repository.get_pool_record(connection, pool_id, for_update=True)
+        if record is None:
+            raise NotFound(f"No pool has the id {pool_id}.")
+        job = await enqueue_pool_reconcile(connection, pool_id)
+        await actor.record(
+            connection,
+            "pool.reconcile",
+            "pools",
+            str(pool_id),
+            {"job_id": job.id, "generation": record.pool.generation},
+        )
+    return job
+
+
+async def grant_entitlement(
+    runtime: Runtime,
+    actor: Actor,
+    pool_id: uuid.UUID,
+    subject_type: SubjectType,
+    subject_id: uuid.UUID,
+) -> tuple[Entitlement, bool]:
+    """Entitle a user or group to a pool; answer the entitlement and whether it is new."""
+    async with runtime.db.acquire() as connection, connection.transaction():
+        if not await repository.pool_exists(connection, pool_id):
+            raise NotFound(f"No pool has the id {pool_id}.")
+        if not await repository.subject_exists(connection, subject_type, subject_id):
+            raise _field_error("/subject_id", f"No {subject_type} has the id {subject_id}.")
+        entitlement, created = await repository.grant_entitlement(
+            connection, pool_id, subject_type, subject_id
+        )
+        if created:
+            await actor.record(
+                connection,
+                "pool.entitlement.grant",
+                "pools",
+                str(pool_id),
+                {"subject_type": str(subject_type), "subject_id": str(subject_id)},
+            )
+    return entitlement, created
+
+
+async def revoke_entitlement(
+    runtime: Runtime,
+    actor: Actor,
+    pool_id: uuid.UUID,
+    subject_type: SubjectType,
+    subject_id: uuid.UUID,
+) -> None:
+    """Revoke an entitlement; desktops the user holds stay theirs."""
+    async with runtime.db.acquire() as connection, connection.transaction():
+        if not await repository.revoke_entitlement(connection, pool_id, subject_type, subject_id):
+            raise NotFound(f"The {subject_type} {subject_id} is not entitled to the pool.")
+        await actor.record(
+            connection,
+            "pool.entitlement.revoke",
+            "pools",
+            str(pool_id),
+            {"subject_type": str(subject_type), "subject_id": str(subject_id)},
+        )
 
 
 async def cluster_orphans(runtime: Runtime, cluster_id: uuid.UUID) -> list[OrphanRecord]:

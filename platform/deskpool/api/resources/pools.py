@@ -42,11 +42,9 @@ import logging
 import re
 import string
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
-import asyncpg
 from marshmallow import Schema, ValidationError, fields, validate
 
 from deskpool.api.context import Call
@@ -62,16 +60,9 @@ from deskpool.api.resources.sessions import (
 )
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.api.secret_fields import SecretInput, SecretStatusSchema
-from deskpool.api.validation import LocatedFieldError
-from deskpool.clusters import repository as clusters
-from deskpool.clusters.drivers import driver_manager_for
-from deskpool.clusters.repository import ClusterRecord
-from deskpool.drivers import DriverError, deadline_after
-from deskpool.drivers import OsType as TemplateOsType
-from deskpool.errors import DeskpoolError, InvalidCursor, NotFound, ValidationFailed
+from deskpool.errors import InvalidCursor, NotFound
 from deskpool.ids import parse_id
-from deskpool.licensing.service import check_can_create_pool
-from deskpool.pools import repository
+from deskpool.pools import repository, service
 from deskpool.pools.allocation import DesktopNotReady, NoDesktopAvailable
 from deskpool.pools.model import (
     MAX_POOL_NAME_LENGTH,
@@ -83,24 +74,14 @@ from deskpool.pools.model import (
     Pool,
     PoolKind,
     PoolState,
-    validate_pool,
-    validate_pool_change,
 )
 from deskpool.pools.naming import MAX_NAME_LENGTH
 from deskpool.pools.reconcile import PoolSummary
-from deskpool.pools.reconciler import enqueue_pool_reconcile
-from deskpool.pools.repository import DomainJoin, PoolRecord, SubjectType
+from deskpool.pools.repository import PoolRecord, SubjectType
 from deskpool.sessions import service as sessions
 from deskpool.sessions.model import DEFAULT_POLICY, SessionPolicy
 
 log = logging.getLogger(__name__)
-
-#: Seconds a pool change waits for the cluster's driver to list its templates.
-TEMPLATE_CHECK_TIMEOUT = 10.0
-
-#: How many templates a "no such template" error lists.
-_TEMPLATES_LISTED = 10
-
 
 # ---------------------------------------------------------------------------------- fields
 
@@ -580,153 +561,6 @@ async def existing_pool(call: Call) -> PoolRecord:
     return record
 
 
-async def audit(
-    call: Call,
-    connection: asyncpg.Connection,
-    action: str,
-    resource_type: str,
-    resource_id: str,
-    /,
-    **details: Any,
-) -> None:
-    """Record an audit event of this call in the connection's transaction."""
-    await call.record_audit(connection, action, resource_type, resource_id, details)
-
-
-def _field_error(pointer: str, message: str) -> ValidationFailed:
-    return ValidationFailed([LocatedFieldError(pointer, message)])
-
-
-@dataclass(frozen=True)
-class TemplateCheck:
-    """The outcome of checking a pool's template against its cluster."""
-
-    template: str
-    status: str
-    detail: str | None = None
-
-    def view(self) -> dict[str, Any]:
-        """The ``template_check`` member of a write response."""
-        return {"status": self.status, "detail": self.detail}
-
-
-def _not_verified(template: str, why: str) -> TemplateCheck:
-    return TemplateCheck(template, "not_verified", why)
-
-
-async def check_template(
-    call: Call, cluster: ClusterRecord, template: str, os_type: OsType
-) -> TemplateCheck:
-    """Look ``template`` up on ``cluster``; return its id and whether it was verified.
-
-    :raises ValidationFailed: the driver lists the templates and none is ``template`` (or
-        several are named so), or the template's OS is not ``os_type``.
-    """
-    manager = driver_manager_for(call.runtime)
-    try:
-        async with manager.open(cluster) as driver:
-            templates = await driver.list_templates(deadline=deadline_after(TEMPLATE_CHECK_TIMEOUT))
-    except DriverError as error:
-        return _not_verified(template, f"{error.code}: {error.detail}")
-    except DeskpoolError as error:  # the driver is not installed, or its credentials won't open
-        return _not_verified(template, f"{error.code}: {error.detail}")
-    except Exception as error:  # a driver outside its contract: not the caller's problem
-        log.exception("the %s driver failed listing templates of %s", cluster.driver, cluster.id)
-        return _not_verified(
-            template,
-            f"driver_unexpected_error: the {cluster.driver} driver raised {type(error).__name__}",
-        )
-    found = [item for item in templates if item.id == template]
-    if not found:
-        found = [item for item in templates if item.name == template]
-        if len(found) > 1:
-            raise _field_error(
-                "/template",
-                f"{len(found)} templates of the cluster are named {template!r}; give the id "
-                f"({', '.join(sorted(item.id for item in found))}).",
-            )
-    if not found:
-        listed = ", ".join(
-            f"{item.name} (id {item.id})"
-            for item in sorted(templates, key=lambda t: t.name)[:_TEMPLATES_LISTED]
-        )
-        more = len(templates) - _TEMPLATES_LISTED
-        suffix = f" and {more} more" if more > 0 else ""
-        raise _field_error(
-            "/template",
-            f"The cluster {cluster.name!r} has no template {template!r}; it has: "
-            f"{listed or 'none'}{suffix}.",
-        )
-    chosen = found[0]
-    if chosen.os_type in (TemplateOsType.LINUX, TemplateOsType.WINDOWS) and str(
-        chosen.os_type
-    ) != str(os_type):
-        raise _field_error(
-            "/os_type",
-            f"The template {chosen.name!r} is a {chosen.os_type} template, not {os_type}.",
-        )
-    return TemplateCheck(chosen.id, "verified")
-
-
-async def _cluster_or_422(db: Any, cluster_id: uuid.UUID) -> ClusterRecord:
-    cluster = await clusters.get_cluster(db, cluster_id)
-    if cluster is None:
-        raise _field_error("/cluster_id", f"No cluster has the id {cluster_id}.")
-    return cluster
-
-
-def _domain_join_of(body: Mapping[str, Any]) -> DomainJoin | None:
-    join = body.get("domain_join")
-    if join is None:
-        return None
-    return DomainJoin(
-        domain=join["domain"],
-        username=join["username"],
-        organizational_unit=join.get("organizational_unit"),
-    )
-
-
-def _check_domain_join(pool: Pool, join: DomainJoin | None) -> None:
-    if join is not None and pool.os_type is not OsType.WINDOWS:
-        raise _field_error("/domain_join", "Only Windows pools join a domain.")
-
-
-def _raise_invalid(errors: list[Any]) -> None:
-    if errors:
-        raise ValidationFailed(
-            [LocatedFieldError(error.pointer, error.message) for error in errors]
-        )
-
-
-_MODEL_FIELDS = (
-    "name",
-    "template",
-    "min_size",
-    "max_size",
-    "spare",
-    "naming_pattern",
-    "storage",
-)
-
-
-def _model_changes(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The model fields a create or change body sets, as model values."""
-    changes: dict[str, Any] = {key: body[key] for key in _MODEL_FIELDS if key in body}
-    if "cluster_id" in body:
-        changes["cluster_id"] = body["cluster_id"]
-    if "kind" in body:
-        changes["kind"] = PoolKind(body["kind"])
-    if "os_type" in body:
-        changes["os_type"] = OsType(body["os_type"])
-    if "clone_mode" in body:
-        changes["clone_mode"] = CloneMode(body["clone_mode"])
-    if "state" in body:
-        changes["state"] = PoolState(body["state"])
-    if "target_nodes" in body:
-        changes["target_nodes"] = tuple(body["target_nodes"])
-    return changes
-
-
 def _availability(pool: Pool, held: Sequence[Desktop], available: int) -> str:
     """What opening ``pool`` would give now (as :func:`.allocation.choose_desktop` decides)."""
     if pool.state is PoolState.DISABLED:
@@ -798,50 +632,9 @@ def register(routes: RouteTable) -> None:
         responses={201: ResponseSpec("The new pool.", PoolWriteSchema)},
     )
     async def create_pool(call: Call) -> Reply:
-        body = call.body
-        pool = Pool(id=uuid.uuid4(), **_model_changes(body))
-        _raise_invalid(validate_pool(pool))
-        policy = sessions.checked_policy(body.get("session_policy") or {})
-        join = _domain_join_of(body)
-        _check_domain_join(pool, join)
-        password = (body.get("domain_join") or {}).get("password")
-        if join is not None and password is None:
-            raise _field_error("/domain_join/password", "Missing data for required field.")
-        cluster = await _cluster_or_422(call.runtime.db, pool.cluster_id)
-        check = await check_template(call, cluster, pool.template, pool.os_type)
-        pool = Pool(id=pool.id, **{**_model_changes(body), "template": check.template})
-        async with call.runtime.db.acquire() as connection, connection.transaction():
-            await check_can_create_pool(connection, call.runtime.licensing)
-            await repository.create_pool(
-                connection, pool, description=body["description"], domain_join=join
-            )
-            if password is not None:
-                await repository.store_domain_join_password(
-                    connection, call.runtime.secret_store, pool.id, password
-                )
-            await enqueue_pool_reconcile(connection, pool.id)
-            if "session_policy" in body:
-                policy = await sessions.set_pool_policy(connection, pool.id, body["session_policy"])
-            await audit(
-                call,
-                connection,
-                "pool.create",
-                "pools",
-                str(pool.id),
-                name=pool.name,
-                cluster_id=str(pool.cluster_id),
-                template=pool.template,
-                kind=str(pool.kind),
-                min_size=pool.min_size,
-                max_size=pool.max_size,
-                spare=pool.spare,
-                state=str(pool.state),
-                domain_join=join is not None,
-                template_check=check.status,
-            )
-            record = await repository.get_pool_record(connection, pool.id)
-        assert record is not None
-        return Reply({**pool_view(record, None, policy), "template_check": check.view()}, 201)
+        written = await service.create_pool(call.runtime, call.actor, call.body)
+        view = pool_view(written.record, None, written.policy)
+        return Reply({**view, "template_check": written.check.view()}, 201)
 
     @routes.route(
         "GET",
@@ -871,81 +664,10 @@ def register(routes: RouteTable) -> None:
         responses={200: ResponseSpec("The pool.", PoolWriteSchema)},
     )
     async def update_pool(call: Call) -> dict[str, Any]:
-        pool_id = pool_id_of(call)
-        body = call.body
-        changes = _model_changes(body)
-        before = await repository.get_pool_record(call.runtime.db, pool_id)
-        if before is None:
-            raise NotFound(f"No pool has the id {pool_id}.")
-        planned = repository.with_changes(before.pool, changes)
-        check = TemplateCheck(planned.template, "not_checked")
-        if planned.template != before.pool.template or planned.cluster_id != before.pool.cluster_id:
-            _raise_invalid(validate_pool(planned))
-            cluster = await _cluster_or_422(call.runtime.db, planned.cluster_id)
-            check = await check_template(call, cluster, planned.template, planned.os_type)
-            if "template" in changes:
-                changes["template"] = check.template
-        replaces_join = "domain_join" in body
-        join = _domain_join_of(body)
-        password = (body.get("domain_join") or {}).get("password")
-        async with call.runtime.db.acquire() as connection, connection.transaction():
-            current = await repository.get_pool_record(connection, pool_id, for_update=True)
-            if current is None:
-                raise NotFound(f"No pool has the id {pool_id}.")
-            proposed = repository.with_changes(current.pool, changes)
-            counts = await repository.pool_counts(connection, [pool_id])
-            _raise_invalid(
-                validate_pool_change(current.pool, proposed, has_desktops=counts[pool_id].total > 0)
-            )
-            if proposed.cluster_id != current.pool.cluster_id:
-                await _cluster_or_422(connection, proposed.cluster_id)
-            _check_domain_join(proposed, join if replaces_join else current.domain_join)
-            if (
-                replaces_join
-                and join is not None
-                and password is None
-                and not current.domain_join_password.is_set
-            ):
-                raise _field_error("/domain_join/password", "Missing data for required field.")
-            updated = await repository.update_pool(
-                connection,
-                current.pool,
-                proposed,
-                description=body.get("description"),
-                **({"domain_join": join} if replaces_join else {}),
-            )
-            if updated.pool.generation != current.pool.generation:
-                await enqueue_pool_reconcile(connection, pool_id)
-            if "session_policy" in body:
-                await sessions.set_pool_policy(connection, pool_id, body["session_policy"])
-            if replaces_join and join is None:
-                await repository.delete_domain_join_password(connection, pool_id)
-            elif password is not None:
-                await repository.store_domain_join_password(
-                    connection, call.runtime.secret_store, pool_id, password
-                )
-            await audit(
-                call,
-                connection,
-                "pool.update",
-                "pools",
-                str(pool_id),
-                fields=sorted(body),
-                generation=updated.pool.generation,
-                state=str(updated.pool.state),
-                domain_join_password=(
-                    "removed"
-                    if replaces_join and join is None
-                    else "replaced"
-                    if password is not None
-                    else "unchanged"
-                ),
-                template_check=check.status,
-            )
-            record = await repository.get_pool_record(connection, pool_id)
-            assert record is not None
-            view = await _view(connection, record)
-        return {**view, "template_check": check.view()}
+        record, check = await service.change_pool(
+            call.runtime, call.actor, pool_id_of(call), call.body
+        )
+        return {**await _view(call.runtime.db, record), "template_check": check.view()}
 
     @routes.route(
         "DELETE",
@@ -961,14 +683,7 @@ def register(routes: RouteTable) -> None:
         responses={204: ResponseSpec("Deleted.")},
     )
     async def delete_pool(call: Call) -> Reply:
-        pool_id = pool_id_of(call)
-        async with call.runtime.db.acquire() as connection, connection.transaction():
-            record = await repository.get_pool_record(connection, pool_id)
-            if record is None or not await repository.delete_pool(connection, pool_id):
-                raise NotFound(f"No pool has the id {pool_id}.")
-            await audit(
-                call, connection, "pool.delete", "pools", str(pool_id), name=record.pool.name
-            )
+        await service.delete_pool(call.runtime, call.actor, pool_id_of(call))
         return Reply(None, 204)
 
     @routes.route(
@@ -986,24 +701,11 @@ def register(routes: RouteTable) -> None:
         responses={202: ResponseSpec("The reconciliation job.", JobSchema)},
     )
     async def reconcile_pool(call: Call) -> Reply:
-        pool_id = pool_id_of(call)
-        async with call.runtime.db.acquire() as connection, connection.transaction():
-            record = await repository.get_pool_record(connection, pool_id, for_update=True)
-            if record is None:
-                raise NotFound(f"No pool has the id {pool_id}.")
-            job = await enqueue_pool_reconcile(connection, pool_id)
-            await audit(
-                call,
-                connection,
-                "pool.reconcile",
-                "pools",
-                str(pool_id),
-                job_id=job.id,
-                generation=record.pool.generation,
-            )
+        job = await service.reconcile_pool_now(call.runtime, call.actor, pool_id_of(call))
         return Reply(job, 202)
 
     # -- entitlements
+
     @routes.route(
         "GET",
         "/api/v1/pools/{pool_id}/entitlements",
@@ -1044,27 +746,13 @@ def register(routes: RouteTable) -> None:
         },
     )
     async def grant_pool_entitlement(call: Call) -> Reply:
-        pool_id = pool_id_of(call)
-        subject_type = SubjectType(call.body["subject_type"])
-        subject_id: uuid.UUID = call.body["subject_id"]
-        async with call.runtime.db.acquire() as connection, connection.transaction():
-            if not await repository.pool_exists(connection, pool_id):
-                raise NotFound(f"No pool has the id {pool_id}.")
-            if not await repository.subject_exists(connection, subject_type, subject_id):
-                raise _field_error("/subject_id", f"No {subject_type} has the id {subject_id}.")
-            entitlement, created = await repository.grant_entitlement(
-                connection, pool_id, subject_type, subject_id
-            )
-            if created:
-                await audit(
-                    call,
-                    connection,
-                    "pool.entitlement.grant",
-                    "pools",
-                    str(pool_id),
-                    subject_type=str(subject_type),
-                    subject_id=str(subject_id),
-                )
+        entitlement, created = await service.grant_entitlement(
+            call.runtime,
+            call.actor,
+            pool_id_of(call),
+            SubjectType(call.body["subject_type"]),
+            call.body["subject_id"],
+        )
         return Reply(_entitlement_view(entitlement), 201 if created else 200)
 
     @routes.route(
@@ -1083,20 +771,9 @@ def register(routes: RouteTable) -> None:
             raise NotFound(f"No entitlement of a {raw_type!r}: subjects are users and groups.")
         subject_type = SubjectType(raw_type)
         subject_id = parse_id(call.path_param("subject_id"), subject_type.value)
-        async with call.runtime.db.acquire() as connection, connection.transaction():
-            if not await repository.revoke_entitlement(
-                connection, pool_id, subject_type, subject_id
-            ):
-                raise NotFound(f"The {subject_type} {subject_id} is not entitled to the pool.")
-            await audit(
-                call,
-                connection,
-                "pool.entitlement.revoke",
-                "pools",
-                str(pool_id),
-                subject_type=str(subject_type),
-                subject_id=str(subject_id),
-            )
+        await service.revoke_entitlement(
+            call.runtime, call.actor, pool_id, subject_type, subject_id
+        )
         return Reply(None, 204)
 
     # -- the caller's pools
