@@ -27,6 +27,7 @@ from deskpool.jobs.context import JobContext
 from deskpool.jobs.model import ClaimedJob, LeaseLost
 from deskpool.pools import repository
 from deskpool.pools.model import Desktop, OsType, Pool, PoolKind
+from deskpool.pools.provisioning import PROVISION
 from deskpool.runtime import Runtime
 from deskpool.testing.pytest_plugin import fresh_database
 from deskpool.testing.services import (
@@ -251,3 +252,11 @@ async def until(check: Callable[[], Awaitable[Any]], what: str, tries: int = 100
             return value
         await asyncio.sleep(0.01)
     raise AssertionError(f"timed out waiting until {what}")
+
+
+async def provision_all(db: asyncpg.Connection, run_job: RunJob) -> None:
+    """Run every queued provisioning job."""
+    for job_id in await db.fetch(
+        "SELECT id FROM jobs WHERE kind = $1 AND state = 'queued' ORDER BY id", PROVISION
+    ):
+        await run_job(job_id["id"])

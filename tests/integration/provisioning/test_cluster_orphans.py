@@ -19,12 +19,13 @@ from tests.integration.provisioning.conftest import (
     MakePool,
     RunJob,
     Simulator,
+    provision_all,
 )
 
 from deskpool.clusters.repository import ClusterRecord
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, reconcile_batch
 from deskpool.pools import repository, store_orphans
-from deskpool.pools.provisioning import PROVISION, enqueue_orphan_deletion
+from deskpool.pools.provisioning import enqueue_orphan_deletion
 from deskpool.pools.reconcile import ReconcilePolicy
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
 from deskpool.pools.reconciler import PoolReconcilerService
@@ -46,14 +47,6 @@ async def forget_audit_events(db: asyncpg.Connection) -> AsyncIterator[None]:
 
 async def no_fence(connection: asyncpg.Connection) -> None:
     """Effects of a test's direct call need no lease."""
-
-
-async def provision_all(db: asyncpg.Connection, run_job: RunJob) -> None:
-    """Run every queued provisioning job."""
-    for job_id in await db.fetch(
-        "SELECT id FROM jobs WHERE kind = $1 AND state = 'queued' ORDER BY id", PROVISION
-    ):
-        await run_job(job_id["id"])
 
 
 async def test_a_vm_of_a_deleted_pool_is_reported_once_with_no_pool_and_kept(

@@ -20,6 +20,7 @@ from tests.integration.provisioning.conftest import (
     Simulator,
     SimulatorFor,
     add_desktop,
+    provision_all,
 )
 
 from deskpool.jobs.model import LeaseLost
@@ -66,14 +67,6 @@ async def jobs_of(db: asyncpg.Connection, desktop_id: uuid.UUID) -> list[asyncpg
 
 async def audit(db: asyncpg.Connection, action: str) -> list[asyncpg.Record]:
     return list(await db.fetch("SELECT * FROM audit_events WHERE action = $1 ORDER BY id", action))
-
-
-async def provision_all(db: asyncpg.Connection, run_job: RunJob) -> None:
-    """Run every queued provisioning job."""
-    for job_id in await db.fetch(
-        "SELECT id FROM jobs WHERE kind = $1 AND state = 'queued' ORDER BY id", PROVISION
-    ):
-        await run_job(job_id["id"])
 
 
 async def test_a_new_pool_gets_its_desktops_each_with_one_provisioning_job(
