@@ -15,6 +15,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from tests.integration.seed import seed_user
 from tests.secret_leak_guard import LeakGuard
 
 from deskpool.runtime import Runtime
@@ -30,20 +31,6 @@ class Callers:
     manager: Headers
     reader: Headers
     nobody: Headers
-
-
-async def seed_user(runtime: Runtime, issuer: str, subject: str, permission: str | None) -> None:
-    """Create a user (as a first sign-in would) holding exactly ``permission``."""
-    async with runtime.db.acquire() as connection:
-        user_id = await connection.fetchval(
-            "INSERT INTO users (issuer, subject) VALUES ($1, $2) RETURNING id", issuer, subject
-        )
-        if permission is not None:
-            await connection.execute(
-                "INSERT INTO grants (subject_type, subject_id, permission) VALUES ('user', $1, $2)",
-                user_id,
-                permission,
-            )
 
 
 @pytest.fixture
@@ -91,5 +78,5 @@ async def callers(
         "nobody": (None, f"nobody-{suffix}"),
     }
     for permission, subject in subjects.values():
-        await seed_user(clusters_runtime, issuer, subject, permission)
+        await seed_user(clusters_runtime, issuer, subject, *filter(None, [permission]))
     return Callers(**{role: bearer(subject) for role, (_, subject) in subjects.items()})

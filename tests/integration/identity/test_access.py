@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from tests.integration.identity.conftest import served
+from tests.integration.seed import seed_user
 
 from deskpool.api.app import build_route_table
 from deskpool.api.routes import Operation
@@ -32,20 +33,6 @@ async def call(client: Any, operation: Operation, headers: dict[str, str]) -> An
     if operation.body is not None:
         kwargs["json"] = {}
     return await client.request(operation.method, concrete_path(operation), **kwargs)
-
-
-async def seed_user(runtime: Any, issuer: str, subject: str, permission: str | None) -> None:
-    """Create a user (as a first sign-in would) holding exactly ``permission``."""
-    async with runtime.db.acquire() as connection:
-        user_id = await connection.fetchval(
-            "INSERT INTO users (issuer, subject) VALUES ($1, $2) RETURNING id", issuer, subject
-        )
-        if permission is not None:
-            await connection.execute(
-                "INSERT INTO grants (subject_type, subject_id, permission) VALUES ('user', $1, $2)",
-                user_id,
-                permission,
-            )
 
 
 async def test_token_problems_are_401_problem_json(
@@ -96,7 +83,7 @@ async def test_permission_matrix(
     assert len(ops) > 20
     issuer = identity_provider.issuer_url
     permissions = sorted({op.permission for op in ops if op.permission})
-    await seed_user(secure_runtime, issuer, "nobody", None)
+    await seed_user(secure_runtime, issuer, "nobody")
     await seed_user(secure_runtime, issuer, "admin", "platform:admin")
     for permission in permissions:
         await seed_user(secure_runtime, issuer, f"holder-{permission}", permission)

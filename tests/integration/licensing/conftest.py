@@ -14,7 +14,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from tests.integration.pools.conftest import seed_user
+from tests.integration.seed import seed_user
 
 from deskpool.licensing.context import LicensingContext
 from deskpool.licensing.watermark import WatermarkKeys
