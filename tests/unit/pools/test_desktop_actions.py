@@ -12,7 +12,7 @@ from deskpool.api.resources.desktops import (
     allowed_actions,
     refuse_action,
 )
-from deskpool.api.resources.pools import bounded_name_width
+from deskpool.api.resources.pool_schemas import bounded_name_width
 from deskpool.pools.model import DesktopState
 from deskpool.pools.states import IllegalTransition
 
