@@ -46,7 +46,7 @@ from deskpool.drivers import OsType, OwnershipTags
 from deskpool.host import bootstrap
 from deskpool.jobs.periodic import PeriodicContext
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, reconcile_batch
-from deskpool.pools.reconcile import ReconcilePolicy
+from deskpool.pools.planner import ReconcilePolicy
 from deskpool.pools.reconciler import PoolReconcilerService
 from deskpool.runtime import Runtime
 from deskpool.testing.services import (

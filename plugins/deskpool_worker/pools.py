@@ -21,8 +21,8 @@ from typing import Any
 
 from deskpool.config import Config, Setting, SettingRegistry, parse_duration
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, pool_reconcile_task
+from deskpool.pools.planner import ReconcilePolicy
 from deskpool.pools.provisioning import desktop_job_kinds
-from deskpool.pools.reconcile import ReconcilePolicy
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
 from deskpool.pools.reconciler import (
     CLUSTER_ORPHAN_TASK,

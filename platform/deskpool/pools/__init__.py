@@ -10,7 +10,7 @@ apply what they return.
 - :mod:`deskpool.pools.model`: pools, desktops and observed VMs, and the validation of a pool.
 - :mod:`deskpool.pools.states`: the desktop state machine and the provisioning steps.
 - :mod:`deskpool.pools.naming`: naming patterns such as ``lab-{n:03}`` and free names.
-- :mod:`deskpool.pools.reconcile`: what to do to converge a pool to its desired size and to
+- :mod:`deskpool.pools.planner`: what to do to converge a pool to its desired size and to
   repair drift, and why the pool is degraded.
 - :mod:`deskpool.pools.allocation`: which desktop a user gets when they open a pool.
 """

@@ -15,7 +15,7 @@
   resource, so work without a natural generation (powering on) is not enqueued twice.
 - *Owners on a cluster.* :func:`owners_on_clusters` and :func:`existing_owners` say which
   pools, desktops and recorded VMs exist, for the cluster-wide orphan pass
-  (:func:`deskpool.pools.reconcile.find_unowned_vms`).
+  (:func:`deskpool.pools.planner.find_unowned_vms`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ A run works in two phases:
 1. *Plan the batch at once.* For the pools the run takes (those reconciled longest ago
    first), load their desktops, then list each cluster's deskpool VMs through its driver,
    **once per cluster** however many of its pools are in the batch, and call the pure
-   :func:`~deskpool.pools.reconcile.reconcile_pools`. Desktops are read *before* the VMs are
+   :func:`~deskpool.pools.planner.reconcile_pools`. Desktops are read *before* the VMs are
    listed, so a VM a job records in the meantime is in the listing: a desktop is never
    taken for one whose VM vanished because of the order of two reads. A cluster whose VMs
    cannot be listed (unreachable, driver not installed, credentials that do not open) is
@@ -27,7 +27,7 @@ A run works in two phases:
 *Cluster-wide orphans.* A pool's plan reports the orphans tagged for that pool's desktops; a
 VM tagged as deskpool's whose tags name no existing pool and no existing desktop (left behind
 by a deleted pool, say), and that no desktop records, belongs to no pool's plan. Planning finds
-them in each listed cluster's VMs (:func:`~deskpool.pools.reconcile.find_unowned_vms`, with the
+them in each listed cluster's VMs (:func:`~deskpool.pools.planner.find_unowned_vms`, with the
 owners read both before and after the listing, so a desktop created or deleted meanwhile is
 never taken for missing) and the first pool of that cluster applied records them
 (``pool_orphans`` with no pool), audited once each as ``reconcile.report_orphan``. They are
@@ -65,6 +65,20 @@ from deskpool.licensing.service import cap_desktops
 from deskpool.live.model import LiveEvent
 from deskpool.live.publishers import publish
 from deskpool.pools.model import Desktop, ObservedVm, Pool
+from deskpool.pools.planner import (
+    Action,
+    CreateDesktop,
+    DeleteOrphanVm,
+    HealthStatus,
+    PoolHealth,
+    PoolPlan,
+    PowerOn,
+    ReconcilePolicy,
+    ReportOrphan,
+    desktop_event,
+    find_unowned_vms,
+    reconcile_pools,
+)
 from deskpool.pools.provisioning import (
     CLUSTERS,
     DESKTOPS,
@@ -82,20 +96,6 @@ from deskpool.pools.provisioning_store import (
     lock_pool_for_reconciliation,
     owners_on_clusters,
     unfinished_job,
-)
-from deskpool.pools.reconcile import (
-    Action,
-    CreateDesktop,
-    DeleteOrphanVm,
-    HealthStatus,
-    PoolHealth,
-    PoolPlan,
-    PowerOn,
-    ReconcilePolicy,
-    ReportOrphan,
-    desktop_event,
-    find_unowned_vms,
-    reconcile_pools,
 )
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
 from deskpool.pools.repository import (

@@ -47,7 +47,7 @@ from deskpool.pools.model import (
     PoolState,
 )
 from deskpool.pools.naming import name_key
-from deskpool.pools.reconcile import HealthStatus, PoolHealth, PoolSummary
+from deskpool.pools.planner import HealthStatus, PoolHealth, PoolSummary
 from deskpool.pools.states import Allocated, DesktopEvent, transition
 from deskpool.secrets import (
     SecretContext,

@@ -12,7 +12,7 @@ import asyncpg
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from deskpool.licensing.model import FREE_LIMITS, sign_document
-from deskpool.pools.reconcile import ReconcilePolicy
+from deskpool.pools.planner import ReconcilePolicy
 from deskpool.pools.reconciler import PoolReconcilerService
 from deskpool.runtime import Runtime
 from deskpool.testing.licensing import TestVendor

@@ -15,7 +15,7 @@ from deskpool.errors import ValidationFailed
 from deskpool.pools import repository, store_orphans
 from deskpool.pools.allocation import DesktopNotReady, NoDesktopAvailable, PoolUnavailable
 from deskpool.pools.model import DesktopState, ObservedVm, PoolKind, PoolState, PowerState
-from deskpool.pools.reconcile import HealthStatus, PoolHealth
+from deskpool.pools.planner import HealthStatus, PoolHealth
 from deskpool.pools.states import Cloned, Delete, IllegalTransition, Started
 
 S = DesktopState

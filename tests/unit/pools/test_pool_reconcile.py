@@ -21,7 +21,7 @@ from deskpool.pools.model import (
     PoolState,
     PowerState,
 )
-from deskpool.pools.reconcile import (
+from deskpool.pools.planner import (
     Action,
     CreateDesktop,
     DeleteDesktop,

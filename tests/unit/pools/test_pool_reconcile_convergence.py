@@ -35,7 +35,7 @@ from deskpool.pools.model import (
     PowerState,
 )
 from deskpool.pools.naming import name_key
-from deskpool.pools.reconcile import (
+from deskpool.pools.planner import (
     Action,
     CreateDesktop,
     DeleteDesktop,

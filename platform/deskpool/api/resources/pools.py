@@ -2,7 +2,7 @@
 
 A pool is a set of desktops cloned from one template of one cluster, kept between its
 ``min_size`` and ``max_size`` with ``spare`` free desktops ready (the rules are in
-:mod:`deskpool.pools.reconcile`). The API stores what an administrator wants; the worker's
+:mod:`deskpool.pools.planner`). The API stores what an administrator wants; the worker's
 reconciliation makes it so. A pool's response shows the ``generation`` of its settings, the
 ``reconciled_generation`` the last reconciliation pass saw, the pass's ``health`` and the
 desktop counts by state.
@@ -72,7 +72,7 @@ from deskpool.pools.model import (
     Pool,
     PoolState,
 )
-from deskpool.pools.reconcile import PoolSummary
+from deskpool.pools.planner import PoolSummary
 from deskpool.pools.repository import PoolRecord, SubjectType
 from deskpool.sessions import service as sessions
 from deskpool.sessions.model import DEFAULT_POLICY, SessionPolicy
