@@ -24,6 +24,7 @@ import yaml
 from aiohttp import web
 from apispec import APISpec, BasePlugin
 from apispec.ext.marshmallow import MarshmallowPlugin
+from marshmallow import fields
 
 from deskpool import __version__
 from deskpool.api.context import Call
@@ -171,6 +172,17 @@ class SchemaRulesPlugin(BasePlugin):
         return {"oneOf": [{"required": [field]} for field in names]}
 
 
+#: JSON Schema keywords a field states through its metadata that apispec does not pass on.
+_FIELD_KEYWORDS = ("propertyNames",)
+
+
+def json_schema_keywords(
+    converter: Any, field: fields.Field[Any], ret: dict[str, Any], **kwargs: Any
+) -> dict[str, Any]:
+    """The :data:`_FIELD_KEYWORDS` of a field's metadata (``propertyNames`` of a dict)."""
+    return {key: field.metadata[key] for key in _FIELD_KEYWORDS if key in field.metadata}
+
+
 def problem_statuses(operation: Operation) -> list[int]:
     """The problem responses an operation can answer, from what it declares."""
     statuses = {400, 429}
@@ -283,16 +295,19 @@ def _operation(operation: Operation) -> dict[str, Any]:
 
 def build_document(routes: RouteTable) -> dict[str, Any]:
     """The OpenAPI 3.1 document of ``routes`` as a mapping."""
+    marshmallow = MarshmallowPlugin()
     spec = APISpec(
         title="deskpool API",
         version=__version__,
         openapi_version="3.1.0",
-        plugins=[MarshmallowPlugin(), SchemaRulesPlugin()],
+        plugins=[marshmallow, SchemaRulesPlugin()],
         info={
             "description": DESCRIPTION,
             "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
         },
     )
+    assert marshmallow.converter is not None
+    marshmallow.converter.add_attribute_function(json_schema_keywords)  # type: ignore[no-untyped-call]
     spec.components.schema("Problem", schema=ProblemSchema)
     for name, header in _HEADERS.items():
         spec.components.header(name, header)

@@ -38,6 +38,8 @@ class SecretInput(fields.Field[SecretValue]):
     ) -> None:
         kwargs["load_only"] = True
         metadata = {"type": "string", "format": "password", **kwargs.pop("metadata", {})}
+        if not allow_empty:
+            metadata.setdefault("minLength", 1)  # the document states that it is refused
         super().__init__(metadata=metadata, **kwargs)
         self.max_bytes = max_bytes
         self.allow_empty = allow_empty

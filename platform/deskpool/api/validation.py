@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 from aiohttp import hdrs, web
 from aiohttp.http_exceptions import ContentEncodingError
 from aiohttp.web_protocol import RequestPayloadError
-from marshmallow import Schema, ValidationError
+from marshmallow import Schema, ValidationError, validate
 from webargs import core
 from webargs.aiohttpparser import AIOHTTPParser
 
@@ -219,3 +219,16 @@ def require_exactly_one(data: Mapping[str, Any], names: Sequence[str]) -> None:
     """
     if sum(data.get(name) is not None for name in names) != 1:
         raise ValidationError(f"Give exactly one of {' or '.join(names)}.")
+
+
+class FullMatch(validate.Regexp):
+    """``validate.Regexp`` over the whole value (``$`` lets a final newline through in Python).
+
+    The document states the same ``pattern``, which ECMA-262 anchors at the very end.
+    """
+
+    def __call__(self, value: Any) -> Any:
+        """Refuse ``value`` unless the whole of it matches."""
+        if self.regex.fullmatch(value) is None:
+            raise ValidationError(self._format_error(value))
+        return value

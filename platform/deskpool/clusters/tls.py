@@ -16,6 +16,17 @@ from cryptography import x509
 #: The longest CA certificate text accepted (a bundle of a few certificates fits).
 MAX_CA_CERTIFICATE_LENGTH = 64 * 1024
 
+#: PEM text of one or more certificates (RFC 7468, lines of at most 76 base64 characters), as
+#: the API document states it. Whether each block is an X.509 certificate needs parsing it.
+PEM_CERTIFICATES = (
+    r"^\s*(?:-----BEGIN CERTIFICATE-----\r?\n(?:[A-Za-z0-9+/=]{1,76}\r?\n)+"
+    r"-----END CERTIFICATE-----\s*)+$"
+)
+
+#: A SHA-256 fingerprint as :func:`normalize_fingerprint` accepts it: 64 hex digits, with
+#: colons or white space anywhere between them (the API document states it).
+FINGERPRINT_TEXT = r"^[\s:]*(?:[0-9A-Fa-f][\s:]*){64}$"
+
 _HEX_PAIRS = re.compile(r"^[0-9A-F]{64}$")
 _SEPARATORS = re.compile(r"[\s:]")
 

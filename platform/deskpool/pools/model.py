@@ -14,6 +14,7 @@ from enum import StrEnum
 from uuid import UUID
 
 from deskpool.errors import FieldError
+from deskpool.names import is_display_name
 from deskpool.pools.naming import pattern_problems
 from deskpool_driver_api import PowerState as PowerState  # one definition, the contract's
 
@@ -211,7 +212,7 @@ def validate_pool(pool: Pool) -> list[FieldError]:
         error("name", "must not be empty")
     elif len(pool.name) > MAX_POOL_NAME_LENGTH:
         error("name", f"must be at most {MAX_POOL_NAME_LENGTH} characters")
-    elif name != pool.name or not pool.name.isprintable():
+    elif not is_display_name(pool.name):
         error("name", "must not start or end with spaces or contain control characters")
     if not pool.template.strip():
         error("template", "must name a template of the cluster")

@@ -30,6 +30,15 @@ MAX_NAME_LENGTH = 63
 MAX_WINDOWS_NAME_LENGTH = 15
 
 _DNS_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?")
+#: What a naming pattern looks like, as the API document states it: host-name characters around
+#: one ``{n}`` field, zero-padded to a width of at most :data:`MAX_NAME_LENGTH` if at all, so
+#: that it renders host names. (How long a rendered name is depends on the pool's size and
+#: OS, which a pattern on one field cannot say; :func:`pattern_problems` checks that.)
+PATTERN_SHAPE = (
+    r"^(?:[A-Za-z0-9][A-Za-z0-9-]*)?"
+    r"\{n(?::(?:0(?:[1-9]|[1-5][0-9]|6[0-3]))?d?)?\}"
+    r"(?:[A-Za-z0-9-]*[A-Za-z0-9])?$"
+)
 
 
 class InvalidNamingPattern(ValidationFailed):

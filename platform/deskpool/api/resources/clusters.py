@@ -33,18 +33,21 @@ from deskpool.api.pagination import Page, PageQuery, decode_cursor, page_schema,
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.api.secret_fields import SecretInput, SecretStatusSchema
-from deskpool.api.validation import LocatedFieldError
+from deskpool.api.validation import FullMatch, LocatedFieldError
 from deskpool.clusters import repository
 from deskpool.clusters.drivers import INSTALLED, NOT_INSTALLED, DriverManager, driver_manager_for
 from deskpool.clusters.repository import ClusterRecord, ConnectionSettings
 from deskpool.clusters.tls import (
+    FINGERPRINT_TEXT,
     MAX_CA_CERTIFICATE_LENGTH,
+    PEM_CERTIFICATES,
     check_ca_certificate,
     normalize_fingerprint,
 )
 from deskpool.drivers import DriverError, OsType, deadline_after
 from deskpool.errors import Conflict, DeskpoolError, InvalidCursor, NotFound, ValidationFailed
 from deskpool.ids import parse_id
+from deskpool.names import NAME_PATTERN
 from deskpool.secrets import SecretValue
 
 log = logging.getLogger(__name__)
@@ -54,12 +57,7 @@ T = TypeVar("T")
 #: Seconds an API request waits for the cluster (a check, a list of nodes or templates).
 DRIVER_CALL_TIMEOUT = 30.0
 
-#: Characters a name may not hold: controls, and surrogates (which UTF-8 cannot encode).
-_UNPRINTABLE = r"\x00-\x1f\x7f\ud800-\udfff"
-_NAME = validate.Regexp(
-    rf"^[^\s{_UNPRINTABLE}](?:[^{_UNPRINTABLE}]*[^\s{_UNPRINTABLE}])?$",
-    error="Printable text without leading or trailing spaces.",
-)
+_NAME = FullMatch(NAME_PATTERN, error="Printable text without leading or trailing spaces.")
 _CREDENTIAL_KEY = validate.Regexp(
     r"^[A-Za-z0-9_.-]{1,100}$", error="Letters, digits, '.', '_' and '-' (1 to 100)."
 )
@@ -134,6 +132,7 @@ def _credentials_field(**kwargs: Any) -> fields.Dict:
         load_only=True,
         metadata={
             "maxProperties": MAX_CREDENTIALS,
+            "propertyNames": {"pattern": _CREDENTIAL_KEY.regex.pattern},
             "description": (
                 "Secret values the driver connects with, by name (for Proxmox VE: `token_id` "
                 "and `token_secret`; see the driver's documentation). Write-only: sealed at "
@@ -148,7 +147,10 @@ def _options_field(**kwargs: Any) -> fields.Dict:
     return fields.Dict(
         keys=fields.String(validate=validate.Length(min=1, max=100)),
         validate=_check_storable,
-        metadata={"description": "Driver-specific settings (see the driver's documentation)."},
+        metadata={
+            "description": "Driver-specific settings (see the driver's documentation).",
+            "propertyNames": {"minLength": 1, "maxLength": 100},
+        },
         **kwargs,
     )
 
@@ -185,13 +187,22 @@ class TlsInputSchema(Schema):
     verify = fields.Boolean(metadata={"description": "Verify the server certificate (default)."})
     ca_certificate = CaCertificateField(
         allow_none=True,
+        validate=[
+            validate.Length(max=MAX_CA_CERTIFICATE_LENGTH),
+            validate.Regexp(
+                PEM_CERTIFICATES,
+                error="Must be PEM text of certificates (-----BEGIN CERTIFICATE----- blocks).",
+            ),
+        ],
         metadata={
             "description": "PEM of a CA to trust instead of the system's; null for none.",
-            "maxLength": MAX_CA_CERTIFICATE_LENGTH,
         },
     )
     fingerprint = FingerprintField(
         allow_none=True,
+        validate=validate.Regexp(
+            FINGERPRINT_TEXT, error="Must be 64 hex digits (colons and spaces allowed)."
+        ),
         metadata={
             "description": (
                 "SHA-256 fingerprint of the server certificate to pin (64 hex digits, colons "
@@ -239,7 +250,9 @@ class ClusterSchema(Schema):
 class ClusterCreateSchema(Schema):
     """A new cluster connection."""
 
-    name = fields.String(required=True, validate=[validate.Length(min=1, max=100), _NAME])
+    name = fields.String(
+        required=True, validate=[validate.Length(min=1, max=100), _NAME, _check_storable]
+    )
     driver = fields.String(
         required=True,
         validate=[validate.Length(min=1, max=100), _check_storable],
@@ -263,7 +276,7 @@ class ClusterChangeSchema(Schema):
     The driver cannot change (create another cluster instead).
     """
 
-    name = fields.String(validate=[validate.Length(min=1, max=100), _NAME])
+    name = fields.String(validate=[validate.Length(min=1, max=100), _NAME, _check_storable])
     endpoint = fields.String(validate=[validate.Length(min=1, max=2048), _check_storable])
     credentials = _credentials_field(allow_none=True)
     tls = fields.Nested(TlsInputSchema)

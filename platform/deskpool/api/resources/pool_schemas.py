@@ -21,6 +21,8 @@ from deskpool.api.resources.sessions import (
 )
 from deskpool.api.routes import ResponseSpec
 from deskpool.api.secret_fields import SecretInput, SecretStatusSchema
+from deskpool.api.validation import FullMatch
+from deskpool.names import NAME_PATTERN, SPACE
 from deskpool.pools.model import (
     MAX_POOL_NAME_LENGTH,
     MAX_POOL_SIZE,
@@ -30,7 +32,7 @@ from deskpool.pools.model import (
     PoolKind,
     PoolState,
 )
-from deskpool.pools.naming import MAX_NAME_LENGTH
+from deskpool.pools.naming import MAX_NAME_LENGTH, PATTERN_SHAPE
 from deskpool.pools.repository import SubjectType
 
 # ---------------------------------------------------------------------------------- fields
@@ -56,6 +58,31 @@ def bounded_name_width(value: Any) -> None:
             )
 
 
+_PATTERN_SHAPE = validate.Regexp(
+    PATTERN_SHAPE,
+    error=(
+        # marshmallow formats the message: braces are doubled.
+        "Must be host-name characters (letters, digits, hyphens; not at either end) around "
+        "one {{n}} field, zero-padded if at all ({{n}}, {{n:03}}), for example lab-{{n:03}}."
+    ),
+)
+#: Text with something visible in it (the pool model refuses blank templates, nodes, storages):
+#: the white space of ``str.strip`` (:data:`deskpool.names.SPACE`), so the document agrees.
+_VISIBLE = validate.Regexp(rf"^[{SPACE}]*[^{SPACE}]", error="Must not be blank.")
+_DISPLAY_NAME = FullMatch(
+    NAME_PATTERN, error="must not start or end with spaces or contain control characters"
+)
+
+
+class WholeNumber(fields.Integer):
+    """An integer as JSON Schema's ``integer`` means it: ``3`` and ``3.0``, never ``"3"``."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
 def _text(minimum: int, maximum: int, *, extra: Sequence[Any] = (), **kwargs: Any) -> fields.String:
     return fields.String(
         validate=[validate.Length(min=minimum, max=maximum), storable_text, *extra], **kwargs
@@ -63,7 +90,7 @@ def _text(minimum: int, maximum: int, *, extra: Sequence[Any] = (), **kwargs: An
 
 
 def _size(minimum: int, description: str, **kwargs: Any) -> fields.Integer:
-    return fields.Integer(
+    return WholeNumber(
         strict=True,
         validate=validate.Range(min=minimum, max=MAX_POOL_SIZE),
         metadata={"description": description},
@@ -261,13 +288,19 @@ class PoolCreateSchema(Schema):
     """A new desktop pool."""
 
     name = _text(
-        1, MAX_POOL_NAME_LENGTH, required=True, metadata={"description": _DESCRIPTIONS["name"]}
+        1,
+        MAX_POOL_NAME_LENGTH,
+        required=True,
+        extra=[_DISPLAY_NAME],
+        metadata={"description": _DESCRIPTIONS["name"]},
     )
     description = _text(
         0, 1000, load_default="", metadata={"description": _DESCRIPTIONS["description"]}
     )
     cluster_id = fields.UUID(required=True, metadata={"description": _DESCRIPTIONS["cluster_id"]})
-    template = _text(1, 200, required=True, metadata={"description": _DESCRIPTIONS["template"]})
+    template = _text(
+        1, 200, required=True, extra=[_VISIBLE], metadata={"description": _DESCRIPTIONS["template"]}
+    )
     kind = _choice(_KINDS, _DESCRIPTIONS["kind"], required=True)
     os_type = _choice(_OS_TYPES, _DESCRIPTIONS["os_type"], required=True)
     clone_mode = _choice(_CLONE_MODES, _DESCRIPTIONS["clone_mode"], load_default="linked")
@@ -278,20 +311,21 @@ class PoolCreateSchema(Schema):
         1,
         100,
         required=True,
-        extra=[bounded_name_width],
+        extra=[bounded_name_width, _PATTERN_SHAPE],
         metadata={"description": _DESCRIPTIONS["naming_pattern"]},
     )
     target_nodes = fields.List(
-        _text(1, 100),
+        _text(1, 100, extra=[_VISIBLE]),
         validate=validate.Length(max=64),
         load_default=list,
-        metadata={"description": _DESCRIPTIONS["target_nodes"]},
+        metadata={"description": _DESCRIPTIONS["target_nodes"], "uniqueItems": True},
     )
     storage = _text(
         1,
         200,
         allow_none=True,
         load_default=None,
+        extra=[_VISIBLE],
         metadata={"description": _DESCRIPTIONS["storage"]},
     )
     state = _choice(_POOL_STATES, _DESCRIPTIONS["state"], load_default="enabled")
@@ -310,10 +344,15 @@ class PoolCreateSchema(Schema):
 class PoolChangeSchema(Schema):
     """Changes to a pool; what is absent stays as it is."""
 
-    name = _text(1, MAX_POOL_NAME_LENGTH, metadata={"description": _DESCRIPTIONS["name"]})
+    name = _text(
+        1,
+        MAX_POOL_NAME_LENGTH,
+        extra=[_DISPLAY_NAME],
+        metadata={"description": _DESCRIPTIONS["name"]},
+    )
     description = _text(0, 1000, metadata={"description": _DESCRIPTIONS["description"]})
     cluster_id = fields.UUID(metadata={"description": _DESCRIPTIONS["cluster_id"]})
-    template = _text(1, 200, metadata={"description": _DESCRIPTIONS["template"]})
+    template = _text(1, 200, extra=[_VISIBLE], metadata={"description": _DESCRIPTIONS["template"]})
     kind = _choice(_KINDS, _DESCRIPTIONS["kind"])
     os_type = _choice(_OS_TYPES, _DESCRIPTIONS["os_type"])
     clone_mode = _choice(_CLONE_MODES, _DESCRIPTIONS["clone_mode"])
@@ -323,15 +362,21 @@ class PoolChangeSchema(Schema):
     naming_pattern = _text(
         1,
         100,
-        extra=[bounded_name_width],
+        extra=[bounded_name_width, _PATTERN_SHAPE],
         metadata={"description": _DESCRIPTIONS["naming_pattern"]},
     )
     target_nodes = fields.List(
-        _text(1, 100),
+        _text(1, 100, extra=[_VISIBLE]),
         validate=validate.Length(max=64),
-        metadata={"description": _DESCRIPTIONS["target_nodes"]},
+        metadata={"description": _DESCRIPTIONS["target_nodes"], "uniqueItems": True},
     )
-    storage = _text(1, 200, allow_none=True, metadata={"description": _DESCRIPTIONS["storage"]})
+    storage = _text(
+        1,
+        200,
+        allow_none=True,
+        extra=[_VISIBLE],
+        metadata={"description": _DESCRIPTIONS["storage"]},
+    )
     state = _choice(_POOL_STATES, _DESCRIPTIONS["state"])
     domain_join = fields.Nested(
         DomainJoinInputSchema,
