@@ -17,6 +17,9 @@ from deskpool.api.app import build_route_table
 from deskpool.api.routes import Operation
 
 PROBLEM = "application/problem+json"
+#: The bootstrap email of this run: an address makes one admin, the first account to have it,
+#: and other tests of the run's database sign in with addresses of their own.
+ROOT_EMAIL = f"Root-{uuid.uuid4().hex[:8]}@Example.COM"
 Bearer = Callable[..., dict[str, str]]
 
 
@@ -110,7 +113,7 @@ async def test_permission_matrix(
 def bootstrap_environ(secure_environ: dict[str, str]) -> dict[str, str]:
     return {
         **secure_environ,
-        "AUTH_BOOTSTRAP_ADMIN_EMAILS": "Root@Example.COM",
+        "AUTH_BOOTSTRAP_ADMIN_EMAILS": ROOT_EMAIL,
         "AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS": "vdi-operators=operators",
     }
 
@@ -124,7 +127,7 @@ async def bootstrap_client(bootstrap_environ: dict[str, str], aiohttp_client: An
 async def test_bootstrap_admin_manages_groups_and_grants_at_first_sign_in(
     bootstrap_client: Any, bearer: Bearer
 ) -> None:
-    admin = bearer("root-subject", email="root@example.com", email_verified=True)
+    admin = bearer("root-subject", email=ROOT_EMAIL.lower(), email_verified=True)
     me = await bootstrap_client.get("/api/v1/me", headers=admin)
     assert me.status == 200
     body = await me.json()
@@ -166,7 +169,7 @@ async def test_bootstrap_admin_manages_groups_and_grants_at_first_sign_in(
 async def test_unverified_email_is_not_a_bootstrap_admin(
     bootstrap_client: Any, bearer: Bearer
 ) -> None:
-    headers = bearer("mallory", email="root@example.com", email_verified=False)
+    headers = bearer("mallory", email=ROOT_EMAIL.lower(), email_verified=False)
     body = await (await bootstrap_client.get("/api/v1/me", headers=headers)).json()
     assert not body["is_platform_admin"]
     assert (await bootstrap_client.get("/api/v1/groups", headers=headers)).status == 403
