@@ -333,5 +333,5 @@ def test_the_openapi_document_marks_credentials_write_only() -> None:
     spec.components.schema("CredentialStatus", schema=CredentialStatus)
     schemas = spec.to_dict()["components"]["schemas"]
     token = schemas["CredentialBody"]["properties"]["api_token"]
-    assert token == {"type": "string", "format": "password", "writeOnly": True}
+    assert token == {"type": "string", "format": "password", "writeOnly": True, "minLength": 1}
     assert set(schemas["SecretStatus"]["properties"]) == {"set", "changed_at"}
