@@ -183,6 +183,17 @@ async def sign_in(instance: Instance, page: Any, who: tuple[str, str]) -> None:
     await page.get_by_role("button", name="Sign out").wait_for(timeout=TIMEOUT)
 
 
+#: True when a canvas of the desktop view holds more than one colour.
+CANVAS_NOT_BLANK = """() => [...document.querySelectorAll('.desktop-screen canvas')].some((c) => {
+  if (!c.width || !c.height) return false;
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  for (let i = 4; i < d.length; i += 4) {
+    if (d[i] !== d[0] || d[i + 1] !== d[1] || d[i + 2] !== d[2] || d[i + 3] !== d[3]) return true;
+  }
+  return false;
+})"""
+
+
 async def test_the_console_from_first_sign_in_to_the_desktop(instance: Instance) -> None:
     from playwright.async_api import async_playwright, expect
 
@@ -278,6 +289,14 @@ async def _steps(instance: Instance, admin: Any, user: Any, expect: Any) -> None
     await user.locator(".desktop-screen").click()
     await user.keyboard.type("hello from e2e")
     await _until(lambda: any("hello from e2e" in c.screen.typed for c in _screens(instance)))
+    # guacamole-common-js drew the simulated desktop: some canvas of the display is not blank.
+    drawn = False
+    for _ in range(100):
+        drawn = await user.evaluate(CANVAS_NOT_BLANK)
+        if drawn:
+            break
+        await asyncio.sleep(0.1)
+    assert drawn, "the desktop's canvases are blank"
     await visit(instance, user, "desktop")
 
     # 6. The administrator sees the session and disconnects it; the user sees it, reconnects.
