@@ -6,6 +6,8 @@ import os
 import shutil
 import subprocess
 import sys
+import time
+import types
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -73,3 +75,18 @@ def run_deskpool() -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+@pytest.fixture
+def frozen_rate_limit_clock(monkeypatch: pytest.MonkeyPatch) -> float:
+    """Stop the API rate limiter's clock for the test; returns the instant it stands at.
+
+    A window the test opens then never rolls over locally, however slow the machine, so the
+    budget a test counts down is the one it asserts on (Redis still expires the shared counter
+    after the real minute, far beyond any test's duration).
+    """
+    from deskpool.api import ratelimit
+
+    now = time.monotonic()
+    monkeypatch.setattr(ratelimit, "time", types.SimpleNamespace(monotonic=lambda: now))
+    return now

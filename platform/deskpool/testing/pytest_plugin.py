@@ -1,5 +1,11 @@
 """pytest fixtures for deskpool, its plugins and drivers.
 
+Helpers (plain functions, for fixtures of one's own):
+
+- :func:`connected`: a database connection, tables emptied first, closed on exit.
+- :func:`opened_runtime`: an opened runtime for an environment (tables emptied first).
+- :func:`served`: a runtime and an aiohttp test client of its API, closed in the right order.
+
 Fixtures:
 
 - ``test_servers``: where the real PostgreSQL and Redis are (failing, never skipping, when
@@ -50,17 +56,40 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @contextlib.asynccontextmanager
+async def connected(url: str, *, emptied: Sequence[str] = ()) -> AsyncIterator[asyncpg.Connection]:
+    """A connection to the database at ``url``, closed on exit.
+
+    :param emptied: tables truncated (``CASCADE``) before the connection is handed out.
+    """
+    connection = await asyncpg.connect(url)
+    try:
+        if emptied:
+            await connection.execute(f"TRUNCATE {', '.join(emptied)} CASCADE")
+        yield connection
+    finally:
+        await connection.close()
+
+
+@contextlib.asynccontextmanager
 async def opened_runtime(
-    environ: Mapping[str, str], components: Sequence[str] = ("api",)
+    environ: Mapping[str, str],
+    components: Sequence[str] = ("api",),
+    *,
+    emptied: Sequence[str] = (),
 ) -> AsyncIterator[Any]:
     """An opened :class:`deskpool.runtime.Runtime` for ``environ``, closed on exit.
 
     The plugins of ``components`` are loaded and the configuration is read from ``environ``
     alone, as a process started with that environment would.
+
+    :param emptied: tables of ``environ``'s database truncated (``CASCADE``) before it opens.
     """
     from deskpool.host import bootstrap
     from deskpool.runtime import Runtime
 
+    if emptied:
+        async with connected(environ["DATABASE_URL"], emptied=emptied):
+            pass
     process = bootstrap(environ, list(components), log_setup=False)
     runtime = Runtime(process.config, process.plugins)
     await runtime.open()
@@ -68,6 +97,29 @@ async def opened_runtime(
         yield runtime
     finally:
         await runtime.close()
+
+
+@contextlib.asynccontextmanager
+async def served(
+    environ: Mapping[str, str], aiohttp_client: Any, *, emptied: Sequence[str] = ()
+) -> AsyncIterator[tuple[Any, Any]]:
+    """``(runtime, client)``: an opened api runtime and a test client of its application.
+
+    The client (and so the application, the authenticator's listener included) is closed
+    before the runtime it uses: a fixture that opens a runtime itself and leaves the client to
+    ``aiohttp_client``'s teardown would close them the other way round.
+
+    :param aiohttp_client: the ``aiohttp_client`` fixture of the test.
+    :param emptied: tables truncated before the runtime opens.
+    """
+    from deskpool.api.app import create_app
+
+    async with opened_runtime(environ, emptied=emptied) as runtime:
+        client = await aiohttp_client(create_app(runtime))
+        try:
+            yield runtime, client
+        finally:
+            await client.close()
 
 
 @pytest.fixture(scope="session")

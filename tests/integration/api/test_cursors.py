@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from deskpool.api.app import build_route_table, create_app
+from deskpool.api.app import build_route_table
 from deskpool.api.pagination import CursorSeal, cursor_binding, encode_cursor
 from deskpool.errors import InvalidCursor
-from deskpool.testing.pytest_plugin import opened_runtime
+from deskpool.testing.pytest_plugin import served
 
 PROBLEM = "application/problem+json"
 ADMIN = "cursor-admin"
@@ -28,8 +28,8 @@ async def admin_client(
 ) -> AsyncIterator[tuple[Any, Any]]:
     """The API with a bootstrap administrator, and the runtime behind it."""
     environ = secure_environ | {"AUTH_BOOTSTRAP_ADMIN_SUBJECTS": ADMIN}
-    async with opened_runtime(environ) as runtime:
-        yield await aiohttp_client(create_app(runtime)), runtime
+    async with served(environ, aiohttp_client) as (runtime, client):
+        yield client, runtime
 
 
 async def invalid_cursor(response: Any) -> None:

@@ -28,8 +28,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from deskpool.api.app import create_app
-from deskpool.testing.pytest_plugin import opened_runtime
+from deskpool.testing.pytest_plugin import served
 
 ADMIN = "outage-admin"
 PROBLEM = "application/problem+json"
@@ -57,13 +56,11 @@ async def api(
         "DATABASE_MAX_CONNS": "4",
         "LOG_LEVEL": "warn",
     }
-    async with opened_runtime(environ) as runtime:
-        client = await aiohttp_client(create_app(runtime))
+    async with served(environ, aiohttp_client) as (_, client):
         token = identity_provider.issue_token(ADMIN, expires_in=3600)
         headers = {"Authorization": f"Bearer {token}"}
         assert (await client.get("/api/v1/me", headers=headers)).status == 200
         yield client, headers, environ["DATABASE_URL"]
-        await client.close()
 
 
 async def one_request(client: Any, headers: dict[str, str], number: int) -> Any:

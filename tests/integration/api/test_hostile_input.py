@@ -20,10 +20,10 @@ from urllib.parse import quote
 
 import pytest
 
-from deskpool.api.app import build_route_table, create_app
+from deskpool.api.app import build_route_table
 from deskpool.api.inputs import MAX_JSON_DEPTH
 from deskpool.api.routes import Operation
-from deskpool.testing.pytest_plugin import opened_runtime
+from deskpool.testing.pytest_plugin import served
 
 PROBLEM = "application/problem+json"
 ADMIN = "hostile-input-admin"
@@ -56,15 +56,13 @@ async def hostile(
         "AUTH_BOOTSTRAP_ADMIN_SUBJECTS": ADMIN,
         "API_RATE_LIMIT_PER_MINUTE": "0",
     }
-    async with opened_runtime(environ) as runtime:
-        client = await aiohttp_client(create_app(runtime))
+    async with served(environ, aiohttp_client) as (runtime, client):
         token = identity_provider.issue_token(ADMIN, expires_in=3600)
         headers = {"Authorization": f"Bearer {token}"}
         me = await client.get("/api/v1/me", headers=headers)
         assert me.status == 200, await me.text()
         operations = build_route_table(runtime.plugins).operations()
         yield Hostile(client, headers, operations)
-        await client.close()  # the application stops before the runtime closes
 
 
 def path_parameters(operation: Operation) -> list[str]:

@@ -20,6 +20,11 @@ RATE_LIMIT_HEADERS = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset
 # ------------------------------------------------------------------------------ rate limiting
 
 
+@pytest.fixture(autouse=True)
+def _frozen_clock(frozen_rate_limit_clock: float) -> None:
+    """Every window of these tests stays open for the whole test."""
+
+
 async def test_responses_carry_the_callers_budget(make_api_client: ApiClientFactory) -> None:
     client = await make_api_client(API_RATE_LIMIT_PER_MINUTE="5")
     first = await client.get("/test/numbers")
@@ -57,14 +62,17 @@ async def test_problem_responses_of_counted_requests_carry_the_budget(
 
 
 async def test_the_budget_is_shared_through_redis_by_every_process(
-    make_api_client: ApiClientFactory, make_config: Any
+    make_api_client: ApiClientFactory, deskpool_environ: dict[str, str]
 ) -> None:
-    # Two applications (as two API processes would be) on the same store and key prefix.
-    settings = {"API_RATE_LIMIT_PER_MINUTE": "2", "KVSTORE_KEY_PREFIX": "deskpool-test-shared:"}
-    one = await make_api_client(**settings)
-    two = await make_api_client(**settings)
-    prefix = settings["KVSTORE_KEY_PREFIX"]
-    await _clear_prefix(one, prefix)
+    from deskpool.api.app import RUNTIME_KEY
+
+    # Two applications (as two API processes would be) on the same store and key prefix: the
+    # test's own prefix, which no concurrent test run shares.
+    one = await make_api_client(API_RATE_LIMIT_PER_MINUTE="2")
+    two = await make_api_client(API_RATE_LIMIT_PER_MINUTE="2")
+    prefix = deskpool_environ["KVSTORE_KEY_PREFIX"]
+    assert one.app[RUNTIME_KEY].config["KVSTORE_KEY_PREFIX"] == prefix
+    assert two.app[RUNTIME_KEY].config["KVSTORE_KEY_PREFIX"] == prefix
     # Each process's first request of the window is counted in Redis at once: the budget of 2
     # is used up across the two processes.
     assert (await one.get("/test/numbers")).status == 200

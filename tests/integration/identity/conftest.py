@@ -2,33 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from deskpool.api.app import create_app
-from deskpool.testing.pytest_plugin import opened_runtime
-
 PROBLEM = "application/problem+json"
-
-
-@contextlib.asynccontextmanager
-async def served(environ: Mapping[str, str], aiohttp_client: Any) -> AsyncIterator[tuple[Any, Any]]:
-    """``(runtime, client)`` of an API process for ``environ``.
-
-    The client (and so the application, its authenticator's listener included) is closed
-    before the runtime it uses.
-    """
-    async with opened_runtime(environ) as runtime:
-        client = await aiohttp_client(create_app(runtime))
-        try:
-            yield runtime, client
-        finally:
-            await client.close()
 
 
 @dataclass(frozen=True)

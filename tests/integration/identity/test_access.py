@@ -10,11 +10,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from tests.integration.identity.conftest import served
 from tests.integration.seed import seed_user
 
 from deskpool.api.app import build_route_table
 from deskpool.api.routes import Operation
+from deskpool.testing.pytest_plugin import served
 
 PROBLEM = "application/problem+json"
 #: The bootstrap email of this run: an address makes one admin, the first account to have it,
@@ -176,7 +176,7 @@ async def test_unverified_email_is_not_a_bootstrap_admin(
 
 
 async def test_a_flood_of_bad_tokens_is_rate_limited_before_it_is_recorded(
-    secure_environ: dict[str, str], aiohttp_client: Any
+    secure_environ: dict[str, str], aiohttp_client: Any, frozen_rate_limit_clock: float
 ) -> None:
     environ = {**secure_environ, "API_RATE_LIMIT_PER_MINUTE": "3"}
     async with served(environ, aiohttp_client) as (runtime, client):

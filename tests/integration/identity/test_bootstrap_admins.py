@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from tests.integration.identity.conftest import served
+
+from deskpool.testing.pytest_plugin import served
 
 TAG = uuid.uuid4().hex[:8]
 ROOT_EMAIL = f"Root-{TAG}@Example.COM"

@@ -13,13 +13,14 @@ import uuid
 from typing import Any
 
 import pytest
-from tests.integration.identity.conftest import Directory, Person, served
+from tests.integration.identity.conftest import Directory, Person
 
 from deskpool.actor import Actor
 from deskpool.identity import service
 from deskpool.identity.principal import Principal
 from deskpool.identity.rules import EscalationDenied
 from deskpool.permissions import EffectivePermissions
+from deskpool.testing.pytest_plugin import served
 
 
 def assert_denied(status: int, body: Any, *missing: str) -> None:

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from tests.integration.identity.conftest import Directory, Person, served
+from tests.integration.identity.conftest import Directory, Person
 
-from deskpool.testing.pytest_plugin import fresh_database
+from deskpool.testing.pytest_plugin import fresh_database, served
 from deskpool.testing.services import ServiceAddresses
 
 
