@@ -1,6 +1,6 @@
 """The pools work the worker runs: desktop jobs, ``pool.reconcile``, and the reconciliation task.
 
-The platform holds the logic (:mod:`deskpool.pools.provisioning`,
+The platform holds the logic (:mod:`deskpool.pools.job_handlers`,
 :mod:`deskpool.pools.reconciler`); this module registers it with the worker, builds the
 reconciliation policy from the configuration, and declares the worker's pool setting:
 
@@ -21,8 +21,8 @@ from typing import Any
 
 from deskpool.config import Config, Setting, SettingRegistry, parse_duration
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, pool_reconcile_task
+from deskpool.pools.job_handlers import desktop_job_kinds
 from deskpool.pools.planner import ReconcilePolicy
-from deskpool.pools.provisioning import desktop_job_kinds
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
 from deskpool.pools.reconciler import (
     CLUSTER_ORPHAN_TASK,

@@ -1,27 +1,13 @@
-"""The worker's desktop jobs: provisioning, power, rebuild and deletion, step by step.
+"""The steps of the desktop jobs: clone, start, wait, delete and power, on the driver.
 
-Every slow operation on a desktop is a job of the worker (:mod:`deskpool.jobs`), with the
-payload ``{"desktop_id": ...}``:
-
-==========================  =================================================================
-kind                        what it does
-==========================  =================================================================
-``desktop.provision``       clone -> start -> wait for the guest agent
-                            (``GUEST_AGENT_WAIT_TIMEOUT``) -> wait for Windows Sysprep/OOBE
-                            (``WINDOWS_READY_WAIT_TIMEOUT``, Windows pools only) -> ``ready``
-``desktop.rebuild``         delete the VM and provision a new one under the same name
-``desktop.delete``          delete the VM, then the desktop's record
-``desktop.power_on``        power the VM on
-``desktop.power_off``       shut the guest down (powered off if it does not comply)
-``desktop.restart``         shut the guest down, then power it on again
-``vm.delete_orphan``        delete a VM tagged by deskpool that belongs to no desktop
-                            (payload ``{"cluster_id", "vm_id"}``)
-==========================  =================================================================
+:class:`DesktopWork` is one attempt of a desktop job (:mod:`deskpool.pools.desktop_jobs` lists
+the kinds; :mod:`deskpool.pools.job_handlers` runs them) on one desktop, with its pool's
+cluster and an open driver.
 
 The desktop's state (:mod:`deskpool.pools.states`) is the job's progress: a job reads the
 desktop and carries it on from the step it is at, applying each step's event when the step is
-done, fenced by the job's lease. So a job that runs again (its worker died, its attempt timed
-out) resumes where the last attempt stopped:
+done, fenced by the job's lease (:mod:`deskpool.pools.desktop_recorder`). So a job that runs
+again (its worker died, its attempt timed out) resumes where the last attempt stopped:
 
 - *Cloning is idempotent.* Every clone carries the desktop's id as a tag. Before cloning, the
   job lists the cluster's deskpool VMs: a VM tagged for the desktop other than the one its
@@ -36,27 +22,16 @@ out) resumes where the last attempt stopped:
   fixes (the template does not exist, the clone failed), the desktop is marked ``failed`` and
   the job ends. Whatever happens, a step's outcome is written only if the desktop is still in
   that step: a desktop an administrator deleted meanwhile is left alone.
-
-Enqueue with :func:`enqueue_desktop_job`: it keys provisioning, rebuild and deletion jobs by
-the desktop and the moment it entered its current state (its *attempt generation*), so a
-reconciliation pass that sees the same desktop twice never enqueues a second job for it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
-import asyncpg
-
-from deskpool.audit import record_audit_event
-from deskpool.clusters.repository import ClusterRecord, get_cluster
+from deskpool.clusters.repository import ClusterRecord
 from deskpool.config import Config, format_duration
 from deskpool.drivers import (
     DriverError,
@@ -69,74 +44,33 @@ from deskpool.drivers import (
     VmNotRunning,
     deadline_after,
 )
-from deskpool.errors import DeskpoolError, ServiceUnavailable
-from deskpool.events import AuditEvent
+from deskpool.errors import DeskpoolError
 from deskpool.jobs.context import JobContext
-from deskpool.jobs.model import Job, JobKind, LeaseLost, PermanentJobFailure
-from deskpool.jobs.queue import enqueue
+from deskpool.jobs.model import LeaseLost, PermanentJobFailure
 from deskpool.live.publishers import publish_desktop
+from deskpool.pools.desktop_jobs import POWER_OFF, POWER_ON, RESTART
+from deskpool.pools.desktop_recorder import (
+    DesktopRecorder,
+    StepStopped,
+    describe_failure,
+    utc_now,
+)
 from deskpool.pools.model import CloneMode, Desktop, DesktopState, Pool
-from deskpool.pools.provisioning_store import (
-    apply_event_in_state,
-    unfinished_job,
-    vm_is_recorded,
-)
-from deskpool.pools.repository import (
-    get_desktop,
-    get_pool,
-    remove_desktop,
-    set_desktop_node,
-)
+from deskpool.pools.repository import remove_desktop
 from deskpool.pools.states import (
     WAIT_TIMEOUT_SETTINGS,
     AgentReady,
     Cloned,
     Delete,
     DesktopEvent,
-    Failed,
-    IllegalTransition,
-    Refresh,
     Refreshed,
-    Retry,
     Started,
     WindowsReady,
 )
-from deskpool.pools.store_orphans import forget_orphans
 
 log = logging.getLogger(__name__)
 
 S = DesktopState
-
-# --------------------------------------------------------------------------- job kinds
-
-PROVISION = "desktop.provision"
-REBUILD = "desktop.rebuild"
-DELETE = "desktop.delete"
-POWER_ON = "desktop.power_on"
-POWER_OFF = "desktop.power_off"
-RESTART = "desktop.restart"
-DELETE_ORPHAN_VM = "vm.delete_orphan"
-
-#: Kinds keyed by the desktop's attempt generation (one job per entry into a state).
-GENERATIONAL_KINDS = frozenset({PROVISION, REBUILD, DELETE})
-#: Kinds that only act on the VM's power; one unfinished job per desktop is enough.
-POWER_KINDS = frozenset({POWER_ON, POWER_OFF, RESTART})
-
-#: The resource type of desktop jobs (the jobs API lists a desktop's jobs by it).
-DESKTOPS = "desktops"
-#: The resource type of cluster-level jobs (orphan VMs).
-CLUSTERS = "clusters"
-#: Who jobs act as in the audit trail.
-WORKER_ACTOR = "system:worker"
-
-#: Power jobs are what a waiting user asked for: they go before provisioning work.
-POWER_PRIORITY = 10
-
-#: How long one attempt of a provisioning or rebuild job may run (a timed-out attempt is
-#: retried and resumes at the step it reached; waits are bounded by their own timeouts).
-PROVISION_JOB_TIMEOUT = timedelta(hours=4)
-#: How long one attempt of the other desktop jobs may run.
-SHORT_JOB_TIMEOUT = timedelta(minutes=30)
 
 #: Bounds of the pause between two polls of a guest (a twentieth of the wait's timeout).
 MIN_POLL_INTERVAL = 0.05
@@ -147,94 +81,6 @@ BUSY_POLL_INTERVAL = 0.5
 CLONE_TIMEOUT = 3600.0
 #: How long a guest gets to shut down before it is powered off.
 GUEST_SHUTDOWN_TIMEOUT = 60.0
-#: The longest error text kept on a failed desktop.
-ERROR_TEXT_LIMIT = 500
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-#: The job that carries a desktop on from each state.
-_JOB_OF_STATE: Mapping[DesktopState, str] = {
-    S.PROVISIONING: PROVISION,
-    S.STARTING: PROVISION,
-    S.WAITING_FOR_AGENT: PROVISION,
-    S.WAITING_FOR_WINDOWS: PROVISION,
-    S.REFRESHING: REBUILD,
-    S.DELETING: DELETE,
-}
-
-
-def attempt_generation(desktop: Desktop) -> int:
-    """When the desktop entered its current state, in microseconds: one per entry."""
-    return (desktop.state_changed_at - _EPOCH) // timedelta(microseconds=1)
-
-
-def job_for_state(desktop: Desktop) -> str | None:
-    """The job kind that carries the desktop on from its state; ``None`` when none does."""
-    return _JOB_OF_STATE.get(desktop.state)
-
-
-def idempotency_key(kind: str, desktop: Desktop) -> str | None:
-    """``desktop.provision:<id>:<attempt generation>`` for generational kinds, else ``None``."""
-    if kind not in GENERATIONAL_KINDS:
-        return None
-    return f"{kind}:{desktop.id}:{attempt_generation(desktop)}"
-
-
-async def enqueue_desktop_job(connection: asyncpg.Connection, kind: str, desktop: Desktop) -> Job:
-    """Enqueue the ``kind`` job of ``desktop`` unless it is already there; return the job.
-
-    Provisioning, rebuild and deletion jobs are keyed by the attempt generation, so enqueueing
-    twice for the same entry into a state gives the same job. A power job is not enqueued
-    while another of its kind is queued or running for the desktop. Call it in the
-    transaction that changed the desktop, so the job exists exactly when the change does.
-    """
-    resource_id = str(desktop.id)
-    if kind in POWER_KINDS:
-        existing = await unfinished_job(connection, kind, DESKTOPS, resource_id)
-        if existing is not None:
-            return existing
-    return await enqueue(
-        connection,
-        kind,
-        {"desktop_id": resource_id},
-        priority=POWER_PRIORITY if kind in POWER_KINDS else 0,
-        idempotency_key=idempotency_key(kind, desktop),
-        resource_type=DESKTOPS,
-        resource_id=resource_id,
-    )
-
-
-async def enqueue_orphan_deletion(
-    connection: asyncpg.Connection, cluster_id: uuid.UUID, vm_id: str
-) -> Job:
-    """Enqueue the deletion of an orphan VM unless one is queued or running for it."""
-    resource_id = f"{cluster_id}/{vm_id}"
-    existing = await unfinished_job(connection, DELETE_ORPHAN_VM, CLUSTERS, resource_id)
-    if existing is not None:
-        return existing
-    return await enqueue(
-        connection,
-        DELETE_ORPHAN_VM,
-        {"cluster_id": str(cluster_id), "vm_id": vm_id},
-        resource_type=CLUSTERS,
-        resource_id=resource_id,
-    )
-
-
-def desktop_job_kinds() -> dict[str, JobKind]:
-    """The desktop job kinds with their time limits, for ``deskpool_register_job_kinds``."""
-    return {
-        PROVISION: JobKind(provision_desktop, timeout=PROVISION_JOB_TIMEOUT),
-        REBUILD: JobKind(rebuild_desktop, timeout=PROVISION_JOB_TIMEOUT),
-        DELETE: JobKind(delete_desktop, timeout=SHORT_JOB_TIMEOUT),
-        POWER_ON: JobKind(power_on_desktop, timeout=SHORT_JOB_TIMEOUT),
-        POWER_OFF: JobKind(power_off_desktop, timeout=SHORT_JOB_TIMEOUT),
-        RESTART: JobKind(restart_desktop, timeout=SHORT_JOB_TIMEOUT),
-        DELETE_ORPHAN_VM: JobKind(delete_orphan_vm, timeout=SHORT_JOB_TIMEOUT),
-    }
-
-
-# --------------------------------------------------------------------------- settings
 
 
 @dataclass(frozen=True)
@@ -258,173 +104,6 @@ class ProvisioningSettings:
 def poll_interval(timeout: timedelta) -> float:
     """Seconds between two polls of a guest during a wait of ``timeout``."""
     return min(MAX_POLL_INTERVAL, max(MIN_POLL_INTERVAL, timeout.total_seconds() / 20))
-
-
-def describe_failure(error: BaseException) -> str:
-    """The ``last_error`` of a desktop failed by ``error``: short, and never a secret."""
-    if isinstance(error, DeskpoolError):
-        text = error.detail
-    else:
-        text = f"unexpected error ({type(error).__name__})"
-    return text[:ERROR_TEXT_LIMIT]
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _desktop_id(payload: Mapping[str, Any]) -> uuid.UUID:
-    try:
-        return uuid.UUID(str(payload["desktop_id"]))
-    except (KeyError, ValueError) as error:
-        raise PermanentJobFailure(f"the payload names no desktop ({error})") from None
-
-
-def _retryable(error: BaseException) -> bool:
-    """Whether a later attempt may succeed where this one met ``error``."""
-    if isinstance(error, DriverError):
-        return error.retryable
-    return isinstance(error, ServiceUnavailable)
-
-
-# --------------------------------------------------------------------------- one attempt
-
-
-class _StepStopped(Exception):
-    """The desktop left the step being worked on (deleted, failed, moved on by someone)."""
-
-
-class DesktopRecorder:
-    """Writes what one attempt of a job does to its desktop.
-
-    Every outcome is written fenced by the job's lease, and only while the desktop is still
-    in the state the step started from.
-    """
-
-    def __init__(self, context: JobContext, desktop: Desktop, pool: Pool) -> None:
-        self.context = context
-        self.desktop = desktop
-        self.pool = pool
-        self._last_heartbeat = asyncio.get_running_loop().time()
-
-    @property
-    def db(self) -> asyncpg.Pool:
-        """The worker's connection pool."""
-        return self.context.runtime.db
-
-    @property
-    def last_attempt(self) -> bool:
-        """Whether the job will not be tried again if this attempt fails."""
-        return self.context.attempt >= self.context.job.max_attempts
-
-    async def reload(self) -> Desktop | None:
-        """Read the desktop again; ``None`` once it is gone."""
-        found = await get_desktop(self.db, self.desktop.id)
-        if found is not None:
-            self.desktop = found
-        return found
-
-    async def record(self, event: DesktopEvent, *, node: str | None = None) -> Desktop | None:
-        """Apply ``event`` if the desktop is still in the state the step started from.
-
-        :param node: the node the desktop's VM is on, recorded with the event.
-        :returns: the desktop after it, or ``None`` when the desktop moved on meanwhile.
-        :raises LeaseLost: the job was reclaimed; nothing is written.
-        """
-        step = self.desktop.state
-        async with self.db.acquire() as connection, connection.transaction():
-            await self.context.hold_lease(connection)
-            after = await apply_event_in_state(
-                connection, self.desktop.id, event, _now(), states={step}, pool=self.pool
-            )
-            if after is not None and node is not None:
-                await set_desktop_node(connection, self.desktop.id, node)
-        if after is None:
-            log.info(
-                "desktop %s left %s while the job worked on it; %s not recorded",
-                self.desktop.name,
-                step,
-                event.name,
-            )
-            return None
-        self.desktop = after
-        await publish_desktop(self.context.runtime, after)
-        return after
-
-    async def record_from_any(self, event: DesktopEvent) -> Desktop | None:
-        """Apply ``event`` in whatever state the desktop is; ``None`` if illegal there."""
-        async with self.db.acquire() as connection, connection.transaction():
-            await self.context.hold_lease(connection)
-            current = await get_desktop(connection, self.desktop.id, for_update=True)
-            if current is None:
-                return None
-            try:
-                after = await apply_event_in_state(
-                    connection, current.id, event, _now(), states={current.state}, pool=self.pool
-                )
-            except IllegalTransition as error:
-                log.info("desktop %s: %s", current.name, error.detail)
-                return None
-        if after is not None:
-            self.desktop = after
-            await publish_desktop(self.context.runtime, after)
-        return after
-
-    async def fail(self, error: str) -> None:
-        """Fail the desktop at its current step with ``error`` (if it is still there)."""
-        step = self.desktop.state
-        now = _now()
-        async with self.db.acquire() as connection, connection.transaction():
-            await self.context.hold_lease(connection)
-            after = await apply_event_in_state(
-                connection, self.desktop.id, Failed(error), now, states={step}, pool=self.pool
-            )
-            if after is None:
-                return
-            await record_audit_event(
-                connection,
-                AuditEvent(
-                    action="desktop.fail",
-                    actor=WORKER_ACTOR,
-                    resource_type=DESKTOPS,
-                    resource_id=str(self.desktop.id),
-                    outcome="failure",
-                    occurred_at=now,
-                    details={
-                        "pool_id": str(self.pool.id),
-                        "desktop": self.desktop.name,
-                        "step": str(step),
-                        "error": error,
-                        "job_id": self.context.id,
-                    },
-                ),
-            )
-        self.desktop = after
-        await publish_desktop(self.context.runtime, after)
-        log.warning("desktop %s failed at %s: %s", after.name, step, error)
-
-    async def settle(self, error: BaseException) -> None:
-        """Decide what a step's ``error`` leads to: a retry of the job, or a failed desktop.
-
-        :raises: ``error`` again when a later attempt may succeed.
-        """
-        if _retryable(error) and not self.last_attempt:
-            raise error
-        await self.fail(describe_failure(error))
-
-    async def pause(self, seconds: float) -> None:
-        """Sleep between two polls, heartbeating the lease every third of its duration."""
-        await asyncio.sleep(seconds)
-        loop = asyncio.get_running_loop()
-        if loop.time() - self._last_heartbeat >= self.context.lease_duration.total_seconds() / 3:
-            await self.context.heartbeat()
-            self._last_heartbeat = loop.time()
-
-    async def still_in(self, state: DesktopState) -> None:
-        """Raise :class:`_StepStopped` unless the desktop is still in ``state``."""
-        current = await self.reload()
-        if current is None or current.state is not state:
-            raise _StepStopped
 
 
 class DesktopWork(DesktopRecorder):
@@ -464,7 +143,7 @@ class DesktopWork(DesktopRecorder):
             before = self.desktop
             try:
                 await step()
-            except _StepStopped:
+            except StepStopped:
                 pass
             except LeaseLost:
                 raise  # another worker has the job: record nothing
@@ -646,7 +325,7 @@ class DesktopWork(DesktopRecorder):
             except VmNotRunning:
                 log.info("VM %s of %s is not running; powering it on", vm_id, self.desktop.name)
                 await self.driver.start(vm_id)
-            if _now() >= ends_at:
+            if utc_now() >= ends_at:
                 await self.fail(f"{failure} {format_duration(limit.total_seconds())}")
                 return False
             await self.pause(interval)
@@ -670,28 +349,12 @@ class DesktopWork(DesktopRecorder):
         except DeskpoolError as error:
             await self.settle(error)
             return
-        now = _now()
+        now = utc_now()
         async with self.db.acquire() as connection, connection.transaction():
             await self.context.hold_lease(connection)
             if not await remove_desktop(connection, self.desktop.id):
                 return
-            await record_audit_event(
-                connection,
-                AuditEvent(
-                    action="desktop.delete",
-                    actor=WORKER_ACTOR,
-                    resource_type=DESKTOPS,
-                    resource_id=str(self.desktop.id),
-                    outcome="success",
-                    occurred_at=now,
-                    details={
-                        "pool_id": str(self.pool.id),
-                        "desktop": self.desktop.name,
-                        "vm_id": self.desktop.vm_id,
-                        "job_id": self.context.id,
-                    },
-                ),
-            )
+            await self.audit(connection, "desktop.delete", now, "success", vm_id=self.desktop.vm_id)
         await publish_desktop(self.context.runtime, self.desktop, "deleted")
         log.info("desktop %s deleted", self.desktop.name)
 
@@ -721,147 +384,5 @@ class DesktopWork(DesktopRecorder):
             raise PermanentJobFailure(describe_failure(error)) from error
 
 
-@asynccontextmanager
-async def desktop_work(
-    context: JobContext, *, fail_desktop: bool = True
-) -> AsyncIterator[DesktopWork | None]:
-    """The work of ``context``'s job on its desktop, with the cluster's driver open.
-
-    Yields ``None`` when there is nothing to do: the desktop or its pool is gone (deleted
-    meanwhile), or the driver cannot be opened for good and the desktop was failed.
-
-    :param fail_desktop: when the driver cannot be opened (no such driver installed, stored
-        settings refused) on the job's last attempt, or for good, fail the desktop rather
-        than only the job.
-    """
-    runtime = context.runtime
-    desktop = await get_desktop(runtime.db, _desktop_id(context.payload))
-    pool = None if desktop is None else await get_pool(runtime.db, desktop.pool_id)
-    cluster = None if pool is None else await get_cluster(runtime.db, pool.cluster_id)
-    if desktop is None or pool is None or cluster is None:
-        yield None
-        return
-    async with AsyncExitStack() as stack:
-        try:
-            driver = await stack.enter_async_context(runtime.drivers.open(cluster))
-        except DeskpoolError as error:
-            recorder = DesktopRecorder(context, desktop, pool)
-            if not fail_desktop or (_retryable(error) and not recorder.last_attempt):
-                raise
-            await recorder.fail(describe_failure(error))
-            driver = None
-        yield None if driver is None else DesktopWork(context, desktop, pool, cluster, driver)
-
-
 def _vm_order(vm: VirtualMachine) -> tuple[int, str]:
     return (int(vm.id), vm.id) if vm.id.isdigit() else (1 << 62, vm.id)
-
-
-# --------------------------------------------------------------------------- handlers
-
-
-async def provision_desktop(context: JobContext) -> None:
-    """``desktop.provision``: carry the desktop from where it is to ``ready``."""
-    async with desktop_work(context) as work:
-        if work is not None:
-            await work.advance()
-
-
-async def rebuild_desktop(context: JobContext) -> None:
-    """``desktop.rebuild``: replace the VM by a fresh clone under the same name.
-
-    A ready desktop is moved to ``refreshing`` first, a failed one retried; a desktop in use
-    is left alone (the API refuses to rebuild it).
-    """
-    async with desktop_work(context) as work:
-        if work is None:
-            return
-        state = work.desktop.state
-        if state is S.READY:
-            if await work.record(Refresh()) is None:
-                return
-        elif state is S.FAILED:
-            if work.desktop.failed_step is S.DELETING:
-                log.info("desktop %s failed while being deleted; not rebuilt", work.desktop.name)
-                return
-            if await work.record(Retry()) is None:
-                return
-        elif state is S.IN_USE:
-            log.info("desktop %s is in use; not rebuilt", work.desktop.name)
-            return
-        await work.advance()
-
-
-async def delete_desktop(context: JobContext) -> None:
-    """``desktop.delete``: delete the desktop's VMs, then its record."""
-    async with desktop_work(context) as work:
-        if work is not None:
-            await work.delete()
-
-
-async def power_on_desktop(context: JobContext) -> None:
-    """``desktop.power_on``: power the desktop's VM on."""
-    async with desktop_work(context, fail_desktop=False) as work:
-        if work is not None:
-            await work.power(POWER_ON)
-
-
-async def power_off_desktop(context: JobContext) -> None:
-    """``desktop.power_off``: shut the guest down, powering it off if it does not comply."""
-    async with desktop_work(context, fail_desktop=False) as work:
-        if work is not None:
-            await work.power(POWER_OFF)
-
-
-async def restart_desktop(context: JobContext) -> None:
-    """``desktop.restart``: shut the guest down, then power it on again."""
-    async with desktop_work(context, fail_desktop=False) as work:
-        if work is not None:
-            await work.power(RESTART)
-
-
-async def delete_orphan_vm(context: JobContext) -> None:
-    """``vm.delete_orphan``: delete a deskpool VM that no desktop records.
-
-    The VM is re-read and deleted only if it still carries deskpool's tag, its desktop tag
-    names no existing desktop whose job may own it, and no desktop records it.
-    """
-    runtime = context.runtime
-    try:
-        cluster_id = uuid.UUID(str(context.payload["cluster_id"]))
-        vm_id = str(context.payload["vm_id"])
-    except (KeyError, ValueError) as error:
-        raise PermanentJobFailure(f"the payload names no cluster VM ({error})") from None
-    cluster = await get_cluster(runtime.db, cluster_id)
-    if cluster is None:
-        return
-    async with runtime.drivers.open(cluster) as driver:
-        try:
-            vm = await driver.get_vm(vm_id)
-        except VmNotFound:
-            vm = None
-        if vm is not None:
-            async with runtime.db.acquire() as connection:
-                if await vm_is_recorded(connection, cluster_id, vm_id):
-                    log.info("VM %s is a desktop's again; not deleted", vm_id)
-                    return
-                if vm.desktop_id is not None and await _desktop_may_own(connection, vm):
-                    log.info("VM %s is tagged for an existing desktop; not deleted", vm_id)
-                    return
-            try:
-                await driver.delete(vm_id, desktop_id=vm.desktop_id)
-            except VmNotFound:
-                pass
-            except NotOwned as error:
-                raise PermanentJobFailure(describe_failure(error)) from error
-    async with runtime.db.acquire() as connection, connection.transaction():
-        await context.hold_lease(connection)
-        await forget_orphans(connection, cluster_id, [vm_id])
-
-
-async def _desktop_may_own(connection: asyncpg.Connection, vm: VirtualMachine) -> bool:
-    try:
-        desktop_id = uuid.UUID(str(vm.desktop_id))
-    except ValueError:
-        return False
-    return bool(await connection.fetchval("SELECT true FROM desktops WHERE id = $1", desktop_id))

@@ -64,6 +64,15 @@ from deskpool.jobs.queue import enqueue
 from deskpool.licensing.service import cap_desktops
 from deskpool.live.model import LiveEvent
 from deskpool.live.publishers import publish
+from deskpool.pools.desktop_jobs import (
+    CLUSTERS,
+    DESKTOPS,
+    POWER_ON,
+    PROVISION,
+    enqueue_desktop_job,
+    enqueue_orphan_deletion,
+    job_for_state,
+)
 from deskpool.pools.model import Desktop, ObservedVm, Pool
 from deskpool.pools.planner import (
     Action,
@@ -78,15 +87,6 @@ from deskpool.pools.planner import (
     desktop_event,
     find_unowned_vms,
     reconcile_pools,
-)
-from deskpool.pools.provisioning import (
-    CLUSTERS,
-    DESKTOPS,
-    POWER_ON,
-    PROVISION,
-    enqueue_desktop_job,
-    enqueue_orphan_deletion,
-    job_for_state,
 )
 from deskpool.pools.provisioning_store import (
     ClusterOwners,

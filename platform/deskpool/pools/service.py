@@ -26,6 +26,7 @@ from deskpool.errors import DeskpoolError, LocatedFieldError, NotFound, Validati
 from deskpool.jobs.model import Job
 from deskpool.licensing.service import check_can_create_pool
 from deskpool.pools import repository
+from deskpool.pools.desktop_jobs import CLUSTERS, enqueue_orphan_deletion
 from deskpool.pools.model import (
     CloneMode,
     OsType,
@@ -35,7 +36,6 @@ from deskpool.pools.model import (
     validate_pool,
     validate_pool_change,
 )
-from deskpool.pools.provisioning import CLUSTERS, enqueue_orphan_deletion
 from deskpool.pools.reconciler import enqueue_pool_reconcile
 from deskpool.pools.repository import Db, DomainJoin, Entitlement, PoolRecord, SubjectType
 from deskpool.pools.store_orphans import OrphanRecord, list_orphans, lock_orphan

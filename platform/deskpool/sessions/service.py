@@ -38,8 +38,8 @@ from deskpool.events import AuditEvent
 from deskpool.licensing.service import check_can_open_session
 from deskpool.pools import repository as pools
 from deskpool.pools.allocation import DesktopNotReady
+from deskpool.pools.desktop_jobs import REBUILD, enqueue_desktop_job
 from deskpool.pools.model import Desktop, DesktopState, Pool
-from deskpool.pools.provisioning import REBUILD, enqueue_desktop_job
 from deskpool.pools.states import Allocated, Released, SessionClosed
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretContext, SecretsUnavailable

@@ -26,8 +26,8 @@ from deskpool.jobs import queue
 from deskpool.jobs.context import JobContext
 from deskpool.jobs.model import ClaimedJob, LeaseLost
 from deskpool.pools import repository
+from deskpool.pools.desktop_jobs import PROVISION
 from deskpool.pools.model import Desktop, OsType, Pool, PoolKind
-from deskpool.pools.provisioning import PROVISION
 from deskpool.runtime import Runtime
 from deskpool.testing.pytest_plugin import fresh_database
 from deskpool.testing.services import (

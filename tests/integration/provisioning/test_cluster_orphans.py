@@ -25,8 +25,8 @@ from tests.integration.provisioning.conftest import (
 from deskpool.clusters.repository import ClusterRecord
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, reconcile_batch
 from deskpool.pools import repository, store_orphans
+from deskpool.pools.desktop_jobs import enqueue_orphan_deletion
 from deskpool.pools.planner import ReconcilePolicy
-from deskpool.pools.provisioning import enqueue_orphan_deletion
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
 from deskpool.pools.reconciler import PoolReconcilerService
 from deskpool.runtime import Runtime

@@ -29,8 +29,7 @@ from tests.integration.provisioning.conftest import (
 from deskpool.drivers import PowerState
 from deskpool.jobs.model import LeaseLost
 from deskpool.pools import repository
-from deskpool.pools.model import Desktop, DesktopState, OsType, Pool
-from deskpool.pools.provisioning import (
+from deskpool.pools.desktop_jobs import (
     DELETE,
     POWER_OFF,
     POWER_ON,
@@ -38,8 +37,9 @@ from deskpool.pools.provisioning import (
     REBUILD,
     enqueue_desktop_job,
     idempotency_key,
-    provision_desktop,
 )
+from deskpool.pools.job_handlers import provision_desktop
+from deskpool.pools.model import Desktop, DesktopState, OsType, Pool
 from deskpool.pools.states import Delete, Retry
 from deskpool.runtime import Runtime
 

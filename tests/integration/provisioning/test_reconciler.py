@@ -27,9 +27,9 @@ from deskpool.jobs.model import LeaseLost
 from deskpool.jobs.periodic import PeriodicContext
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, reconcile_batch
 from deskpool.pools import repository, store_orphans
+from deskpool.pools.desktop_jobs import PROVISION, enqueue_desktop_job, idempotency_key
 from deskpool.pools.model import Desktop, DesktopState, Pool
 from deskpool.pools.planner import ReconcilePolicy
-from deskpool.pools.provisioning import PROVISION, enqueue_desktop_job, idempotency_key
 from deskpool.pools.reconciler import (
     POOL_RECONCILE_JOB,
     PoolReconcilerService,

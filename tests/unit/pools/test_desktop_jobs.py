@@ -10,19 +10,17 @@ import pytest
 from deskpool.config import SettingRegistry, declare_core_settings, load_config
 from deskpool.drivers import PowerState as DriverPowerState
 from deskpool.drivers import VirtualMachine, VmNotFound
-from deskpool.pools.model import Desktop, DesktopState, PowerState
-from deskpool.pools.provisioning import (
+from deskpool.pools.desktop_jobs import (
     DELETE,
-    MAX_POLL_INTERVAL,
-    MIN_POLL_INTERVAL,
     POWER_ON,
     PROVISION,
     REBUILD,
-    describe_failure,
     idempotency_key,
     job_for_state,
-    poll_interval,
 )
+from deskpool.pools.desktop_recorder import describe_failure
+from deskpool.pools.model import Desktop, DesktopState, PowerState
+from deskpool.pools.provisioning import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, poll_interval
 from deskpool.pools.reconciler import observed_vm
 from deskpool.registry import Registry
 from deskpool_worker.pools import declare_settings, reconcile_policy

@@ -14,7 +14,7 @@ Desktops are created and deleted by reconciliation; administrators act on one th
 
 The API checks the action against the state machine (409 ``illegal_transition``) and enqueues
 a job of kind ``desktop.<action>`` with payload ``{"desktop_id": ...}`` through
-:func:`deskpool.pools.provisioning.enqueue_desktop_job` (as reconciliation does, so the two
+:func:`deskpool.pools.desktop_jobs.enqueue_desktop_job` (as reconciliation does, so the two
 never queue the same rebuild or deletion twice), answering 202 with the job; the job applies
 the state change when it runs. Asking for an action that is already queued or running for the
 desktop answers that job instead of a second one.
@@ -44,8 +44,8 @@ from deskpool.ids import parse_id
 from deskpool.jobs import queue
 from deskpool.jobs.model import Job, JobState
 from deskpool.pools import repository
+from deskpool.pools.desktop_jobs import enqueue_desktop_job
 from deskpool.pools.model import Desktop, DesktopState, Pool
-from deskpool.pools.provisioning import enqueue_desktop_job
 from deskpool.pools.repository import DesktopRecord
 from deskpool.pools.states import (
     Assigned,

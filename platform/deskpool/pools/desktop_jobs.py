@@ -1,0 +1,135 @@
+"""The desktop job kinds, and how a change enqueues them.
+
+Every slow operation on a desktop is a job of the worker (:mod:`deskpool.jobs`), with the
+payload ``{"desktop_id": ...}``:
+
+==========================  =================================================================
+kind                        what it does
+==========================  =================================================================
+``desktop.provision``       clone -> start -> wait for the guest agent
+                            (``GUEST_AGENT_WAIT_TIMEOUT``) -> wait for Windows Sysprep/OOBE
+                            (``WINDOWS_READY_WAIT_TIMEOUT``, Windows pools only) -> ``ready``
+``desktop.rebuild``         delete the VM and provision a new one under the same name
+``desktop.delete``          delete the VM, then the desktop's record
+``desktop.power_on``        power the VM on
+``desktop.power_off``       shut the guest down (powered off if it does not comply)
+``desktop.restart``         shut the guest down, then power it on again
+``vm.delete_orphan``        delete a VM tagged by deskpool that belongs to no desktop
+                            (payload ``{"cluster_id", "vm_id"}``)
+==========================  =================================================================
+
+A service enqueues them with :func:`enqueue_desktop_job` in the transaction of the change that
+needs them: it keys provisioning, rebuild and deletion jobs by the desktop and the moment it
+entered its current state (its *attempt generation*), so a reconciliation pass that sees the
+same desktop twice never enqueues a second job for it. The steps the jobs take are
+:mod:`deskpool.pools.provisioning`; their handlers, registered with the worker, are
+:mod:`deskpool.pools.job_handlers`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+
+from deskpool.jobs.model import Job
+from deskpool.jobs.queue import enqueue
+from deskpool.pools.model import Desktop, DesktopState
+from deskpool.pools.provisioning_store import unfinished_job
+
+S = DesktopState
+
+PROVISION = "desktop.provision"
+REBUILD = "desktop.rebuild"
+DELETE = "desktop.delete"
+POWER_ON = "desktop.power_on"
+POWER_OFF = "desktop.power_off"
+RESTART = "desktop.restart"
+DELETE_ORPHAN_VM = "vm.delete_orphan"
+
+#: Kinds keyed by the desktop's attempt generation (one job per entry into a state).
+GENERATIONAL_KINDS = frozenset({PROVISION, REBUILD, DELETE})
+#: Kinds that only act on the VM's power; one unfinished job per desktop is enough.
+POWER_KINDS = frozenset({POWER_ON, POWER_OFF, RESTART})
+
+#: The resource type of desktop jobs (the jobs API lists a desktop's jobs by it).
+DESKTOPS = "desktops"
+#: The resource type of cluster-level jobs (orphan VMs).
+CLUSTERS = "clusters"
+#: Who jobs act as in the audit trail.
+WORKER_ACTOR = "system:worker"
+
+#: Power jobs are what a waiting user asked for: they go before provisioning work.
+POWER_PRIORITY = 10
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+#: The job that carries a desktop on from each state.
+_JOB_OF_STATE: Mapping[DesktopState, str] = {
+    S.PROVISIONING: PROVISION,
+    S.STARTING: PROVISION,
+    S.WAITING_FOR_AGENT: PROVISION,
+    S.WAITING_FOR_WINDOWS: PROVISION,
+    S.REFRESHING: REBUILD,
+    S.DELETING: DELETE,
+}
+
+
+def attempt_generation(desktop: Desktop) -> int:
+    """When the desktop entered its current state, in microseconds: one per entry."""
+    return (desktop.state_changed_at - _EPOCH) // timedelta(microseconds=1)
+
+
+def job_for_state(desktop: Desktop) -> str | None:
+    """The job kind that carries the desktop on from its state; ``None`` when none does."""
+    return _JOB_OF_STATE.get(desktop.state)
+
+
+def idempotency_key(kind: str, desktop: Desktop) -> str | None:
+    """``desktop.provision:<id>:<attempt generation>`` for generational kinds, else ``None``."""
+    if kind not in GENERATIONAL_KINDS:
+        return None
+    return f"{kind}:{desktop.id}:{attempt_generation(desktop)}"
+
+
+async def enqueue_desktop_job(connection: asyncpg.Connection, kind: str, desktop: Desktop) -> Job:
+    """Enqueue the ``kind`` job of ``desktop`` unless it is already there; return the job.
+
+    Provisioning, rebuild and deletion jobs are keyed by the attempt generation, so enqueueing
+    twice for the same entry into a state gives the same job. A power job is not enqueued
+    while another of its kind is queued or running for the desktop. Call it in the
+    transaction that changed the desktop, so the job exists exactly when the change does.
+    """
+    resource_id = str(desktop.id)
+    if kind in POWER_KINDS:
+        existing = await unfinished_job(connection, kind, DESKTOPS, resource_id)
+        if existing is not None:
+            return existing
+    return await enqueue(
+        connection,
+        kind,
+        {"desktop_id": resource_id},
+        priority=POWER_PRIORITY if kind in POWER_KINDS else 0,
+        idempotency_key=idempotency_key(kind, desktop),
+        resource_type=DESKTOPS,
+        resource_id=resource_id,
+    )
+
+
+async def enqueue_orphan_deletion(
+    connection: asyncpg.Connection, cluster_id: uuid.UUID, vm_id: str
+) -> Job:
+    """Enqueue the deletion of an orphan VM unless one is queued or running for it."""
+    resource_id = f"{cluster_id}/{vm_id}"
+    existing = await unfinished_job(connection, DELETE_ORPHAN_VM, CLUSTERS, resource_id)
+    if existing is not None:
+        return existing
+    return await enqueue(
+        connection,
+        DELETE_ORPHAN_VM,
+        {"cluster_id": str(cluster_id), "vm_id": vm_id},
+        resource_type=CLUSTERS,
+        resource_id=resource_id,
+    )
