@@ -31,6 +31,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 
@@ -103,15 +104,15 @@ async def enqueue_desktop_job(connection: asyncpg.Connection, kind: str, desktop
     transaction that changed the desktop, so the job exists exactly when the change does.
     """
     resource_id = str(desktop.id)
+    payload = {"desktop_id": resource_id}
     if kind in POWER_KINDS:
-        existing = await unfinished_job(connection, kind, DESKTOPS, resource_id)
-        if existing is not None:
-            return existing
+        return await _enqueue_unless_unfinished(
+            connection, kind, payload, DESKTOPS, resource_id, priority=POWER_PRIORITY
+        )
     return await enqueue(
         connection,
         kind,
-        {"desktop_id": resource_id},
-        priority=POWER_PRIORITY if kind in POWER_KINDS else 0,
+        payload,
         idempotency_key=idempotency_key(kind, desktop),
         resource_type=DESKTOPS,
         resource_id=resource_id,
@@ -122,14 +123,30 @@ async def enqueue_orphan_deletion(
     connection: asyncpg.Connection, cluster_id: uuid.UUID, vm_id: str
 ) -> Job:
     """Enqueue the deletion of an orphan VM unless one is queued or running for it."""
-    resource_id = f"{cluster_id}/{vm_id}"
-    existing = await unfinished_job(connection, DELETE_ORPHAN_VM, CLUSTERS, resource_id)
+    payload = {"cluster_id": str(cluster_id), "vm_id": vm_id}
+    return await _enqueue_unless_unfinished(
+        connection, DELETE_ORPHAN_VM, payload, CLUSTERS, f"{cluster_id}/{vm_id}"
+    )
+
+
+async def _enqueue_unless_unfinished(
+    connection: asyncpg.Connection,
+    kind: str,
+    payload: Mapping[str, Any],
+    resource_type: str,
+    resource_id: str,
+    *,
+    priority: int = 0,
+) -> Job:
+    """Enqueue a job for work without a natural generation, unless one is queued or running."""
+    existing = await unfinished_job(connection, kind, resource_type, resource_id)
     if existing is not None:
         return existing
     return await enqueue(
         connection,
-        DELETE_ORPHAN_VM,
-        {"cluster_id": str(cluster_id), "vm_id": vm_id},
-        resource_type=CLUSTERS,
+        kind,
+        payload,
+        priority=priority,
+        resource_type=resource_type,
         resource_id=resource_id,
     )
