@@ -91,7 +91,12 @@ class Operation:
 
 
 class RouteTable:
-    """Collects operations (built-in and from plugins) and registers them on an application."""
+    """Collects operations (built-in and from plugins) and registers them on an application.
+
+    A resource module declares its handlers at module level on a table of its own
+    (``ROUTES = RouteTable()``, ``@ROUTES.route(...)``), which the application's table takes
+    in with :meth:`include`.
+    """
 
     def __init__(self) -> None:
         self._operations: dict[str, Operation] = {}
@@ -152,6 +157,11 @@ class RouteTable:
             return handler
 
         return decorate
+
+    def include(self, other: RouteTable) -> None:
+        """Declare every operation of ``other`` (a resource module's own table) here too."""
+        for operation in other.operations():
+            self.add(operation)
 
     def operations(self) -> list[Operation]:
         """Every operation, sorted by path then method (the document's order)."""

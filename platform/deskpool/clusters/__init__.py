@@ -1,5 +1,7 @@
 """Hypervisor cluster connections: their records, sealed credentials, and drivers.
 
+- :mod:`deskpool.clusters.service`: the use cases (connect, change, delete and check a
+  cluster, read its nodes and templates), each in one transaction with its audit event;
 - :mod:`deskpool.clusters.repository`: the ``clusters`` table and the credentials sealed for
   each record (``SecretContext("cluster.credentials", <cluster id>, "values")``);
 - :mod:`deskpool.clusters.drivers`: :class:`DriverManager`, one per runtime
@@ -7,7 +9,8 @@
   cluster record, with driver call metrics;
 - :mod:`deskpool.clusters.tls`: checks of the TLS settings a record stores.
 
-The REST resource is :mod:`deskpool.api.resources.clusters`.
+The REST resource is :mod:`deskpool.api.resources.clusters` (its schemas in
+:mod:`deskpool.api.resources.cluster_schemas`).
 """
 
 from deskpool.clusters.drivers import (

@@ -181,6 +181,9 @@ class DriverManager:
     ) -> HypervisorDriver:
         """A driver for these settings and credentials (no I/O; close it when done).
 
+        Building one and closing it is how a driver checks settings and credentials without
+        connecting.
+
         :raises DriverNotInstalled: ``driver`` is not installed.
         :raises DriverConfigurationError: the driver refuses the settings or credentials.
         """
@@ -227,20 +230,6 @@ class DriverManager:
             yield driver
         finally:
             await driver.close()
-
-    async def check_settings(
-        self,
-        driver: str,
-        cluster_id: uuid.UUID | str,
-        settings: ConnectionSettings,
-        credentials: Mapping[str, str],
-    ) -> None:
-        """Let the driver validate settings and credentials, without connecting.
-
-        :raises DriverNotInstalled: ``driver`` is not installed.
-        :raises DriverConfigurationError: the driver refuses them.
-        """
-        await self.build(driver, cluster_id, settings, credentials).close()
 
     async def forget_shared_state(self, cluster_id: uuid.UUID | str) -> int:
         """Delete a deleted cluster's driver state from the key-value store (best effort).

@@ -117,6 +117,17 @@ SELECT c.*, s.updated_at AS credentials_changed_at
 """
 
 
+def _columns(settings: ConnectionSettings) -> tuple[Any, ...]:
+    """The settings columns' values: endpoint, TLS verify, CA, fingerprint, options."""
+    return (
+        settings.endpoint,
+        settings.tls_verify,
+        settings.ca_certificate,
+        settings.fingerprint,
+        json.dumps(dict(settings.options)),
+    )
+
+
 async def insert_cluster(
     connection: asyncpg.Connection,
     *,
@@ -139,11 +150,7 @@ async def insert_cluster(
             cluster_id,
             name,
             driver,
-            settings.endpoint,
-            settings.tls_verify,
-            settings.ca_certificate,
-            settings.fingerprint,
-            json.dumps(dict(settings.options)),
+            *_columns(settings),
         )
     except asyncpg.UniqueViolationError:
         raise ClusterNameTaken(f"A cluster named {name!r} exists.") from None
@@ -205,11 +212,7 @@ async def update_cluster(
             """,
             cluster_id,
             name,
-            settings.endpoint,
-            settings.tls_verify,
-            settings.ca_certificate,
-            settings.fingerprint,
-            json.dumps(dict(settings.options)),
+            *_columns(settings),
         )
     except asyncpg.UniqueViolationError:
         raise ClusterNameTaken(f"A cluster named {name!r} exists.") from None

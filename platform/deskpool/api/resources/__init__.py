@@ -2,44 +2,36 @@
 
 from __future__ import annotations
 
-from deskpool.api.resources import (
-    audit_events,
-    clusters,
-    desktops,
-    events,
-    grants,
-    groups,
-    jobs,
-    license,
-    me,
-    orphans,
-    pools,
-    roles,
-    sessions,
-    users,
-)
+from importlib import import_module
+from types import ModuleType
+
 from deskpool.api.routes import RouteTable
 
-#: Every built-in resource module; each has a ``register(routes)``.
-RESOURCES = (
-    audit_events,
-    clusters,
-    desktops,
-    events,
-    grants,
-    groups,
-    jobs,
-    license,
-    me,
-    orphans,
-    pools,
-    roles,
-    sessions,
-    users,
+#: The names of the built-in resource modules of this package; each has a ``register(routes)``.
+NAMES = (
+    "audit_events",
+    "clusters",
+    "desktops",
+    "events",
+    "grants",
+    "groups",
+    "jobs",
+    "license",
+    "me",
+    "orphans",
+    "pools",
+    "roles",
+    "sessions",
+    "users",
 )
+
+
+def resources() -> list[ModuleType]:
+    """Every built-in resource module, imported."""
+    return [import_module(f"{__name__}.{name}") for name in NAMES]
 
 
 def register(routes: RouteTable) -> None:
     """Add every built-in operation to ``routes``."""
-    for resource in RESOURCES:
+    for resource in resources():
         resource.register(routes)

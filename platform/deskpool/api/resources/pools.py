@@ -473,7 +473,7 @@ def register(routes: RouteTable) -> None:
     async def open_pool_desktop(call: Call) -> dict[str, Any]:
         try:
             connection = await sessions.open_pool_desktop(
-                call.runtime, call.caller, pool_id_of(call), call.audit_event
+                call.runtime, call.caller, pool_id_of(call), call.actor.audit_event
             )
         except (NoDesktopAvailable, DesktopNotReady) as error:
             error.headers = {**error.headers, "Retry-After": _retry_after(call)}

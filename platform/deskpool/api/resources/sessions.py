@@ -349,7 +349,7 @@ def register(routes: RouteTable) -> None:
     )
     async def disconnect_session(call: Call) -> Reply:
         session = await service.disconnect_session(
-            call.runtime, _session_id(call), call.audit_event
+            call.runtime, _session_id(call), call.actor.audit_event
         )
         return Reply(session_view(session), 202)
 
@@ -371,7 +371,7 @@ def register(routes: RouteTable) -> None:
     )
     async def shadow_session(call: Call) -> dict[str, Any]:
         session, connection = await service.shadow_session(
-            call.runtime, call.caller, _session_id(call), call.audit_event
+            call.runtime, call.caller, _session_id(call), call.actor.audit_event
         )
         return {
             "session": session_view(session),
@@ -419,6 +419,6 @@ def register(routes: RouteTable) -> None:
     async def connect_my_desktop(call: Call) -> dict[str, Any]:
         desktop_id = parse_id(call.path_param("desktop_id"), "desktop")
         connection = await service.reconnect_desktop(
-            call.runtime, call.caller, desktop_id, call.audit_event
+            call.runtime, call.caller, desktop_id, call.actor.audit_event
         )
         return connection_view(connection)

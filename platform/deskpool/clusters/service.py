@@ -1,0 +1,371 @@
+"""Use cases of the cluster aggregate, one function each: what the API, the CLI and plugins call.
+
+Each change validates, changes and records its audit event through the :class:`Actor` in one
+transaction, so a request either happens whole or not at all. Changes take the members of a
+create or change request as the API's schemas load them (``ClusterCreateSchema``,
+``ClusterChangeSchema``): a caller outside the API passes the same members. The driver checks
+new settings and credentials before anything is stored; credentials never reach the audit
+trail. Reads that ask the cluster itself (a check, its nodes, its templates) wait at most
+:data:`DRIVER_CALL_TIMEOUT` seconds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from deskpool.actor import Actor
+from deskpool.clusters import repository
+from deskpool.clusters.drivers import DriverManager, driver_manager_for
+from deskpool.clusters.repository import ClusterRecord, ConnectionSettings
+from deskpool.drivers import DriverError, HypervisorDriver, Node, Template, deadline_after
+from deskpool.errors import Conflict, DeskpoolError, LocatedFieldError, NotFound, ValidationFailed
+from deskpool.secrets import SecretValue
+
+if TYPE_CHECKING:
+    from deskpool.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Seconds a request waits for the cluster (a check, a list of nodes or templates).
+DRIVER_CALL_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class DriverProblem:
+    """An error a driver reported while checking a cluster."""
+
+    code: str
+    title: str
+    detail: str
+    retryable: bool
+
+    @property
+    def text(self) -> str:
+        """``<code>: <detail>``, as text PostgreSQL stores (the hypervisor's may not be)."""
+        text = f"{self.code}: {self.detail}".replace("\x00", "")
+        return text.encode("utf-8", "replace").decode()
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of a connection check (kept on the record as its ``last_check_*``)."""
+
+    ok: bool
+    checked_at: datetime
+    duration_seconds: float
+    product: str | None = None
+    version: str | None = None
+    cluster_name: str | None = None
+    details: Mapping[str, str] | None = None
+    error: DriverProblem | None = None
+
+
+@dataclass(frozen=True)
+class Census:
+    """How many clusters each driver serves, and the drivers installed here."""
+
+    by_driver: Mapping[str, int]
+    installed: list[str]
+
+    @property
+    def connected(self) -> bool:
+        """Whether a cluster is connected with an installed driver."""
+        return any(driver in self.installed for driver in self.by_driver)
+
+
+def _not_found(cluster_id: uuid.UUID) -> NotFound:
+    return NotFound(f"No cluster has the id {cluster_id}.")
+
+
+def _plain(credentials: Mapping[str, SecretValue] | None) -> dict[str, str]:
+    return {key: value.reveal() for key, value in (credentials or {}).items()}
+
+
+def _settings(body: Mapping[str, Any], current: ConnectionSettings) -> ConnectionSettings:
+    """``current`` with what ``body`` changes (tls members one by one)."""
+    tls = body.get("tls") or {}
+    return replace(
+        current,
+        endpoint=body.get("endpoint", current.endpoint),
+        tls_verify=tls.get("verify", current.tls_verify),
+        ca_certificate=tls.get("ca_certificate", current.ca_certificate),
+        fingerprint=tls.get("fingerprint", current.fingerprint),
+        options=body.get("options", current.options),
+    )
+
+
+# ---------------------------------------------------------------------------------- reads
+
+
+async def census(runtime: Runtime) -> Census:
+    """How many clusters each driver serves, and which drivers are installed."""
+    counts = await repository.clusters_by_driver(runtime.db)
+    return Census(counts, driver_manager_for(runtime).installed())
+
+
+async def list_clusters(
+    runtime: Runtime, *, limit: int, after_name: str | None = None, driver: str | None = None
+) -> list[ClusterRecord]:
+    """Up to ``limit`` clusters in name order, after ``after_name``, of ``driver`` if given."""
+    return await repository.list_clusters(
+        runtime.db, limit=limit, after_name=after_name, driver=driver
+    )
+
+
+async def get_cluster(runtime: Runtime, cluster_id: uuid.UUID) -> ClusterRecord:
+    """The cluster ``cluster_id``.
+
+    :raises NotFound: there is none.
+    """
+    record = await repository.get_cluster(runtime.db, cluster_id)
+    if record is None:
+        raise _not_found(cluster_id)
+    return record
+
+
+async def _ask(
+    runtime: Runtime,
+    cluster_id: uuid.UUID,
+    question: Callable[[HypervisorDriver, float], Awaitable[T]],
+) -> T:
+    """Ask the cluster's driver ``question`` (with its deadline), now.
+
+    :raises NotFound: there is no such cluster.
+    :raises DriverError: the cluster answered with an error or not in time.
+    """
+    record = await get_cluster(runtime, cluster_id)
+    async with driver_manager_for(runtime).open(record) as driver:
+        return await question(driver, deadline_after(DRIVER_CALL_TIMEOUT))
+
+
+async def list_nodes(runtime: Runtime, cluster_id: uuid.UUID) -> list[Node]:
+    """The nodes of the cluster, read from it now (see :func:`_ask`)."""
+    return await _ask(
+        runtime, cluster_id, lambda driver, deadline: driver.list_nodes(deadline=deadline)
+    )
+
+
+async def list_templates(runtime: Runtime, cluster_id: uuid.UUID) -> list[Template]:
+    """The templates of the cluster, read from it now (see :func:`_ask`)."""
+    return await _ask(
+        runtime, cluster_id, lambda driver, deadline: driver.list_templates(deadline=deadline)
+    )
+
+
+# ---------------------------------------------------------------------------------- changes
+
+
+async def create_cluster(runtime: Runtime, actor: Actor, body: Mapping[str, Any]) -> ClusterRecord:
+    """Connect a cluster from a create request's members, once its driver accepts them.
+
+    :raises ValidationFailed: the driver is not installed (the installed ones in ``installed``).
+    :raises DriverConfigurationError: the driver refuses the settings or credentials.
+    :raises ClusterNameTaken: the name is in use.
+    :raises SecretsUnavailable: credentials are given and no master key is configured.
+    """
+    manager = driver_manager_for(runtime)
+    driver = body["driver"]
+    if not manager.is_installed(driver):
+        installed = manager.installed()
+        error = ValidationFailed(
+            [
+                LocatedFieldError(
+                    "/driver",
+                    f"No hypervisor driver named {driver!r} is installed; installed: "
+                    f"{', '.join(installed) or 'none'}.",
+                )
+            ]
+        )
+        error.extra["installed"] = installed
+        raise error
+    cluster_id = uuid.uuid4()
+    settings = _settings(body, ConnectionSettings(endpoint=body["endpoint"]))
+    credentials = body.get("credentials") or {}
+    # Building a driver checks the settings and credentials, without connecting.
+    await manager.build(driver, cluster_id, settings, _plain(credentials)).close()
+    async with runtime.db.acquire() as connection, connection.transaction():
+        await repository.insert_cluster(
+            connection, cluster_id=cluster_id, name=body["name"], driver=driver, settings=settings
+        )
+        if credentials:
+            await repository.store_credentials(
+                connection, manager.secret_store, cluster_id, credentials
+            )
+        await actor.record(
+            connection,
+            "cluster.create",
+            "clusters",
+            str(cluster_id),
+            {
+                "name": body["name"],
+                "driver": driver,
+                "endpoint": settings.endpoint,
+                "credentials_set": bool(credentials),
+            },
+        )
+        record = await repository.get_cluster(connection, cluster_id)
+    assert record is not None
+    return record
+
+
+async def change_cluster(
+    runtime: Runtime, actor: Actor, cluster_id: uuid.UUID, body: Mapping[str, Any]
+) -> ClusterRecord:
+    """Change a cluster with a change request's members; what is absent stays as it is.
+
+    ``tls`` members replace the stored ones one by one, ``options`` and ``credentials`` whole;
+    ``credentials: None`` removes them. A change to how the cluster is reached is checked by
+    its driver first, when the driver is installed.
+
+    :raises NotFound: there is no such cluster.
+    :raises DriverConfigurationError: the driver refuses the new settings or credentials.
+    :raises ClusterNameTaken: the new name is in use.
+    """
+    manager = driver_manager_for(runtime)
+    replaces_credentials = "credentials" in body
+    async with runtime.db.acquire() as connection, connection.transaction():
+        record = await repository.get_cluster(connection, cluster_id, for_update=True)
+        if record is None:
+            raise _not_found(cluster_id)
+        settings = _settings(body, record.settings)
+        reach_changed = replaces_credentials or settings != record.settings
+        if reach_changed and manager.is_installed(record.driver):
+            if replaces_credentials:
+                credentials = _plain(body["credentials"])
+            elif record.credentials.is_set:
+                credentials = await repository.load_credentials(
+                    connection, manager.secret_store, cluster_id
+                )
+            else:
+                credentials = {}
+            await manager.build(record.driver, cluster_id, settings, credentials).close()
+        await repository.update_cluster(
+            connection, cluster_id, name=body.get("name", record.name), settings=settings
+        )
+        if replaces_credentials:
+            if body["credentials"]:
+                await repository.store_credentials(
+                    connection, manager.secret_store, cluster_id, body["credentials"]
+                )
+            else:
+                await repository.delete_credentials(connection, cluster_id)
+        await actor.record(
+            connection,
+            "cluster.update",
+            "clusters",
+            str(cluster_id),
+            {
+                "fields": sorted(body),
+                "credentials": (
+                    ("replaced" if body["credentials"] else "removed")
+                    if replaces_credentials
+                    else "unchanged"
+                ),
+            },
+        )
+        updated = await repository.get_cluster(connection, cluster_id)
+    assert updated is not None
+    return updated
+
+
+async def delete_cluster(runtime: Runtime, actor: Actor, cluster_id: uuid.UUID) -> None:
+    """Delete a cluster connection and its credentials (not its virtual machines).
+
+    :raises NotFound: there is no such cluster.
+    :raises Conflict: ``cluster_in_use``, pools provision on it (their count in ``pools``).
+    """
+    async with runtime.db.acquire() as connection, connection.transaction():
+        record = await repository.get_cluster(connection, cluster_id, for_update=True)
+        if record is None:
+            raise _not_found(cluster_id)
+        in_use = await repository.pools_using_cluster(connection, cluster_id)
+        if in_use:
+            raise Conflict(
+                f"{in_use} pool(s) provision on the cluster {record.name!r}; delete them or "
+                "move them to another cluster first.",
+                code="cluster_in_use",
+                extra={"pools": in_use},
+            )
+        await repository.delete_cluster(connection, cluster_id)
+        await actor.record(
+            connection, "cluster.delete", "clusters", str(cluster_id), {"name": record.name}
+        )
+    await driver_manager_for(runtime).forget_shared_state(cluster_id)
+
+
+async def _connect(manager: DriverManager, record: ClusterRecord) -> dict[str, Any]:
+    """What checking ``record``'s connection found, or the driver's problem under ``error``."""
+    try:
+        async with manager.open(record) as driver:
+            info = await driver.check_connection(deadline=deadline_after(DRIVER_CALL_TIMEOUT))
+    except DriverError as error:
+        return {
+            "ok": False,
+            "error": DriverProblem(error.code, error.title, error.detail, error.retryable),
+        }
+    except DeskpoolError:
+        raise  # the platform's own problems (secrets), not the cluster's
+    except Exception as error:  # a driver outside its contract: report, never a 500
+        log.exception("the %s driver failed checking cluster %s", record.driver, record.id)
+        return {
+            "ok": False,
+            "error": DriverProblem(
+                "driver_unexpected_error",
+                "The hypervisor driver failed unexpectedly",
+                f"The {record.driver} driver raised {type(error).__name__}; see the log.",
+                False,
+            ),
+        }
+    return {
+        "ok": True,
+        "product": info.product,
+        "version": info.version,
+        "cluster_name": info.cluster_name,
+        "details": dict(info.details),
+    }
+
+
+async def check_cluster(runtime: Runtime, actor: Actor, cluster_id: uuid.UUID) -> CheckResult:
+    """Connect with the cluster's driver and record the outcome (a driver's error included).
+
+    :raises NotFound: there is no such cluster.
+    :raises DriverNotInstalled: the cluster's driver is not installed.
+    """
+    manager = driver_manager_for(runtime)
+    record = await get_cluster(runtime, cluster_id)
+    manager.driver_class(record.driver)
+    started = time.monotonic()
+    found = await _connect(manager, record)
+    duration = round(time.monotonic() - started, 6)
+    failure: DriverProblem | None = found.get("error")
+    async with runtime.db.acquire() as connection, connection.transaction():
+        checked_at = await repository.record_check(
+            connection,
+            record.id,
+            ok=found["ok"],
+            error=None if failure is None else failure.text,
+        )
+        if checked_at is None:
+            raise _not_found(record.id)
+        details: dict[str, Any] = (
+            {"product": found.get("product"), "version": found.get("version")}
+            if failure is None
+            else {"error": failure.code}
+        )
+        await actor.record(
+            connection,
+            "cluster.check",
+            "clusters",
+            str(record.id),
+            details,
+            outcome="success" if failure is None else "failure",
+        )
+    return CheckResult(checked_at=checked_at, duration_seconds=duration, **found)
