@@ -3,7 +3,7 @@
 This is the distribution ``deskpool-driver-api``. It stands alone: importing it loads neither
 the platform (``deskpool``) nor Redis, aiohttp, stevedore or the configuration, so a driver
 distribution depends on it alone and states which contract it implements through the version
-it requires (``deskpool-driver-api>=0.2,<0.3``; :data:`CONTRACT_VERSION` is this one's).
+it requires (``deskpool-driver-api>=0.3,<0.4``; :data:`CONTRACT_VERSION` is this one's).
 
 A hypervisor driver is a separate distribution that declares an entry point in the group
 ``deskpool.hypervisor_drivers`` naming a module; that module implements the
@@ -19,7 +19,8 @@ A hypervisor driver is a separate distribution that declares an entry point in t
     def deskpool_register_hypervisor_drivers(registry: DriverRegistry) -> None:
         registry.add("acme", AcmeDriver)
 
-Everything a driver needs is exported here: the base class and its context, the values that
+Everything a driver needs is exported here: the base class and its context, the declaration
+of its connection fields (:class:`ConnectionField`, new in 0.3), the values that
 cross the contract, the error hierarchy, ownership tags, the shared-state protocol (and an
 in-memory implementation) and deadline helpers. ``docs/drivers.md`` is the guide;
 :mod:`deskpool_driver_api.conformance` is the test suite every driver must pass. The platform
@@ -55,6 +56,13 @@ from deskpool_driver_api.errors import (
     VmNotFound,
     VmNotRunning,
 )
+from deskpool_driver_api.fields import (
+    ConnectionField,
+    FieldKind,
+    FieldProblem,
+    connection_problems,
+    declaration_problems,
+)
 from deskpool_driver_api.model import (
     REDACTED,
     CloneRequest,
@@ -79,7 +87,7 @@ from deskpool_driver_api.shared_state import (
 )
 
 #: The version of the contract this package defines (while 0.x, a minor version may change it).
-CONTRACT_VERSION = "0.2"
+CONTRACT_VERSION = "0.3"
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -92,6 +100,7 @@ __all__ = [
     "ClusterConnection",
     "ClusterInfo",
     "ClusterUnreachable",
+    "ConnectionField",
     "DeskpoolError",
     "DesktopEndpoint",
     "DesktopProtocol",
@@ -105,6 +114,8 @@ __all__ = [
     "DriverError",
     "DriverRegistry",
     "DriverTimeout",
+    "FieldKind",
+    "FieldProblem",
     "GuestInfo",
     "HypervisorDriver",
     "InMemorySharedState",
@@ -126,7 +137,9 @@ __all__ = [
     "VirtualMachine",
     "VmNotFound",
     "VmNotRunning",
+    "connection_problems",
     "deadline_after",
+    "declaration_problems",
     "hookimpl",
     "remaining_time",
 ]

@@ -31,6 +31,7 @@ from deskpool_driver_api.errors import (
     Unsupported,
     VmNotRunning,
 )
+from deskpool_driver_api.fields import ConnectionField
 from deskpool_driver_api.model import (
     CloneRequest,
     ClusterConnection,
@@ -59,10 +60,11 @@ class HypervisorDriver(abc.ABC):
     connection, with the connection and a :class:`DriverContext`. Instantiation must not do
     I/O; connect lazily on the first call and release everything in :meth:`close`.
 
-    A subclass sets :attr:`name` and :attr:`capabilities` and implements every ``do_*``
-    method. It raises only :class:`~deskpool_driver_api.errors.DriverError` subclasses for
-    expected failures (mapping its hypervisor's errors onto them) and lets
-    :class:`asyncio.CancelledError` through.
+    A subclass sets :attr:`name`, :attr:`capabilities` and :attr:`connection_fields` (the
+    credentials and options it reads; ``docs/drivers.md`` explains the declaration) and
+    implements every ``do_*`` method. It raises only
+    :class:`~deskpool_driver_api.errors.DriverError` subclasses for expected failures (mapping
+    its hypervisor's errors onto them) and lets :class:`asyncio.CancelledError` through.
 
     :param connection: how to reach the cluster.
     :param context: shared state, owner tag, clock and observer from the platform.
@@ -72,6 +74,14 @@ class HypervisorDriver(abc.ABC):
     name: ClassVar[str] = ""
     #: What the driver can do.
     capabilities: ClassVar[DriverCapabilities] = DriverCapabilities()
+    #: What the console calls the driver (``Proxmox VE``); :attr:`name` when empty.
+    title: ClassVar[str] = ""
+    #: What the endpoint is, shown under the console's endpoint input.
+    endpoint_help: ClassVar[str] = ""
+    #: The credentials and options the driver reads, each declared once (contract 0.3). The
+    #: platform refuses a connection that does not match before the driver sees it; the
+    #: driver's constructor must refuse the same (the conformance kit checks it).
+    connection_fields: ClassVar[tuple[ConnectionField, ...]] = ()
     #: Seconds a call may take when the caller gives no deadline.
     default_timeout: ClassVar[float] = 600.0
 

@@ -21,10 +21,11 @@ fixtures; pytest then runs every check against the driver::
         yield driver
         await driver.close()
 
-The suite checks every operation of the contract, the error types it promises (not found,
-not owned, not running, unsupported, authentication, timeouts), cancellation, and the
-ownership rule: destructive calls refuse templates and other desktops' VMs. Every VM it
-creates belongs to a fresh desktop id and is deleted at the end of its test.
+The suite checks the driver's declared connection fields against its own validation
+(:mod:`deskpool_driver_api.conformance_fields`), every operation of the contract, the error
+types it promises (not found, not owned, not running, unsupported, authentication, timeouts),
+cancellation, and the ownership rule: destructive calls refuse templates and other desktops'
+VMs. Every VM it creates belongs to a fresh desktop id and is deleted at the end of its test.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from deskpool_driver_api import (
     VmNotRunning,
     deadline_after,
 )
+from deskpool_driver_api.conformance_fields import ConnectionFieldsConformance
 
 __all__ = [
     "DESTRUCTIVE_OPERATIONS",
@@ -183,7 +185,7 @@ async def is_gone(driver: HypervisorDriver, vm_id: str) -> bool:
     return False
 
 
-class HypervisorDriverConformance:
+class HypervisorDriverConformance(ConnectionFieldsConformance):
     """The conformance suite; subclass it as ``Test<Driver>Conformance`` in a driver's tests.
 
     Needs the fixtures ``conformance_driver`` (a :class:`ConformanceTarget`) and

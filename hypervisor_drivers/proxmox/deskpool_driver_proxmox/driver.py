@@ -7,12 +7,8 @@ Connection:
 - TLS: verified by default; ``ca_cert`` (PEM) or ``fingerprint`` (SHA-256 of the node's
   certificate) for a self-signed cluster.
 
-Options: ``task_poll_interval`` (seconds, default 1), ``request_timeout`` (seconds per
-request, default 30), ``desktop_ports`` (``{"rdp": 3389, "vnc": 5900}``),
-``desktop_parameters`` (Guacamole connection parameters per protocol, default
-``{"rdp": {"security": "any", "ignore-cert": "true"}}``: a Windows guest's RDP certificate is
-self-signed), ``abandoned_clone_grace`` (seconds a cancelled clone is still watched so it gets
-its tags, default 3600).
+Options: declared with the token in :mod:`deskpool_driver_proxmox.fields` (timeouts, task
+polling, desktop ports and Guacamole parameters per protocol, the abandoned clone grace).
 
 Desktops: the desktop daemon connects to the guest's first address from the guest agent
 (``network-get-interfaces``, IPv4 first). A Windows guest (the agent's ``get-osinfo`` says
@@ -83,6 +79,7 @@ from deskpool_driver_proxmox.client import (
     task_succeeded,
     token_header,
 )
+from deskpool_driver_proxmox.fields import CONNECTION_FIELDS
 from deskpool_driver_proxmox.translate import (
     ABANDONED_CLONE_MISSES,
     CLONE_ID_ATTEMPTS,
@@ -115,6 +112,9 @@ class ProxmoxDriver(HypervisorDriver):
     """
 
     name = "proxmox"
+    title = "Proxmox VE"
+    endpoint_help = "Any node of the cluster: pve1.example.com or https://pve1.example.com:8006."
+    connection_fields = CONNECTION_FIELDS
     capabilities = DriverCapabilities(
         linked_clone=True,
         full_clone=True,

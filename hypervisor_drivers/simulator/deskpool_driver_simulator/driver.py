@@ -45,6 +45,7 @@ from deskpool_driver_api import (
     VmNotFound,
 )
 from deskpool_driver_simulator.cluster import SimulatedCluster, SimulatedVm
+from deskpool_driver_simulator.fields import CONNECTION_FIELDS
 from deskpool_driver_simulator.settings import Faults, SimulatorSettings
 
 T = TypeVar("T")
@@ -77,6 +78,9 @@ class SimulatorDriver(HypervisorDriver):
     """
 
     name = "simulator"
+    title = "Simulator"
+    endpoint_help = "Informational only: any text, such as simulator://local."
+    connection_fields = CONNECTION_FIELDS
     capabilities = DriverCapabilities(
         linked_clone=True,
         full_clone=True,
