@@ -5,13 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import asyncpg
 from aiohttp import web
 
 from deskpool.actor import Actor
 from deskpool.api.problems import REQUEST_ID_KEY
 from deskpool.errors import Unauthenticated
-from deskpool.events import AuditEvent, Outcome
 
 if TYPE_CHECKING:
     from deskpool.api.routes import Operation
@@ -55,35 +53,15 @@ class Call:
 
     @property
     def actor(self) -> Actor:
-        """Who makes this call, for the services it calls and the audit trail."""
+        """Who makes this call, for the services it calls and the audit trail.
+
+        The services record their events through it (:meth:`deskpool.actor.Actor.record`).
+        """
         return Actor.of_principal(
             self.principal,
             request_id=self.request_id or None,
             source_address=self.request.remote,
         )
-
-    def audit_event(
-        self,
-        action: str,
-        resource_type: str,
-        resource_id: str | None,
-        details: dict[str, Any] | None = None,
-        outcome: Outcome = "success",
-    ) -> AuditEvent:
-        """An audit event of this call's actor (see :meth:`deskpool.actor.Actor.audit_event`)."""
-        return self.actor.audit_event(action, resource_type, resource_id, details, outcome)
-
-    async def record_audit(
-        self,
-        connection: asyncpg.Connection,
-        action: str,
-        resource_type: str,
-        resource_id: str | None,
-        details: dict[str, Any] | None = None,
-        outcome: Outcome = "success",
-    ) -> None:
-        """Record an event of this call's actor on ``connection``, in the change's transaction."""
-        await self.actor.record(connection, action, resource_type, resource_id, details, outcome)
 
     @property
     def request_id(self) -> str:

@@ -6,13 +6,13 @@ import pytest
 from marshmallow import ValidationError
 from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder
 
-from deskpool.api.resources.desktops import (
+from deskpool.api.resources.pool_schemas import bounded_name_width
+from deskpool.pools.desktop_service import (
     ACTIONS,
     DesktopActionNotAllowed,
     allowed_actions,
     refuse_action,
 )
-from deskpool.api.resources.pool_schemas import bounded_name_width
 from deskpool.pools.model import DesktopState
 from deskpool.pools.states import IllegalTransition
 

@@ -7,18 +7,27 @@ are recorded in the audit trail in the same transaction.
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any
 
 from marshmallow import Schema, fields, validate
 
 from deskpool.api.context import Call
 from deskpool.api.pagination import Page, PageQuery, decode_cursor, page_schema, paginate
-from deskpool.api.routes import ResponseSpec, RouteTable
-from deskpool.errors import Conflict, InvalidCursor, NotFound
-from deskpool.jobs import queue
+from deskpool.api.routes import Handler, ResponseSpec, RouteTable
+from deskpool.errors import InvalidCursor, NotFound
+from deskpool.jobs import queue, service
 from deskpool.jobs.model import Job, JobState
 
 _STATES = [state.value for state in JobState]
+
+#: The job operations.
+ROUTES = RouteTable()
+
+
+def register(routes: RouteTable) -> None:
+    """Add the job operations."""
+    routes.include(ROUTES)
 
 
 class JobAttemptErrorSchema(Schema):
@@ -103,92 +112,71 @@ def cursor_id(cursor: str | None) -> int | None:
     return after
 
 
-def register(routes: RouteTable) -> None:
-    """Add the job operations."""
-
-    @routes.route(
-        "GET",
-        "/api/v1/jobs",
-        summary="List jobs",
-        description="Newest first; filter by state, kind and the resource a job works on.",
-        tags=("jobs",),
-        permission="jobs:read",
-        query=JobListQuery,
-        paginated=True,
-        responses={200: ResponseSpec("A page of jobs.", page_schema(JobSchema))},
+@ROUTES.route(
+    "GET",
+    "/api/v1/jobs",
+    summary="List jobs",
+    description="Newest first; filter by state, kind and the resource a job works on.",
+    tags=("jobs",),
+    permission="jobs:read",
+    query=JobListQuery,
+    paginated=True,
+    responses={200: ResponseSpec("A page of jobs.", page_schema(JobSchema))},
+)
+async def list_jobs(call: Call) -> Page:
+    limit = int(call.query["limit"])
+    jobs = await service.list_jobs(
+        call.runtime,
+        job_filter(call.query),
+        limit=limit + 1,
+        before_id=cursor_id(call.query.get("cursor")),
     )
-    async def list_jobs(call: Call) -> Page:
-        limit = int(call.query["limit"])
-        async with call.runtime.db.acquire() as connection:
-            jobs = await queue.list_jobs(
-                connection,
-                job_filter(call.query),
-                limit=limit + 1,
-                before_id=cursor_id(call.query.get("cursor")),
-            )
-        return paginate(jobs, limit, lambda job: job.id)
+    return paginate(jobs, limit, lambda job: job.id)
 
-    @routes.route(
-        "GET",
-        "/api/v1/jobs/{id}",
-        summary="Get a job",
-        description="With its attempts, last error, error history and timestamps.",
-        tags=("jobs",),
-        permission="jobs:read",
-        responses={200: ResponseSpec("The job.", JobSchema)},
-    )
-    async def get_job(call: Call) -> Job:
-        wanted = job_id(call)
-        async with call.runtime.db.acquire() as connection:
-            job = await queue.get_job(connection, wanted)
-        if job is None:
-            raise NotFound(f"No job has the id {wanted}.")
-        return job
 
-    @routes.route(
+@ROUTES.route(
+    "GET",
+    "/api/v1/jobs/{id}",
+    summary="Get a job",
+    description="With its attempts, last error, error history and timestamps.",
+    tags=("jobs",),
+    permission="jobs:read",
+    responses={200: ResponseSpec("The job.", JobSchema)},
+)
+async def get_job(call: Call) -> Job:
+    return await service.get_job(call.runtime, job_id(call))
+
+
+def _job_change(
+    action: str, summary: str, description: str, done: str
+) -> Callable[[Handler], Handler]:
+    """Declare ``POST /api/v1/jobs/{id}/<action>``, a change of one job's state."""
+    return ROUTES.route(
         "POST",
-        "/api/v1/jobs/{id}/retry",
-        summary="Retry a dead job",
-        description="Gives a dead job a fresh set of attempts, due now. 409 unless it is dead.",
+        f"/api/v1/jobs/{{id}}/{action}",
+        summary=summary,
+        description=description,
         tags=("jobs",),
         permission="jobs:manage",
-        responses={200: ResponseSpec("The job, queued again.", JobSchema)},
+        responses={200: ResponseSpec(done, JobSchema)},
     )
-    async def retry_job(call: Call) -> Job:
-        wanted = job_id(call)
-        async with call.runtime.db.acquire() as connection, connection.transaction():
-            job = await queue.retry_dead(connection, wanted)
-            if job is None:
-                await _refuse(connection, wanted, "retried", "only a dead job can be retried")
-            await call.record_audit(
-                connection, "job.retry", "jobs", str(job.id), {"kind": job.kind}
-            )
-        return job
-
-    @routes.route(
-        "POST",
-        "/api/v1/jobs/{id}/cancel",
-        summary="Cancel a queued job",
-        description="A job that has not started is cancelled. 409 once it runs or has finished.",
-        tags=("jobs",),
-        permission="jobs:manage",
-        responses={200: ResponseSpec("The job, cancelled.", JobSchema)},
-    )
-    async def cancel_job(call: Call) -> Job:
-        wanted = job_id(call)
-        async with call.runtime.db.acquire() as connection, connection.transaction():
-            job = await queue.cancel_queued(connection, wanted)
-            if job is None:
-                await _refuse(connection, wanted, "cancelled", "only a queued job can be cancelled")
-            await call.record_audit(
-                connection, "job.cancel", "jobs", str(job.id), {"kind": job.kind}
-            )
-        return job
 
 
-async def _refuse(connection: Any, wanted: int, verb: str, rule: str) -> NoReturn:
-    """Raise 404 when the job does not exist, else 409 naming its state."""
-    existing = await queue.get_job(connection, wanted)
-    if existing is None:
-        raise NotFound(f"No job has the id {wanted}.")
-    raise Conflict(f"Job {wanted} is {existing.state.value} and cannot be {verb}: {rule}.")
+@_job_change(
+    "retry",
+    "Retry a dead job",
+    "Gives a dead job a fresh set of attempts, due now. 409 unless it is dead.",
+    "The job, queued again.",
+)
+async def retry_job(call: Call) -> Job:
+    return await service.retry_job(call.runtime, call.actor, job_id(call))
+
+
+@_job_change(
+    "cancel",
+    "Cancel a queued job",
+    "A job that has not started is cancelled. 409 once it runs or has finished.",
+    "The job, cancelled.",
+)
+async def cancel_job(call: Call) -> Job:
+    return await service.cancel_job(call.runtime, call.actor, job_id(call))
