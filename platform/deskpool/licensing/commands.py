@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
+from deskpool.actor import Actor
 from deskpool.errors import DeskpoolError, StartupError
 from deskpool.licensing import keys, service
 from deskpool.licensing.context import LicensingContext
@@ -34,7 +35,7 @@ from deskpool.licensing.model import BuildIntegrity, format_instant
 _T = TypeVar("_T")
 
 #: Who the audit trail says acted, for changes made with this command.
-CLI_ACTOR = service.Actor("system:cli")
+CLI_ACTOR = Actor.system("system:cli")
 
 EXIT_FAILED = 1
 

@@ -13,13 +13,13 @@ import logging
 import random
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
 
-from deskpool.audit import record_audit_event
-from deskpool.events import AuditEvent, Outcome
+from deskpool.actor import Actor
+from deskpool.events import Outcome
 from deskpool.licensing import store
 from deskpool.licensing.context import LicensingContext
 from deskpool.licensing.manifest import ManifestCheck
@@ -57,33 +57,20 @@ log = logging.getLogger(__name__)
 LICENSE = "license"
 
 
-@dataclass(frozen=True)
-class Actor:
-    """Who acts, as the audit trail records it."""
-
-    id: str
-    request_id: str | None = None
-    source_address: str | None = None
-
-    def event(
-        self, action: str, details: dict[str, Any], outcome: Outcome = "success"
-    ) -> AuditEvent:
-        """An audit event of this actor on the license."""
-        return AuditEvent(
-            action=action,
-            actor=self.id,
-            resource_type=LICENSE,
-            resource_id=str(details.get("license_id") or "") or None,
-            outcome=outcome,
-            occurred_at=datetime.now(UTC),
-            request_id=self.request_id,
-            source_address=self.source_address,
-            details=details,
-        )
+async def _record(
+    connection: asyncpg.Connection,
+    actor: Actor,
+    action: str,
+    details: dict[str, Any],
+    outcome: Outcome = "success",
+) -> None:
+    """Record an event of ``actor`` on the license (its id, when the details name one)."""
+    resource_id = str(details.get("license_id") or "") or None
+    await actor.record(connection, action, LICENSE, resource_id, details, outcome)
 
 
 #: Automatic changes (expiry, watermark evidence) are recorded as this actor.
-SYSTEM = Actor("system:licensing")
+SYSTEM = Actor.system("system:licensing")
 
 
 @dataclass(frozen=True)
@@ -226,7 +213,7 @@ async def record_judgement(
             "to": {"status": status, "edition": edition},
             "reasons": list(judgement.reasons),
         }
-        await record_audit_event(connection, actor.event("license.state_change", details))
+        await _record(connection, actor, "license.state_change", details)
     if context.metrics is not None:
         context.metrics.changes.labels(status).inc()
     log.info(
@@ -255,26 +242,25 @@ async def install_license(
         check_installable(license, judged_time(context.now(), watermark))
     except LicenseRefused as refused:
         details = {"code": refused.code, "detail": refused.detail}
-        await record_audit_event(connection, actor.event("license.install", details, "failure"))
+        await _record(connection, actor, "license.install", details, "failure")
         raise
     async with connection.transaction():
         # The watermark is persisted before the installation, whose time is its floor.
         await persist_watermark(connection, context)
         previous = await store.get_installation(connection)
-        await store.put_installation(connection, license.id, document, actor.id)
+        await store.put_installation(connection, license.id, document, actor.name)
         await _clear_evidence_before(connection, context, license)
-        await record_audit_event(
+        await _record(
             connection,
-            actor.event(
-                "license.install",
-                {
-                    "license_id": license.id,
-                    "edition": license.edition.value,
-                    "expires_at": format_instant(license.expires_at),
-                    "limits": license.limits.as_dict(),
-                    "replaced": previous.license_id if previous else None,
-                },
-            ),
+            actor,
+            "license.install",
+            {
+                "license_id": license.id,
+                "edition": license.edition.value,
+                "expires_at": format_instant(license.expires_at),
+                "limits": license.limits.as_dict(),
+                "replaced": previous.license_id if previous else None,
+            },
         )
         await record_judgement(
             connection, context, await current_judgement(connection, context), audit=False
@@ -311,7 +297,7 @@ async def remove_license(
         removed = await store.delete_installation(connection)
         if removed is None:
             return await license_state(connection, context)
-        await record_audit_event(connection, actor.event("license.remove", {"license_id": removed}))
+        await _record(connection, actor, "license.remove", {"license_id": removed})
         await record_judgement(
             connection, context, await current_judgement(connection, context), audit=False
         )
@@ -406,13 +392,12 @@ async def persist_watermark(
         await store.write_watermark(connection, following)
         if view.evidence and _newly_recorded(row, following):
             log.warning("license watermark %s: %s", view.integrity.value, view.detail)
-            await record_audit_event(
+            await _record(
                 connection,
-                SYSTEM.event(
-                    f"license.watermark_{view.integrity.value}",
-                    {"detail": view.detail, "watermark": _instant(following.instant)},
-                    "failure",
-                ),
+                SYSTEM,
+                f"license.watermark_{view.integrity.value}",
+                {"detail": view.detail, "watermark": _instant(following.instant)},
+                "failure",
             )
     context.remember(following.seq, following.instant)
     if context.metrics is not None:

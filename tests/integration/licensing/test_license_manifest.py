@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from deskpool.actor import Actor
 from deskpool.cli import main
 from deskpool.licensing import keys, service
 from deskpool.licensing.manifest import (
@@ -118,7 +119,7 @@ async def test_an_invalid_build_runs_with_free_limits_and_says_why(
                     connection,
                     runtime.licensing,
                     license_vendor.issue(),
-                    service.Actor("test:manifest"),
+                    Actor.system("test:manifest"),
                 )
             assert state.build.state is BuildIntegrity.INVALID
             assert state.judgement.status is LicenseStatus.VALID

@@ -16,6 +16,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from deskpool.actor import Actor
 from deskpool.jobs.periodic import PeriodicContext
 from deskpool.licensing import service
 from deskpool.licensing.reporting import REPORT_JITTER, build_reporter
@@ -142,7 +143,7 @@ async def test_a_licensed_edition_reports_on_schedule_and_recovers_from_failures
     from tests.integration.licensing.conftest import Clock
 
     await service.install_license(
-        db, make_context(Clock()), license_vendor.issue(), service.Actor("test:reports")
+        db, make_context(Clock()), license_vendor.issue(), Actor.system("test:reports")
     )
     async for runtime, counter in run_worker(worker_environ(licensing_environ, url)):
         await endpoint.wait_for(lambda: len(endpoint.accepted()) >= 3)
@@ -187,7 +188,7 @@ async def test_an_empty_url_disables_reporting(
     license_vendor: TestVendor,
 ) -> None:
     await service.install_license(
-        db, lic_runtime.licensing, license_vendor.issue(), service.Actor("test:reports")
+        db, lic_runtime.licensing, license_vendor.issue(), Actor.system("test:reports")
     )
     reporter = build_reporter(lic_runtime.plugins, lic_runtime.config)
     assert not reporter.enabled

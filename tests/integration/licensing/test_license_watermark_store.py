@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from tests.integration.licensing.conftest import Clock
 
+from deskpool.actor import Actor
 from deskpool.licensing import service, store
 from deskpool.licensing.metrics import LicenseMetrics
 from deskpool.licensing.model import (
@@ -23,7 +24,7 @@ from deskpool.licensing.model import (
 from deskpool.licensing.watermark import StoredWatermark, WatermarkKeys, advance
 from deskpool.testing.licensing import TestVendor
 
-ACTOR = service.Actor("test:licensing")
+ACTOR = Actor.system("test:licensing")
 
 
 async def install(db: asyncpg.Connection, context: Any, vendor: TestVendor, **claims: Any) -> str:

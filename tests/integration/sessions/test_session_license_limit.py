@@ -7,6 +7,7 @@ from typing import Any
 
 from tests.integration.sessions.conftest import Estate, desktop_row, open_desktop
 
+from deskpool.actor import Actor
 from deskpool.licensing import service
 from deskpool.runtime import Runtime
 from deskpool.sessions.broker import PlatformSessionBroker
@@ -27,7 +28,7 @@ async def test_a_session_beyond_the_license_is_refused_and_open_ones_stay(
             connection,
             pools_runtime.licensing,
             license_vendor.issue(limits={"sessions": 1}),
-            service.Actor("test:sessions"),
+            Actor.system("test:sessions"),
         )
     first, second = await estate(ready=1), await estate(ready=1)
     opened = await open_desktop(client, first)
@@ -50,6 +51,6 @@ async def test_a_session_beyond_the_license_is_refused_and_open_ones_stay(
     assert again.status == 200
     async with pools_runtime.db.acquire() as connection:
         await service.remove_license(
-            connection, pools_runtime.licensing, service.Actor("test:sessions")
+            connection, pools_runtime.licensing, Actor.system("test:sessions")
         )
     await open_desktop(client, second)

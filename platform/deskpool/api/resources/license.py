@@ -171,12 +171,6 @@ def state_view(state: service.LicenseState) -> dict[str, Any]:
     }
 
 
-def actor_of(call: Call) -> service.Actor:
-    """The caller as the licensing service audits it."""
-    actor = call.actor
-    return service.Actor(actor.name, actor.request_id, actor.source_address)
-
-
 async def get_license(call: Call) -> dict[str, Any]:
     """``GET /api/v1/license``."""
     async with call.runtime.db.acquire() as connection:
@@ -187,7 +181,7 @@ async def install_license(call: Call) -> dict[str, Any]:
     """``PUT /api/v1/license``."""
     async with call.runtime.db.acquire() as connection:
         state = await service.install_license(
-            connection, call.runtime.licensing, call.body["document"], actor_of(call)
+            connection, call.runtime.licensing, call.body["document"], call.actor
         )
     return state_view(state)
 
@@ -195,7 +189,7 @@ async def install_license(call: Call) -> dict[str, Any]:
 async def remove_license(call: Call) -> dict[str, Any]:
     """``DELETE /api/v1/license``."""
     async with call.runtime.db.acquire() as connection:
-        state = await service.remove_license(connection, call.runtime.licensing, actor_of(call))
+        state = await service.remove_license(connection, call.runtime.licensing, call.actor)
     return state_view(state)
 
 
