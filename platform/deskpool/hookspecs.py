@@ -101,7 +101,8 @@ def deskpool_register_routes(routes: RouteTable) -> None:
     """Add REST operations to the API's route table.
 
     Every operation declares its permission, schemas and responses there, so it appears in the
-    OpenAPI document and is protected like the built-in ones.
+    OpenAPI document and is protected like the built-in ones. The auth provider plugin declares
+    the document's security schemes there too (``routes.security_scheme(name, scheme)``).
 
     :param routes: the route table of the API.
     """

@@ -4,7 +4,8 @@ Registered under the entry point ``deskpool.auth_providers: oidc`` and chosen by
 ``AUTH_PROVIDER=oidc`` (the default). Everything OIDC-specific lives here, not in the platform:
 the plugin declares its settings (``AUTH_OIDC_ISSUER_URL``, ``AUTH_OIDC_AUDIENCE``,
 ``AUTH_OIDC_GROUPS_CLAIM``, ``AUTH_OIDC_ROLES_CLAIM`` of SPEC §5.3, and
-``AUTH_OIDC_ACCEPT_ID_TOKENS``), says what protected routes answer while the issuer or the
+``AUTH_OIDC_ACCEPT_ID_TOKENS``), declares the OpenAPI document's security schemes
+(``bearerAuth``, ``openIdConnect``), says what protected routes answer while the issuer or the
 audience is missing, and tells ``/docs`` how a browser signs in (the issuer's discovery document,
 the console's client ``WEB_PUBLIC_OIDC_CLIENT_ID`` and ``WEB_PUBLIC_OIDC_SCOPE``). The verifier
 is :class:`deskpool_oidc.provider.OidcAuthProvider`.
@@ -15,6 +16,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from deskpool.api.docs import DISCOVERY_PATH
+from deskpool.api.routes import RouteTable
 from deskpool.config import Config, Setting, SettingRegistry, parse_bool, parse_url
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
@@ -100,3 +103,36 @@ def deskpool_declare_settings(registry: SettingRegistry) -> None:
     )
     for setting in declared:
         registry.add(replace(setting, section=SECTION, owner="oidc"))
+
+
+@hookimpl
+def deskpool_register_routes(routes: RouteTable) -> None:
+    """Declare how callers authenticate, as the OpenAPI document's security schemes.
+
+    A bearer access token, and the issuer's browser sign-in (authorization code with PKCE)
+    through the discovery path ``/docs`` serves.
+    """
+    routes.security_scheme(
+        "bearerAuth",
+        {
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "JWT",
+            "description": (
+                "An OIDC access token from the instance's identity provider "
+                "(AUTH_OIDC_ISSUER_URL), for the audience AUTH_OIDC_AUDIENCE."
+            ),
+        },
+    )
+    routes.security_scheme(
+        "openIdConnect",
+        {
+            "type": "openIdConnect",
+            "openIdConnectUrl": DISCOVERY_PATH,
+            "description": (
+                "Sign in through the instance's OIDC issuer (AUTH_OIDC_ISSUER_URL) with the "
+                "authorization code flow and PKCE. The URL, relative to the API, redirects to "
+                "the issuer's discovery document."
+            ),
+        },
+    )

@@ -32,7 +32,7 @@ from aiohttp import web
 
 from deskpool.api.context import Call
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
-from deskpool.api.routes import ResponseSpec, RouteTable
+from deskpool.api.routes import Handler, ResponseSpec, RouteTable
 from deskpool.auth import AuthProvider, BrowserSignIn
 from deskpool.errors import AuthNotConfigured, NotFound, ServiceUnavailable
 
@@ -229,28 +229,46 @@ async def get_docs(call: Call) -> web.Response:
     return call.request.app[DOCS_SITE_KEY].page()
 
 
-def register(routes: RouteTable) -> None:
-    """Declare ``GET /docs`` in the route table (a public operation of the document)."""
+def declare_documentation(
+    routes: RouteTable,
+    path: str,
+    handler: Handler,
+    *,
+    summary: str,
+    description: str,
+    content: ResponseSpec,
+    unavailable: str,
+) -> None:
+    """Declare a public ``GET`` of the documentation: ``content``, or 503 ``unavailable``."""
     routes.route(
         "GET",
+        path,
+        summary=summary,
+        description=description,
+        tags=("documentation",),
+        permission=None,
+        responses={
+            200: content,
+            503: ResponseSpec(unavailable, ProblemSchema, content_type=PROBLEM_CONTENT_TYPE),
+        },
+    )(handler)
+
+
+def register(routes: RouteTable) -> None:
+    """Declare ``GET /docs`` in the route table (a public operation of the document)."""
+    declare_documentation(
+        routes,
         "/docs",
+        get_docs,
         summary="Interactive API documentation",
         description=(
             "Swagger UI for this instance's OpenAPI document, with sign-in through the "
             "configured OIDC issuer (authorization code with PKCE) to try requests. Its assets "
             "are served by the instance under `/docs/`, so the page needs no internet access."
         ),
-        tags=("documentation",),
-        permission=None,
-        responses={
-            200: ResponseSpec("The documentation page.", content_type="text/html"),
-            503: ResponseSpec(
-                "The Swagger UI assets are not installed.",
-                ProblemSchema,
-                content_type=PROBLEM_CONTENT_TYPE,
-            ),
-        },
-    )(get_docs)
+        content=ResponseSpec("The documentation page.", content_type="text/html"),
+        unavailable="The Swagger UI assets are not installed.",
+    )
 
 
 def install_docs(app: web.Application, provider: AuthProvider) -> None:

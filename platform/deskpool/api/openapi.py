@@ -28,7 +28,7 @@ from marshmallow import fields
 
 from deskpool import __version__
 from deskpool.api.context import Call
-from deskpool.api.docs import DISCOVERY_PATH
+from deskpool.api.docs import declare_documentation
 from deskpool.api.inputs import MAX_JSON_DEPTH
 from deskpool.api.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
@@ -261,7 +261,7 @@ def _description(operation: Operation) -> str:
     return f"{operation.description}\n\n{needed}".strip()
 
 
-def _operation(operation: Operation) -> dict[str, Any]:
+def _operation(operation: Operation, schemes: list[str]) -> dict[str, Any]:
     parameters: list[Any] = [
         {"in": "path", "name": name, "required": True, "schema": {"type": "string"}}
         for name in _PATH_PARAM.findall(operation.path)
@@ -279,7 +279,7 @@ def _operation(operation: Operation) -> dict[str, Any]:
         "description": _description(operation),
         "tags": list(operation.tags),
         "responses": dict(sorted(responses.items())),
-        "security": [] if operation.public else [{"bearerAuth": []}, {"openIdConnect": []}],
+        "security": [] if operation.public else [{name: []} for name in schemes],
     }
     if operation.permission:
         out["x-permission"] = operation.permission
@@ -313,37 +313,19 @@ def build_document(routes: RouteTable) -> dict[str, Any]:
         spec.components.header(name, header)
     for status, (name, _) in sorted(_STANDARD_PROBLEMS.items()):
         spec.components.response(name, _problem(status))
-    spec.components.security_scheme(
-        "bearerAuth",
-        {
-            "type": "http",
-            "scheme": "bearer",
-            "bearerFormat": "JWT",
-            "description": (
-                "An OIDC access token from the instance's identity provider "
-                "(AUTH_OIDC_ISSUER_URL), for the audience AUTH_OIDC_AUDIENCE."
-            ),
-        },
-    )
-    spec.components.security_scheme(
-        "openIdConnect",
-        {
-            "type": "openIdConnect",
-            "openIdConnectUrl": DISCOVERY_PATH,
-            "description": (
-                "Sign in through the instance's OIDC issuer (AUTH_OIDC_ISSUER_URL) with the "
-                "authorization code flow and PKCE. The URL, relative to the API, redirects to "
-                "the issuer's discovery document."
-            ),
-        },
-    )
+    # The auth provider plugin declares how callers authenticate (deskpool_register_routes).
+    schemes = routes.security_schemes()
+    for name, scheme in schemes.items():
+        spec.components.security_scheme(name, dict(scheme))
     tags = sorted({tag for op in routes.operations() for tag in op.tags})
     for tag in tags:
         spec.tag({"name": tag})
     by_path: dict[str, dict[str, Any]] = {}
     for operation in routes.operations():
         path = _PATH_PARAM.sub(r"{\1}", operation.path)
-        by_path.setdefault(path, {})[operation.method.lower()] = _operation(operation)
+        by_path.setdefault(path, {})[operation.method.lower()] = _operation(
+            operation, list(schemes)
+        )
     for path, operations in by_path.items():
         spec.path(path=path, operations=operations)
     document = spec.to_dict()
@@ -393,22 +375,15 @@ async def get_openapi_document(call: Call) -> web.Response:
 
 def register(routes: RouteTable) -> None:
     """Declare ``GET /openapi.yaml`` in the route table (the document lists itself)."""
-    routes.route(
-        "GET",
+    declare_documentation(
+        routes,
         "/openapi.yaml",
+        get_openapi_document,
         summary="The OpenAPI document",
         description=(
             "The OpenAPI 3.1 document of the running version, in YAML: the authoritative "
             "source of every request and response shape."
         ),
-        tags=("documentation",),
-        permission=None,
-        responses={
-            200: ResponseSpec("The document.", content_type="application/yaml"),
-            503: ResponseSpec(
-                "The document could not be read at startup (OPENAPI_PATH).",
-                ProblemSchema,
-                content_type=PROBLEM_CONTENT_TYPE,
-            ),
-        },
-    )(get_openapi_document)
+        content=ResponseSpec("The document.", content_type="application/yaml"),
+        unavailable="The document could not be read at startup (OPENAPI_PATH).",
+    )

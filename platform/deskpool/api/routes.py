@@ -100,6 +100,7 @@ class RouteTable:
 
     def __init__(self) -> None:
         self._operations: dict[str, Operation] = {}
+        self._security_schemes: dict[str, Mapping[str, Any]] = {}
 
     def add(self, operation: Operation) -> Operation:
         """Declare ``operation``; its id and its method+path must be unique."""
@@ -162,6 +163,22 @@ class RouteTable:
         """Declare every operation of ``other`` (a resource module's own table) here too."""
         for operation in other.operations():
             self.add(operation)
+        for name, scheme in other.security_schemes().items():
+            self.security_scheme(name, scheme)
+
+    def security_scheme(self, name: str, scheme: Mapping[str, Any]) -> None:
+        """Declare a way callers authenticate: an OpenAPI security scheme object, by name.
+
+        The auth provider plugin declares its own (through ``deskpool_register_routes``); a
+        protected operation accepts any of them, in the order they were declared.
+        """
+        if name in self._security_schemes:
+            raise ValueError(f"security scheme {name!r} is declared twice")
+        self._security_schemes[name] = scheme
+
+    def security_schemes(self) -> dict[str, Mapping[str, Any]]:
+        """The declared security schemes, by name, in the order they were declared."""
+        return dict(self._security_schemes)
 
     def operations(self) -> list[Operation]:
         """Every operation, sorted by path then method (the document's order)."""

@@ -14,6 +14,7 @@ from tests.integration.api.extra_operations import ExtraOperations
 
 from deskpool.api.app import build_route_table
 from deskpool.api.openapi import build_document, render_document
+from deskpool.api.routes import ResponseSpec, RouteTable
 from deskpool.host import discover
 from deskpool.plugins import load_plugins
 
@@ -126,6 +127,29 @@ def test_security_schemes_are_bearer_jwt_and_openid_connect() -> None:
     }
     assert schemes["openIdConnect"]["type"] == "openIdConnect"
     assert schemes["openIdConnect"]["openIdConnectUrl"] == "/docs/openid-configuration"
+
+
+def test_the_security_schemes_are_the_ones_declared_on_the_route_table() -> None:
+    """The platform names no scheme of its own: the auth provider plugin declares them."""
+
+    async def probe(call: Any) -> None:
+        return None
+
+    routes = RouteTable()
+    routes.route(
+        "GET",
+        "/test/probe",
+        summary="Probe",
+        tags=("test",),
+        permission="pools:read",
+        responses={200: ResponseSpec("Probed.")},
+    )(probe)
+    routes.security_scheme("apiKey", {"type": "apiKey", "in": "header", "name": "X-Key"})
+    document = build_document(routes)
+    assert document["components"]["securitySchemes"] == {
+        "apiKey": {"type": "apiKey", "in": "header", "name": "X-Key"}
+    }
+    assert document["paths"]["/test/probe"]["get"]["security"] == [{"apiKey": []}]
 
 
 def test_a_plugins_operations_are_in_the_document() -> None:
