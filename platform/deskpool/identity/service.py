@@ -29,7 +29,7 @@ from deskpool.permissions import (
     Role,
     builtin_roles,
 )
-from deskpool.pools.repository import SubjectType, revoke_subject_entitlements
+from deskpool.pools.store_entitlements import SubjectType, revoke_subject_entitlements
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime

@@ -27,8 +27,8 @@ from deskpool.live.publishers import publish_desktop
 from deskpool.pools.desktop_jobs import DESKTOPS, WORKER_ACTOR
 from deskpool.pools.model import Desktop, DesktopState, Pool
 from deskpool.pools.provisioning_store import apply_event_in_state
-from deskpool.pools.repository import get_desktop, set_desktop_node
 from deskpool.pools.states import DesktopEvent, Failed, IllegalTransition
+from deskpool.pools.store_desktops import get_desktop, set_desktop_node
 
 log = logging.getLogger(__name__)
 

@@ -20,10 +20,9 @@ from deskpool.errors import Conflict, LocatedFieldError, NotFound, ValidationFai
 from deskpool.identity import store as identity_store
 from deskpool.jobs import queue
 from deskpool.jobs.model import Job, JobState
-from deskpool.pools import repository
+from deskpool.pools import store_desktops, store_pools
 from deskpool.pools.desktop_jobs import enqueue_desktop_job
 from deskpool.pools.model import Desktop, DesktopState, Pool
-from deskpool.pools.repository import DesktopCursor, DesktopRecord
 from deskpool.pools.states import (
     Assigned,
     Delete,
@@ -34,6 +33,7 @@ from deskpool.pools.states import (
     Unassigned,
     can_take,
 )
+from deskpool.pools.store_desktops import DesktopCursor, DesktopRecord
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime
@@ -118,7 +118,7 @@ def _not_found(desktop_id: uuid.UUID) -> NotFound:
 
 
 async def _locked(connection: asyncpg.Connection, desktop_id: uuid.UUID) -> Desktop:
-    record = await repository.get_desktop_record(connection, desktop_id, for_update=True)
+    record = await store_desktops.get_desktop_record(connection, desktop_id, for_update=True)
     if record is None:
         raise _not_found(desktop_id)
     return record.desktop
@@ -154,7 +154,7 @@ async def list_desktops(
     assigned_user: uuid.UUID | None = None,
 ) -> list[DesktopRecord]:
     """Up to ``limit`` desktops in name order (without case) after ``after``, filtered."""
-    return await repository.list_desktops(
+    return await store_desktops.list_desktops(
         runtime.db,
         limit=limit,
         after=after,
@@ -169,7 +169,7 @@ async def get_desktop(runtime: Runtime, desktop_id: uuid.UUID) -> DesktopRecord:
 
     :raises NotFound: there is none.
     """
-    record = await repository.get_desktop_record(runtime.db, desktop_id)
+    record = await store_desktops.get_desktop_record(runtime.db, desktop_id)
     if record is None:
         raise _not_found(desktop_id)
     return record
@@ -222,17 +222,17 @@ async def _change_assignment(
     """
     async with runtime.db.acquire() as connection, connection.transaction():
         desktop = await _locked(connection, desktop_id)
-        pool = await repository.get_pool(connection, desktop.pool_id)
+        pool = await store_pools.get_pool(connection, desktop.pool_id)
         if pool is None:
             raise _not_found(desktop_id)
         _require_persistent(pool)
         chosen, details = await event(connection, desktop)
-        after = await repository.apply_event(connection, desktop_id, chosen, pool=pool)
+        after = await store_desktops.apply_event(connection, desktop_id, chosen, pool=pool)
         if after != desktop:
             await actor.record(
                 connection, action, "desktops", str(desktop_id), {**details, "name": desktop.name}
             )
-        record = await repository.get_desktop_record(connection, desktop_id)
+        record = await store_desktops.get_desktop_record(connection, desktop_id)
     if record is None:
         raise _not_found(desktop_id)
     return record

@@ -35,9 +35,10 @@ from deskpool.pools.desktop_recorder import DesktopRecorder, describe_failure, r
 from deskpool.pools.model import DesktopState
 from deskpool.pools.provisioning import DesktopWork
 from deskpool.pools.provisioning_store import desktop_exists, vm_is_recorded
-from deskpool.pools.repository import get_desktop, get_pool
 from deskpool.pools.states import Refresh, Retry
+from deskpool.pools.store_desktops import get_desktop
 from deskpool.pools.store_orphans import forget_orphans
+from deskpool.pools.store_pools import get_pool
 
 log = logging.getLogger(__name__)
 

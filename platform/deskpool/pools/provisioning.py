@@ -56,7 +56,6 @@ from deskpool.pools.desktop_recorder import (
     utc_now,
 )
 from deskpool.pools.model import CloneMode, Desktop, DesktopState, Pool
-from deskpool.pools.repository import remove_desktop
 from deskpool.pools.states import (
     WAIT_TIMEOUT_SETTINGS,
     AgentReady,
@@ -67,6 +66,7 @@ from deskpool.pools.states import (
     Started,
     WindowsReady,
 )
+from deskpool.pools.store_desktops import remove_desktop
 
 log = logging.getLogger(__name__)
 

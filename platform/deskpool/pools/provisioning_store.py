@@ -4,7 +4,7 @@
   by the time it writes, an administrator or another job may have moved the desktop on.
   :func:`apply_event_if_unchanged` and :func:`apply_event_in_state` lock the row, check that
   the desktop is still what the decision was made from, and only then apply the event through
-  :func:`deskpool.pools.repository.apply_event` (the pure state machine). ``None`` means
+  :func:`deskpool.pools.store_desktops.apply_event` (the pure state machine). ``None`` means
   "changed meanwhile: decide again", never an error.
 - *Fencing of periodic runs.* :func:`hold_periodic_run` is to a reconciliation run what
   :meth:`deskpool.jobs.JobContext.hold_lease` is to a job: called inside a transaction, it
@@ -30,8 +30,8 @@ import asyncpg
 from deskpool.jobs.model import Job, JobState, LeaseLost
 from deskpool.jobs.queue import get_job
 from deskpool.pools.model import Desktop, DesktopState, ObservedVm, Pool
-from deskpool.pools.repository import apply_event, get_desktop
 from deskpool.pools.states import DesktopEvent
+from deskpool.pools.store_desktops import apply_event, get_desktop
 
 
 async def apply_event_if_unchanged(

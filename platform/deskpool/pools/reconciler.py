@@ -73,6 +73,7 @@ from deskpool.pools.desktop_jobs import (
     enqueue_orphan_deletion,
     job_for_state,
 )
+from deskpool.pools.errors import DesktopNameTaken
 from deskpool.pools.model import Desktop, ObservedVm, Pool
 from deskpool.pools.planner import (
     Action,
@@ -99,16 +100,15 @@ from deskpool.pools.provisioning_store import (
 )
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
 from deskpool.pools.repository import (
-    DesktopNameTaken,
     desktop_names_on_clusters,
     desktops_of_pools,
-    get_pool,
-    insert_desktops,
     mark_reconciled,
     pools_to_reconcile,
 )
 from deskpool.pools.states import IllegalTransition
+from deskpool.pools.store_desktops import insert_desktops
 from deskpool.pools.store_orphans import OrphanRecord, known_orphan_ids, record_orphans
+from deskpool.pools.store_pools import get_pool
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime

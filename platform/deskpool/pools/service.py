@@ -20,12 +20,13 @@ from deskpool.actor import Actor
 from deskpool.clusters import repository as clusters
 from deskpool.clusters.drivers import driver_manager_for
 from deskpool.clusters.repository import ClusterRecord, get_cluster
+from deskpool.db.rows import Db
 from deskpool.drivers import DriverError, deadline_after
 from deskpool.drivers import OsType as TemplateOsType
 from deskpool.errors import DeskpoolError, LocatedFieldError, NotFound, ValidationFailed
 from deskpool.jobs.model import Job
 from deskpool.licensing.service import check_can_create_pool
-from deskpool.pools import repository
+from deskpool.pools import store_entitlements, store_pools
 from deskpool.pools.desktop_jobs import CLUSTERS, enqueue_orphan_deletion
 from deskpool.pools.model import (
     CloneMode,
@@ -37,8 +38,9 @@ from deskpool.pools.model import (
     validate_pool_change,
 )
 from deskpool.pools.reconciler import enqueue_pool_reconcile
-from deskpool.pools.repository import Db, DomainJoin, Entitlement, PoolRecord, SubjectType
+from deskpool.pools.store_entitlements import Entitlement, SubjectType
 from deskpool.pools.store_orphans import OrphanRecord, list_orphans, lock_orphan
+from deskpool.pools.store_pools import DomainJoin, PoolRecord
 from deskpool.sessions import service as sessions
 from deskpool.sessions.model import SessionPolicy
 
@@ -216,11 +218,11 @@ async def create_pool(runtime: Runtime, actor: Actor, body: Mapping[str, Any]) -
     pool = Pool(id=pool.id, **{**_model_changes(body), "template": check.template})
     async with runtime.db.acquire() as connection, connection.transaction():
         await check_can_create_pool(connection, runtime.licensing)
-        await repository.create_pool(
+        await store_pools.create_pool(
             connection, pool, description=body["description"], domain_join=join
         )
         if password is not None:
-            await repository.store_domain_join_password(
+            await store_pools.store_domain_join_password(
                 connection, runtime.secret_store, pool.id, password
             )
         await enqueue_pool_reconcile(connection, pool.id)
@@ -244,7 +246,7 @@ async def create_pool(runtime: Runtime, actor: Actor, body: Mapping[str, Any]) -
                 "template_check": check.status,
             },
         )
-        record = await repository.get_pool_record(connection, pool.id)
+        record = await store_pools.get_pool_record(connection, pool.id)
     assert record is not None
     return PoolWritten(record, policy, check)
 
@@ -264,10 +266,10 @@ async def change_pool(
     :raises ValidationFailed: the changed pool is not valid.
     """
     changes = _model_changes(body)
-    before = await repository.get_pool_record(runtime.db, pool_id)
+    before = await store_pools.get_pool_record(runtime.db, pool_id)
     if before is None:
         raise NotFound(f"No pool has the id {pool_id}.")
-    planned = repository.with_changes(before.pool, changes)
+    planned = store_pools.with_changes(before.pool, changes)
     check = TemplateCheck(planned.template, "not_checked")
     if planned.template != before.pool.template or planned.cluster_id != before.pool.cluster_id:
         _raise_invalid(validate_pool(planned))
@@ -279,11 +281,11 @@ async def change_pool(
     join = _domain_join_of(body)
     password = (body.get("domain_join") or {}).get("password")
     async with runtime.db.acquire() as connection, connection.transaction():
-        current = await repository.get_pool_record(connection, pool_id, for_update=True)
+        current = await store_pools.get_pool_record(connection, pool_id, for_update=True)
         if current is None:
             raise NotFound(f"No pool has the id {pool_id}.")
-        proposed = repository.with_changes(current.pool, changes)
-        counts = await repository.pool_counts(connection, [pool_id])
+        proposed = store_pools.with_changes(current.pool, changes)
+        counts = await store_pools.pool_counts(connection, [pool_id])
         _raise_invalid(
             validate_pool_change(current.pool, proposed, has_desktops=counts[pool_id].total > 0)
         )
@@ -297,7 +299,7 @@ async def change_pool(
             and not current.domain_join_password.is_set
         ):
             raise _field_error("/domain_join/password", "Missing data for required field.")
-        updated = await repository.update_pool(
+        updated = await store_pools.update_pool(
             connection,
             current.pool,
             proposed,
@@ -309,9 +311,9 @@ async def change_pool(
         if "session_policy" in body:
             await sessions.set_pool_policy(connection, pool_id, body["session_policy"])
         if replaces_join and join is None:
-            await repository.delete_domain_join_password(connection, pool_id)
+            await store_pools.delete_domain_join_password(connection, pool_id)
         elif password is not None:
-            await repository.store_domain_join_password(
+            await store_pools.store_domain_join_password(
                 connection, runtime.secret_store, pool_id, password
             )
         await actor.record(
@@ -333,7 +335,7 @@ async def change_pool(
                 "template_check": check.status,
             },
         )
-        record = await repository.get_pool_record(connection, pool_id)
+        record = await store_pools.get_pool_record(connection, pool_id)
         assert record is not None
     return record, check
 
@@ -342,11 +344,11 @@ async def delete_pool(runtime: Runtime, actor: Actor, pool_id: uuid.UUID) -> Non
     """Delete an empty pool, its entitlements and domain-join password.
 
     :raises NotFound: no pool has the id.
-    :raises deskpool.pools.repository.PoolNotEmpty: the pool still has desktops.
+    :raises deskpool.pools.errors.PoolNotEmpty: the pool still has desktops.
     """
     async with runtime.db.acquire() as connection, connection.transaction():
-        record = await repository.get_pool_record(connection, pool_id)
-        if record is None or not await repository.delete_pool(connection, pool_id):
+        record = await store_pools.get_pool_record(connection, pool_id)
+        if record is None or not await store_pools.delete_pool(connection, pool_id):
             raise NotFound(f"No pool has the id {pool_id}.")
         await actor.record(
             connection, "pool.delete", "pools", str(pool_id), {"name": record.pool.name}
@@ -356,7 +358,7 @@ async def delete_pool(runtime: Runtime, actor: Actor, pool_id: uuid.UUID) -> Non
 async def reconcile_pool_now(runtime: Runtime, actor: Actor, pool_id: uuid.UUID) -> Job:
     """Enqueue an immediate reconciliation of the pool (or answer the one queued)."""
     async with runtime.db.acquire() as connection, connection.transaction():
-        record = await repository.get_pool_record(connection, pool_id, for_update=True)
+        record = await store_pools.get_pool_record(connection, pool_id, for_update=True)
         if record is None:
             raise NotFound(f"No pool has the id {pool_id}.")
         job = await enqueue_pool_reconcile(connection, pool_id)
@@ -379,11 +381,11 @@ async def grant_entitlement(
 ) -> tuple[Entitlement, bool]:
     """Entitle a user or group to a pool; answer the entitlement and whether it is new."""
     async with runtime.db.acquire() as connection, connection.transaction():
-        if not await repository.pool_exists(connection, pool_id):
+        if not await store_pools.pool_exists(connection, pool_id):
             raise NotFound(f"No pool has the id {pool_id}.")
-        if not await repository.subject_exists(connection, subject_type, subject_id):
+        if not await store_entitlements.subject_exists(connection, subject_type, subject_id):
             raise _field_error("/subject_id", f"No {subject_type} has the id {subject_id}.")
-        entitlement, created = await repository.grant_entitlement(
+        entitlement, created = await store_entitlements.grant_entitlement(
             connection, pool_id, subject_type, subject_id
         )
         if created:
@@ -406,7 +408,9 @@ async def revoke_entitlement(
 ) -> None:
     """Revoke an entitlement; desktops the user holds stay theirs."""
     async with runtime.db.acquire() as connection, connection.transaction():
-        if not await repository.revoke_entitlement(connection, pool_id, subject_type, subject_id):
+        if not await store_entitlements.revoke_entitlement(
+            connection, pool_id, subject_type, subject_id
+        ):
             raise NotFound(f"The {subject_type} {subject_id} is not entitled to the pool.")
         await actor.record(
             connection,

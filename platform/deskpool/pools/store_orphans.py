@@ -15,8 +15,8 @@ from typing import Any
 
 import asyncpg
 
+from deskpool.db.rows import Db, record_from_row
 from deskpool.pools.model import ObservedVm
-from deskpool.pools.repository import Db
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,14 +32,7 @@ class OrphanRecord:
 
 
 def _orphan(row: Mapping[str, Any]) -> OrphanRecord:
-    return OrphanRecord(
-        cluster_id=row["cluster_id"],
-        vm_id=row["vm_id"],
-        name=row["name"],
-        pool_id=row["pool_id"],
-        desktop_id=row["desktop_id"],
-        reported_at=row["reported_at"],
-    )
+    return record_from_row(OrphanRecord, row)
 
 
 async def record_orphans(

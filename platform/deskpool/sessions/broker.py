@@ -33,7 +33,7 @@ from redis.exceptions import RedisError
 from deskpool.audit import record_audit_event
 from deskpool.events import AuditEvent
 from deskpool.live.publishers import publish, session_event
-from deskpool.pools import repository as pools
+from deskpool.pools import store_desktops, store_pools
 from deskpool.pools.states import SessionOpened
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretDecryptionFailed, SecretsUnavailable
@@ -146,8 +146,8 @@ class PlatformSessionBroker:
         await store.renew_lease(connection, gateway_id, self.lease)
         if issued.shadow_of is not None:
             return await self._join(connection, key, issued, target, gateway_id)
-        desktop = await pools.get_desktop(connection, issued.desktop_id, for_update=True)
-        pool = await pools.get_pool(connection, issued.pool_id)
+        desktop = await store_desktops.get_desktop(connection, issued.desktop_id, for_update=True)
+        pool = await store_pools.get_pool(connection, issued.pool_id)
         if desktop is None or pool is None or not desktop_still_held(desktop, issued.user_id):
             return "desktop_gone"
         session = await store.insert_session(
@@ -160,7 +160,7 @@ class PlatformSessionBroker:
             gateway_id=gateway_id,
         )
         if not desktop.in_session:
-            await pools.apply_event(connection, desktop.id, SessionOpened(), pool=pool)
+            await store_desktops.apply_event(connection, desktop.id, SessionOpened(), pool=pool)
         await store.set_token_session(connection, key, session.id)
         await record_audit_event(
             connection,

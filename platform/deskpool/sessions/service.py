@@ -36,7 +36,7 @@ from deskpool.errors import (
 )
 from deskpool.events import AuditEvent
 from deskpool.licensing.service import check_can_open_session
-from deskpool.pools import repository as pools
+from deskpool.pools import store_allocation, store_desktops, store_entitlements, store_pools
 from deskpool.pools.allocation import DesktopNotReady
 from deskpool.pools.desktop_jobs import REBUILD, enqueue_desktop_job
 from deskpool.pools.model import Desktop, DesktopState, Pool
@@ -200,7 +200,7 @@ async def resolve_target(
 
     :raises DesktopUnreachable: the VM does not run, has no address yet, or the driver fails.
     """
-    record = await pools.get_desktop_record(runtime.db, desktop.id)
+    record = await store_desktops.get_desktop_record(runtime.db, desktop.id)
     if record is None or desktop.vm_id is None:
         raise DesktopUnreachable(f"desktop {desktop.name} has no VM yet", headers=_RETRY)
     cluster = await get_cluster(runtime.db, record.cluster_id)
@@ -286,7 +286,9 @@ async def may_open(runtime: Runtime, principal: Any, pool_id: uuid.UUID) -> bool
     """Whether the caller may open desktops of the pool: ``pools:manage`` or an entitlement."""
     if principal.may("pools:manage"):
         return True
-    return await pools.is_entitled(runtime.db, pool_id, principal.id, principal.group_ids)
+    return await store_entitlements.is_entitled(
+        runtime.db, pool_id, principal.id, principal.group_ids
+    )
 
 
 async def open_pool_desktop(
@@ -296,18 +298,18 @@ async def open_pool_desktop(
 
     The tunnel's configuration is checked before the allocation, so nothing is allocated when
     no browser could connect. The allocation is
-    :func:`deskpool.pools.repository.allocate_desktop`'s.
+    :func:`deskpool.pools.store_allocation.allocate_desktop`'s.
 
     :raises NotFound: no such pool, or one the caller may not open: both answer the same, so
         the answer never tells whether a pool exists.
     :raises GatewayNotConfigured: see :func:`tunnel_url`.
     """
-    pool = await pools.get_pool(runtime.db, pool_id)
+    pool = await store_pools.get_pool(runtime.db, pool_id)
     if pool is None or not await may_open(runtime, principal, pool_id):
         raise NotFound(f"You may open no pool with the id {pool_id}.")
     url = tunnel_url(runtime)
     async with runtime.db.acquire() as connection, connection.transaction():
-        desktop = await pools.allocate_desktop(connection, pool, principal.id)
+        desktop = await store_allocation.allocate_desktop(connection, pool, principal.id)
         # Over the license's session limit the allocation is rolled back (409).
         await check_can_open_session(connection, runtime.licensing, desktop.id)
         await _audit_allocation(connection, audit, desktop, str(principal.id))
@@ -326,10 +328,10 @@ async def reconnect_desktop(
     :raises DesktopNotReady: it is being rebuilt or repaired.
     """
     user = str(principal.id)
-    desktop = await pools.get_desktop(runtime.db, desktop_id)
+    desktop = await store_desktops.get_desktop(runtime.db, desktop_id)
     if desktop is None or desktop.assigned_user != user:
         raise NotFound(f"You hold no desktop with the id {desktop_id}.")
-    pool = await pools.get_pool(runtime.db, desktop.pool_id)
+    pool = await store_pools.get_pool(runtime.db, desktop.pool_id)
     if pool is None:
         raise NotFound(f"You hold no desktop with the id {desktop_id}.")
     url = tunnel_url(runtime)
@@ -337,7 +339,9 @@ async def reconnect_desktop(
         await check_can_open_session(connection, runtime.licensing, desktop_id)
     if desktop.state is DesktopState.READY:
         async with runtime.db.acquire() as connection, connection.transaction():
-            desktop = await pools.apply_event(connection, desktop_id, Allocated(user), pool=pool)
+            desktop = await store_desktops.apply_event(
+                connection, desktop_id, Allocated(user), pool=pool
+            )
             await _audit_allocation(connection, audit, desktop, user)
     if desktop.state is not DesktopState.IN_USE:
         raise DesktopNotReady(
@@ -370,7 +374,7 @@ async def shadow_session(
                 else "has not connected to its desktop yet"
             )
         )
-    desktop = await pools.get_desktop(runtime.db, session.desktop_id)
+    desktop = await store_desktops.get_desktop(runtime.db, session.desktop_id)
     if desktop is None:
         raise SessionNotOpen(f"the desktop of session {session_id} is gone")
     target = DesktopTarget(protocol=session.protocol, hostname="", port=0)
@@ -466,7 +470,7 @@ async def close_desktop_session(
     """Set ``in_session`` false when no user tunnel is open to the desktop any more."""
     if await store.has_open_session(connection, desktop_id):
         return None
-    desktop = await pools.get_desktop(connection, desktop_id, for_update=True)
+    desktop = await store_desktops.get_desktop(connection, desktop_id, for_update=True)
     if desktop is None or not desktop.in_session:
         return desktop
     if desktop.state is not DesktopState.IN_USE:
@@ -474,7 +478,7 @@ async def close_desktop_session(
             "UPDATE desktops SET in_session = false, updated_at = now() WHERE id = $1", desktop_id
         )
         return desktop
-    return await pools.apply_event(connection, desktop_id, SessionClosed())
+    return await store_desktops.apply_event(connection, desktop_id, SessionClosed())
 
 
 async def log_off(
@@ -486,12 +490,12 @@ async def log_off(
     rebuilt (``refreshing``, with its ``desktop.rebuild`` job) before anyone else gets it.
     """
     async with connection.transaction():
-        desktop = await pools.get_desktop(connection, desktop_id, for_update=True)
+        desktop = await store_desktops.get_desktop(connection, desktop_id, for_update=True)
         if desktop is None or desktop.state is not DesktopState.IN_USE:
             return None
         if await store.has_open_session(connection, desktop_id):
             return None
-        after = await pools.apply_event(connection, desktop_id, Released())
+        after = await store_desktops.apply_event(connection, desktop_id, Released())
         if after.state is DesktopState.REFRESHING:
             await enqueue_desktop_job(connection, REBUILD, after)
         await record_audit_event(

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 import asyncpg
 
+from deskpool.db.rows import record_from_row
 from deskpool.sessions.model import (
     DEFAULT_POLICY,
     AfterDisconnect,
@@ -96,15 +97,7 @@ async def put_policy(
 
 
 def _issued(row: Mapping[str, Any]) -> IssuedToken:
-    return IssuedToken(
-        user_id=row["user_id"],
-        desktop_id=row["desktop_id"],
-        pool_id=row["pool_id"],
-        protocol=row["protocol"],
-        expires_at=row["expires_at"],
-        redeemed_at=row["redeemed_at"],
-        shadow_of=row["shadow_of"],
-    )
+    return record_from_row(IssuedToken, row)
 
 
 async def insert_token(
@@ -236,12 +229,9 @@ async def orphaned_gateways(connection: asyncpg.Connection) -> list[str]:
 # ------------------------------------------------------------------------------ sessions
 
 
-_SESSION_FIELDS = tuple(item.name for item in fields(SessionRecord))
-
-
 def session_from_row(row: Mapping[str, Any]) -> SessionRecord:
     """A :class:`SessionRecord` from a ``desktop_sessions`` row."""
-    return SessionRecord(**{name: row[name] for name in _SESSION_FIELDS})
+    return record_from_row(SessionRecord, row)
 
 
 async def insert_session(

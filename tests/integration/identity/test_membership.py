@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from tests.integration.identity.conftest import Directory, Person
 from tests.integration.pools.conftest import pool_model
 
-from deskpool.pools import repository as pools
+from deskpool.pools import store_pools
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 5.0) -> None:
@@ -137,7 +137,7 @@ async def test_deleting_a_group_removes_its_members_grants_bindings_and_entitlem
             "RETURNING id",
             f"cluster-{secrets.token_hex(4)}",
         )
-        pool = (await pools.create_pool(connection, pool_model(cluster))).pool
+        pool = (await store_pools.create_pool(connection, pool_model(cluster))).pool
     status, _ = await directory.call(
         admin,
         "POST",

@@ -20,7 +20,7 @@ import pytest
 from tests.integration.seed import seed_user
 from tests.secret_leak_guard import LeakGuard
 
-from deskpool.pools import repository
+from deskpool.pools import store_desktops, store_pools
 from deskpool.pools.model import DesktopState, OsType, Pool, PoolKind
 from deskpool.runtime import Runtime
 from deskpool.sessions import service
@@ -72,7 +72,7 @@ def make_pool(db: asyncpg.Connection, cluster_id: uuid.UUID) -> MakePool:
     """``await make_pool(**fields)``: a stored pool on the test's cluster."""
 
     async def make(**overrides: Any) -> Pool:
-        record = await repository.create_pool(db, pool_model(cluster_id, **overrides))
+        record = await store_pools.create_pool(db, pool_model(cluster_id, **overrides))
         return record.pool
 
     return make
@@ -88,7 +88,7 @@ async def add_desktops(
     """Insert ``count`` desktops into ``pool`` directly in ``state`` (with ``columns`` set)."""
     names = [f"{pool.naming_pattern.split('-')[0]}-{index:03}" for index in range(count)]
     names = [f"{name}-{secrets.token_hex(2)}" for name in names]
-    desktops = await repository.insert_desktops(connection, pool, names)
+    desktops = await store_desktops.insert_desktops(connection, pool, names)
     ids = [desktop.id for desktop in desktops]
     assignments = ", ".join(f"{column} = ${index + 3}" for index, column in enumerate(columns))
     await connection.execute(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from tests.integration.pools.conftest import TUNNEL_URL, Caller, add_desktops, pool_model
 
-from deskpool.pools import repository
+from deskpool.pools import store_pools
 from deskpool.pools.model import DesktopState, Pool, PoolKind, PoolState
 from deskpool.runtime import Runtime
 
@@ -29,7 +29,7 @@ def api_pool(pools_runtime: Runtime, api_cluster: NewCluster) -> MakeApiPool:
     async def make(ready: int = 0, **overrides: Any) -> Pool:
         cluster_id = uuid.UUID(await api_cluster())
         async with pools_runtime.db.acquire() as connection:
-            record = await repository.create_pool(connection, pool_model(cluster_id, **overrides))
+            record = await store_pools.create_pool(connection, pool_model(cluster_id, **overrides))
             if ready:
                 await add_desktops(connection, record.pool, ready)
         return record.pool

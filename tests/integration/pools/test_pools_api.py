@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.integration.pools.conftest import Caller, add_desktops
 
-from deskpool.pools import repository
+from deskpool.pools import store_pools
 from deskpool.pools.model import DesktopState
 from deskpool.runtime import Runtime
 
@@ -167,7 +167,7 @@ async def test_changes_bump_the_generation_and_respect_desktops(
     assert windows["template_check"]["status"] == "verified"
     assert windows["generation"] == 3
 
-    pool = await repository.get_pool(pools_runtime.db, uuid.UUID(created["id"]))
+    pool = await store_pools.get_pool(pools_runtime.db, uuid.UUID(created["id"]))
     assert pool is not None
     async with pools_runtime.db.acquire() as connection:
         await add_desktops(connection, pool, 2)
@@ -224,7 +224,7 @@ async def test_only_an_empty_pool_is_deleted(
     manager = await new_caller("pools:manage")
     created = await create(client, manager, pool_body(await api_cluster()))
     one = f"{POOLS}/{created['id']}"
-    pool = await repository.get_pool(pools_runtime.db, uuid.UUID(created["id"]))
+    pool = await store_pools.get_pool(pools_runtime.db, uuid.UUID(created["id"]))
     assert pool is not None
     async with pools_runtime.db.acquire() as connection:
         (desktop_id,) = await add_desktops(connection, pool, 1)

@@ -25,7 +25,7 @@ from deskpool.host import bootstrap
 from deskpool.jobs import queue
 from deskpool.jobs.context import JobContext
 from deskpool.jobs.model import ClaimedJob, LeaseLost
-from deskpool.pools import repository
+from deskpool.pools import store_desktops, store_pools
 from deskpool.pools.desktop_jobs import PROVISION
 from deskpool.pools.model import Desktop, OsType, Pool, PoolKind
 from deskpool.runtime import Runtime
@@ -175,7 +175,7 @@ def make_pool(db: asyncpg.Connection, cluster: ClusterRecord) -> MakePool:
             naming_pattern=f"p{tag}-{{n:02}}",
             os_type=OsType.LINUX,
         )
-        record = await repository.create_pool(db, replace(pool, **overrides))
+        record = await store_pools.create_pool(db, replace(pool, **overrides))
         return record.pool
 
     return make
@@ -183,7 +183,7 @@ def make_pool(db: asyncpg.Connection, cluster: ClusterRecord) -> MakePool:
 
 async def add_desktop(db: asyncpg.Connection, pool: Pool, name: str | None = None) -> Desktop:
     """A new desktop of ``pool`` in ``provisioning``, as reconciliation creates one."""
-    [desktop] = await repository.insert_desktops(
+    [desktop] = await store_desktops.insert_desktops(
         db, pool, [name or pool.naming_pattern.format(n=secrets.randbelow(99) + 1)]
     )
     return desktop

@@ -28,7 +28,7 @@ from tests.integration.provisioning.conftest import (
 
 from deskpool.drivers import PowerState
 from deskpool.jobs.model import LeaseLost
-from deskpool.pools import repository
+from deskpool.pools import store_desktops
 from deskpool.pools.desktop_jobs import (
     DELETE,
     POWER_OFF,
@@ -47,7 +47,7 @@ S = DesktopState
 
 
 async def desktop_of(db: asyncpg.Connection, desktop_id: uuid.UUID) -> Desktop:
-    found = await repository.get_desktop(db, desktop_id)
+    found = await store_desktops.get_desktop(db, desktop_id)
     assert found is not None
     return found
 
@@ -74,7 +74,7 @@ async def test_a_linux_desktop_is_cloned_started_and_ready_once_its_agent_answer
     assert vm.name == desktop.name
     assert vm.node == "sim-node-2"
     assert vm.power_state is PowerState.RUNNING
-    record = await repository.get_desktop_record(db, desktop.id)
+    record = await store_desktops.get_desktop_record(db, desktop.id)
     assert record is not None
     assert record.node == "sim-node-2"
 
@@ -170,7 +170,7 @@ async def test_a_retried_desktop_gets_a_new_vm_and_the_failed_one_is_destroyed(
     assert failed.state is S.FAILED
     await simulator.driver.admin.clear_faults()
 
-    retried = await repository.apply_event(db, desktop.id, Retry(), datetime.now(UTC))
+    retried = await store_desktops.apply_event(db, desktop.id, Retry(), datetime.now(UTC))
     assert retried.state is S.PROVISIONING
     assert retried.vm_id == failed.vm_id
     job = await enqueue_desktop_job(db, PROVISION, retried)
@@ -221,7 +221,7 @@ async def test_delete_destroys_the_vm_then_the_record(
     desktop = await provisioned(db, run_job, pool)
     await run_job((await enqueue_desktop_job(db, DELETE, desktop)).id)
 
-    assert await repository.get_desktop(db, desktop.id) is None
+    assert await store_desktops.get_desktop(db, desktop.id) is None
     assert await simulator.vms_of(desktop.id) == []
     assert await db.fetchval(
         "SELECT count(*) FROM audit_events WHERE action = 'desktop.delete' AND resource_id = $1",
@@ -259,7 +259,7 @@ async def test_a_desktop_deleted_during_a_wait_is_left_to_its_deletion(
         return (await desktop_of(db, desktop.id)).state is S.WAITING_FOR_AGENT
 
     await until(waiting, "the job waits for the agent")
-    await repository.apply_event(db, desktop.id, Delete(), datetime.now(UTC))
+    await store_desktops.apply_event(db, desktop.id, Delete(), datetime.now(UTC))
     await attempt
 
     assert (await desktop_of(db, desktop.id)).state is S.DELETING  # not failed by the job

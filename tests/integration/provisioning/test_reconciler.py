@@ -26,7 +26,7 @@ from tests.integration.provisioning.conftest import (
 from deskpool.jobs.model import LeaseLost
 from deskpool.jobs.periodic import PeriodicContext
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, reconcile_batch
-from deskpool.pools import repository, store_orphans
+from deskpool.pools import repository, store_desktops, store_orphans, store_pools
 from deskpool.pools.desktop_jobs import PROVISION, enqueue_desktop_job, idempotency_key
 from deskpool.pools.model import Desktop, DesktopState, Pool
 from deskpool.pools.planner import ReconcilePolicy
@@ -90,7 +90,7 @@ async def test_a_new_pool_gets_its_desktops_each_with_one_provisioning_job(
     assert len(events) == 3
     assert {event["actor"] for event in events} == {"system:reconciler"}
     assert all("min_size 3" in event["details"] for event in events)
-    stored = await repository.get_pool_record(db, pool.id)
+    stored = await store_pools.get_pool_record(db, pool.id)
     assert stored is not None
     assert stored.pool.reconciled_generation == pool.generation
     assert stored.reconciled_at is not None
@@ -205,7 +205,7 @@ async def test_an_unlistable_cluster_is_not_taken_for_vanished_vms(
     assert (applied.applied, applied.skipped) == (0, 0)
     [still] = await desktops(db, pool)
     assert (still.state, still.vm_id) == (S.READY, "100")
-    stored = await repository.get_pool_record(db, pool.id)
+    stored = await store_pools.get_pool_record(db, pool.id)
     assert stored is not None
     assert stored.health is not None
     assert any("could not be listed" in reason for reason in stored.health.reasons)
@@ -252,7 +252,7 @@ async def test_a_plan_is_not_applied_to_a_desktop_that_moved_on(
     await db.execute(
         "UPDATE pools SET min_size = 0, generation = generation + 1 WHERE id = $1", pool.id
     )
-    current = await repository.get_pool(db, pool.id)
+    current = await store_pools.get_pool(db, pool.id)
     assert current is not None
     planned = (await reconciler.plan([current]))[pool.id]
     assert [action.kind for action in planned.plan.actions] == ["delete_desktop"]
@@ -262,7 +262,7 @@ async def test_a_plan_is_not_applied_to_a_desktop_that_moved_on(
         "INSERT INTO users (issuer, subject) VALUES ('https://issuer.test', $1) RETURNING id",
         f"user-{uuid.uuid4()}",
     )
-    await repository.apply_event(db, desktop.id, Allocated(str(user)), datetime.now(UTC))
+    await store_desktops.apply_event(db, desktop.id, Allocated(str(user)), datetime.now(UTC))
     applied = await reconciler.apply(planned, no_fence)
 
     assert (applied.applied, applied.skipped) == (0, 1)

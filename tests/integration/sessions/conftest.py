@@ -29,7 +29,7 @@ from tests.integration.pools.conftest import (  # noqa: F401 (fixtures)
 )
 
 from deskpool.clusters.repository import get_cluster
-from deskpool.pools import repository
+from deskpool.pools import store_desktops, store_pools
 from deskpool.pools.model import DesktopState, Pool, PoolKind
 from deskpool.runtime import Runtime
 from deskpool.sessions import store
@@ -86,8 +86,8 @@ def estate(
         names = [f"s{secrets.token_hex(3)}-{n}" for n in range(ready)]
         vm_ids = await _vm_ids(pools_runtime, cluster_id, names)
         async with pools_runtime.db.acquire() as connection:
-            record = await repository.create_pool(connection, pool)
-            desktops = await repository.insert_desktops(connection, record.pool, names)
+            record = await store_pools.create_pool(connection, pool)
+            desktops = await store_desktops.insert_desktops(connection, record.pool, names)
             for desktop, vm_id in zip(desktops, vm_ids, strict=True):
                 await connection.execute(
                     "UPDATE desktops SET state = 'ready', vm_id = $2, template = 'ubuntu-22.04' "

@@ -41,7 +41,7 @@ from deskpool.ids import parse_id
 from deskpool.pools import desktop_service
 from deskpool.pools.desktop_service import ACTIONS, allowed_actions
 from deskpool.pools.model import DesktopState
-from deskpool.pools.repository import DesktopRecord, desktop_cursor
+from deskpool.pools.store_desktops import DesktopRecord, desktop_cursor
 
 _DESKTOP_STATES = [state.value for state in DesktopState]
 

@@ -33,7 +33,7 @@ from deskpool.pools.model import (
     PoolState,
 )
 from deskpool.pools.naming import MAX_NAME_LENGTH, PATTERN_SHAPE
-from deskpool.pools.repository import SubjectType
+from deskpool.pools.store_entitlements import SubjectType
 
 # ---------------------------------------------------------------------------------- fields
 

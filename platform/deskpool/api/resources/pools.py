@@ -27,7 +27,7 @@ desktop counts by state.
   write-only, sealed by the secret store (``pool.domain_join``), and a response only says
   whether it is set.
 - *Opening a desktop.* ``POST /api/v1/me/pools/{pool_id}/desktop`` hands the caller a desktop
-  (:func:`deskpool.pools.repository.allocate_desktop`) and a connection token to it
+  (:func:`deskpool.pools.store_allocation.allocate_desktop`) and a connection token to it
   (:func:`deskpool.sessions.service.open_pool_desktop`): entitled users (directly or through a
   group) and holders of ``pools:manage`` may; a pool the caller may not open is 404, exactly as
   one that does not exist; 409 when the pool is disabled or draining, 503 with ``Retry-After``
@@ -64,7 +64,7 @@ from deskpool.api.resources.sessions import (
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.errors import InvalidCursor, NotFound
 from deskpool.ids import parse_id
-from deskpool.pools import repository, service
+from deskpool.pools import service, store_desktops, store_entitlements, store_pools
 from deskpool.pools.allocation import DesktopNotReady, NoDesktopAvailable
 from deskpool.pools.model import (
     Desktop,
@@ -73,7 +73,8 @@ from deskpool.pools.model import (
     PoolState,
 )
 from deskpool.pools.planner import PoolSummary
-from deskpool.pools.repository import PoolRecord, SubjectType
+from deskpool.pools.store_entitlements import SubjectType
+from deskpool.pools.store_pools import PoolRecord
 from deskpool.sessions import service as sessions
 from deskpool.sessions.model import DEFAULT_POLICY, SessionPolicy
 
@@ -142,7 +143,7 @@ def pool_view(
 
 
 async def _views(db: Any, records: Sequence[PoolRecord]) -> list[dict[str, Any]]:
-    counts = await repository.pool_counts(db, [record.pool.id for record in records])
+    counts = await store_pools.pool_counts(db, [record.pool.id for record in records])
     policies = await sessions.pool_policies(db, [record.pool.id for record in records])
     return [
         pool_view(record, counts.get(record.pool.id), policies[record.pool.id])
@@ -165,7 +166,7 @@ def pool_id_of(call: Call) -> uuid.UUID:
 async def existing_pool(call: Call) -> PoolRecord:
     """The pool addressed by the path, or 404."""
     pool_id = pool_id_of(call)
-    record = await repository.get_pool_record(call.runtime.db, pool_id)
+    record = await store_pools.get_pool_record(call.runtime.db, pool_id)
     if record is None:
         raise NotFound(f"No pool has the id {pool_id}.")
     return record
@@ -211,14 +212,14 @@ def register(routes: RouteTable) -> None:
     async def list_pools(call: Call) -> Page:
         limit = int(call.query["limit"])
         state = call.query.get("state")
-        records = await repository.list_pools(
+        records = await store_pools.list_pools(
             call.runtime.db,
             limit=limit + 1,
             after=cursor_pair(call.query.get("cursor")),
             cluster_id=call.query.get("cluster_id"),
             state=PoolState(state) if state else None,
         )
-        page = paginate(records, limit, repository.pool_cursor)
+        page = paginate(records, limit, store_pools.pool_cursor)
         return Page(await _views(call.runtime.db, page.items), page.next)
 
     @routes.route(
@@ -333,10 +334,10 @@ def register(routes: RouteTable) -> None:
         after = cursor_pair(call.query.get("cursor"))
         if after is not None and after[0] not in SUBJECT_TYPES:
             raise InvalidCursor()
-        items = await repository.list_entitlements(
+        items = await store_entitlements.list_entitlements(
             call.runtime.db, record.pool.id, limit=limit + 1, after=after
         )
-        page = paginate(items, limit, repository.entitlement_cursor)
+        page = paginate(items, limit, store_entitlements.entitlement_cursor)
         return Page([_entitlement_view(item) for item in page.items], page.next)
 
     @routes.route(
@@ -409,17 +410,17 @@ def register(routes: RouteTable) -> None:
         db = call.runtime.db
         limit = int(call.query["limit"])
         after = cursor_pair(call.query.get("cursor"))
-        entitled = await repository.entitled_pools(db, principal.id, principal.group_ids)
+        entitled = await store_entitlements.entitled_pools(db, principal.id, principal.group_ids)
         records = (
-            await repository.list_pools(db, limit=limit + 1, after=after, pool_ids=entitled)
+            await store_pools.list_pools(db, limit=limit + 1, after=after, pool_ids=entitled)
             if entitled
             else []
         )
-        page = paginate(records, limit, repository.pool_cursor)
+        page = paginate(records, limit, store_pools.pool_cursor)
         ids = [record.pool.id for record in page.items]
-        counts = await repository.pool_counts(db, ids)
+        counts = await store_pools.pool_counts(db, ids)
         held: dict[uuid.UUID, list[Desktop]] = {pool_id: [] for pool_id in ids}
-        for desktop in await repository.desktops_held_by(db, principal.id, ids):
+        for desktop in await store_desktops.desktops_held_by(db, principal.id, ids):
             held[desktop.pool_id].append(desktop)
         items = []
         for record in page.items:
@@ -481,7 +482,7 @@ def register(routes: RouteTable) -> None:
         return connection_view(connection)
 
 
-def _entitlement_view(entitlement: repository.Entitlement) -> dict[str, Any]:
+def _entitlement_view(entitlement: store_entitlements.Entitlement) -> dict[str, Any]:
     return {
         "pool_id": str(entitlement.pool_id),
         "subject_type": str(entitlement.subject_type),

@@ -1,0 +1,52 @@
+"""What the stores share: the type of a database handle and the mapping of a row to a record.
+
+A store function that only reads takes a :data:`Db` (a connection, or the pool to take one
+from); one that writes takes an ``asyncpg.Connection``, so the caller makes it part of its
+transaction. :func:`record_from_row` builds a frozen dataclass from the row's columns of the
+same names, with the fields whose column needs converting given by the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any, TypeAlias, TypeVar
+from uuid import UUID
+
+import asyncpg
+
+#: A handle a read runs on: a connection (inside a transaction, or not), or the pool.
+Db: TypeAlias = asyncpg.Connection | asyncpg.Pool
+
+T = TypeVar("T")
+
+
+#: The field names of each record class :func:`record_from_row` has built.
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(field.name for field in fields(cls))
+    return names
+
+
+def record_from_row(cls: type[T], row: Mapping[str, Any], **converted: Any) -> T:
+    """Build the dataclass ``cls`` from ``row``: each field from the column of its name.
+
+    :param converted: values of the fields whose column is not the field as it is (an enum
+        stored as text, a nested record); their columns are not read.
+    """
+    values = {name: row[name] for name in _field_names(cls) if name not in converted}
+    return cls(**values, **converted)
+
+
+def as_uuid(value: str | UUID | None) -> UUID | None:
+    """The value of a ``uuid`` column from a UUID or its text (``None`` stays ``None``).
+
+    :raises ValueError: the text is not a UUID.
+    """
+    if value is None or isinstance(value, UUID):
+        return value
+    return UUID(value)

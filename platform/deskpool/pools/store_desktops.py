@@ -1,0 +1,260 @@
+"""SQL of desktops: their records, lists, and every change of their state.
+
+Rows map to :class:`~deskpool.pools.model.Desktop`; what the model does not hold (the cluster,
+the node its VM runs on, the time of the last write) comes with a :class:`DesktopRecord`.
+
+*State changes* go through :func:`apply_event`: the row is locked, the pure
+:func:`deskpool.pools.states.transition` decides, and the result is written
+(:func:`write_desktop`), so an illegal event is a 409 ``illegal_transition`` and two writers
+never interleave. Handing a desktop to a user is :mod:`deskpool.pools.store_allocation`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from deskpool.db.rows import Db, as_uuid, record_from_row
+from deskpool.errors import NotFound
+from deskpool.pools.errors import DesktopNameTaken
+from deskpool.pools.model import Desktop, DesktopState, Pool
+from deskpool.pools.states import DesktopEvent, transition
+from deskpool.pools.store_pools import get_pool
+
+
+@dataclass(frozen=True, slots=True)
+class DesktopRecord:
+    """A stored desktop: the model, and what only the record holds."""
+
+    desktop: Desktop
+    cluster_id: uuid.UUID
+    node: str | None
+    updated_at: datetime
+
+
+def desktop_from_row(row: Mapping[str, Any]) -> Desktop:
+    """Build a :class:`Desktop` from a ``desktops`` row.
+
+    Written out field by field rather than through :func:`~deskpool.db.rows.record_from_row`:
+    every reconciliation pass maps every desktop of its pools, and this is a third faster.
+    """
+    assigned = row["assigned_user"]
+    failed_step = row["failed_step"]
+    return Desktop(
+        id=row["id"],
+        pool_id=row["pool_id"],
+        name=row["name"],
+        state=DesktopState(row["state"]),
+        created_at=row["created_at"],
+        state_changed_at=row["state_changed_at"],
+        vm_id=row["vm_id"],
+        template=row["template"],
+        assigned_user=None if assigned is None else str(assigned),
+        in_session=row["in_session"],
+        used_since_refresh=row["used_since_refresh"],
+        failed_step=None if failed_step is None else DesktopState(failed_step),
+        last_error=row["last_error"],
+        failure_count=row["failure_count"],
+        last_failed_at=row["last_failed_at"],
+    )
+
+
+def desktop_record_from_row(row: Mapping[str, Any]) -> DesktopRecord:
+    """Build a :class:`DesktopRecord` from a ``desktops`` row."""
+    return record_from_row(DesktopRecord, row, desktop=desktop_from_row(row))
+
+
+async def insert_desktops(
+    connection: asyncpg.Connection, pool: Pool, names: Sequence[str]
+) -> list[Desktop]:
+    """Create one desktop record per name, in state ``provisioning``, on the pool's cluster.
+
+    :raises DesktopNameTaken: a name is in use on the cluster (nothing is inserted).
+    :raises NotFound: the pool is gone.
+    """
+    if not names:
+        return []
+    try:
+        async with connection.transaction():
+            rows = await connection.fetch(
+                """
+                INSERT INTO desktops (pool_id, cluster_id, name, state)
+                SELECT $1, $2, name, 'provisioning' FROM unnest($3::text[]) AS name
+                RETURNING *
+                """,
+                pool.id,
+                pool.cluster_id,
+                list(names),
+            )
+    except asyncpg.UniqueViolationError:
+        raise DesktopNameTaken(
+            f"One of the names {', '.join(names)} is in use on the cluster."
+        ) from None
+    except asyncpg.ForeignKeyViolationError:
+        raise NotFound(f"No pool has the id {pool.id}.") from None
+    order = {name: index for index, name in enumerate(names)}
+    return sorted((desktop_from_row(row) for row in rows), key=lambda d: order[d.name])
+
+
+async def get_desktop(db: Db, desktop_id: uuid.UUID, *, for_update: bool = False) -> Desktop | None:
+    """The desktop ``desktop_id``, or ``None``; ``for_update`` locks its row."""
+    lock = " FOR UPDATE" if for_update else ""
+    row = await db.fetchrow(f"SELECT * FROM desktops WHERE id = $1{lock}", desktop_id)
+    return None if row is None else desktop_from_row(row)
+
+
+async def get_desktop_record(
+    db: Db, desktop_id: uuid.UUID, *, for_update: bool = False
+) -> DesktopRecord | None:
+    """The stored desktop ``desktop_id`` with its record-only fields, or ``None``."""
+    lock = " FOR UPDATE" if for_update else ""
+    row = await db.fetchrow(f"SELECT * FROM desktops WHERE id = $1{lock}", desktop_id)
+    return None if row is None else desktop_record_from_row(row)
+
+
+#: The sort key of the desktop list, as a cursor stores it: ``[lower(name), id]``.
+DesktopCursor = tuple[str, str]
+
+
+def desktop_cursor(desktop: Desktop) -> list[str]:
+    """The cursor key of a listed desktop (see :func:`list_desktops`)."""
+    return [desktop.name.lower(), str(desktop.id)]
+
+
+async def list_desktops(
+    db: Db,
+    *,
+    limit: int,
+    after: DesktopCursor | None = None,
+    pool_id: uuid.UUID | None = None,
+    state: DesktopState | None = None,
+    assigned_user: str | uuid.UUID | None = None,
+) -> list[DesktopRecord]:
+    """Up to ``limit`` desktops in name order (without case), after the ``after`` key."""
+    after_name, after_id = after if after is not None else (None, None)
+    rows = await db.fetch(
+        """
+        SELECT * FROM desktops
+         WHERE ($1::text IS NULL OR (lower(name), id) > ($1, $2::uuid))
+           AND ($3::uuid IS NULL OR pool_id = $3)
+           AND ($4::text IS NULL OR state = $4)
+           AND ($5::uuid IS NULL OR assigned_user = $5)
+         ORDER BY lower(name), id
+         LIMIT $6
+        """,
+        after_name,
+        None if after_id is None else uuid.UUID(after_id),
+        pool_id,
+        None if state is None else str(state),
+        as_uuid(assigned_user),
+        limit,
+    )
+    return [desktop_record_from_row(row) for row in rows]
+
+
+async def desktops_held_by(
+    db: Db, user_id: str | uuid.UUID, pool_ids: Collection[uuid.UUID] | None = None
+) -> list[Desktop]:
+    """The desktops assigned to the user (in ``pool_ids`` if given), in use first, then ready."""
+    rows = await db.fetch(
+        """
+        SELECT * FROM desktops
+         WHERE assigned_user = $1 AND ($2::uuid[] IS NULL OR pool_id = ANY($2))
+         ORDER BY CASE state WHEN 'in_use' THEN 0 WHEN 'ready' THEN 1 ELSE 2 END,
+                  created_at, name, id
+        """,
+        as_uuid(user_id),
+        None if pool_ids is None else list(pool_ids),
+    )
+    return [desktop_from_row(row) for row in rows]
+
+
+async def write_desktop(connection: asyncpg.Connection, desktop: Desktop) -> Desktop:
+    """Write ``desktop`` over its row, as :func:`deskpool.pools.states.transition` made it.
+
+    :raises NotFound: the desktop is gone.
+    """
+    row = await connection.fetchrow(
+        """
+        UPDATE desktops
+           SET state = $2, vm_id = $3, template = $4, assigned_user = $5, in_session = $6,
+               used_since_refresh = $7, failed_step = $8, last_error = $9, failure_count = $10,
+               last_failed_at = $11, state_changed_at = $12, updated_at = now()
+         WHERE id = $1
+        RETURNING *
+        """,
+        desktop.id,
+        str(desktop.state),
+        desktop.vm_id,
+        desktop.template,
+        as_uuid(desktop.assigned_user),
+        desktop.in_session,
+        desktop.used_since_refresh,
+        None if desktop.failed_step is None else str(desktop.failed_step),
+        desktop.last_error,
+        desktop.failure_count,
+        desktop.last_failed_at,
+        desktop.state_changed_at,
+    )
+    if row is None:
+        raise NotFound(f"No desktop has the id {desktop.id}.")
+    return desktop_from_row(row)
+
+
+async def apply_event(
+    connection: asyncpg.Connection,
+    desktop_id: uuid.UUID,
+    event: DesktopEvent,
+    now: datetime | None = None,
+    *,
+    pool: Pool | None = None,
+) -> Desktop:
+    """Apply ``event`` to the desktop under a row lock and return the desktop after it.
+
+    Runs in a transaction of its own (a savepoint inside the caller's).
+
+    :param now: the time of the event (default: now, UTC).
+    :param pool: the desktop's pool, if the caller has it (it is read otherwise).
+    :raises NotFound: the desktop does not exist.
+    :raises IllegalTransition: the event is not legal for the desktop now (409).
+    """
+    async with connection.transaction():
+        desktop = await get_desktop(connection, desktop_id, for_update=True)
+        if desktop is None:
+            raise NotFound(f"No desktop has the id {desktop_id}.")
+        if pool is None or pool.id != desktop.pool_id:
+            pool = await get_pool(connection, desktop.pool_id)
+            if pool is None:
+                raise NotFound(f"No pool has the id {desktop.pool_id}.")
+        after = transition(desktop, event, pool=pool, now=now or datetime.now(UTC))
+        if after == desktop:
+            return desktop
+        return await write_desktop(connection, after)
+
+
+async def set_desktop_node(
+    connection: asyncpg.Connection, desktop_id: uuid.UUID, node: str | None
+) -> bool:
+    """Record the node the desktop's VM runs on; ``False`` when the desktop is gone."""
+    done = await connection.fetchval(
+        "UPDATE desktops SET node = $2, updated_at = now() WHERE id = $1 RETURNING true",
+        desktop_id,
+        node,
+    )
+    return bool(done)
+
+
+async def remove_desktop(connection: asyncpg.Connection, desktop_id: uuid.UUID) -> bool:
+    """Delete the record of a desktop in state ``deleting`` (its VM is gone).
+
+    :returns: ``False`` when there is no such desktop, or it is not being deleted.
+    """
+    done = await connection.fetchval(
+        "DELETE FROM desktops WHERE id = $1 AND state = 'deleting' RETURNING true", desktop_id
+    )
+    return bool(done)
