@@ -2,9 +2,11 @@
 
 Every variable deskpool reads is declared as a :class:`Setting` with its type, default,
 whether it is required or secret, and its description (in the style of tox 4's configuration
-declarations). The platform declares the variables of SPEC.md; plugins declare their own through
-the ``deskpool_declare_settings`` hook. :func:`load_config` validates them all with voluptuous,
-reports every problem at once, and returns a :class:`Config`. The configuration reference in
+declarations). Each part declares the variables it reads: the core its own
+(:func:`declare_core_settings`), the platform's areas theirs (:mod:`deskpool.area_settings`),
+components and plugins theirs through the ``deskpool_declare_settings`` hook. This module is the
+machinery: :func:`load_config` validates them all with voluptuous, reports every problem at
+once, and returns a :class:`Config`. The configuration reference in
 ``docs/reference/configuration.md`` is generated from the same declarations.
 """
 
@@ -14,7 +16,7 @@ import base64
 import binascii
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -265,6 +267,31 @@ class SettingRegistry:
     def __len__(self) -> int:
         return len(self._settings)
 
+    def section(self, title: str, owner: str = "deskpool") -> SettingSection:
+        """A declarer of settings listed under ``title`` in the reference, owned by ``owner``."""
+        return SettingSection(self, title, owner)
+
+
+@dataclass(frozen=True)
+class SettingSection:
+    """Declares settings of one reference section and one owner into a registry.
+
+    ``registry.section("Worker and reconciliation", owner="worker").add(name, parse, default,
+    text, type_name="duration")`` is ``registry.add(Setting(...))`` with the shared fields filled.
+    """
+
+    registry: SettingRegistry
+    title: str
+    owner: str = "deskpool"
+
+    def add(
+        self, name: str, parse: Callable[[str], Any], default: str | None, text: str, **kw: Any
+    ) -> None:
+        """Declare one setting of this section."""
+        self.registry.add(
+            Setting(name, parse, default, text, section=self.title, owner=self.owner, **kw)
+        )
+
 
 # --------------------------------------------------------------------------- the structure
 
@@ -405,11 +432,34 @@ def load_config(settings: Iterable[Setting], environ: Mapping[str, str]) -> Conf
 # --------------------------------------------------------------------------- the reference
 
 
+#: The reference's sections in the order it lists them: SPEC.md's order, then the
+#: implementation's own. A section no part names here follows them, in declaration order.
+SECTION_ORDER = (
+    "General, API and ops",
+    "Plugins",
+    "Authentication",
+    "Web console (browser side)",
+    "Database and key-value store",
+    "Secrets at rest",
+    "Gateway and desktop daemon",
+    "Worker and reconciliation",
+    "Licensing",
+    "HTTP listeners",
+)
+
+
 def render_reference(settings: Iterable[Setting]) -> str:
-    """Render the Markdown configuration reference from the declarations."""
-    by_section: dict[str, list[Setting]] = {}
+    """Render the Markdown configuration reference from the declarations.
+
+    The settings are declared by the parts that read them (the core, the platform's areas, each
+    component and plugin), so a section gathers several parts' declarations: sections follow
+    :data:`SECTION_ORDER`, and inside a section each part's settings stay together, in the order
+    the parts declare them (the core's first).
+    """
+    by_section: dict[str, list[Setting]] = {title: [] for title in SECTION_ORDER}
     for setting in settings:
         by_section.setdefault(setting.section, []).append(setting)
+    by_section = {title: members for title, members in by_section.items() if members}
     lines = [
         "# Configuration reference",
         "",
@@ -443,27 +493,18 @@ def render_reference(settings: Iterable[Setting]) -> str:
     return "\n".join(lines)
 
 
-@dataclass
-class _Section:
-    """A helper that declares settings of one reference section with shared defaults."""
-
-    registry: SettingRegistry
-    section: str
-    owner: str = "deskpool"
-    declared: list[str] = field(default_factory=list)
-
-    def add(
-        self, name: str, parse: Callable[[str], Any], default: str | None, text: str, **kw: Any
-    ) -> None:
-        self.registry.add(
-            Setting(name, parse, default, text, section=self.section, owner=self.owner, **kw)
-        )
-        self.declared.append(name)
+# --------------------------------------------------------------------------- the core's settings
 
 
 def declare_core_settings(registry: SettingRegistry) -> None:
-    """Declare every variable of SPEC.md that the platform itself reads."""
-    general = _Section(registry, "General, API and ops")
+    """Declare the core's own settings.
+
+    They are logging, the ops listener, the choice of plugins, the database, the key-value
+    store and the secrets at rest. Every other setting is declared by the part that reads it: the platform's areas in
+    :mod:`deskpool.area_settings`, the HTTP listeners in :mod:`deskpool.listener`, components and
+    plugins through ``deskpool_declare_settings``.
+    """
+    general = registry.section("General, API and ops")
     general.add(
         "APP_ENV",
         str,
@@ -478,63 +519,6 @@ def declare_core_settings(registry: SettingRegistry) -> None:
         type_name="choice",
     )
     general.add(
-        "API_ADDR",
-        parse_host_port,
-        "127.0.0.1:8080",
-        "API listen address. Use 0.0.0.0:8080 in a container.",
-        type_name="host:port",
-    )
-    general.add(
-        "API_SHUTDOWN_TIMEOUT",
-        parse_duration,
-        "10s",
-        "Graceful shutdown deadline for in-flight HTTP requests.",
-        type_name="duration",
-    )
-    general.add(
-        "OPENAPI_PATH",
-        str,
-        "api/openapi/openapi.yaml",
-        "Filesystem path of the document served at `GET /openapi.yaml`.",
-        type_name="path",
-    )
-    general.add(
-        "API_CORS_ALLOWED_ORIGINS",
-        parse_list,
-        "",
-        "Comma-separated browser origins allowed to call the API (exact origins, or `*` without credentials).",
-        type_name="list",
-        required="Yes, if the console is served from a different origin",
-    )
-    general.add(
-        "API_MAX_BODY_SIZE",
-        parse_int(1024, 64 * 1024 * 1024),
-        "1048576",
-        "Largest request body accepted, in bytes; larger bodies are answered 413.",
-        type_name="integer",
-    )
-    general.add(
-        "API_RATE_LIMIT_PER_MINUTE",
-        parse_int(0),
-        "600",
-        "Requests per minute allowed to one principal (or one client address before authentication); 0 disables rate limiting.",
-        type_name="integer",
-    )
-    general.add(
-        "API_PAGE_SIZE_DEFAULT",
-        parse_int(1, 500),
-        "50",
-        "Items per page of a list when the client gives no `limit`.",
-        type_name="integer",
-    )
-    general.add(
-        "API_PAGE_SIZE_MAX",
-        parse_int(1, 500),
-        "500",
-        "Largest `limit` a list accepts.",
-        type_name="integer",
-    )
-    general.add(
         "METRICS_ADDR",
         parse_host_port,
         "0.0.0.0:9090",
@@ -543,28 +527,25 @@ def declare_core_settings(registry: SettingRegistry) -> None:
         empty_disables=True,
     )
 
-    plugins = _Section(registry, "Plugins")
-    plugins.add(
-        "AUTH_PROVIDER",
-        str,
-        "oidc",
-        "Name of the auth provider plugin (entry point in `deskpool.auth_providers`).",
-        type_name="name",
-    )
-    plugins.add(
-        "SECRET_STORE",
-        str,
-        "envelope",
-        "Name of the secret store plugin (entry point in `deskpool.secret_stores`).",
-        type_name="name",
-    )
-    plugins.add(
-        "LICENSE_REPORTER",
-        str,
-        "http",
-        "Name of the licensing reporter plugin (entry point in `deskpool.license_reporters`).",
-        type_name="name",
-    )
+    plugins = registry.section("Plugins")
+    for name, default, text in (
+        (
+            "AUTH_PROVIDER",
+            "oidc",
+            "auth provider plugin (entry point in `deskpool.auth_providers`)",
+        ),
+        (
+            "SECRET_STORE",
+            "envelope",
+            "secret store plugin (entry point in `deskpool.secret_stores`)",
+        ),
+        (
+            "LICENSE_REPORTER",
+            "http",
+            "licensing reporter plugin (entry point in `deskpool.license_reporters`)",
+        ),
+    ):
+        plugins.add(name, str, default, f"Name of the {text}.", type_name="name")
     plugins.add(
         "PLUGINS_DISABLED",
         parse_list,
@@ -573,74 +554,7 @@ def declare_core_settings(registry: SettingRegistry) -> None:
         type_name="list",
     )
 
-    # The auth provider plugin declares its own settings in this section (the oidc plugin:
-    # AUTH_OIDC_ISSUER_URL, AUTH_OIDC_AUDIENCE, AUTH_OIDC_GROUPS_CLAIM, AUTH_OIDC_ROLES_CLAIM).
-    auth = _Section(registry, "Authentication")
-    auth.add(
-        "AUTH_BOOTSTRAP_ADMIN_EMAILS",
-        parse_list,
-        "",
-        "Email addresses that receive the `platform_admin` role automatically at first sign-in "
-        "(only when the token's `email_verified` is `true`, and only for the first account with "
-        "the address; see docs/operators/access.md).",
-        type_name="list",
-        required="Recommended for first login",
-    )
-    auth.add(
-        "AUTH_BOOTSTRAP_ADMIN_SUBJECTS",
-        parse_list,
-        "",
-        "Same mechanism, matched on the OIDC subject (exactly).",
-        type_name="list",
-    )
-    auth.add(
-        "AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS",
-        parse_bindings,
-        "",
-        "Comma-separated list of `<claim value>=<local group key>` bootstrap bindings (applied at "
-        "startup: created, or removed when no longer listed).",
-        type_name="bindings",
-    )
-
-    web = _Section(registry, "Web console (browser side)")
-    web.add(
-        "WEB_PUBLIC_API_BASE_URL",
-        parse_url("http", "https"),
-        "http://localhost:8080",
-        "Public base URL of the API that the browser calls.",
-        type_name="url",
-        required="Yes in production",
-    )
-    web.add(
-        "WEB_PUBLIC_OIDC_AUTHORITY",
-        parse_url("http", "https"),
-        "",
-        "Issuer/authority URL used by the browser; must equal `AUTH_OIDC_ISSUER_URL`.",
-        type_name="url",
-        required="Yes",
-    )
-    web.add(
-        "WEB_PUBLIC_OIDC_CLIENT_ID",
-        str,
-        "",
-        "OIDC client ID of the console application.",
-        required="Yes",
-    )
-    web.add(
-        "WEB_PUBLIC_OIDC_SCOPE",
-        str,
-        "openid profile email groups",
-        "Scopes requested at sign-in. Include `offline_access` for silent token refresh.",
-    )
-    web.add(
-        "WEB_PUBLIC_OIDC_LOGOUT_URL",
-        parse_url("http", "https"),
-        "",
-        "Explicit end-session URL; when empty, the provider's `end_session_endpoint` is used.",
-        type_name="url",
-    )
-
-    data = _Section(registry, "Database and key-value store")
+    data = registry.section("Database and key-value store")
     data.add(
         "DATABASE_URL",
         parse_database_url,
@@ -698,7 +612,7 @@ def declare_core_settings(registry: SettingRegistry) -> None:
         "Prefix of every key deskpool writes, so several deployments (or test runs) can share one store.",
     )
 
-    secrets = _Section(registry, "Secrets at rest")
+    secrets = registry.section("Secrets at rest")
     secrets.add(
         "SECRETS_MASTER_KEY",
         parse_master_key,
@@ -715,138 +629,4 @@ def declare_core_settings(registry: SettingRegistry) -> None:
         "The retiring master key, set only during a key-rotation window.",
         type_name="base64 key",
         secret=True,
-    )
-
-    gateway = _Section(registry, "Gateway and desktop daemon")
-    gateway.add(
-        "GATEWAY_ADDR",
-        parse_host_port,
-        "0.0.0.0:8081",
-        "Gateway listen address.",
-        type_name="host:port",
-    )
-    gateway.add(
-        "DESKTOPD_ADDRESS",
-        parse_host_port,
-        "desktopd:4822",
-        "host:port of the remote desktop protocol daemon (guacd).",
-        type_name="host:port",
-    )
-    gateway.add(
-        "GATEWAY_PUBLIC_WS_URL",
-        parse_url("wss", "ws"),
-        "",
-        "Public `wss://` URL of the gateway tunnel, returned in the connection-token response.",
-        type_name="url",
-        required="Yes for browser desktop access",
-    )
-    gateway.add(
-        "DESKTOPD_LOG_LEVEL",
-        parse_choice("trace", "debug", "info", "warning", "error"),
-        "info",
-        "Log level of the bundled daemon container. Separate from `LOG_LEVEL`; not read by the service.",
-        type_name="choice",
-    )
-
-    worker = _Section(registry, "Worker and reconciliation")
-    worker.add(
-        "WORKER_POLL_INTERVAL",
-        parse_duration,
-        "1m",
-        "Job queue polling interval (a fallback: LISTEN/NOTIFY wakes idle workers at once).",
-        type_name="duration",
-    )
-    worker.add(
-        "WORKER_CONCURRENCY",
-        parse_int(1, 256),
-        "32",
-        "Jobs one worker process runs at the same time (most jobs wait on a hypervisor, so many fit one process); also the size of a claim batch.",
-        type_name="integer",
-    )
-    worker.add(
-        "POOL_RECONCILE_INTERVAL",
-        parse_duration,
-        "30s",
-        "How often pool reconciliation runs.",
-        type_name="duration",
-    )
-    worker.add(
-        "POOL_RECONCILE_BATCH_SIZE",
-        parse_int(1, 100000),
-        "50",
-        "Maximum number of pools reconciled per cycle.",
-        type_name="integer",
-    )
-    worker.add(
-        "GUEST_AGENT_WAIT_TIMEOUT",
-        parse_duration,
-        "10m",
-        "How long provisioning waits for the guest agent before that step fails.",
-        type_name="duration",
-    )
-    worker.add(
-        "WINDOWS_READY_WAIT_TIMEOUT",
-        parse_duration,
-        "30m",
-        "How long provisioning waits for Windows Sysprep/OOBE before that step fails.",
-        type_name="duration",
-    )
-    worker.add(
-        "WORKER_LEASE_DURATION",
-        parse_duration,
-        "5m",
-        "How long a leased job runs without a heartbeat before another worker reclaims it.",
-        type_name="duration",
-    )
-    worker.add(
-        "WORKER_SHUTDOWN_TIMEOUT",
-        parse_duration,
-        "30s",
-        "Graceful drain deadline for in-flight jobs at shutdown. The supervisor's stop timeout must exceed it.",
-        type_name="duration",
-    )
-    worker.add(
-        "AUDIT_RETENTION_MONTHS",
-        parse_int(0, 1200),
-        "0",
-        "Trailing months of audit events kept. 0 keeps all.",
-        type_name="integer",
-    )
-    worker.add(
-        "AUDIT_MAINTENANCE_INTERVAL",
-        parse_duration,
-        "24h",
-        "How often upcoming audit partitions are provisioned and expired ones pruned.",
-        type_name="duration",
-    )
-
-    licensing = _Section(registry, "Licensing")
-    licensing.add(
-        "LICENSE_REPORT_URL",
-        parse_url("https", "http"),
-        "",
-        "Vendor activation-report endpoint. Empty disables activation reporting. The free edition never reports.",
-        type_name="url",
-    )
-    licensing.add(
-        "LICENSE_REPORT_INTERVAL",
-        parse_duration,
-        "24h",
-        "Activation-report cadence, with jitter.",
-        type_name="duration",
-    )
-    licensing.add(
-        "LICENSE_WATERMARK_INTERVAL",
-        parse_duration,
-        "1h",
-        "How often the worker persists the monotonic license-expiry watermark.",
-        type_name="duration",
-    )
-    licensing.add(
-        "LICENSE_MANIFEST_PATH",
-        str,
-        "",
-        "Path of the signed build manifest used for tamper detection.",
-        type_name="path",
-        shown_default="empty, meaning a file named after the executable with a manifest suffix",
     )

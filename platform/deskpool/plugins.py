@@ -19,6 +19,7 @@ import pluggy
 from stevedore import NamedExtensionManager
 
 from deskpool import hookspecs
+from deskpool.area_settings import declare_area_settings
 from deskpool.config import SettingRegistry, declare_core_settings, parse_list
 from deskpool.errors import PluginLoadError, PluginNotFound
 from deskpool.listener import declare_listener_settings
@@ -150,10 +151,11 @@ class PluginHost:
 
     # -- configuration
     def settings(self) -> list[Setting]:
-        """The platform's settings followed by every plugin's declarations."""
+        """The core's and the platform areas' settings, then every plugin's declarations."""
         registry = SettingRegistry()
         declare_core_settings(registry)
         declare_listener_settings(registry)
+        declare_area_settings(registry)
         self._hook.deskpool_declare_settings(registry=registry)
         return list(registry)
 

@@ -1,15 +1,18 @@
 """The gateway's own settings, and the values it derives from the configuration.
 
-SPEC.md's variables (``GATEWAY_ADDR``, ``DESKTOPD_ADDRESS``, ``GATEWAY_PUBLIC_WS_URL``) are the
-platform's; the gateway declares what SPEC.md leaves to the implementation: allowed browser
-origins, the operator-wide idle and session-length ceilings, the daemon handshake deadline, the
-per-process tunnel limit, the drain deadline at SIGTERM and the session lease.
+The gateway declares SPEC.md's ``GATEWAY_ADDR``, ``DESKTOPD_ADDRESS`` and ``DESKTOPD_LOG_LEVEL``
+(``GATEWAY_PUBLIC_WS_URL`` is the platform's: the API hands it out) and what SPEC.md leaves to
+the implementation: allowed browser origins, the operator-wide idle and session-length ceilings,
+the daemon handshake deadline, the per-process tunnel limit, the drain deadline at SIGTERM and
+the session lease.
 """
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import voluptuous as vol
@@ -17,9 +20,10 @@ import voluptuous as vol
 from deskpool.config import (
     Config,
     HostPort,
-    Setting,
     SettingRegistry,
+    parse_choice,
     parse_duration,
+    parse_host_port,
     parse_int,
     parse_list,
 )
@@ -42,20 +46,27 @@ def _parse_origins(text: str) -> tuple[str, ...]:
 
 def declare_settings(registry: SettingRegistry) -> None:
     """Declare the gateway's settings."""
+    section = registry.section(SECTION, owner="deskpool-gateway")
 
-    def add(name: str, parse: object, default: str, text: str, type_name: str) -> None:
-        registry.add(
-            Setting(
-                name,
-                parse,  # type: ignore[arg-type]
-                default,
-                text,
-                section=SECTION,
-                type_name=type_name,
-                owner="deskpool-gateway",
-            )
-        )
+    def add(name: str, parse: Callable[[str], Any], default: str, text: str, kind: str) -> None:
+        section.add(name, parse, default, text, type_name=kind)
 
+    add("GATEWAY_ADDR", parse_host_port, "0.0.0.0:8081", "Gateway listen address.", "host:port")
+    add(
+        "DESKTOPD_ADDRESS",
+        parse_host_port,
+        "desktopd:4822",
+        "host:port of the remote desktop protocol daemon (guacd).",
+        "host:port",
+    )
+    add(
+        "DESKTOPD_LOG_LEVEL",
+        parse_choice("trace", "debug", "info", "warning", "error"),
+        "info",
+        "Log level of the bundled daemon container. Separate from `LOG_LEVEL`; not read by the "
+        "service.",
+        "choice",
+    )
     add(
         "GATEWAY_ALLOWED_ORIGINS",
         _parse_origins,

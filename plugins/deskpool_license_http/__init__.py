@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 
 from deskpool import __version__
-from deskpool.config import Config
+from deskpool.config import Config, SettingRegistry, parse_url
 from deskpool.licensing.reporting import ReportFailed
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
@@ -60,3 +60,16 @@ class HttpReporter:
 def deskpool_register_license_reporters(registry: Registry[Any]) -> None:
     """Register the ``http`` reporter."""
     registry.add("http", HttpReporter)
+
+
+@hookimpl
+def deskpool_declare_settings(registry: SettingRegistry) -> None:
+    """Declare ``LICENSE_REPORT_URL``."""
+    registry.section("Licensing", owner="license_http").add(
+        "LICENSE_REPORT_URL",
+        parse_url("https", "http"),
+        "",
+        "Vendor activation-report endpoint. Empty disables activation reporting. The free "
+        "edition never reports.",
+        type_name="url",
+    )

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from deskpool.config import HostPort, Setting, SettingRegistry, parse_host_port
+from deskpool.config import HostPort, SettingRegistry, parse_host_port, parse_url
 from deskpool.listener import HttpListenerComponent
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
@@ -160,29 +160,40 @@ def _security_headers(policy: str) -> dict[str, str]:
 
 @hookimpl
 def deskpool_declare_settings(registry: SettingRegistry) -> None:
-    """Declare the web component's own settings."""
-    section = "Web console (browser side)"
-    registry.add(
-        Setting(
-            "WEB_ADDR",
-            parse_host_port,
-            "127.0.0.1:8082",
-            "Listen address of the web console component.",
-            section=section,
-            type_name="host:port",
-            owner="web",
-        )
+    """Declare the web component's own settings.
+
+    ``WEB_PUBLIC_API_BASE_URL``, ``WEB_PUBLIC_OIDC_CLIENT_ID`` and ``WEB_PUBLIC_OIDC_SCOPE`` are
+    the platform's (:mod:`deskpool.area_settings`): the gateway and the auth provider read them too.
+    """
+    web = registry.section("Web console (browser side)", owner="web")
+    web.add(
+        "WEB_PUBLIC_OIDC_AUTHORITY",
+        parse_url("http", "https"),
+        "",
+        "Issuer/authority URL used by the browser; must equal `AUTH_OIDC_ISSUER_URL`.",
+        type_name="url",
+        required="Yes",
     )
-    registry.add(
-        Setting(
-            "WEB_DIST_PATH",
-            str,
-            "web/dist",
-            "Folder of the built console that the web component serves.",
-            section=section,
-            type_name="path",
-            owner="web",
-        )
+    web.add(
+        "WEB_PUBLIC_OIDC_LOGOUT_URL",
+        parse_url("http", "https"),
+        "",
+        "Explicit end-session URL; when empty, the provider's `end_session_endpoint` is used.",
+        type_name="url",
+    )
+    web.add(
+        "WEB_ADDR",
+        parse_host_port,
+        "127.0.0.1:8082",
+        "Listen address of the web console component.",
+        type_name="host:port",
+    )
+    web.add(
+        "WEB_DIST_PATH",
+        str,
+        "web/dist",
+        "Folder of the built console that the web component serves.",
+        type_name="path",
     )
 
 

@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from deskpool.audit import maintain_audit_partitions
-from deskpool.config import SettingRegistry
+from deskpool.config import SettingRegistry, parse_duration, parse_int
 from deskpool.jobs import queue
 from deskpool.jobs.metrics import JobMetrics
 from deskpool.jobs.model import JobKind
@@ -41,6 +41,9 @@ from deskpool_worker.runner import JobRunner, RunnerSettings
 from deskpool_worker.scheduler import PeriodicScheduler
 
 log = logging.getLogger(__name__)
+
+#: The reference section of the worker's settings.
+SETTINGS_SECTION = "Worker and reconciliation"
 
 #: How long succeeded and cancelled jobs stay listed before they are pruned.
 FINISHED_JOB_RETENTION = timedelta(days=7)
@@ -150,7 +153,57 @@ def deskpool_register_components(registry: Registry[ComponentFactory]) -> None:
 
 @hookimpl
 def deskpool_declare_settings(registry: SettingRegistry) -> None:
-    """Declare the worker's own settings (``POOL_FAILURE_BACKOFF``, ``SESSION_CHECK_INTERVAL``)."""
+    """Declare the worker's own settings.
+
+    They are the job runner's, the audit maintenance's, ``POOL_FAILURE_BACKOFF`` and
+    ``SESSION_CHECK_INTERVAL``. Pool reconciliation's and licensing's settings are the platform's
+    (:mod:`deskpool.area_settings`): platform code reads them.
+    """
+    worker = registry.section(SETTINGS_SECTION, owner="worker")
+    worker.add(
+        "WORKER_POLL_INTERVAL",
+        parse_duration,
+        "1m",
+        "Job queue polling interval (a fallback: LISTEN/NOTIFY wakes idle workers at once).",
+        type_name="duration",
+    )
+    worker.add(
+        "WORKER_CONCURRENCY",
+        parse_int(1, 256),
+        "32",
+        "Jobs one worker process runs at the same time (most jobs wait on a hypervisor, so many "
+        "fit one process); also the size of a claim batch.",
+        type_name="integer",
+    )
+    worker.add(
+        "WORKER_LEASE_DURATION",
+        parse_duration,
+        "5m",
+        "How long a leased job runs without a heartbeat before another worker reclaims it.",
+        type_name="duration",
+    )
+    worker.add(
+        "WORKER_SHUTDOWN_TIMEOUT",
+        parse_duration,
+        "30s",
+        "Graceful drain deadline for in-flight jobs at shutdown. The supervisor's stop timeout "
+        "must exceed it.",
+        type_name="duration",
+    )
+    worker.add(
+        "AUDIT_RETENTION_MONTHS",
+        parse_int(0, 1200),
+        "0",
+        "Trailing months of audit events kept. 0 keeps all.",
+        type_name="integer",
+    )
+    worker.add(
+        "AUDIT_MAINTENANCE_INTERVAL",
+        parse_duration,
+        "24h",
+        "How often upcoming audit partitions are provisioned and expired ones pruned.",
+        type_name="duration",
+    )
     pools.declare_settings(registry)
     sessions.declare_settings(registry)
 

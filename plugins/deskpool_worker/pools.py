@@ -19,7 +19,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from deskpool.config import Config, Setting, SettingRegistry, parse_duration
+from deskpool.config import Config, SettingRegistry, parse_duration
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, pool_reconcile_task
 from deskpool.pools.job_handlers import desktop_job_kinds
 from deskpool.pools.planner import ReconcilePolicy
@@ -43,17 +43,13 @@ FAILURE_BACKOFF_SETTING = "POOL_FAILURE_BACKOFF"
 
 def declare_settings(registry: SettingRegistry) -> None:
     """Declare ``POOL_FAILURE_BACKOFF``."""
-    registry.add(
-        Setting(
-            FAILURE_BACKOFF_SETTING,
-            parse_duration,
-            "30s",
-            "How long a failed desktop waits before its first retry; the wait doubles with "
-            "each consecutive failure, up to 1h.",
-            section="Worker and reconciliation",
-            type_name="duration",
-            owner="worker",
-        )
+    registry.section("Worker and reconciliation", owner="worker").add(
+        FAILURE_BACKOFF_SETTING,
+        parse_duration,
+        "30s",
+        "How long a failed desktop waits before its first retry; the wait doubles with "
+        "each consecutive failure, up to 1h.",
+        type_name="duration",
     )
 
 

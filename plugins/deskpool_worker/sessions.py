@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from deskpool.config import Setting, SettingRegistry, parse_duration
+from deskpool.config import SettingRegistry, parse_duration
 from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
 from deskpool.registry import Registry
 from deskpool.sessions.maintenance import SESSION_CHECK_SETTING, SESSION_CHECK_TASK, check_sessions
@@ -23,18 +23,14 @@ log = logging.getLogger(__name__)
 
 def declare_settings(registry: SettingRegistry) -> None:
     """Declare ``SESSION_CHECK_INTERVAL``."""
-    registry.add(
-        Setting(
-            SESSION_CHECK_SETTING,
-            parse_duration,
-            "10s",
-            "How often the worker ends the sessions of gateways whose lease expired, closes "
-            "sessions past their pool's idle timeout or maximum length, and logs off desktops "
-            "disconnected past their pool's logoff delay.",
-            section="Worker and reconciliation",
-            type_name="duration",
-            owner="worker",
-        )
+    registry.section("Worker and reconciliation", owner="worker").add(
+        SESSION_CHECK_SETTING,
+        parse_duration,
+        "10s",
+        "How often the worker ends the sessions of gateways whose lease expired, closes "
+        "sessions past their pool's idle timeout or maximum length, and logs off desktops "
+        "disconnected past their pool's logoff delay.",
+        type_name="duration",
     )
 
 

@@ -22,6 +22,7 @@ import pytest
 from joserfc import jws
 
 import deskpool_oidc
+from deskpool.area_settings import declare_area_settings
 from deskpool.auth import AuthProviderState, bearer_token_from_header
 from deskpool.config import SettingRegistry, declare_core_settings, load_config
 from deskpool.errors import AuthNotConfigured, ServiceUnavailable, Unauthenticated
@@ -588,6 +589,7 @@ async def test_the_plugin_registers_a_factory_reading_the_configuration(
     deskpool_oidc.deskpool_register_auth_providers(registry)
     settings = SettingRegistry()
     declare_core_settings(settings)
+    declare_area_settings(settings)
     deskpool_oidc.deskpool_declare_settings(settings)
     config = load_config(
         settings,
@@ -740,6 +742,7 @@ async def test_deskpool_dev_accepts_its_access_tokens_and_refuses_its_id_tokens(
         assert environ["AUTH_OIDC_AUDIENCE"] != environ["WEB_PUBLIC_OIDC_CLIENT_ID"]
         settings = SettingRegistry()
         declare_core_settings(settings)
+        declare_area_settings(settings)
         deskpool_oidc.deskpool_declare_settings(settings)
         provider = deskpool_oidc.create_provider(load_config(settings, environ))
         await provider.start()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-import deskpool_oidc
 from deskpool.config import (
     REDACTED,
     Config,
@@ -16,6 +15,7 @@ from deskpool.config import (
     parse_duration,
 )
 from deskpool.errors import ConfigError
+from deskpool.host import discover
 
 REQUIRED = {
     "DATABASE_URL": "postgresql://app:s3cr3t-pw@db.internal:5432/deskpool",
@@ -72,10 +72,15 @@ SPEC_DEFAULTS = {
 
 
 def core_settings() -> SettingRegistry:
-    """The platform's settings and those of the default auth provider (SPEC §5.3)."""
+    """Every part's settings: the core's, the platform areas', every installed plugin's.
+
+    SPEC.md's variables are declared by the parts that read them (the api, worker, gateway and
+    web components, the oidc auth provider, the http licensing reporter), so a deployment's
+    configuration is all of them together.
+    """
     registry = SettingRegistry()
-    declare_core_settings(registry)
-    deskpool_oidc.deskpool_declare_settings(registry)
+    for setting in discover({}).settings():
+        registry.add(setting)
     return registry
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from deskpool.api.app import create_app
-from deskpool.config import HostPort, Setting, SettingRegistry, parse_duration
+from deskpool.config import HostPort, SettingRegistry, parse_duration, parse_host_port, parse_int
 from deskpool.listener import HttpListenerComponent
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
@@ -44,16 +44,63 @@ def deskpool_register_components(registry: Registry[ComponentFactory]) -> None:
 
 @hookimpl
 def deskpool_declare_settings(registry: SettingRegistry) -> None:
-    """Declare ``SESSION_TOKEN_TTL``, the lifetime of the connection tokens the API issues."""
-    registry.add(
-        Setting(
-            "SESSION_TOKEN_TTL",
-            parse_duration,
-            "60s",
-            "How long a desktop connection token may wait to be redeemed at the gateway "
-            "(single-use; a browser redeems it within seconds).",
-            section="Gateway and desktop daemon",
-            type_name="duration",
-            owner="api",
-        )
+    """Declare the API's settings: its listener, its request limits and pages, its document."""
+    api = registry.section("General, API and ops", owner="api")
+    api.add(
+        "API_ADDR",
+        parse_host_port,
+        "127.0.0.1:8080",
+        "API listen address. Use 0.0.0.0:8080 in a container.",
+        type_name="host:port",
+    )
+    api.add(
+        "API_SHUTDOWN_TIMEOUT",
+        parse_duration,
+        "10s",
+        "Graceful shutdown deadline for in-flight HTTP requests.",
+        type_name="duration",
+    )
+    api.add(
+        "OPENAPI_PATH",
+        str,
+        "api/openapi/openapi.yaml",
+        "Filesystem path of the document served at `GET /openapi.yaml`.",
+        type_name="path",
+    )
+    api.add(
+        "API_MAX_BODY_SIZE",
+        parse_int(1024, 64 * 1024 * 1024),
+        "1048576",
+        "Largest request body accepted, in bytes; larger bodies are answered 413.",
+        type_name="integer",
+    )
+    api.add(
+        "API_RATE_LIMIT_PER_MINUTE",
+        parse_int(0),
+        "600",
+        "Requests per minute allowed to one principal (or one client address before "
+        "authentication); 0 disables rate limiting.",
+        type_name="integer",
+    )
+    api.add(
+        "API_PAGE_SIZE_DEFAULT",
+        parse_int(1, 500),
+        "50",
+        "Items per page of a list when the client gives no `limit`.",
+        type_name="integer",
+    )
+    api.add(
+        "API_PAGE_SIZE_MAX",
+        parse_int(1, 500),
+        "500",
+        "Largest `limit` a list accepts.",
+        type_name="integer",
+    )
+    registry.section("Gateway and desktop daemon", owner="api").add(
+        "SESSION_TOKEN_TTL",
+        parse_duration,
+        "60s",
+        "How long a desktop connection token may wait to be redeemed at the gateway "
+        "(single-use; a browser redeems it within seconds).",
+        type_name="duration",
     )

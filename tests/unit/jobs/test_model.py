@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from deskpool.area_settings import declare_area_settings
 from deskpool.config import SettingRegistry, declare_core_settings, load_config
 from deskpool.jobs import JobContext, JobKind, PeriodicTask, RetryPolicy
 from deskpool.jobs.model import DEFAULT_JOB_TIMEOUT, decide_failure
@@ -67,6 +68,7 @@ def test_a_job_kind_is_a_handler_or_a_declaration() -> None:
 def test_a_periodic_tasks_interval_is_a_setting_or_seconds() -> None:
     registry = SettingRegistry()
     declare_core_settings(registry)
+    declare_area_settings(registry)
     config = load_config(
         registry,
         {

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from deskpool.area_settings import declare_area_settings
 from deskpool.config import SettingRegistry, declare_core_settings, load_config
 from deskpool.drivers import PowerState as DriverPowerState
 from deskpool.drivers import VirtualMachine, VmNotFound
@@ -105,6 +106,7 @@ def test_job_kind_names_may_be_dotted() -> None:
 def test_the_failure_backoff_comes_from_the_worker_setting() -> None:
     settings = SettingRegistry()
     declare_core_settings(settings)
+    declare_area_settings(settings)
     declare_settings(settings)
     environ = {"DATABASE_URL": "postgresql://x/y", "KVSTORE_ADDR": "127.0.0.1:6379"}
     policy = reconcile_policy(load_config(settings, {**environ, "POOL_FAILURE_BACKOFF": "5s"}))

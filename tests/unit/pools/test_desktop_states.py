@@ -8,6 +8,7 @@ from uuid import UUID
 
 import pytest
 
+from deskpool.area_settings import declare_area_settings
 from deskpool.config import SettingRegistry, declare_core_settings
 from deskpool.errors import Conflict
 from deskpool.pools.model import Desktop, DesktopState, OsType, Pool, PoolKind
@@ -116,6 +117,7 @@ def test_linux_desktops_never_wait_for_windows(
 def test_the_wait_steps_name_declared_timeout_settings() -> None:
     registry = SettingRegistry()
     declare_core_settings(registry)
+    declare_area_settings(registry)
     assert set(WAIT_TIMEOUT_SETTINGS) == {S.WAITING_FOR_AGENT, S.WAITING_FOR_WINDOWS}
     for name in WAIT_TIMEOUT_SETTINGS.values():
         assert name in registry
