@@ -89,16 +89,27 @@ def _render_openapi() -> str:
 
 def cmd_openapi_write(args: argparse.Namespace) -> int:
     """Write the OpenAPI document generated from the code."""
-    path = Path(args.path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_render_openapi(), encoding="utf-8")
-    print(f"wrote {path}")
-    return 0
+    return _write_generated(Path(args.path), _render_openapi())
 
 
 def cmd_openapi_check(args: argparse.Namespace) -> int:
     """Fail when the checked-in OpenAPI document differs from the code."""
     return _check_generated(Path(args.path), _render_openapi(), "deskpool openapi write")
+
+
+def _write_generated(path: Path, text: str) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {path}")
+    return 0
+
+
+def _write_or_check_generated(args: argparse.Namespace, text: str, fix: str) -> int:
+    """Write ``text`` to ``args.path``, or with ``--check`` verify that it is there."""
+    path = Path(args.path)
+    if args.check:
+        return _check_generated(path, text, fix)
+    return _write_generated(path, text)
 
 
 def _check_generated(path: Path, expected: str, fix: str) -> int:
@@ -147,28 +158,14 @@ def _render_config_reference() -> str:
 
 def cmd_config_doc(args: argparse.Namespace) -> int:
     """Write (or with ``--check``, verify) the configuration reference."""
-    path = Path(args.path)
-    text = _render_config_reference()
-    if args.check:
-        return _check_generated(path, text, "deskpool config doc")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    print(f"wrote {path}")
-    return 0
+    return _write_or_check_generated(args, _render_config_reference(), "deskpool config doc")
 
 
 def cmd_hooks_doc(args: argparse.Namespace) -> int:
     """Write (or with ``--check``, verify) the hook reference."""
     from deskpool.hookdoc import render_hook_reference
 
-    path = Path(args.path)
-    text = render_hook_reference()
-    if args.check:
-        return _check_generated(path, text, "deskpool hooks doc")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    print(f"wrote {path}")
-    return 0
+    return _write_or_check_generated(args, render_hook_reference(), "deskpool hooks doc")
 
 
 # --------------------------------------------------------------------------------- plugins
@@ -205,20 +202,10 @@ def cmd_secrets_generate_key(args: argparse.Namespace) -> int:
 
 async def _with_secrets_table(config: Any, work: Callable[[Any], Awaitable[_T]]) -> _T:
     """Run ``work(pool)`` against the database once its schema is known to be current."""
-    from deskpool.db import connect_pool, schema_status
-    from deskpool.errors import SchemaOutOfDate
+    from deskpool.db import current_pool
 
-    pool = await connect_pool(config)
-    try:
-        status = await schema_status(pool)
-        if status.pending:
-            raise SchemaOutOfDate(
-                f"the database schema is behind this version of deskpool "
-                f"({', '.join(status.pending)} pending); run `deskpool migrate` first"
-            )
+    async with current_pool(config) as pool:
         return await work(pool)
-    finally:
-        await pool.close()
 
 
 def _print_key_usage(usage: Any) -> None:

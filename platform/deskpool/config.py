@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -69,6 +70,16 @@ class HostPort:
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` is ``localhost`` or a loopback address (IPv4 or IPv6)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def parse_host_port(text: str) -> HostPort:

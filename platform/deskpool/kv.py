@@ -7,9 +7,12 @@ lost lives only in Redis.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import redis.asyncio as redis
+from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
 from deskpool.errors import StartupError
@@ -47,3 +50,19 @@ async def connect_kv(config: Config) -> redis.Redis:
             f"{type(error).__name__}: {error}"
         ) from None
     return client
+
+
+@contextlib.asynccontextmanager
+async def subscription(client: redis.Redis, channel: str) -> AsyncIterator[PubSub]:
+    """A pub/sub connection subscribed to ``channel``, closed on the way out, however it ends.
+
+    Errors of subscribing and reading propagate (the listeners retry); an error while closing
+    a connection that was lost is ignored: there is nothing left to close.
+    """
+    pubsub = client.pubsub()
+    try:
+        await pubsub.subscribe(channel)
+        yield pubsub
+    finally:
+        with contextlib.suppress(RedisError, OSError):
+            await pubsub.aclose()  # type: ignore[no-untyped-call]

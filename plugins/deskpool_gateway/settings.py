@@ -9,7 +9,6 @@ the session lease.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ from deskpool.config import (
     Config,
     HostPort,
     SettingRegistry,
+    is_loopback_host,
     parse_choice,
     parse_duration,
     parse_host_port,
@@ -145,13 +145,7 @@ def origin_of(url: str) -> str:
 
 
 def _is_loopback(origin: str) -> bool:
-    host = urlsplit(origin).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(urlsplit(origin).hostname or "")
 
 
 @dataclass(frozen=True)

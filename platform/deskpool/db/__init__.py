@@ -8,16 +8,18 @@ migrating at the same time do not collide.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.resources
 import re
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import asyncpg
 
-from deskpool.errors import StartupError
+from deskpool.errors import SchemaOutOfDate, StartupError
 
 if TYPE_CHECKING:
     from deskpool.config import Config
@@ -126,6 +128,28 @@ async def schema_status(pool: asyncpg.Pool) -> SchemaStatus:
         applied=[m.label for m in known if m.version in applied],
         pending=[m.label for m in known if m.version not in applied],
     )
+
+
+@contextlib.asynccontextmanager
+async def current_pool(config: Config) -> AsyncIterator[asyncpg.Pool]:
+    """A connection pool to a database whose schema is current, closed on the way out.
+
+    What a command that reads or changes data opens (``deskpool admin grant``, ``deskpool
+    secrets ...``): it refuses a database that migrations have not caught up with.
+
+    :raises SchemaOutOfDate: naming the pending migrations.
+    """
+    pool = await connect_pool(config)
+    try:
+        status = await schema_status(pool)
+        if status.pending:
+            raise SchemaOutOfDate(
+                f"the database schema is behind this version of deskpool "
+                f"({', '.join(status.pending)} pending); run `deskpool migrate` first"
+            )
+        yield pool
+    finally:
+        await pool.close()
 
 
 async def migrate(connection: asyncpg.Connection) -> list[str]:

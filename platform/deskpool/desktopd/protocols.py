@@ -7,10 +7,29 @@ SFTP) sends them. A client answers ``connect`` with one value per name, in the s
 
 from __future__ import annotations
 
-__all__ = ["PROTOCOL_ARGS", "PROTOCOL_VERSION", "RDP_ARGS", "VNC_ARGS"]
+__all__ = ["PROTOCOL_ARGS", "PROTOCOL_VERSION", "RDP_ARGS", "SFTP_ARGS", "VNC_ARGS"]
 
 #: The newest protocol version guacd 1.6.0 speaks; sent first in ``args``.
 PROTOCOL_VERSION = "VERSION_1_5_0"
+
+#: The SFTP arguments, in the same place of both protocols' lists (guacd's common SFTP settings).
+SFTP_ARGS: tuple[str, ...] = (
+    "enable-sftp",
+    "sftp-hostname",
+    "sftp-host-key",
+    "sftp-port",
+    "sftp-timeout",
+    "sftp-username",
+    "sftp-password",
+    "sftp-private-key",
+    "sftp-passphrase",
+    "sftp-public-key",
+    "sftp-directory",
+    "sftp-root-directory",
+    "sftp-server-alive-interval",
+    "sftp-disable-download",
+    "sftp-disable-upload",
+)
 
 VNC_ARGS: tuple[str, ...] = (
     "hostname",
@@ -31,21 +50,7 @@ VNC_ARGS: tuple[str, ...] = (
     "audio-servername",
     "reverse-connect",
     "listen-timeout",
-    "enable-sftp",
-    "sftp-hostname",
-    "sftp-host-key",
-    "sftp-port",
-    "sftp-timeout",
-    "sftp-username",
-    "sftp-password",
-    "sftp-private-key",
-    "sftp-passphrase",
-    "sftp-public-key",
-    "sftp-directory",
-    "sftp-root-directory",
-    "sftp-server-alive-interval",
-    "sftp-disable-download",
-    "sftp-disable-upload",
+    *SFTP_ARGS,
     "recording-path",
     "recording-name",
     "recording-exclude-output",
@@ -113,21 +118,7 @@ RDP_ARGS: tuple[str, ...] = (
     "preconnection-id",
     "preconnection-blob",
     "timezone",
-    "enable-sftp",
-    "sftp-hostname",
-    "sftp-host-key",
-    "sftp-port",
-    "sftp-timeout",
-    "sftp-username",
-    "sftp-password",
-    "sftp-private-key",
-    "sftp-passphrase",
-    "sftp-public-key",
-    "sftp-directory",
-    "sftp-root-directory",
-    "sftp-server-alive-interval",
-    "sftp-disable-download",
-    "sftp-disable-upload",
+    *SFTP_ARGS,
     "recording-path",
     "recording-name",
     "recording-exclude-output",

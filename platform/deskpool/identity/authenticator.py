@@ -28,6 +28,7 @@ from deskpool.errors import Forbidden, ServiceUnavailable, Unauthenticated
 from deskpool.identity.operator import apply_bootstrap_bindings
 from deskpool.identity.principal import Principal
 from deskpool.identity.sign_in import sign_in
+from deskpool.kv import subscription
 
 if TYPE_CHECKING:
     from deskpool.config import Config
@@ -126,22 +127,18 @@ class Authenticator:
         channel = invalidation_channel(self.config)
         delay = 0.5
         while True:
-            pubsub = self.runtime.kv.pubsub()
             try:
-                await pubsub.subscribe(channel)
-                delay = 0.5
-                self.clear()  # anything may have changed while not subscribed
-                async for message in pubsub.listen():
-                    if message.get("type") == "message":
-                        self.clear()
+                async with subscription(self.runtime.kv, channel) as pubsub:
+                    delay = 0.5
+                    self.clear()  # anything may have changed while not subscribed
+                    async for message in pubsub.listen():
+                        if message.get("type") == "message":
+                            self.clear()
             except (RedisError, OSError) as error:
                 log.warning("identity invalidation channel lost (%s); retrying", error)
                 self.clear()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
-            finally:
-                with contextlib.suppress(RedisError, OSError):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     async def _create_bootstrap_bindings(self, bindings: tuple[tuple[str, str], ...]) -> None:
         async with self.runtime.db.acquire() as connection:

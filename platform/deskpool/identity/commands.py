@@ -35,27 +35,16 @@ def operator_name() -> str:
 
 
 async def _grant(config: Any, args: argparse.Namespace, issuer: str | None) -> BreakGlassResult:
-    from deskpool.db import connect_pool, schema_status
-    from deskpool.errors import SchemaOutOfDate
+    from deskpool.db import current_pool
 
-    pool = await connect_pool(config)
-    try:
-        status = await schema_status(pool)
-        if status.pending:
-            raise SchemaOutOfDate(
-                f"the database schema is behind this version of deskpool "
-                f"({', '.join(status.pending)} pending); run `deskpool migrate` first"
-            )
-        async with pool.acquire() as connection:
-            return await break_glass_grant(
-                connection,
-                email=args.email,
-                subject=args.subject,
-                issuer=issuer,
-                operator=operator_name(),
-            )
-    finally:
-        await pool.close()
+    async with current_pool(config) as pool, pool.acquire() as connection:
+        return await break_glass_grant(
+            connection,
+            email=args.email,
+            subject=args.subject,
+            issuer=issuer,
+            operator=operator_name(),
+        )
 
 
 def cmd_admin_grant(args: argparse.Namespace) -> int:

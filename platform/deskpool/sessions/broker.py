@@ -19,7 +19,6 @@ Every gateway process builds one (:func:`broker_factory`) and calls it for each 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import uuid
@@ -32,6 +31,7 @@ from redis.exceptions import RedisError
 
 from deskpool.audit import record_audit_event
 from deskpool.events import AuditEvent
+from deskpool.kv import subscription
 from deskpool.live.publishers import publish, session_event
 from deskpool.pools import store_desktops, store_pools
 from deskpool.pools.states import SessionOpened
@@ -265,25 +265,22 @@ class PlatformSessionBroker:
         """Sessions of this gateway someone asked to close (a session may come more than once)."""
         channel = disconnect_channel(gateway_id)
         while True:
-            pubsub = self.runtime.kv.pubsub()
             try:
-                await pubsub.subscribe(channel)
-                while True:
-                    for session_id in await store.pending_disconnects(self.runtime.db, gateway_id):
-                        yield session_id
-                    message = await pubsub.get_message(
-                        ignore_subscribe_messages=True, timeout=DISCONNECT_POLL_INTERVAL
-                    )
-                    if message is not None:
-                        requested = _session_id(message.get("data"))
-                        if requested is not None:
-                            yield requested
+                async with subscription(self.runtime.kv, channel) as pubsub:
+                    while True:
+                        pending = await store.pending_disconnects(self.runtime.db, gateway_id)
+                        for session_id in pending:
+                            yield session_id
+                        message = await pubsub.get_message(
+                            ignore_subscribe_messages=True, timeout=DISCONNECT_POLL_INTERVAL
+                        )
+                        if message is not None:
+                            requested = _session_id(message.get("data"))
+                            if requested is not None:
+                                yield requested
             except (RedisError, *_DATABASE_ERRORS) as error:
                 log.warning("disconnect requests of %s: %s; retrying", gateway_id, error)
                 await asyncio.sleep(1.0)
-            finally:
-                with contextlib.suppress(RedisError, OSError):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
 
 
 def _session_id(data: Any) -> uuid.UUID | None:

@@ -43,8 +43,9 @@ from typing import Any
 from aiohttp import web
 from joserfc.jwk import import_key
 
+from deskpool.config import is_loopback_host
 from deskpool.testing.idp.keys import SIGNING_ALGORITHMS, SigningKey, token_hash
-from deskpool.testing.idp.server import AuthorizationCode, RefreshGrant, create_app, is_loopback
+from deskpool.testing.idp.server import AuthorizationCode, RefreshGrant, create_app
 from deskpool.testing.idp.tokens import TokenIssuer
 
 __all__ = [
@@ -152,7 +153,7 @@ class TestIdentityProvider(TokenIssuer):
         """
         if self._socket is not None or self._runner is not None:
             raise RuntimeError("the identity provider is already bound")
-        if not self.allow_remote and not is_loopback(host):
+        if not self.allow_remote and not is_loopback_host(host):
             raise ValueError(
                 f"refusing to serve an identity provider that signs anyone in on {host!r}; "
                 "use a loopback address (or allow_remote=True inside an isolated container)"

@@ -109,6 +109,7 @@ class KeyRing:
             self._keys = [SigningKey.generate("RS256"), SigningKey.generate("ES256")]
         self._current_kid = self._keys[0].kid
 
+    @property
     def current_kid(self) -> str:
         """The key id that signs tokens when no ``kid`` or ``alg`` is asked for."""
         return self._current_kid

@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import ipaddress
 import secrets
 import time
 import warnings
@@ -32,7 +31,7 @@ from deskpool.testing.idp.keys import SIGNING_ALGORITHMS
 if TYPE_CHECKING:
     from deskpool.testing.idp import TestIdentityProvider
 
-__all__ = ["AuthorizationCode", "RefreshGrant", "create_app", "is_loopback"]
+__all__ = ["AuthorizationCode", "RefreshGrant", "create_app"]
 
 CODE_LIFETIME = 60.0
 
@@ -77,16 +76,6 @@ def create_app(idp: TestIdentityProvider) -> web.Application:
     app.router.add_get(prefix + "/userinfo", _userinfo)
     app.router.add_get(prefix + "/logout", _logout)
     return app
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is ``localhost`` or a loopback address."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @web.middleware
