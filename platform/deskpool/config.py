@@ -7,208 +7,37 @@ declarations). Each part declares the variables it reads: the core its own
 components and plugins theirs through the ``deskpool_declare_settings`` hook. This module is the
 machinery: :func:`load_config` validates them all with voluptuous, reports every problem at
 once, and returns a :class:`Config`. The configuration reference in
-``docs/reference/configuration.md`` is generated from the same declarations.
+``docs/reference/configuration.md`` is generated from the same declarations. The value types
+(``parse_*``, :class:`HostPort`) are in :mod:`deskpool.config_values`, re-exported here.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import ipaddress
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import voluptuous as vol
 
+from deskpool.config_values import HostPort as HostPort
+from deskpool.config_values import format_duration as format_duration
+from deskpool.config_values import is_loopback_host as is_loopback_host
+from deskpool.config_values import parse_bindings as parse_bindings
+from deskpool.config_values import parse_bool as parse_bool
+from deskpool.config_values import parse_choice as parse_choice
+from deskpool.config_values import parse_database_url as parse_database_url
+from deskpool.config_values import parse_duration as parse_duration
+from deskpool.config_values import parse_host_port as parse_host_port
+from deskpool.config_values import parse_int as parse_int
+from deskpool.config_values import parse_list as parse_list
+from deskpool.config_values import parse_master_key as parse_master_key
+from deskpool.config_values import parse_url as parse_url
+from deskpool.config_values import redact_url_password as redact_url_password
+from deskpool.config_values import safe_url
 from deskpool.errors import ConfigError
 from deskpool_driver_api import REDACTED as REDACTED  # shown in place of every secret
 
 T = TypeVar("T")
-
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-# --------------------------------------------------------------------------- value types
-
-
-def parse_duration(text: str) -> float:
-    """Parse ``30s``, ``5m``, ``24h``, ``1h30m`` or ``250ms`` into seconds.
-
-    :raises voluptuous.Invalid: for anything else, including a bare number.
-    """
-    raw = text.strip()
-    if not raw or _DURATION_PART.sub("", raw):
-        raise vol.Invalid(f"expected a duration such as 30s, 5m or 24h, got {raw!r}")
-    return sum(float(n) * _DURATION_UNITS[unit] for n, unit in _DURATION_PART.findall(raw))
-
-
-def format_duration(seconds: float) -> str:
-    """Format seconds the way a duration is written in configuration (``90`` -> ``1m30s``)."""
-    if seconds and seconds < 1:
-        return f"{round(seconds * 1000)}ms"
-    rest = int(seconds)
-    parts = []
-    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
-        if rest >= size:
-            parts.append(f"{rest // size}{unit}")
-            rest %= size
-    return "".join(parts) or "0s"
-
-
-@dataclass(frozen=True)
-class HostPort:
-    """A ``host:port`` listen or connect address."""
-
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
-
-
-def is_loopback_host(host: str) -> bool:
-    """Whether ``host`` is ``localhost`` or a loopback address (IPv4 or IPv6)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def parse_host_port(text: str) -> HostPort:
-    """Parse ``host:port`` (IPv6 hosts in brackets)."""
-    raw = text.strip()
-    match = re.fullmatch(r"\[([0-9a-fA-F:.]+)\]:(\d{1,5})|([^:\s\[\]]+):(\d{1,5})", raw)
-    if not match:
-        raise vol.Invalid(f"expected host:port, got {raw!r}")
-    host = match.group(1) or match.group(3)
-    port = int(match.group(2) or match.group(4))
-    if not 0 < port < 65536:
-        raise vol.Invalid(f"port {port} is out of range 1-65535")
-    return HostPort(host, port)
-
-
-def parse_bool(text: str) -> bool:
-    """Parse the usual spellings of a boolean."""
-    lowered = text.strip().lower()
-    if lowered in {"1", "true", "yes", "on"}:
-        return True
-    if lowered in {"0", "false", "no", "off", ""}:
-        return False
-    raise vol.Invalid(f"expected true or false, got {text!r}")
-
-
-def parse_int(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], int]:
-    """Return a parser of integers within ``[minimum, maximum]``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text.strip())
-        except ValueError:
-            raise vol.Invalid(f"expected a whole number, got {text!r}") from None
-        if minimum is not None and value < minimum:
-            raise vol.Invalid(f"must be at least {minimum}, got {value}")
-        if maximum is not None and value > maximum:
-            raise vol.Invalid(f"must be at most {maximum}, got {value}")
-        return value
-
-    return parse
-
-
-def parse_list(text: str) -> tuple[str, ...]:
-    """Parse a comma-separated list, dropping blanks."""
-    return tuple(item.strip() for item in text.split(",") if item.strip())
-
-
-def parse_choice(*choices: str) -> Callable[[str], str]:
-    """Return a parser that accepts one of ``choices`` (case-insensitive)."""
-
-    def parse(text: str) -> str:
-        lowered = text.strip().lower()
-        if lowered not in choices:
-            raise vol.Invalid(f"expected one of {', '.join(choices)}, got {text!r}")
-        return lowered
-
-    return parse
-
-
-def parse_url(*schemes: str) -> Callable[[str], str]:
-    """Return a parser of absolute URLs with one of ``schemes``; empty stays empty."""
-
-    def parse(text: str) -> str:
-        raw = text.strip()
-        if not raw:
-            return ""
-        parts = urlsplit(raw)
-        if parts.scheme not in schemes or not parts.netloc:
-            raise vol.Invalid(f"expected a {' or '.join(schemes)} URL, got {_safe_url(raw)!r}")
-        return raw
-
-    return parse
-
-
-def parse_database_url(text: str) -> str:
-    """Accept a PostgreSQL connection URL."""
-    raw = text.strip()
-    parts = urlsplit(raw)
-    if parts.scheme not in {"postgres", "postgresql"}:
-        raise vol.Invalid("expected a postgresql:// connection URL")
-    return raw
-
-
-def parse_bindings(text: str) -> tuple[tuple[str, str], ...]:
-    """Parse ``<claim value>=<local group key>`` pairs separated by commas."""
-    pairs = []
-    for item in parse_list(text):
-        claim, sep, group = item.partition("=")
-        if not sep or not claim.strip() or not group.strip():
-            raise vol.Invalid(f"expected <claim value>=<local group key>, got {item!r}")
-        pairs.append((claim.strip(), group.strip()))
-    return tuple(pairs)
-
-
-def parse_master_key(text: str) -> bytes:
-    """Decode a 32-byte key written in standard or URL-safe base64.
-
-    The message never repeats the value: it is a secret, even when it is a wrong one.
-    """
-    raw = text.strip()
-    if not raw:
-        return b""
-    padded = raw + "=" * (-len(raw) % 4)
-    try:
-        decoder = base64.urlsafe_b64decode if ("-" in raw or "_" in raw) else base64.b64decode
-        key = decoder(padded.encode("ascii"))
-    except (binascii.Error, UnicodeEncodeError, ValueError):
-        raise vol.Invalid("is not valid base64 (expected 32 random bytes, base64)") from None
-    if len(key) != 32:
-        raise vol.Invalid(f"decodes to {len(key)} bytes; a master key is exactly 32 bytes")
-    return key
-
-
-def _safe_url(url: str) -> str:
-    """Return ``url`` with any password replaced, for messages and display."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return REDACTED
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:{REDACTED}@{netloc}"))
-
-
-def redact_url_password(url: str) -> str:
-    """Public form of :func:`_safe_url`: a connection URL with its password hidden."""
-    return _safe_url(url)
 
 
 # --------------------------------------------------------------------------- declarations
@@ -385,7 +214,7 @@ def _display_value(setting: Setting, value: Any) -> str:
         return "(disabled)" if setting.empty_disables else ""
     if setting.secret:
         if setting.name == "DATABASE_URL" and isinstance(value, str):
-            return _safe_url(value)
+            return safe_url(value)
         return REDACTED if value not in ("", b"") else ""
     if setting.type_name == "duration" and isinstance(value, float):
         return format_duration(value)

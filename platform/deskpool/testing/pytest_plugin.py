@@ -210,12 +210,17 @@ async def runtime(deskpool_environ: dict[str, str]) -> AsyncIterator[Any]:
         yield opened
 
 
-@pytest.fixture
-async def api_client(runtime: Any, aiohttp_client: Any) -> Any:
+async def _api_client_of(runtime: Any, aiohttp_client: Any) -> Any:
     """An aiohttp test client for the API application of ``runtime``."""
     from deskpool.api.app import create_app
 
     return await aiohttp_client(create_app(runtime))
+
+
+@pytest.fixture
+async def api_client(runtime: Any, aiohttp_client: Any) -> Any:
+    """An aiohttp test client for the API application of ``runtime``."""
+    return await _api_client_of(runtime, aiohttp_client)
 
 
 @pytest.fixture
@@ -247,9 +252,7 @@ async def secure_runtime(secure_environ: dict[str, str]) -> AsyncIterator[Any]:
 @pytest.fixture
 async def secure_api_client(secure_runtime: Any, aiohttp_client: Any) -> Any:
     """An aiohttp test client for the API of ``secure_runtime``."""
-    from deskpool.api.app import create_app
-
-    return await aiohttp_client(create_app(secure_runtime))
+    return await _api_client_of(secure_runtime, aiohttp_client)
 
 
 @pytest.fixture
