@@ -1,12 +1,28 @@
 """Authenticated ``GET /api/v1/me`` next to a bare aiohttp JSON handler, in the same run.
 
-Both servers run as one process each on loopback; wrk (Debian's ``wrk`` package) drives them in
-turn with the same connections and duration. The figure is the ratio of deskpool's requests per
-second to the bare handler's, with the token cache warm (the first request signs the user in).
+Both servers run as one process each on loopback; wrk (Debian's ``wrk`` package, one thread,
+64 connections by default) drives them in turn, alternated round after round, with the same
+connections and duration. Each run reports requests per second and wrk's latency p50 and p99.
+
+Two comparisons:
+
+1. **one user, one token**: every request carries the same token, so after the first one the
+   verified token and the principal come from deskpool's process caches: this figure measures
+   a **cache hit** (the warm path: no signature check, no database, no Redis).
+2. **many users**: ``--users`` tokens of as many distinct users (signed in once beforehand, so
+   the users exist), rotated by a wrk Lua script so consecutive requests never repeat a token
+   until all were used. With more users than the token cache and the principal cache hold
+   (10,000 each), every request **misses both**: the signature is verified and the principal
+   is loaded from PostgreSQL. The principal cache's hit/miss counters (deskpool's
+   ``/metrics``) are read around each run and the hit share is printed. The bare handler gets
+   the same script (it ignores the header).
+
+The sign-in of the users beforehand (each user's first request creates it) is timed and
+printed too, as information.
 
 Run from the repository root, with PostgreSQL and Redis up::
 
-    .venv/bin/python bench/auth_me.py [--seconds 5] [--connections 32] [--rounds 2]
+    .venv/bin/python bench/auth_me.py [--runs 5] [--seconds 5] [--connections 64]
 """
 
 from __future__ import annotations
@@ -19,10 +35,14 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
 from pathlib import Path
+
+import aiohttp
+from harness import Figure, LoadMonitor, Run, Series, print_run
 
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.services import (
@@ -32,6 +52,8 @@ from deskpool.testing.services import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
+#: Marks the benchmark's database (the load monitor counts its backends as ours).
+DB_PREFIX = "dpbench_me"
 
 BARE_SERVER = """
 import sys
@@ -45,14 +67,30 @@ app.router.add_get("/api/v1/me", handler)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
 """
 
+#: wrk script rotating over the tokens in a file, one global sequence per wrk thread.
+ROTATE = """
+local tokens = {}
+for line in io.lines("%s") do tokens[#tokens + 1] = line end
+local next_token = 0
+request = function()
+  next_token = next_token %% #tokens + 1
+  return wrk.format("GET", nil, {["Authorization"] = "Bearer " .. tokens[next_token]})
+end
+"""
+
+CACHE_COUNTER = re.compile(r'deskpool_auth_principal_cache_total\{result="(hit|miss)"\} (\S+)')
+UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+
 
 def free_port() -> int:
+    """A free loopback port."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
 def wait_for(url: str, headers: dict[str, str] | None = None, timeout: float = 30) -> None:
+    """Wait until ``url`` answers 200."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -65,17 +103,37 @@ def wait_for(url: str, headers: dict[str, str] | None = None, timeout: float = 3
     raise SystemExit(f"{url} did not answer 200 within {timeout}s")
 
 
-def wrk(url: str, token: str | None, seconds: int, connections: int) -> float:
-    command = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", url]
-    if token:
-        command[1:1] = ["-H", f"Authorization: Bearer {token}"]
-    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
-    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
-    if non_2xx:
-        raise SystemExit(f"{url}: {non_2xx.group(1)} error responses during the run")
-    match = re.search(r"Requests/sec:\s+([\d.]+)", output)
-    assert match, output
-    return float(match.group(1))
+def cache_counts(metrics_url: str) -> dict[str, float]:
+    """deskpool's principal cache hits and misses so far."""
+    with urllib.request.urlopen(metrics_url, timeout=5) as response:
+        text = response.read().decode()
+    return {name: float(value) for name, value in CACHE_COUNTER.findall(text)}
+
+
+def milliseconds(text: str) -> float:
+    """``1.23ms`` -> 1.23."""
+    match = re.fullmatch(r"([\d.]+)(us|ms|s)", text)
+    assert match, text
+    return float(match.group(1)) * UNITS[match.group(2)]
+
+
+def parse_wrk(output: str, url: str) -> dict[str, float]:
+    """Requests per second and latency percentiles from wrk's ``--latency`` output."""
+    for problem in (r"Non-2xx or 3xx responses: (\d+)", r"Socket errors: (.*)"):
+        found = re.search(problem, output)
+        if found:
+            raise SystemExit(f"FAILED: {url}: {found.group(0)}")
+    rate = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    p50 = re.search(r"^\s+50%\s+(\S+)", output, re.MULTILINE)
+    p99 = re.search(r"^\s+99%\s+(\S+)", output, re.MULTILINE)
+    assert rate, output
+    assert p50, output
+    assert p99, output
+    return {
+        "rate": float(rate.group(1)),
+        "p50": milliseconds(p50.group(1)),
+        "p99": milliseconds(p99.group(1)),
+    }
 
 
 class IssuerThread:
@@ -96,18 +154,92 @@ class IssuerThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
+async def sign_in_all(url: str, tokens: list[str], concurrency: int) -> float:
+    """Send each token once (each user's first sign-in); return the seconds it took."""
+    queue = list(reversed(tokens))
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        while queue:
+            token = queue.pop()
+            async with session.get(url, headers={"Authorization": f"Bearer {token}"}) as reply:
+                if reply.status != 200:
+                    raise SystemExit(f"FAILED: first sign-in answered {reply.status}")
+                await reply.read()
+
+    started = time.perf_counter()
+    async with aiohttp.ClientSession() as session:
+        await asyncio.gather(*(client(session) for _ in range(concurrency)))
+    return time.perf_counter() - started
+
+
+class Bench:
+    """Runs wrk against a URL under the load monitor."""
+
+    def __init__(self, args: argparse.Namespace, marker: str, metrics_url: str) -> None:
+        self.args = args
+        self.marker = marker
+        self.metrics_url = metrics_url
+
+    def run(self, side: str, number: int, url: str, extra: list[str], deskpool: bool) -> Run:
+        """One wrk run of ``side``."""
+        args = self.args
+        command = [
+            "wrk",
+            f"-t{args.threads}",
+            f"-c{args.connections}",
+            f"-d{args.seconds}s",
+            "--latency",
+            *extra,
+            url,
+        ]
+        before = cache_counts(self.metrics_url) if deskpool else {}
+        monitor = LoadMonitor(markers=[self.marker], generator_cores=args.threads)
+        monitor.start()
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        monitor.generator(process.pid)
+        assert process.stdout is not None
+        output = process.stdout.read()
+        # Wait for wrk to exit without reaping it, so its CPU time is still readable.
+        os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT)
+        load = monitor.stop()
+        if process.wait() != 0:
+            raise SystemExit(f"FAILED: wrk exited with {process.returncode}")
+        figures = parse_wrk(output, url)
+        if deskpool:
+            after = cache_counts(self.metrics_url)
+            hits = after.get("hit", 0) - before.get("hit", 0)
+            misses = after.get("miss", 0) - before.get("miss", 0)
+            figures["hits"] = 100 * hits / max(1.0, hits + misses)
+        return Run(side, number, figures, load)
+
+
+FIGURES = (
+    Figure("rate", "requests/s", ratio=True),
+    Figure("p50", "latency p50, ms", 2),
+    Figure("p99", "latency p99, ms", 2),
+    Figure("hits", "principal cache hits, %", 1),
+)
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=int, default=5)
-    parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=2)
+    """Start both servers, sign the users in, run the rounds and print the tables."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help="rounds (each side once per round)")
+    parser.add_argument("--seconds", type=int, default=5, help="seconds per wrk run")
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1, help="wrk threads")
+    parser.add_argument(
+        "--users", type=int, default=12000, help="distinct users and tokens (above 10,000)"
+    )
+    parser.add_argument("--keep-starved", action="store_true", help="for developing only")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install wrk")
     servers = ServiceAddresses.from_environ()
-    database = asyncio.run(create_test_database(servers.admin_url, "deskpool_bench"))
-    bare_port, api_port = free_port(), free_port()
+    database = asyncio.run(create_test_database(servers.admin_url, DB_PREFIX))
+    bare_port, api_port, metrics_port = free_port(), free_port(), free_port()
     processes: list[subprocess.Popen[bytes]] = []
+    scratch = Path(tempfile.mkdtemp(prefix="deskpool-bench-me-"))
     try:
         with IssuerThread() as idp:
             env = {
@@ -116,7 +248,7 @@ def main() -> None:
                 "KVSTORE_ADDR": servers.kv_addr,
                 "KVSTORE_KEY_PREFIX": "deskpool-bench:",
                 "API_ADDR": f"127.0.0.1:{api_port}",
-                "METRICS_ADDR": "",
+                "METRICS_ADDR": f"127.0.0.1:{metrics_port}",
                 "LOG_LEVEL": "warn",
                 "APP_ENV": "bench",
                 "AUTH_OIDC_ISSUER_URL": idp.issuer_url,
@@ -133,21 +265,63 @@ def main() -> None:
             api_url = f"http://127.0.0.1:{api_port}/api/v1/me"
             wait_for(bare_url)
             wait_for(api_url, {"Authorization": f"Bearer {token}"})
-            print(f"wrk: 1 thread, {args.connections} connections, {args.seconds}s per run")
-            ratios = []
-            for round_number in range(1, args.rounds + 1):
-                bare = wrk(bare_url, None, args.seconds, args.connections)
-                api = wrk(api_url, token, args.seconds, args.connections)
-                ratios.append(api / bare)
-                print(
-                    f"round {round_number}: bare aiohttp {bare:9.0f} req/s   "
-                    f"deskpool GET /api/v1/me {api:9.0f} req/s   ratio {api / bare:.2f}"
-                )
-            print(f"ratio (mean of {args.rounds} rounds): {sum(ratios) / len(ratios):.2f}")
+
+            started = time.perf_counter()
+            tokens = [
+                idp.issue_token(f"bench-{n}", expires_in=7200, email=f"bench-{n}@example.com")
+                for n in range(args.users)
+            ]
+            issued = time.perf_counter() - started
+            signing = asyncio.run(sign_in_all(api_url, tokens, 32))
+            print(
+                f"{args.users:,} tokens issued in {issued:.1f}s; first sign-in of "
+                f"{args.users:,} users (each creates the user): {args.users / signing:,.0f}/s",
+                flush=True,
+            )
+            (scratch / "tokens").write_text("\n".join(tokens) + "\n")
+            rotate = scratch / "rotate.lua"
+            rotate.write_text(ROTATE % (scratch / "tokens"))
+
+            bench = Bench(
+                args, database.rsplit("/", 1)[-1], f"http://127.0.0.1:{metrics_port}/metrics"
+            )
+            heading = (
+                f"wrk, {args.threads} thread, {args.connections} connections, "
+                f"{args.seconds} s per run"
+            )
+            warm = Series(
+                f"GET /api/v1/me, one user, one token: a cache hit ({heading})",
+                ["deskpool", "bare aiohttp"],
+                FIGURES,
+                keep_starved=args.keep_starved,
+            )
+            cold = Series(
+                f"GET /api/v1/me, {args.users:,} users and tokens rotated: every request "
+                f"verifies a token and loads a principal ({heading})",
+                ["deskpool", "bare aiohttp"],
+                FIGURES,
+                keep_starved=args.keep_starved,
+            )
+            header = ["-H", f"Authorization: Bearer {token}"]
+            script = ["-s", str(rotate)]
+
+            def out(line: str) -> None:
+                print(line, file=sys.stderr, flush=True)
+
+            for number in range(1, args.runs + 1):
+                print_run(warm, bench.run("deskpool", number, api_url, header, True), out)
+                print_run(warm, bench.run("bare aiohttp", number, bare_url, header, False), out)
+                print_run(cold, bench.run("deskpool", number, api_url, script, True), out)
+                print_run(cold, bench.run("bare aiohttp", number, bare_url, script, False), out)
+            print()
+            print(warm.table())
+            print()
+            print(cold.table())
     finally:
         for process in processes:
             process.terminate()
             process.wait(10)
+        shutil.rmtree(scratch, ignore_errors=True)
         asyncio.run(drop_test_database(servers.admin_url, database))
 
 
