@@ -238,7 +238,10 @@ async def _steps(instance: Instance, admin: Any, user: Any, expect: Any) -> None
     await admin.get_by_label("Name", exact=True).fill("simulated")
     await admin.get_by_label("Driver").select_option("simulator")
     await admin.get_by_label("Endpoint").fill("simulator://local")
-    await admin.get_by_label("Options (JSON)").fill('{"clone_seconds": 1, "boot_seconds": 1}')
+    # The form is the simulator's declared fields: its options fold away until opened.
+    await admin.get_by_text("Simulator options").click()
+    await admin.get_by_label("Clone time").fill("1")
+    await admin.get_by_label("Boot time").fill("1")
     await admin.get_by_role("button", name="Connect", exact=True).click()
     await expect(admin.get_by_text("Connected to")).to_be_visible(timeout=TIMEOUT)
     await visit(instance, admin, "setup-check")

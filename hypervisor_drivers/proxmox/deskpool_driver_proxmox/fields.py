@@ -20,7 +20,7 @@ CONNECTION_FIELDS: tuple[ConnectionField, ...] = (
         secret=True,
         placeholder="deskpool@pve!deskpool",
         help="USER@REALM!TOKENID of a Proxmox VE API token (Datacenter > Permissions > API "
-        "Tokens) holding the privileges docs/drivers.md lists.",
+        "Tokens) holding the privileges the driver's documentation lists.",
     ),
     ConnectionField(
         "token_secret",

@@ -4,7 +4,8 @@ Each change validates, changes and records its audit event through the :class:`A
 transaction, so a request either happens whole or not at all. Changes take the members of a
 create or change request as the API's schemas load them (``ClusterCreateSchema``,
 ``ClusterChangeSchema``): a caller outside the API passes the same members. The driver checks
-new settings and credentials before anything is stored; credentials never reach the audit
+new settings and credentials before anything is stored, first against the connection fields
+it declares (a mismatch is a 422 pointing at the member); credentials never reach the audit
 trail. Reads that ask the cluster itself (a check, its nodes, its templates) wait at most
 :data:`DRIVER_CALL_TIMEOUT` seconds.
 """
@@ -23,7 +24,15 @@ from deskpool.actor import Actor
 from deskpool.clusters import repository
 from deskpool.clusters.drivers import DriverManager, driver_manager_for
 from deskpool.clusters.repository import ClusterRecord, ConnectionSettings
-from deskpool.drivers import DriverError, HypervisorDriver, Node, Template, deadline_after
+from deskpool.drivers import (
+    ConnectionField,
+    DriverError,
+    HypervisorDriver,
+    Node,
+    Template,
+    connection_problems,
+    deadline_after,
+)
 from deskpool.errors import Conflict, DeskpoolError, LocatedFieldError, NotFound, ValidationFailed
 from deskpool.secrets import SecretValue
 
@@ -69,6 +78,16 @@ class CheckResult:
 
 
 @dataclass(frozen=True)
+class InstalledDriver:
+    """A hypervisor driver installed here, and the connection fields it declares."""
+
+    name: str
+    title: str
+    endpoint_help: str
+    fields: tuple[ConnectionField, ...]
+
+
+@dataclass(frozen=True)
 class Census:
     """How many clusters each driver serves, and the drivers installed here."""
 
@@ -102,7 +121,48 @@ def _settings(body: Mapping[str, Any], current: ConnectionSettings) -> Connectio
     )
 
 
+def _check_declared(
+    manager: DriverManager,
+    driver: str,
+    credentials: Mapping[str, str] | None,
+    options: Mapping[str, Any] | None,
+) -> None:
+    """Refuse credentials and options that do not match what ``driver`` declares.
+
+    ``None`` leaves that side unchecked (a change that keeps it).
+
+    :raises ValidationFailed: each problem located at its member (``/credentials/token_id``).
+    """
+    declared = manager.driver_class(driver).connection_fields
+    problems = connection_problems(declared, credentials, options)
+    if problems:
+        raise ValidationFailed(
+            [LocatedFieldError(problem.pointer, problem.message) for problem in problems],
+            f"The credentials and options do not match the fields the {driver} driver declares.",
+        )
+
+
 # ---------------------------------------------------------------------------------- reads
+
+
+def installed_drivers(runtime: Runtime) -> list[InstalledDriver]:
+    """The drivers installed here, in name order, with their declared connection fields."""
+    manager = driver_manager_for(runtime)
+    drivers = []
+    for name in manager.installed():
+        try:
+            driver_class = manager.driver_class(name)
+        except DeskpoolError:
+            continue  # registered as something else than a driver class (logged)
+        drivers.append(
+            InstalledDriver(
+                name=name,
+                title=driver_class.title or name,
+                endpoint_help=driver_class.endpoint_help,
+                fields=tuple(driver_class.connection_fields),
+            )
+        )
+    return drivers
 
 
 async def census(runtime: Runtime) -> Census:
@@ -166,7 +226,8 @@ async def list_templates(runtime: Runtime, cluster_id: uuid.UUID) -> list[Templa
 async def create_cluster(runtime: Runtime, actor: Actor, body: Mapping[str, Any]) -> ClusterRecord:
     """Connect a cluster from a create request's members, once its driver accepts them.
 
-    :raises ValidationFailed: the driver is not installed (the installed ones in ``installed``).
+    :raises ValidationFailed: the driver is not installed (the installed ones in ``installed``),
+        or the credentials and options do not match the fields it declares.
     :raises DriverConfigurationError: the driver refuses the settings or credentials.
     :raises ClusterNameTaken: the name is in use.
     :raises SecretsUnavailable: credentials are given and no master key is configured.
@@ -189,6 +250,7 @@ async def create_cluster(runtime: Runtime, actor: Actor, body: Mapping[str, Any]
     cluster_id = uuid.uuid4()
     settings = _settings(body, ConnectionSettings(endpoint=body["endpoint"]))
     credentials = body.get("credentials") or {}
+    _check_declared(manager, driver, _plain(credentials), settings.options)
     # Building a driver checks the settings and credentials, without connecting.
     await manager.build(driver, cluster_id, settings, _plain(credentials)).close()
     async with runtime.db.acquire() as connection, connection.transaction():
@@ -223,9 +285,11 @@ async def change_cluster(
 
     ``tls`` members replace the stored ones one by one, ``options`` and ``credentials`` whole;
     ``credentials: None`` removes them. A change to how the cluster is reached is checked by
-    its driver first, when the driver is installed.
+    its driver first, when the driver is installed: against the fields it declares, then by
+    building it.
 
     :raises NotFound: there is no such cluster.
+    :raises ValidationFailed: new credentials or options do not match the declared fields.
     :raises DriverConfigurationError: the driver refuses the new settings or credentials.
     :raises ClusterNameTaken: the new name is in use.
     """
@@ -238,6 +302,12 @@ async def change_cluster(
         settings = _settings(body, record.settings)
         reach_changed = replaces_credentials or settings != record.settings
         if reach_changed and manager.is_installed(record.driver):
+            _check_declared(
+                manager,
+                record.driver,
+                _plain(body["credentials"]) if replaces_credentials else None,
+                settings.options if "options" in body else None,
+            )
             if replaces_credentials:
                 credentials = _plain(body["credentials"])
             elif record.credentials.is_set:

@@ -139,7 +139,7 @@ async def test_create_read_change_and_delete(
 async def test_deleting_a_cluster_deletes_its_credentials_and_driver_state(
     client: Any, callers: Callers, clusters_runtime: Runtime
 ) -> None:
-    created = await create(client, callers.manager, simulator_cluster(credentials={"t": "x"}))
+    created = await create(client, callers.manager, simulator_cluster(credentials={"token": "x"}))
     manager = driver_manager_for(clusters_runtime)
     await manager.context_for(created["id"]).shared_state.set("cluster", b"{}")
     other = manager.context_for(uuid.uuid4()).shared_state
@@ -249,27 +249,132 @@ async def test_invalid_fields_are_422_with_pointers(
 async def test_settings_the_driver_refuses_are_422_and_not_stored(
     client: Any, callers: Callers, clusters_runtime: Runtime
 ) -> None:
+    # What the declaration cannot tell (a node that is not one of the nodes) the driver does.
     refused = await client.post(
         CLUSTERS,
-        json=simulator_cluster(options={"boot_seconds": -1, "no_such_option": 1}),
+        json=simulator_cluster(options={"offline_nodes": ["nowhere"]}),
         headers=callers.manager,
     )
     assert refused.status == 422
     problem = await refused.json()
     assert problem["code"] == "driver_configuration_invalid"
-    assert "no_such_option" in problem["detail"]
+    assert "offline_nodes" in problem["detail"]
     assert await clusters_runtime.db.fetchval("SELECT count(*) FROM clusters") == 0
 
     created = await create(client, callers.manager, simulator_cluster())
     change = await client.patch(
         f"{CLUSTERS}/{created['id']}",
-        json={"options": {"nodes": []}},
+        json={"options": {"templates": "not a list"}},
         headers=callers.manager,
     )
     assert change.status == 422
     assert (await change.json())["code"] == "driver_configuration_invalid"
     unchanged = await client.get(f"{CLUSTERS}/{created['id']}", headers=callers.reader)
     assert (await unchanged.json())["options"] == {}
+
+
+async def test_credentials_and_options_must_match_the_declared_fields(
+    client: Any, callers: Callers, clusters_runtime: Runtime
+) -> None:
+    refused = await client.post(
+        CLUSTERS,
+        json=simulator_cluster(
+            credentials={"password": "hunter2"},
+            options={"boot_seconds": -1, "no_such_option": 1, "nodes": "sim-1"},
+        ),
+        headers=callers.manager,
+    )
+    assert refused.status == 422
+    problem = await refused.json()
+    assert problem["code"] == "validation_failed"
+    assert [error["pointer"] for error in problem["errors"]] == [
+        "/credentials/password",
+        "/options/no_such_option",
+        "/options/nodes",
+        "/options/boot_seconds",
+    ]
+    assert "hunter2" not in json.dumps(problem)
+    assert await clusters_runtime.db.fetchval("SELECT count(*) FROM clusters") == 0
+
+    # A required credential is required: Proxmox VE's API token.
+    proxmox = await client.post(
+        CLUSTERS,
+        json={
+            "name": "pve",
+            "driver": "proxmox",
+            "endpoint": "pve.example.com",
+            "credentials": {"token_id": "deskpool@pve!deskpool"},
+            "options": {"request_timeout": "soon"},
+        },
+        headers=callers.manager,
+    )
+    assert proxmox.status == 422
+    errors = (await proxmox.json())["errors"]
+    assert [error["pointer"] for error in errors] == [
+        "/credentials/token_secret",
+        "/options/request_timeout",
+    ]
+
+    created = await create(client, callers.manager, simulator_cluster())
+    change = await client.patch(
+        f"{CLUSTERS}/{created['id']}",
+        json={"options": {"clone_failure_rate": 2, "seed": 1.5}},
+        headers=callers.manager,
+    )
+    assert change.status == 422
+    changed = await change.json()
+    assert changed["code"] == "validation_failed"
+    assert [error["pointer"] for error in changed["errors"]] == [
+        "/options/clone_failure_rate",
+        "/options/seed",
+    ]
+    # Credentials alone are checked alone; the stored options stay as they are.
+    token = await client.patch(
+        f"{CLUSTERS}/{created['id']}", json={"credentials": {"token": "t"}}, headers=callers.manager
+    )
+    assert token.status == 200, await token.text()
+
+
+async def test_drivers_list_their_declared_fields(
+    client: Any, callers: Callers, clusters_runtime: Runtime
+) -> None:
+    assert (await client.get("/api/v1/drivers", headers=callers.reader)).status == 403
+    response = await client.get("/api/v1/drivers", headers=callers.manager)
+    assert response.status == 200, await response.text()
+    page = await response.json()
+    assert page["next"] is None
+    names = [driver["name"] for driver in page["items"]]
+    assert names == driver_manager_for(clusters_runtime).installed()
+    proxmox = next(driver for driver in page["items"] if driver["name"] == "proxmox")
+    assert proxmox["title"] == "Proxmox VE"
+    assert proxmox["endpoint_help"]
+    fields = {field["name"]: field for field in proxmox["fields"]}
+    assert fields["token_secret"] == {
+        "name": "token_secret",
+        "label": "API token secret",
+        "kind": "secret",
+        "required": True,
+        "default": None,
+        "help": fields["token_secret"]["help"],
+        "secret": True,
+        "choices": [],
+        "minimum": None,
+        "maximum": None,
+        "placeholder": "",
+    }
+    assert fields["request_timeout"]["default"] == 30.0
+    assert fields["request_timeout"]["secret"] is False
+    simulator = next(driver for driver in page["items"] if driver["name"] == "simulator")
+    nodes = next(field for field in simulator["fields"] if field["name"] == "nodes")
+    assert (nodes["kind"], nodes["default"]) == ("list", ["sim-node-1", "sim-node-2"])
+
+    first = await client.get("/api/v1/drivers?limit=1", headers=callers.manager)
+    first_page = await first.json()
+    assert [driver["name"] for driver in first_page["items"]] == names[:1]
+    rest = await client.get(
+        f"/api/v1/drivers?limit=1&cursor={first_page['next']}", headers=callers.manager
+    )
+    assert [driver["name"] for driver in (await rest.json())["items"]] == names[1:2]
 
 
 async def test_names_are_unique_without_regard_to_case(client: Any, callers: Callers) -> None:

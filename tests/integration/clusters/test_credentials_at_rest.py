@@ -65,7 +65,7 @@ class TokenCluster:
         return {
             "driver": "simulator",
             "endpoint": "simulator://local",
-            "credentials": {"token_id": TOKEN_ID, "secret": secret},
+            "credentials": {"token": secret},
         }
 
 

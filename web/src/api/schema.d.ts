@@ -41,7 +41,7 @@ export interface paths {
         put?: never;
         /**
          * Connect a cluster
-         * @description The driver checks the settings and credentials without connecting (a refusal is 422 `driver_configuration_invalid`); `POST .../check` then connects. An unknown driver is 422 with the installed drivers in `installed`; a name in use, 409 `cluster_name_taken`; credentials without a configured master key, 503 `secrets_key_missing`.
+         * @description Credentials and options are checked against the fields the driver declares (`GET /api/v1/drivers`; 422 `validation_failed`, each error at its member, such as `/credentials/token_id`), then the driver checks the settings and credentials without connecting (a refusal is 422 `driver_configuration_invalid`); `POST .../check` then connects. An unknown driver is 422 with the installed drivers in `installed`; a name in use, 409 `cluster_name_taken`; credentials without a configured master key, 503 `secrets_key_missing`.
          *
          *     Requires the permission `clusters:manage` (or `platform:admin`).
          */
@@ -77,7 +77,7 @@ export interface paths {
         head?: never;
         /**
          * Change a cluster connection
-         * @description Members given replace the stored ones (`tls` member by member; `options` and `credentials` whole; `credentials: null` removes them). A change to how the cluster is reached is checked by its driver first, as on creation (when the driver is installed).
+         * @description Members given replace the stored ones (`tls` member by member; `options` and `credentials` whole; `credentials: null` removes them). A change to how the cluster is reached is checked against the driver's declared fields and by the driver first, as on creation (when the driver is installed).
          *
          *     Requires the permission `clusters:manage` (or `platform:admin`).
          */
@@ -281,6 +281,28 @@ export interface paths {
          *     Requires the permission `desktops:manage` (or `platform:admin`).
          */
         delete: operations["unassignDesktop"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/drivers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the installed hypervisor drivers and their connection fields
+         * @description In name order. A cluster's `credentials` and `options` must match its driver's `fields`: a credential (`secret: true`) is write-only; an undeclared name, a missing required field or a value of the wrong kind is 422 with the error at its member.
+         *
+         *     Requires the permission `clusters:manage` (or `platform:admin`).
+         */
+        get: operations["listDrivers"];
+        put?: never;
+        post?: never;
+        delete?: never;
         options?: never;
         head?: never;
         patch?: never;
@@ -1267,16 +1289,16 @@ export interface components {
         };
         ClusterCreate: {
             name: string;
-            /** @description An installed hypervisor driver (`GET /api/v1/setup` lists them). */
+            /** @description An installed hypervisor driver (`GET /api/v1/drivers` lists them). */
             driver: string;
             /** @description The cluster's API address, as the driver documents it. */
             endpoint: string;
-            /** @description Secret values the driver connects with, by name (for Proxmox VE: `token_id` and `token_secret`; see the driver's documentation). Write-only: sealed at rest and never returned. */
+            /** @description Secret values the driver connects with, by name: the fields its entry of `GET /api/v1/drivers` marks `secret` (for Proxmox VE: `token_id` and `token_secret`). Write-only: sealed at rest and never returned. */
             credentials?: {
                 [key: string]: string;
             };
             tls?: components["schemas"]["TlsInput"];
-            /** @description Driver-specific settings (see the driver's documentation). */
+            /** @description Driver-specific settings: the fields its entry of `GET /api/v1/drivers` does not mark `secret`. */
             options?: {
                 [key: string]: unknown;
             };
@@ -1284,12 +1306,12 @@ export interface components {
         ClusterChange: {
             name?: string;
             endpoint?: string;
-            /** @description Secret values the driver connects with, by name (for Proxmox VE: `token_id` and `token_secret`; see the driver's documentation). Write-only: sealed at rest and never returned. */
+            /** @description Secret values the driver connects with, by name: the fields its entry of `GET /api/v1/drivers` marks `secret` (for Proxmox VE: `token_id` and `token_secret`). Write-only: sealed at rest and never returned. */
             credentials?: {
                 [key: string]: string;
             } | null;
             tls?: components["schemas"]["TlsInput"];
-            /** @description Driver-specific settings (see the driver's documentation). */
+            /** @description Driver-specific settings: the fields its entry of `GET /api/v1/drivers` does not mark `secret`. */
             options?: {
                 [key: string]: unknown;
             };
@@ -1462,6 +1484,43 @@ export interface components {
              * @description The user's id.
              */
             user_id: string;
+        };
+        ConnectionField: {
+            /** @description The key in `credentials` or `options`. */
+            name: string;
+            label: string;
+            /**
+             * @description The value it takes: `text`, `url`, `secret` (a password input) and `choice` are strings; `integer`, `number`, `boolean`; `list` (of strings); `json` (any value, which only the driver checks).
+             * @enum {string}
+             */
+            kind: "text" | "url" | "secret" | "choice" | "integer" | "number" | "boolean" | "list" | "json";
+            required: boolean;
+            /** @description The value the driver uses when the field is absent. */
+            default: unknown;
+            help: string;
+            /** @description A write-only credential (sent in `credentials`, never shown back); otherwise an option (in `options`). */
+            secret: boolean;
+            /** @description The values of a `choice`. */
+            choices: string[];
+            minimum: number | null;
+            maximum: number | null;
+            /** @description An example value. */
+            placeholder: string;
+        };
+        Driver: {
+            /** @description What a cluster's `driver` names it by. */
+            name: string;
+            /** @description What to call it. */
+            title: string;
+            /** @description What the endpoint is. */
+            endpoint_help: string;
+            /** @description Its credentials and options, in the order to show them. */
+            fields: components["schemas"]["ConnectionField"][];
+        };
+        DriverPage: {
+            items: components["schemas"]["Driver"][];
+            /** @description Opaque cursor of the next page, to send back as `cursor`; null on the last page. */
+            next: string | null;
         };
         Grant: {
             id: string;
@@ -2136,7 +2195,7 @@ export interface components {
             /** @description Whether the caller may connect one (`clusters:manage`). */
             can_connect_cluster: boolean;
             is_platform_admin: boolean;
-            /** @description The hypervisor drivers a cluster can be connected with; only for callers who may connect one (`clusters:manage`). */
+            /** @description The hypervisor drivers a cluster can be connected with (their connection fields: `GET /api/v1/drivers`); only for callers who may connect one (`clusters:manage`). */
             installed_drivers?: string[];
         };
         User: {
@@ -2915,6 +2974,41 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listDrivers: {
+        parameters: {
+            query?: {
+                /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
+                limit?: number;
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of drivers. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DriverPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
             429: components["responses"]["RateLimited"];
             503: components["responses"]["ServiceUnavailable"];
         };

@@ -1,70 +1,113 @@
-/** Connect a cluster: an installed driver, its endpoint, credentials (write-only) and options. */
-import { useMutation, useQueryClient } from "@tanstack/react-query";
+/**
+ * Connect a cluster, or change one: an installed driver, its endpoint, TLS settings, and the
+ * credentials (write-only) and options the driver declares (`GET /api/v1/drivers`).
+ */
+import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { useState, type FormEvent } from "react";
 import { unwrap, type Schemas } from "../api/client";
 import { useSession } from "../session";
+import { collect, DriverFields, initialValues, type Driver, type FieldValues } from "./DriverFields";
 import { SelectField, TextField } from "./Field";
 import { fieldErrorsOf, ProblemAlert } from "./Problem";
 
 type Cluster = Schemas["Cluster"];
 
-interface Secret {
-  name: string;
-  value: string;
+/** The installed drivers and their fields (for callers with `clusters:manage`). */
+export function useDrivers() {
+  const { api } = useSession();
+  return useQuery({
+    queryKey: ["drivers"],
+    staleTime: 5 * 60_000,
+    queryFn: () => unwrap(api.GET("/api/v1/drivers", { params: { query: { limit: 500 } } })),
+  });
 }
 
-export function ClusterForm({ drivers, onSaved }: { drivers: string[]; onSaved: (cluster: Cluster) => void }) {
+export function ClusterForm({ cluster, onSaved }: { cluster?: Cluster; onSaved: (cluster: Cluster) => void }) {
+  const drivers = useDrivers();
+  if (drivers.error) return <ProblemAlert error={drivers.error} />;
+  if (!drivers.data) return <p aria-busy="true">Listing the installed drivers…</p>;
+  if (!drivers.data.items.length) {
+    return <p>No hypervisor driver is installed on this instance: install a driver's package and restart deskpool.</p>;
+  }
+  return <ClusterFormFor drivers={drivers.data.items} cluster={cluster} onSaved={onSaved} />;
+}
+
+function ClusterFormFor({
+  drivers,
+  cluster,
+  onSaved,
+}: {
+  drivers: Driver[];
+  cluster?: Cluster;
+  onSaved: (cluster: Cluster) => void;
+}) {
   const { api } = useSession();
   const client = useQueryClient();
-  const [name, setName] = useState("");
-  const [driver, setDriver] = useState(drivers[0] ?? "");
-  const [endpoint, setEndpoint] = useState("");
-  const [secrets, setSecrets] = useState<Secret[]>([{ name: "", value: "" }]);
-  const [options, setOptions] = useState("{}");
-  const [verify, setVerify] = useState(true);
-  const [optionsError, setOptionsError] = useState("");
+  const editing = Boolean(cluster);
+  const [name, setName] = useState(cluster?.name ?? "");
+  const [driverName, setDriverName] = useState(cluster?.driver ?? drivers[0]?.name ?? "");
+  const [endpoint, setEndpoint] = useState(cluster?.endpoint ?? "");
+  const [verify, setVerify] = useState(cluster?.tls.verify ?? true);
+  const [fingerprint, setFingerprint] = useState(cluster?.tls.fingerprint ?? "");
+  const [caCertificate, setCaCertificate] = useState(cluster?.tls.ca_certificate ?? "");
+  const driver = drivers.find((item) => item.name === driverName);
+  const [values, setValues] = useState<FieldValues>(() =>
+    initialValues(driver?.fields ?? [], cluster?.options as Record<string, unknown> | undefined),
+  );
+  const [localErrors, setLocalErrors] = useState<Record<string, string>>({});
   const save = useMutation({
-    mutationFn: (body: Schemas["ClusterCreate"]) => unwrap(api.POST("/api/v1/clusters", { body })),
-    onSuccess: (cluster) => {
+    mutationFn: (body: Schemas["ClusterCreate"]): Promise<Cluster> => {
+      if (!cluster) return unwrap(api.POST("/api/v1/clusters", { body }));
+      const { driver: _driver, ...change } = body;
+      void _driver;
+      return unwrap(
+        api.PATCH("/api/v1/clusters/{cluster_id}", { params: { path: { cluster_id: cluster.id } }, body: change }),
+      );
+    },
+    onSuccess: (saved) => {
       void client.invalidateQueries({ queryKey: ["clusters"] });
       void client.invalidateQueries({ queryKey: ["setup"] });
-      onSaved(cluster);
+      onSaved(saved);
     },
   });
-  const errors = fieldErrorsOf(save.error);
+  const errors = { ...fieldErrorsOf(save.error), ...localErrors };
+  const chooseDriver = (next: string) => {
+    setDriverName(next);
+    setValues(initialValues(drivers.find((item) => item.name === next)?.fields ?? []));
+    setLocalErrors({});
+  };
   const submit = (event: FormEvent) => {
     event.preventDefault();
-    let parsed: Record<string, unknown>;
-    try {
-      parsed = JSON.parse(options || "{}") as Record<string, unknown>;
-      if (typeof parsed !== "object" || Array.isArray(parsed) || parsed === null) throw new Error("not an object");
-      setOptionsError("");
-    } catch {
-      setOptionsError("Options must be a JSON object, for example {\"clone_seconds\": 3}.");
-      return;
-    }
-    const credentials = Object.fromEntries(
-      secrets.filter((secret) => secret.name.trim()).map((secret) => [secret.name.trim(), secret.value]),
-    );
-    save.mutate({ name: name.trim(), driver, endpoint: endpoint.trim(), credentials, options: parsed, tls: { verify } });
+    if (!driver) return;
+    const collected = collect(driver.fields, values, editing);
+    setLocalErrors(collected.errors);
+    if (Object.keys(collected.errors).length) return;
+    const body: Schemas["ClusterCreate"] = {
+      name: name.trim(),
+      driver: driver.name,
+      endpoint: endpoint.trim(),
+      options: collected.options,
+      tls: { verify, fingerprint: fingerprint.trim() || null, ca_certificate: caCertificate.trim() || null },
+    };
+    if (collected.credentials) body.credentials = collected.credentials;
+    save.mutate(body);
   };
-  const setSecret = (index: number, change: Partial<Secret>) =>
-    setSecrets((current) => current.map((secret, at) => (at === index ? { ...secret, ...change } : secret)));
   return (
-    <form onSubmit={submit} noValidate aria-label="Connect a cluster">
+    <form onSubmit={submit} noValidate aria-label={editing ? `Change the cluster ${cluster?.name}` : "Connect a cluster"}>
       <ProblemAlert error={save.error} />
       <div className="grid">
         <TextField label="Name" value={name} onChange={(e) => setName(e.target.value)} error={errors.name} required />
         <SelectField
           label="Driver"
-          value={driver}
-          onChange={(e) => setDriver(e.target.value)}
+          value={driverName}
+          onChange={(e) => chooseDriver(e.target.value)}
           error={errors.driver}
-          hint="The hypervisor drivers installed on this instance."
+          disabled={editing}
+          hint={editing ? "A cluster keeps its driver." : "The hypervisor drivers installed on this instance."}
         >
-          {drivers.map((value) => (
-            <option key={value} value={value}>
-              {value}
+          {drivers.map((item) => (
+            <option key={item.name} value={item.name}>
+              {item.title}
             </option>
           ))}
         </SelectField>
@@ -74,50 +117,49 @@ export function ClusterForm({ drivers, onSaved }: { drivers: string[]; onSaved: 
         value={endpoint}
         onChange={(e) => setEndpoint(e.target.value)}
         error={errors.endpoint}
-        placeholder={driver === "simulator" ? "simulator://local" : "https://pve.example.org:8006"}
-        hint="The cluster's API address, as the driver documents it."
+        required
+        hint={driver?.endpoint_help || "The cluster's API address."}
       />
-      <fieldset>
-        <legend>Credentials (write-only: sealed at rest, never shown again)</legend>
-        {secrets.map((secret, index) => (
-          <div className="grid" key={index}>
-            <TextField
-              label={`Credential ${index + 1} name`}
-              value={secret.name}
-              onChange={(e) => setSecret(index, { name: e.target.value })}
-              placeholder={driver === "proxmox" ? "token_id" : "token"}
-            />
-            <TextField
-              label={`Credential ${index + 1} value`}
-              type="password"
-              autoComplete="new-password"
-              value={secret.value}
-              onChange={(e) => setSecret(index, { value: e.target.value })}
-              error={errors[`credentials.${secret.name}`]}
-            />
-          </div>
-        ))}
-        <button type="button" className="secondary outline small" onClick={() => setSecrets((s) => [...s, { name: "", value: "" }])}>
-          Add a credential
-        </button>
-        {errors.credentials ? <small className="field-error">{errors.credentials}</small> : null}
-      </fieldset>
-      <label>
-        Options (JSON)
-        <textarea
-          value={options}
-          onChange={(e) => setOptions(e.target.value)}
-          rows={3}
-          aria-invalid={optionsError || errors.options ? true : undefined}
+      {driver ? (
+        <DriverFields
+          driver={driver}
+          values={values}
+          onChange={(field, value) => setValues((current) => ({ ...current, [field]: value }))}
+          errors={errors}
+          editing={editing}
         />
-        {optionsError || errors.options ? <small className="field-error">{optionsError || errors.options}</small> : null}
-      </label>
-      <label>
-        <input type="checkbox" role="switch" checked={verify} onChange={(e) => setVerify(e.target.checked)} /> Verify the
-        cluster's TLS certificate
-      </label>
+      ) : null}
+      <fieldset>
+        <legend>TLS</legend>
+        <label>
+          <input type="checkbox" role="switch" checked={verify} onChange={(e) => setVerify(e.target.checked)} /> Verify the
+          cluster's TLS certificate
+        </label>
+        {errors["tls.verify"] ? <small className="field-error">{errors["tls.verify"]}</small> : null}
+        <TextField
+          label="Certificate fingerprint (SHA-256)"
+          value={fingerprint}
+          onChange={(e) => setFingerprint(e.target.value)}
+          error={errors["tls.fingerprint"]}
+          placeholder="AB:CD:…"
+          hint="Pins a self-signed certificate: only the pin is checked, not the chain. Empty for none."
+        />
+        <div className="field">
+          <label htmlFor="cluster-ca-certificate">CA certificate (PEM)</label>
+          <textarea
+            id="cluster-ca-certificate"
+            rows={3}
+            value={caCertificate}
+            onChange={(e) => setCaCertificate(e.target.value)}
+            aria-invalid={errors["tls.ca_certificate"] ? true : undefined}
+            aria-describedby="cluster-ca-certificate-hint"
+          />
+          <small id="cluster-ca-certificate-hint">Trusted instead of the system's CAs. Empty for none.</small>
+          {errors["tls.ca_certificate"] ? <small className="field-error">{errors["tls.ca_certificate"]}</small> : null}
+        </div>
+      </fieldset>
       <button type="submit" aria-busy={save.isPending}>
-        Connect
+        {editing ? "Save" : "Connect"}
       </button>
     </form>
   );

@@ -21,11 +21,6 @@ export function ClustersPage() {
     queryKey: ["clusters", "list"],
     queryFn: () => unwrap(api.GET("/api/v1/clusters", { params: { query: { limit: 500 } } })),
   });
-  const setup = useQuery({
-    queryKey: ["setup"],
-    enabled: adding,
-    queryFn: () => unwrap(api.GET("/api/v1/setup")),
-  });
   const columns: Column<Cluster>[] = [
     { header: "Name", cell: (c) => <Link to={`/clusters/${c.id}`}>{c.name}</Link> },
     { header: "Driver", cell: (c) => `${c.driver}${c.driver_status === "installed" ? "" : " (not installed)"}` },
@@ -52,9 +47,7 @@ export function ClustersPage() {
           </button>
         ) : null}
       </div>
-      {adding && setup.data ? (
-        <ClusterForm drivers={setup.data.installed_drivers ?? []} onSaved={() => setAdding(false)} />
-      ) : null}
+      {adding ? <ClusterForm onSaved={() => setAdding(false)} /> : null}
       <ProblemAlert error={clusters.error} />
       <DataTable caption="Clusters" columns={columns} rows={clusters.data?.items ?? []} rowKey={(c) => c.id} loading={clusters.isLoading} />
     </section>
@@ -92,6 +85,7 @@ export function ClusterDetailPage() {
     onSettled: () => void client.invalidateQueries({ queryKey: ["clusters", clusterId, "orphans"] }),
   });
   const manage = can(me, "clusters:manage");
+  const [editing, setEditing] = useState(false);
   if (cluster.error) return <ProblemAlert error={cluster.error} />;
   if (!cluster.data) return <p aria-busy="true">Loading…</p>;
   const c = cluster.data;
@@ -100,15 +94,29 @@ export function ClusterDetailPage() {
       <div className="page-head">
         <h1>Cluster {c.name}</h1>
         {manage ? (
-          <button type="button" onClick={() => check.mutate()} aria-busy={check.isPending}>
-            Check connection
-          </button>
+          <div className="toolbar">
+            <button type="button" className="secondary" onClick={() => setEditing((value) => !value)}>
+              {editing ? "Close" : "Change the connection"}
+            </button>
+            <button type="button" onClick={() => check.mutate()} aria-busy={check.isPending}>
+              Check connection
+            </button>
+          </div>
         ) : null}
       </div>
       <p className="meta">
         {c.driver} · <code>{c.endpoint}</code> · credentials {c.credentials.set ? "stored" : "none"} · TLS{" "}
         {c.tls.verify ? "verified" : "not verified"}
       </p>
+      {editing ? (
+        <ClusterForm
+          cluster={c}
+          onSaved={() => {
+            setEditing(false);
+            check.reset();
+          }}
+        />
+      ) : null}
       <ProblemAlert error={check.error ?? removeOrphan.error} />
       {check.data ? <CheckResultView result={check.data} /> : c.last_check_error ? <p className="error-text">{c.last_check_error}</p> : null}
       <h2>Nodes</h2>

@@ -18,6 +18,7 @@ export function SetupPage() {
   const [step, setStep] = useState(0);
   const [cluster, setCluster] = useState<Cluster | null>(null);
   const [template, setTemplate] = useState("");
+  const [editing, setEditing] = useState(false);
   const setup = useQuery({ queryKey: ["setup"], queryFn: () => unwrap(api.GET("/api/v1/setup")) });
   const check = useMutation({
     mutationFn: (id: string) =>
@@ -48,9 +49,11 @@ export function SetupPage() {
         setup.data.can_connect_cluster ? (
           <>
             <h2>{STEPS[0]}</h2>
-            <p>deskpool runs desktops on a virtualization cluster. Connect one with an installed driver.</p>
+            <p>
+              deskpool runs desktops on a virtualization cluster. Choose an installed driver and fill in what it asks
+              for; credentials are sealed and never shown again.
+            </p>
             <ClusterForm
-              drivers={setup.data.installed_drivers ?? []}
               onSaved={(saved) => {
                 setCluster(saved);
                 setStep(1);
@@ -68,9 +71,22 @@ export function SetupPage() {
           <ProblemAlert error={check.error} />
           {check.isPending ? <p aria-busy="true">Checking {cluster.name}…</p> : null}
           {check.data ? <CheckResultView result={check.data} /> : null}
+          {editing ? (
+            <ClusterForm
+              cluster={cluster}
+              onSaved={(saved) => {
+                setCluster(saved);
+                setEditing(false);
+                check.mutate(saved.id);
+              }}
+            />
+          ) : null}
           <div className="toolbar">
             <button type="button" className="secondary" onClick={() => check.mutate(cluster.id)}>
               Check again
+            </button>
+            <button type="button" className="secondary outline" onClick={() => setEditing((value) => !value)}>
+              {editing ? "Close" : "Change the connection"}
             </button>
             <button type="button" disabled={!check.data?.ok} onClick={() => setStep(2)}>
               Next

@@ -12,6 +12,7 @@ NAMES = (
     "audit_events",
     "clusters",
     "desktops",
+    "drivers",
     "events",
     "grants",
     "groups",

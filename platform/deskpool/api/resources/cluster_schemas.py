@@ -104,9 +104,9 @@ def _credentials_field(**kwargs: Any) -> fields.Dict:
             "maxProperties": MAX_CREDENTIALS,
             "propertyNames": {"pattern": _CREDENTIAL_KEY.regex.pattern},
             "description": (
-                "Secret values the driver connects with, by name (for Proxmox VE: `token_id` "
-                "and `token_secret`; see the driver's documentation). Write-only: sealed at "
-                "rest and never returned."
+                "Secret values the driver connects with, by name: the fields its entry of "
+                "`GET /api/v1/drivers` marks `secret` (for Proxmox VE: `token_id` and "
+                "`token_secret`). Write-only: sealed at rest and never returned."
             ),
         },
         **kwargs,
@@ -118,7 +118,10 @@ def _options_field(**kwargs: Any) -> fields.Dict:
         keys=fields.String(validate=validate.Length(min=1, max=100)),
         validate=_check_storable,
         metadata={
-            "description": "Driver-specific settings (see the driver's documentation).",
+            "description": (
+                "Driver-specific settings: the fields its entry of `GET /api/v1/drivers` "
+                "does not mark `secret`."
+            ),
             "propertyNames": {"minLength": 1, "maxLength": 100},
         },
         **kwargs,
@@ -227,7 +230,7 @@ class ClusterCreateSchema(Schema):
         required=True,
         validate=[validate.Length(min=1, max=100), _check_storable],
         metadata={
-            "description": "An installed hypervisor driver (`GET /api/v1/setup` lists them)."
+            "description": "An installed hypervisor driver (`GET /api/v1/drivers` lists them)."
         },
     )
     endpoint = fields.String(
@@ -331,8 +334,9 @@ class SetupSchema(Schema):
     installed_drivers = fields.List(
         fields.String(),
         metadata={
-            "description": "The hypervisor drivers a cluster can be connected with; only for "
-            "callers who may connect one (`clusters:manage`)."
+            "description": "The hypervisor drivers a cluster can be connected with (their "
+            "connection fields: `GET /api/v1/drivers`); only for callers who may connect one "
+            "(`clusters:manage`)."
         },
     )
 

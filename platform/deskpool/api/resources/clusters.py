@@ -3,7 +3,8 @@
 A cluster connection names the hypervisor driver that reaches the cluster, its endpoint, TLS
 settings (verification, a CA certificate, or a pinned SHA-256 fingerprint), driver options and
 credentials. Credentials are write-only: they are sealed by the secret store and a response says
-only whether they are set and when they last changed. The driver validates settings and
+only whether they are set and when they last changed. Credentials and options must match the
+fields the driver declares (``GET /api/v1/drivers``); then the driver validates settings and
 credentials before anything is stored (a refusal is 422 ``driver_configuration_invalid``); an
 unknown driver is 422 with the installed ones listed in ``installed``.
 
@@ -182,9 +183,12 @@ async def list_clusters(call: Call) -> Page:
     "/api/v1/clusters",
     summary="Connect a cluster",
     description=(
-        "The driver checks the settings and credentials without connecting (a refusal is "
-        "422 `driver_configuration_invalid`); `POST .../check` then connects. An unknown "
-        "driver is 422 with the installed drivers in `installed`; a name in use, 409 "
+        "Credentials and options are checked against the fields the driver declares "
+        "(`GET /api/v1/drivers`; 422 `validation_failed`, each error at its member, such as "
+        "`/credentials/token_id`), then the driver checks the settings and credentials "
+        "without connecting (a refusal is 422 `driver_configuration_invalid`); "
+        "`POST .../check` then connects. An unknown driver is 422 with the installed "
+        "drivers in `installed`; a name in use, 409 "
         "`cluster_name_taken`; credentials without a configured master key, 503 "
         "`secrets_key_missing`."
     ),
@@ -218,8 +222,8 @@ async def get_cluster(call: Call) -> dict[str, Any]:
     description=(
         "Members given replace the stored ones (`tls` member by member; `options` and "
         "`credentials` whole; `credentials: null` removes them). A change to how the "
-        "cluster is reached is checked by its driver first, as on creation (when the "
-        "driver is installed)."
+        "cluster is reached is checked against the driver's declared fields and by the "
+        "driver first, as on creation (when the driver is installed)."
     ),
     tags=("clusters",),
     permission="clusters:manage",
