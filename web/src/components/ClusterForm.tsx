@@ -7,7 +7,7 @@ import { useState, type FormEvent } from "react";
 import { unwrap, type Schemas } from "../api/client";
 import { useSession } from "../session";
 import { collect, DriverFields, initialValues, type Driver, type FieldValues } from "./DriverFields";
-import { SelectField, TextField } from "./Field";
+import { SelectField, TextAreaField, TextField } from "./Field";
 import { fieldErrorsOf, ProblemAlert } from "./Problem";
 
 type Cluster = Schemas["Cluster"];
@@ -144,19 +144,13 @@ function ClusterFormFor({
           placeholder="AB:CD:…"
           hint="Pins a self-signed certificate: only the pin is checked, not the chain. Empty for none."
         />
-        <div className="field">
-          <label htmlFor="cluster-ca-certificate">CA certificate (PEM)</label>
-          <textarea
-            id="cluster-ca-certificate"
-            rows={3}
-            value={caCertificate}
-            onChange={(e) => setCaCertificate(e.target.value)}
-            aria-invalid={errors["tls.ca_certificate"] ? true : undefined}
-            aria-describedby="cluster-ca-certificate-hint"
-          />
-          <small id="cluster-ca-certificate-hint">Trusted instead of the system's CAs. Empty for none.</small>
-          {errors["tls.ca_certificate"] ? <small className="field-error">{errors["tls.ca_certificate"]}</small> : null}
-        </div>
+        <TextAreaField
+          label="CA certificate (PEM)"
+          value={caCertificate}
+          onChange={(e) => setCaCertificate(e.target.value)}
+          error={errors["tls.ca_certificate"]}
+          hint="Trusted instead of the system's CAs. Empty for none."
+        />
       </fieldset>
       <button type="submit" aria-busy={save.isPending}>
         {editing ? "Save" : "Connect"}

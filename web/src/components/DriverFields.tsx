@@ -7,9 +7,9 @@
  * from the default are sent. Errors are keyed like the API's field errors
  * (`credentials.token_id`, `options.nodes`), so a 422 lands next to its field.
  */
-import { useId, type ReactNode } from "react";
+import type { ReactNode } from "react";
 import type { Schemas } from "../api/client";
-import { SelectField, TextField } from "./Field";
+import { SelectField, TextAreaField, TextField } from "./Field";
 
 export type ConnectionField = Schemas["ConnectionField"];
 export type Driver = Schemas["Driver"];
@@ -113,45 +113,6 @@ function Hint({ field, editing }: { field: ConnectionField; editing: boolean }):
   return parts.filter(Boolean).join(" ") || undefined;
 }
 
-function TextAreaField({
-  label,
-  value,
-  onChange,
-  error,
-  hint,
-  placeholder,
-}: {
-  label: string;
-  value: string;
-  onChange: (value: string) => void;
-  error?: string;
-  hint?: ReactNode;
-  placeholder?: string;
-}) {
-  const id = useId();
-  const described = [hint ? `${id}-hint` : "", error ? `${id}-error` : ""].filter(Boolean).join(" ");
-  return (
-    <div className="field">
-      <label htmlFor={id}>{label}</label>
-      <textarea
-        id={id}
-        rows={3}
-        value={value}
-        placeholder={placeholder}
-        onChange={(event) => onChange(event.target.value)}
-        aria-invalid={error ? true : undefined}
-        aria-describedby={described || undefined}
-      />
-      {hint ? <small id={`${id}-hint`}>{hint}</small> : null}
-      {error ? (
-        <small id={`${id}-error`} className="field-error">
-          {error}
-        </small>
-      ) : null}
-    </div>
-  );
-}
-
 function FieldInput({
   field,
   value,
@@ -200,7 +161,14 @@ function FieldInput({
     case "list":
     case "json":
       return (
-        <TextAreaField label={field.label} value={text} onChange={onChange} error={error} hint={hint} placeholder={placeholder} />
+        <TextAreaField
+          label={field.label}
+          value={text}
+          onChange={(e) => onChange(e.target.value)}
+          error={error}
+          hint={hint}
+          placeholder={placeholder}
+        />
       );
     default: {
       const numeric = field.kind === "integer" || field.kind === "number";

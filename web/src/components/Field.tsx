@@ -1,5 +1,11 @@
 /** A labelled form control with its hint and the API's field error next to it. */
-import { useId, type InputHTMLAttributes, type ReactNode, type SelectHTMLAttributes } from "react";
+import {
+  useId,
+  type InputHTMLAttributes,
+  type ReactNode,
+  type SelectHTMLAttributes,
+  type TextareaHTMLAttributes,
+} from "react";
 
 interface Common {
   label: string;
@@ -50,6 +56,17 @@ export function SelectField({
       <select id={id} aria-invalid={error ? true : undefined} aria-describedby={describedBy(id, error, hint)} {...select}>
         {children}
       </select>
+      <Described id={id} error={error} hint={hint} />
+    </div>
+  );
+}
+
+export function TextAreaField({ label, error, hint, ...area }: Common & TextareaHTMLAttributes<HTMLTextAreaElement>) {
+  const id = useId();
+  return (
+    <div className="field">
+      <label htmlFor={id}>{label}</label>
+      <textarea id={id} rows={3} aria-invalid={error ? true : undefined} aria-describedby={describedBy(id, error, hint)} {...area} />
       <Described id={id} error={error} hint={hint} />
     </div>
   );
