@@ -3,9 +3,9 @@
 - *Guarded events.* A job or a reconciliation pass decides from a desktop it read earlier;
   by the time it writes, an administrator or another job may have moved the desktop on.
   :func:`apply_event_if_unchanged` and :func:`apply_event_in_state` lock the row, check that
-  the desktop is still what the decision was made from, and only then apply the event through
-  :func:`deskpool.pools.store_desktops.apply_event` (the pure state machine). ``None`` means
-  "changed meanwhile: decide again", never an error.
+  the desktop is still what the decision was made from, and only then apply the event to the
+  row they locked (:func:`deskpool.pools.store_desktops.apply_event_to_locked`, the pure state
+  machine). ``None`` means "changed meanwhile: decide again", never an error.
 - *Fencing of periodic runs.* :func:`hold_periodic_run` is to a reconciliation run what
   :meth:`deskpool.jobs.JobContext.hold_lease` is to a job: called inside a transaction, it
   lets the transaction commit only while the run still holds its lease.
@@ -31,7 +31,7 @@ from deskpool.jobs.model import Job, JobState, LeaseLost
 from deskpool.jobs.queue import get_job
 from deskpool.pools.model import Desktop, DesktopState, ObservedVm, Pool
 from deskpool.pools.states import DesktopEvent
-from deskpool.pools.store_desktops import apply_event, get_desktop
+from deskpool.pools.store_desktops import apply_event_to_locked, get_desktop
 
 
 async def apply_event_if_unchanged(
@@ -54,7 +54,7 @@ async def apply_event_if_unchanged(
         current = await get_desktop(connection, expected.id, for_update=True)
         if current is None or current != expected:
             return None
-        return await apply_event(connection, expected.id, event, now, pool=pool)
+        return await apply_event_to_locked(connection, current, event, now, pool=pool)
 
 
 async def apply_event_in_state(
@@ -77,7 +77,7 @@ async def apply_event_in_state(
         current = await get_desktop(connection, desktop_id, for_update=True)
         if current is None or current.state not in states:
             return None
-        return await apply_event(connection, desktop_id, event, now, pool=pool)
+        return await apply_event_to_locked(connection, current, event, now, pool=pool)
 
 
 async def hold_periodic_run(connection: asyncpg.Connection, name: str, fence: int) -> None:

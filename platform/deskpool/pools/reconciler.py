@@ -15,14 +15,17 @@ A run works in two phases:
    taken for one whose VM vanished because of the order of two reads. A cluster whose VMs
    cannot be listed (unreachable, driver not installed, credentials that do not open) is
    planned with ``observed_vms=None``: only timeouts are acted on, never "every VM vanished".
-2. *Apply each pool's actions*, one transaction per action (every desktop of a create at once),
-   fenced by the run's lease (or the job's) and under the pool's reconciliation lock, so the
-   periodic task and a ``pool.reconcile`` job never interleave on a pool. An action is applied
-   only to the desktop it was planned from (:func:`apply_event_if_unchanged`): a desktop that
-   moved on since the plan (a user took it, a job failed it) is left to the next pass. Every
-   applied action writes its reason to the audit trail (actor ``system:reconciler``) and
-   enqueues the job that carries it out, in the same transaction. Last, the pool is marked
-   reconciled with the plan's generation and health.
+2. *Apply each pool's actions* in one transaction, fenced by the run's lease (or the job's)
+   and under the pool's reconciliation lock, so the periodic task and a ``pool.reconcile`` job
+   never interleave on a pool; each action (every desktop of a create at once) runs in a
+   savepoint of it. An action is applied only to the desktop it was planned from
+   (:func:`apply_event_if_unchanged`): a desktop that moved on since the plan (a user took it,
+   a job failed it) is rolled back alone and left to the next pass. Every applied action
+   writes its reason to the audit trail (actor ``system:reconciler``) and enqueues the job
+   that carries it out. Last, in the same transaction, the pool is marked reconciled with the
+   plan's generation and health. A periodic run marks the pools that needed nothing
+   :data:`MARK_BATCH` at a time, in one statement (one commit, not one per pool); if the run
+   stops before it records them, they are only reconciled again first.
 
 *Cluster-wide orphans.* A pool's plan reports the orphans tagged for that pool's desktops; a
 VM tagged as deskpool's whose tags name no existing pool and no existing desktop (left behind
@@ -42,10 +45,12 @@ run's batch, or one pool reconciled now) in ``deskpool_reconcile_cycle_seconds``
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -103,6 +108,7 @@ from deskpool.pools.repository import (
     desktop_names_on_clusters,
     desktops_of_pools,
     mark_reconciled,
+    mark_reconciled_many,
     pools_to_reconcile,
 )
 from deskpool.pools.states import IllegalTransition
@@ -123,10 +129,31 @@ POOLS = "pools"
 RECONCILER_ACTOR = "system:reconciler"
 #: How long listing a cluster's VMs may take before the cluster counts as not listed.
 LIST_TIMEOUT = 60.0
+#: Passes over pools without actions a periodic run records in one statement (at most).
+MARK_BATCH = 200
 
 #: Fences a transaction: raises :class:`~deskpool.jobs.LeaseLost` unless the caller's run or
 #: job still holds its lease (``JobContext.hold_lease``, :func:`hold_periodic_run`).
 Fence = Callable[[asyncpg.Connection], Awaitable[None]]
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while a batch is planned.
+
+    Planning keeps every desktop record and listed VM of the batch alive until it returns, so
+    the collections their allocations trigger free nothing, yet each full one walks the whole
+    heap: with 1,000 pools they were a third of the planning's CPU time, and grew faster than
+    the batch (bench/performance-notes.md). Reference counting still frees what dies; the
+    collector runs again afterwards (unless something else had turned it off).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def observed_vm(vm: VirtualMachine) -> ObservedVm:
@@ -204,6 +231,8 @@ class PoolReconcilerService:
         self._cycle_left = 0
         #: Why desktops a pool's plan wanted were not created (a license limit), by pool.
         self._held: dict[uuid.UUID, str] = {}
+        #: Passes over pools without actions, not recorded yet (:meth:`flush_marks`).
+        self._marks: list[tuple[uuid.UUID, int, PoolHealth]] = []
 
     # ------------------------------------------------------------------ the PoolReconciler protocol
 
@@ -223,6 +252,8 @@ class PoolReconcilerService:
             await self._reconcile_pool(pool_id, context)
         finally:
             self._cycle_left -= 1
+            if len(self._marks) >= MARK_BATCH or self._cycle_left <= 0:
+                await self.flush_marks()
             if self._cycle_left == 0:
                 self._end_cycle(self._cycle_started)
 
@@ -239,7 +270,7 @@ class PoolReconcilerService:
         async def fence(connection: asyncpg.Connection) -> None:
             await hold_periodic_run(connection, context.name, context.fence)
 
-        await self.apply(planned, fence)
+        await self.apply(planned, fence, defer_mark=True)
 
     # ------------------------------------------------------------------ one pool now
 
@@ -308,6 +339,10 @@ class PoolReconcilerService:
         """Plan ``pools`` together: their desktops, one VM listing per cluster, the plans."""
         if not pools:
             return {}
+        with collector_paused():
+            return await self._plan(pools)
+
+    async def _plan(self, pools: Sequence[Pool]) -> dict[uuid.UUID, PlannedPool]:
         pool_ids = [pool.id for pool in pools]
         cluster_ids = sorted({pool.cluster_id for pool in pools})
         async with self.runtime.db.acquire() as connection:
@@ -416,52 +451,36 @@ class PoolReconcilerService:
 
     # ------------------------------------------------------------------ applying
 
-    async def apply(self, planned: PlannedPool, fence: Fence) -> AppliedPlan:
-        """Apply one pool's actions, each in its own fenced transaction; mark it reconciled."""
+    async def apply(
+        self, planned: PlannedPool, fence: Fence, *, defer_mark: bool = False
+    ) -> AppliedPlan:
+        """Apply one pool's actions in one fenced transaction, and mark the pool reconciled.
+
+        Each action runs in a savepoint of that transaction: one whose desktop moved on since
+        the plan is rolled back alone and left to the next pass. The pool is marked in the same
+        transaction; a pool without actions is marked at once, or, with ``defer_mark``, with
+        other pools of the run (:meth:`flush_marks`).
+        """
         pool, plan = planned.pool, planned.plan
         applied = skipped = 0
-        creates: list[Action] = [a for a in plan.actions if isinstance(a, CreateDesktop)]
-        batches = [creates] if creates else []
-        batches += [[action] for action in plan.actions if not isinstance(action, CreateDesktop)]
+        if defer_mark and not (planned.unowned or plan.actions):
+            self._marks.append(self._mark(planned))
+            return AppliedPlan(pool.id, 0, 0)
         async with self.runtime.db.acquire() as connection:
             if planned.unowned:
+                await self._report_unowned(connection, planned, fence)
+            if plan.actions:
                 async with connection.transaction():
                     await fence(connection)
-                    reported = await record_orphans(connection, pool.cluster_id, planned.unowned)
-                    for orphan in reported:
-                        await record_audit_event(connection, self._unowned_event(orphan))
-                for _ in reported:
-                    self._count(ReportOrphan.kind)
-                if reported:
-                    log.info(
-                        "%d VM(s) tagged as deskpool's but owned by no pool or desktop reported "
-                        "as orphans on cluster %s",
-                        len(reported),
-                        pool.cluster_id,
-                    )
-            for batch in batches:
-                try:
-                    async with connection.transaction():
-                        await fence(connection)
-                        await lock_pool_for_reconciliation(connection, pool.id)
-                        events = await self._apply(connection, planned, batch)
-                        for event in events:
-                            await record_audit_event(connection, event)
-                except (IllegalTransition, DesktopNameTaken, NotFound) as error:
-                    log.info("pool %s: %s left to the next pass (%s)", pool.name, batch, error)
-                    events = []
-                applied += len(events)
-                skipped += len(batch) - len(events)
-                for _ in events:
-                    self._count(batch[0].kind)
-            generation = plan.generation if planned.observed else pool.reconciled_generation
-            health = plan.health
-            held = self._held.pop(pool.id, None)
-            if held is not None:
-                status = HealthStatus.DEGRADED if health.status is HealthStatus.HEALTHY else None
-                health = PoolHealth(status or health.status, (*health.reasons, held))
-                log.warning("pool %s: %s", pool.name, held)
-            await mark_reconciled(connection, pool.id, generation, health)
+                    await lock_pool_for_reconciliation(connection, pool.id)
+                    applied, skipped = await self._apply_actions(connection, planned)
+                    mark = self._mark(planned)
+                    health = mark[2]
+                    await mark_reconciled(connection, *mark)
+            else:
+                mark = self._mark(planned)
+                health = mark[2]
+                await mark_reconciled(connection, *mark)
         if applied:
             await publish(
                 self.runtime,
@@ -479,6 +498,82 @@ class PoolReconcilerService:
                 skipped,
             )
         return AppliedPlan(pool.id, applied, skipped)
+
+    async def _report_unowned(
+        self, connection: asyncpg.Connection, planned: PlannedPool, fence: Fence
+    ) -> None:
+        """Record the cluster's VMs no pool or desktop owns (given to this pool's plan)."""
+        async with connection.transaction():
+            await fence(connection)
+            reported = await record_orphans(connection, planned.pool.cluster_id, planned.unowned)
+            for orphan in reported:
+                await record_audit_event(connection, self._unowned_event(orphan))
+        for _ in reported:
+            self._count(ReportOrphan.kind)
+        if reported:
+            log.info(
+                "%d VM(s) tagged as deskpool's but owned by no pool or desktop reported "
+                "as orphans on cluster %s",
+                len(reported),
+                planned.pool.cluster_id,
+            )
+
+    async def _apply_actions(
+        self, connection: asyncpg.Connection, planned: PlannedPool
+    ) -> tuple[int, int]:
+        """Apply the plan's actions, each in a savepoint of the caller's fenced transaction.
+
+        Every create is one action. Returns how many were applied, and how many were left to
+        the next pass.
+        """
+        pool, plan = planned.pool, planned.plan
+        applied = skipped = 0
+        creates: list[Action] = [a for a in plan.actions if isinstance(a, CreateDesktop)]
+        batches = [creates] if creates else []
+        batches += [[action] for action in plan.actions if not isinstance(action, CreateDesktop)]
+        for batch in batches:
+            try:
+                async with connection.transaction():
+                    events = await self._apply(connection, planned, batch)
+                    for event in events:
+                        await record_audit_event(connection, event)
+            except (IllegalTransition, DesktopNameTaken, NotFound) as error:
+                log.info("pool %s: %s left to the next pass (%s)", pool.name, batch, error)
+                events = []
+            applied += len(events)
+            skipped += len(batch) - len(events)
+            for _ in events:
+                self._count(batch[0].kind)
+        return applied, skipped
+
+    def _mark(self, planned: PlannedPool) -> tuple[uuid.UUID, int, PoolHealth]:
+        """What marking the pool reconciled records: its id, the generation seen, its health."""
+        pool, plan = planned.pool, planned.plan
+        generation = plan.generation if planned.observed else pool.reconciled_generation
+        health = plan.health
+        held = self._held.pop(pool.id, None)
+        if held is not None:
+            status = HealthStatus.DEGRADED if health.status is HealthStatus.HEALTHY else None
+            health = PoolHealth(status or health.status, (*health.reasons, held))
+            log.warning("pool %s: %s", pool.name, held)
+        return pool.id, generation, health
+
+    async def flush_marks(self) -> None:
+        """Mark the pools whose marks :meth:`apply` deferred reconciled, in one statement.
+
+        Losing them is harmless (the pools are only reconciled again first), so a failure is
+        logged, not raised: it must not count against the pool whose pass triggered it.
+        """
+        marks, self._marks = self._marks, []
+        if not marks:
+            return
+        try:
+            await mark_reconciled_many(self.runtime.db, marks)
+        except Exception:
+            log.exception(
+                "recording the passes over %d pool(s) failed; they are reconciled again first",
+                len(marks),
+            )
 
     async def _apply(
         self, connection: asyncpg.Connection, planned: PlannedPool, actions: list[Action]

@@ -2,8 +2,9 @@
 
 A pass (:mod:`deskpool.pools.reconciler`) reads a batch of pools with
 :func:`pools_to_reconcile`, their desktops and the names taken on their clusters, plans them
-(:mod:`deskpool.pools.planner`), and records with :func:`mark_reconciled` the generation it
-saw and the pool's health. The records themselves are :mod:`deskpool.pools.store_pools` and
+(:mod:`deskpool.pools.planner`), and records with :func:`mark_reconciled` (or
+:func:`mark_reconciled_many`, many pools in one statement) the generation it saw and the
+pool's health. The records themselves are :mod:`deskpool.pools.store_pools` and
 :mod:`deskpool.pools.store_desktops`.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 
 from deskpool.db.rows import Db
 from deskpool.pools.model import Desktop, Pool
@@ -38,20 +39,35 @@ async def mark_reconciled(db: Db, pool_id: uuid.UUID, generation: int, health: P
 
     :returns: ``False`` when the pool is gone.
     """
-    done = await db.fetchval(
+    return bool(await mark_reconciled_many(db, [(pool_id, generation, health)]))
+
+
+async def mark_reconciled_many(db: Db, passes: Sequence[tuple[uuid.UUID, int, PoolHealth]]) -> int:
+    """:func:`mark_reconciled` for many pools in one statement: ``(pool id, generation, health)``.
+
+    :returns: how many of the pools still exist.
+    """
+    if not passes:
+        return 0
+    marked: int = await db.fetchval(
         """
-        UPDATE pools
-           SET reconciled_generation = greatest(reconciled_generation, least($2, generation)),
-               reconciled_at = now(),
-               health = $3::jsonb
-         WHERE id = $1
-        RETURNING true
+        WITH marked AS (
+            UPDATE pools
+               SET reconciled_generation = greatest(pools.reconciled_generation,
+                                                    least(pass.generation, pools.generation)),
+                   reconciled_at = now(),
+                   health = pass.health::jsonb
+              FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS pass (id, generation, health)
+             WHERE pools.id = pass.id
+            RETURNING 1
+        )
+        SELECT count(*) FROM marked
         """,
-        pool_id,
-        generation,
-        json.dumps(health_to_json(health)),
+        [pool_id for pool_id, _, _ in passes],
+        [generation for _, generation, _ in passes],
+        [json.dumps(health_to_json(health)) for _, _, health in passes],
     )
-    return bool(done)
+    return marked
 
 
 async def desktops_of_pools(

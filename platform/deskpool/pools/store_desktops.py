@@ -227,14 +227,30 @@ async def apply_event(
         desktop = await get_desktop(connection, desktop_id, for_update=True)
         if desktop is None:
             raise NotFound(f"No desktop has the id {desktop_id}.")
-        if pool is None or pool.id != desktop.pool_id:
-            pool = await get_pool(connection, desktop.pool_id)
-            if pool is None:
-                raise NotFound(f"No pool has the id {desktop.pool_id}.")
-        after = transition(desktop, event, pool=pool, now=now or datetime.now(UTC))
-        if after == desktop:
-            return desktop
-        return await write_desktop(connection, after)
+        return await apply_event_to_locked(connection, desktop, event, now, pool=pool)
+
+
+async def apply_event_to_locked(
+    connection: asyncpg.Connection,
+    desktop: Desktop,
+    event: DesktopEvent,
+    now: datetime | None = None,
+    *,
+    pool: Pool | None = None,
+) -> Desktop:
+    """:func:`apply_event` to ``desktop``, read ``FOR UPDATE`` in the caller's open transaction.
+
+    :raises NotFound: the desktop's pool does not exist.
+    :raises IllegalTransition: the event is not legal for the desktop now (409).
+    """
+    if pool is None or pool.id != desktop.pool_id:
+        pool = await get_pool(connection, desktop.pool_id)
+        if pool is None:
+            raise NotFound(f"No pool has the id {desktop.pool_id}.")
+    after = transition(desktop, event, pool=pool, now=now or datetime.now(UTC))
+    if after == desktop:
+        return desktop
+    return await write_desktop(connection, after)
 
 
 async def set_desktop_node(
