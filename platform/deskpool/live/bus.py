@@ -18,6 +18,7 @@ from typing import Any
 
 import redis.asyncio as redis
 from redis.exceptions import RedisError
+from redis.typing import EncodableT, FieldT
 
 from deskpool.live.model import LiveEvent, stream_id_key
 
@@ -47,10 +48,12 @@ def _entry(raw_id: Any, raw_fields: Mapping[Any, Any]) -> tuple[str, LiveEvent]:
 
 async def publish(kv: redis.Redis, prefix: str, event: LiveEvent) -> str | None:
     """Add ``event`` to the stream; its id, or ``None`` when Redis failed (logged, not raised)."""
+    # The stream entry as redis types it (its dict is invariant in the key and value types).
+    entry: dict[FieldT, EncodableT] = {key: value for key, value in event.fields().items()}
     try:
         raw = await kv.xadd(
             stream_key(prefix),
-            event.fields(),  # type: ignore[arg-type]
+            entry,
             maxlen=STREAM_LENGTH,
             approximate=True,
         )
