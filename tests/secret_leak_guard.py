@@ -275,3 +275,19 @@ def isolated_database_url(module_database_url: str) -> str:
 
     asyncio.run(empty())
     return module_database_url
+
+
+@pytest.fixture
+def sealing_environ(
+    secure_environ: dict[str, str], isolated_database_url: str, leak_guard: LeakGuard
+) -> dict[str, str]:
+    """The secure test environment on the module's database, with a master key.
+
+    For tests that seal secrets: never on the run's shared database (sealed values left there
+    would stop the api from starting without a key in other tests).
+    """
+    return {
+        **secure_environ,
+        "DATABASE_URL": isolated_database_url,
+        "SECRETS_MASTER_KEY": leak_guard.master_key(),
+    }

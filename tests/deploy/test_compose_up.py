@@ -24,10 +24,11 @@ from typing import Any
 import pytest
 import yaml
 
+from deskpool.testing.processes import free_port
 from deskpool.testing.services import ServiceAddresses, create_test_database, drop_test_database
 from tests.deploy.conftest import DEPLOY
 from tests.deploy.podman import build_image, podman, podman_environ, wait_http
-from tests.deploy.test_image import IMAGE, free_port
+from tests.deploy.test_image import IMAGE
 
 COMPONENTS = ("api", "worker", "gateway", "web")
 BUNDLED = ("postgres", "redis", "desktopd")

@@ -20,7 +20,6 @@ that logs its users off as soon as they disconnect, and entitles a user. Then:
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -33,7 +32,15 @@ from tests.secret_leak_guard import LeakGuard
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.idp import TestIdentityProvider
-from deskpool.testing.processes import DeskpoolProcess, free_port, until
+from deskpool.testing.processes import (
+    DeskpoolProcess,
+    deployment_environ,
+    free_port,
+    listening,
+    running,
+    until,
+)
+from deskpool.testing.pytest_plugin import connected
 from deskpool.testing.tunnels import TunnelClosed, WebSocketTunnelClient
 
 ADMIN = "e2e-session-admin"
@@ -62,25 +69,23 @@ def environ(
     leak_guard: LeakGuard,
 ) -> dict[str, str]:
     """The environment every process shares."""
-    return {
-        **deskpool_environ,
-        "PATH": os.environ["PATH"],
-        "DATABASE_URL": module_database_url,
-        "API_ADDR": f"127.0.0.1:{free_port()}",
-        "AUTH_OIDC_ISSUER_URL": identity_provider.issuer_url,
-        "AUTH_OIDC_AUDIENCE": identity_provider.audience,
-        "AUTH_BOOTSTRAP_ADMIN_SUBJECTS": ADMIN,
-        "SECRETS_MASTER_KEY": leak_guard.master_key(),
-        "GATEWAY_PUBLIC_WS_URL": PUBLIC_URL,
-        "DESKTOPD_ADDRESS": desktop_daemon.address,
-        "GATEWAY_LEASE_DURATION": f"{LEASE_SECONDS}s",
-        "SESSION_CHECK_INTERVAL": "1s",
-        "POOL_RECONCILE_INTERVAL": "1s",
-        "WORKER_POLL_INTERVAL": "1s",
-        "WORKER_LEASE_DURATION": "5s",
-        "WORKER_SHUTDOWN_TIMEOUT": "2s",
-        "GATEWAY_SHUTDOWN_TIMEOUT": "1s",
-    }
+    return deployment_environ(
+        deskpool_environ,
+        module_database_url,
+        identity_provider,
+        admin=ADMIN,
+        API_ADDR=f"127.0.0.1:{free_port()}",
+        SECRETS_MASTER_KEY=leak_guard.master_key(),
+        GATEWAY_PUBLIC_WS_URL=PUBLIC_URL,
+        DESKTOPD_ADDRESS=desktop_daemon.address,
+        GATEWAY_LEASE_DURATION=f"{LEASE_SECONDS}s",
+        SESSION_CHECK_INTERVAL="1s",
+        POOL_RECONCILE_INTERVAL="1s",
+        WORKER_POLL_INTERVAL="1s",
+        WORKER_LEASE_DURATION="5s",
+        WORKER_SHUTDOWN_TIMEOUT="2s",
+        GATEWAY_SHUTDOWN_TIMEOUT="1s",
+    )
 
 
 @pytest.fixture
@@ -89,27 +94,17 @@ async def processes(environ: dict[str, str]) -> AsyncIterator[dict[str, Deskpool
     started = {
         "api": DeskpoolProcess(["api"], environ),
         "worker": DeskpoolProcess(["worker"], environ),
-        "gateway-a": DeskpoolProcess(
-            ["gateway"], {**environ, "GATEWAY_ADDR": f"127.0.0.1:{free_port()}"}
-        ),
-        "gateway-b": DeskpoolProcess(
-            ["gateway"], {**environ, "GATEWAY_ADDR": f"127.0.0.1:{free_port()}"}
-        ),
+        "gateway-a": listening(["gateway"], environ, "GATEWAY_ADDR"),
+        "gateway-b": listening(["gateway"], environ, "GATEWAY_ADDR"),
     }
-    try:
-        for process in started.values():
-            await process.start()
-        yield started
-    finally:
-        for process in started.values():
-            await process.stop()
+    async with running(started, one_by_one=True) as processes:
+        yield processes
 
 
 @pytest.fixture
 async def db(module_database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(module_database_url)
-    yield connection
-    await connection.close()
+    async with connected(module_database_url) as connection:
+        yield connection
 
 
 def tunnel_url(process: DeskpoolProcess) -> str:

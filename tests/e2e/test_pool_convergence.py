@@ -21,8 +21,6 @@ minute.
 
 from __future__ import annotations
 
-import asyncio
-import os
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -33,11 +31,17 @@ import asyncpg
 import pytest
 
 from deskpool.clusters.repository import get_cluster
-from deskpool.host import bootstrap
 from deskpool.pools.model import DesktopState
 from deskpool.runtime import Runtime
 from deskpool.testing.idp import TestIdentityProvider
-from deskpool.testing.processes import DeskpoolProcess, free_port, until
+from deskpool.testing.processes import (
+    DeskpoolProcess,
+    deployment_environ,
+    free_port,
+    running,
+    until,
+)
+from deskpool.testing.pytest_plugin import connected, opened_runtime
 from deskpool_driver_simulator import SimulatorDriver
 
 ADMIN = "e2e-admin"
@@ -62,22 +66,20 @@ def environ(
     identity_provider: TestIdentityProvider,
 ) -> dict[str, str]:
     """The environment every process of the test shares."""
-    return {
-        **deskpool_environ,
-        "PATH": os.environ["PATH"],
-        "DATABASE_URL": module_database_url,
-        "API_ADDR": f"127.0.0.1:{free_port()}",
-        "AUTH_OIDC_ISSUER_URL": identity_provider.issuer_url,
-        "AUTH_OIDC_AUDIENCE": identity_provider.audience,
-        "AUTH_BOOTSTRAP_ADMIN_SUBJECTS": ADMIN,
-        "POOL_RECONCILE_INTERVAL": "1s",
-        "POOL_FAILURE_BACKOFF": "1s",
-        "WORKER_POLL_INTERVAL": "1s",
-        "WORKER_LEASE_DURATION": "2s",
-        "WORKER_SHUTDOWN_TIMEOUT": "2s",
-        "GUEST_AGENT_WAIT_TIMEOUT": f"{AGENT_TIMEOUT_SECONDS}s",
-        "WINDOWS_READY_WAIT_TIMEOUT": "30s",
-    }
+    return deployment_environ(
+        deskpool_environ,
+        module_database_url,
+        identity_provider,
+        admin=ADMIN,
+        API_ADDR=f"127.0.0.1:{free_port()}",
+        POOL_RECONCILE_INTERVAL="1s",
+        POOL_FAILURE_BACKOFF="1s",
+        WORKER_POLL_INTERVAL="1s",
+        WORKER_LEASE_DURATION="2s",
+        WORKER_SHUTDOWN_TIMEOUT="2s",
+        GUEST_AGENT_WAIT_TIMEOUT=f"{AGENT_TIMEOUT_SECONDS}s",
+        WINDOWS_READY_WAIT_TIMEOUT="30s",
+    )
 
 
 @pytest.fixture
@@ -88,28 +90,21 @@ async def processes(environ: dict[str, str]) -> AsyncIterator[dict[str, Deskpool
         "worker-1": DeskpoolProcess(["worker"], environ),
         "worker-2": DeskpoolProcess(["worker"], environ),
     }
-    try:
-        await asyncio.gather(*(process.start() for process in started.values()))
-        yield started
-    finally:
-        await asyncio.gather(*(process.stop() for process in started.values()))
+    async with running(started) as processes:
+        yield processes
 
 
 @pytest.fixture
 async def db(module_database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(module_database_url)
-    yield connection
-    await connection.close()
+    async with connected(module_database_url) as connection:
+        yield connection
 
 
 @pytest.fixture
 async def hands(environ: dict[str, str]) -> AsyncIterator[Runtime]:
     """A runtime of the test's own, to reach the simulated cluster behind deskpool's back."""
-    process = bootstrap(environ, ["api"], log_setup=False)
-    runtime = Runtime(process.config, process.plugins)
-    await runtime.open()
-    yield runtime
-    await runtime.close()
+    async with opened_runtime(environ) as runtime:
+        yield runtime
 
 
 async def vms_per_desktop(simulator: SimulatorDriver) -> dict[str, list[str]]:

@@ -16,7 +16,6 @@ Redis. The test checks what a deployment with replicas relies on:
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -25,13 +24,20 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
-from tests.e2e.test_worker_faults import RECORDER, RECORDING_TABLES
+from tests.e2e.jobrecorder import RECORDING_TABLES, recorder_site
 from tests.secret_leak_guard import LeakGuard
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.jobs import queue
 from deskpool.testing.idp import TestIdentityProvider
-from deskpool.testing.processes import DeskpoolProcess, free_port, until
+from deskpool.testing.processes import (
+    DeskpoolProcess,
+    deployment_environ,
+    listening,
+    running,
+    until,
+)
+from deskpool.testing.pytest_plugin import connected
 from deskpool.testing.tunnels import TunnelClosed, WebSocketTunnelClient
 
 ADMIN = "scale-admin"
@@ -49,10 +55,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 async def db(module_database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(module_database_url)
-    await connection.execute(RECORDING_TABLES)
-    yield connection
-    await connection.close()
+    async with connected(module_database_url) as connection:
+        await connection.execute(RECORDING_TABLES)
+        yield connection
 
 
 @pytest.fixture
@@ -65,27 +70,24 @@ def environ(
     plugin_site: Callable[..., Path],
     db: asyncpg.Connection,
 ) -> dict[str, str]:
-    site = plugin_site("deskpool-jobrecorder", ["deskpool_jobrecorder"], RECORDER)
-    return {
-        **deskpool_environ,
-        "PATH": os.environ["PATH"],
-        "PYTHONPATH": str(site),
-        "DATABASE_URL": module_database_url,
-        "AUTH_OIDC_ISSUER_URL": identity_provider.issuer_url,
-        "AUTH_OIDC_AUDIENCE": identity_provider.audience,
-        "AUTH_BOOTSTRAP_ADMIN_SUBJECTS": ADMIN,
-        "SECRETS_MASTER_KEY": leak_guard.master_key(),
-        "GATEWAY_PUBLIC_WS_URL": "wss://desktops.scale.test/websocket-tunnel",
-        "DESKTOPD_ADDRESS": desktop_daemon.address,
-        "POOL_RECONCILE_INTERVAL": "1s",
-        "WORKER_POLL_INTERVAL": "1s",
-        "WORKER_LEASE_DURATION": "2s",
-        "WORKER_CONCURRENCY": "4",
-        "WORKER_SHUTDOWN_TIMEOUT": "2s",
-        "GATEWAY_SHUTDOWN_TIMEOUT": "1s",
-        "SESSION_CHECK_INTERVAL": "1s",
-        "METRICS_ADDR": "",
-    }
+    return deployment_environ(
+        deskpool_environ,
+        module_database_url,
+        identity_provider,
+        admin=ADMIN,
+        PYTHONPATH=str(recorder_site(plugin_site)),
+        SECRETS_MASTER_KEY=leak_guard.master_key(),
+        GATEWAY_PUBLIC_WS_URL="wss://desktops.scale.test/websocket-tunnel",
+        DESKTOPD_ADDRESS=desktop_daemon.address,
+        POOL_RECONCILE_INTERVAL="1s",
+        WORKER_POLL_INTERVAL="1s",
+        WORKER_LEASE_DURATION="2s",
+        WORKER_CONCURRENCY="4",
+        WORKER_SHUTDOWN_TIMEOUT="2s",
+        GATEWAY_SHUTDOWN_TIMEOUT="1s",
+        SESSION_CHECK_INTERVAL="1s",
+        METRICS_ADDR="",
+    )
 
 
 @pytest.fixture
@@ -93,20 +95,13 @@ async def processes(environ: dict[str, str]) -> AsyncIterator[dict[str, Deskpool
     """api-a, api-b, worker-1..3, gateway-a, gateway-b: each its own process and port."""
     started: dict[str, DeskpoolProcess] = {}
     for name in ("api-a", "api-b"):
-        started[name] = DeskpoolProcess(
-            ["api"], {**environ, "API_ADDR": f"127.0.0.1:{free_port()}"}
-        )
+        started[name] = listening(["api"], environ, "API_ADDR")
     for n in (1, 2, 3):
         started[f"worker-{n}"] = DeskpoolProcess(["worker"], environ)
     for name in ("gateway-a", "gateway-b"):
-        address = f"127.0.0.1:{free_port()}"
-        started[name] = DeskpoolProcess(["gateway"], {**environ, "GATEWAY_ADDR": address})
-    try:
-        await asyncio.gather(*(process.start() for process in started.values()))
-        yield started
-    finally:
-        for process in started.values():
-            await process.stop()
+        started[name] = listening(["gateway"], environ, "GATEWAY_ADDR")
+    async with running(started) as processes:
+        yield processes
 
 
 class Api:

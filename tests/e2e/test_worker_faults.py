@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import os
 import signal
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -25,25 +24,13 @@ from typing import Any
 
 import asyncpg
 import pytest
+from tests.e2e.jobrecorder import RECORDING_TABLES, recorder_site
 
 from deskpool.jobs import queue
-from deskpool.testing.processes import DeskpoolProcess, until
+from deskpool.testing.processes import DeskpoolProcess, deployment_environ, until
+from deskpool.testing.pytest_plugin import connected
 
-RECORDER = {
-    "deskpool.plugins": {"jobrecorder": "deskpool_jobrecorder"},
-}
 LEASE_SECONDS = 2.0
-
-RECORDING_TABLES = """
-CREATE TABLE job_executions (
-    job_id bigint NOT NULL, attempt integer NOT NULL, fence bigint NOT NULL, pid integer NOT NULL,
-    at timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-CREATE TABLE periodic_executions (
-    id bigserial PRIMARY KEY, fence bigint NOT NULL, started_at timestamptz NOT NULL,
-    finished_at timestamptz, pid integer NOT NULL
-);
-"""
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +41,8 @@ def fault_database(module_database_url: str) -> str:
     """
 
     async def create_tables() -> None:
-        connection = await asyncpg.connect(module_database_url)
-        try:
+        async with connected(module_database_url) as connection:
             await connection.execute(RECORDING_TABLES)
-        finally:
-            await connection.close()
 
     asyncio.run(create_tables())
     return module_database_url
@@ -66,10 +50,9 @@ def fault_database(module_database_url: str) -> str:
 
 @pytest.fixture
 async def db(fault_database: str) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(fault_database)
-    await connection.execute("TRUNCATE jobs, periodic_tasks, job_executions, periodic_executions")
-    yield connection
-    await connection.close()
+    emptied = ("jobs", "periodic_tasks", "job_executions", "periodic_executions")
+    async with connected(fault_database, emptied=emptied) as connection:
+        yield connection
 
 
 @pytest.fixture
@@ -79,22 +62,18 @@ async def spawn_worker(
     plugin_site: Callable[..., Path],
 ) -> AsyncIterator[Callable[..., Any]]:
     """``await spawn_worker(**settings)``: a started worker process; all are killed at the end."""
-    site = plugin_site("deskpool-jobrecorder", ["deskpool_jobrecorder"], RECORDER)
     workers: list[DeskpoolProcess] = []
 
     async def spawn(**settings: str) -> DeskpoolProcess:
-        env = {
-            **deskpool_environ,
-            "PATH": os.environ["PATH"],
-            "PYTHONPATH": str(site),
-            "DATABASE_URL": fault_database,
+        defaults = {
+            "PYTHONPATH": str(recorder_site(plugin_site)),
             "APP_ENV": "development",
             "WORKER_LEASE_DURATION": f"{LEASE_SECONDS}s",
             "WORKER_CONCURRENCY": "4",
             "WORKER_POLL_INTERVAL": "5s",
             "WORKER_SHUTDOWN_TIMEOUT": "2s",
-            **settings,
         }
+        env = deployment_environ(deskpool_environ, fault_database, **(defaults | settings))
         worker = DeskpoolProcess(["worker"], env)
         workers.append(worker)
         return await worker.start()

@@ -6,22 +6,28 @@ the output when the process exits first). :meth:`DeskpoolProcess.watch` waits fo
 test awaits what the process says instead of sleeping. :func:`free_port` picks a port for a
 listener; :func:`until` waits for a condition a test reads (from the database, a cluster...).
 
+A deployment of several processes: :func:`deployment_environ` is the environment they share
+(this interpreter's ``PATH``, one database, an OIDC issuer and a bootstrap administrator),
+:func:`listening` a process on a port of its own, :func:`running` starts them all and stops
+them all at the end.
+
 Example::
 
-    api = await DeskpoolProcess(["api", "worker"], env).start()
-    try:
+    env = deployment_environ(deskpool_environ, database_url, identity_provider, admin="root")
+    async with running({"api": listening(["api"], env, "API_ADDR"),
+                        "worker": DeskpoolProcess(["worker"], env)}) as processes:
         ...
-    finally:
-        await api.stop()
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -161,3 +167,57 @@ class DeskpoolProcess:
         if self._reader is not None:
             await self._reader
         return self.process.returncode
+
+
+def deployment_environ(
+    base: Mapping[str, str],
+    database_url: str,
+    identity_provider: Any = None,
+    *,
+    admin: str | None = None,
+    **settings: str,
+) -> dict[str, str]:
+    """The environment every process of a test deployment shares.
+
+    :param base: the test run's environment (``deskpool_environ``).
+    :param database_url: the deployment's database.
+    :param identity_provider: a :class:`~deskpool.testing.idp.TestIdentityProvider` the API
+        trusts (its issuer and audience), or ``None``.
+    :param admin: a subject made platform administrator on its first sign-in.
+    :param settings: further settings (``POOL_RECONCILE_INTERVAL="1s"``...).
+    """
+    environ = {**base, "PATH": os.environ["PATH"], "DATABASE_URL": database_url}
+    if identity_provider is not None:
+        environ["AUTH_OIDC_ISSUER_URL"] = identity_provider.issuer_url
+        environ["AUTH_OIDC_AUDIENCE"] = identity_provider.audience
+    if admin is not None:
+        environ["AUTH_BOOTSTRAP_ADMIN_SUBJECTS"] = admin
+    return {**environ, **settings}
+
+
+def listening(components: Sequence[str], env: Mapping[str, str], setting: str) -> DeskpoolProcess:
+    """A process of ``components`` listening on a free port of 127.0.0.1 of its own.
+
+    :param setting: the listener's setting (``API_ADDR``, ``GATEWAY_ADDR``).
+    """
+    return DeskpoolProcess(components, {**env, setting: f"127.0.0.1:{free_port()}"})
+
+
+@contextlib.asynccontextmanager
+async def running(
+    processes: Mapping[str, DeskpoolProcess], *, one_by_one: bool = False
+) -> AsyncIterator[dict[str, DeskpoolProcess]]:
+    """Start ``processes`` (together, or ``one_by_one`` in order) and stop them all on exit.
+
+    Yields them by name; a process a test killed is simply reaped.
+    """
+    started = dict(processes)
+    try:
+        if one_by_one:
+            for process in started.values():
+                await process.start()
+        else:
+            await asyncio.gather(*(process.start() for process in started.values()))
+        yield started
+    finally:
+        await asyncio.gather(*(process.stop() for process in started.values()))

@@ -16,7 +16,8 @@ Fixtures:
   Redis, a unique key prefix, the ops listener disabled).
 - ``make_config``: build a :class:`deskpool.config.Config` from that environment plus overrides.
 - ``runtime``: an opened :class:`deskpool.runtime.Runtime` (api component's plugins loaded).
-- ``api_client``: an aiohttp test client for the API application of ``runtime``.
+- ``api_client``: an aiohttp test client for the API application of ``runtime``;
+  ``api_client_for``: ``await api_client_for(runtime)``, the same for a runtime of one's own.
 - ``identity_provider``: a running test OIDC issuer on loopback
   (:class:`deskpool.testing.idp.TestIdentityProvider`).
 - ``secure_runtime`` / ``secure_api_client``: the same, configured against that issuer, and
@@ -34,7 +35,7 @@ import contextlib
 import os
 import secrets
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -210,17 +211,25 @@ async def runtime(deskpool_environ: dict[str, str]) -> AsyncIterator[Any]:
         yield opened
 
 
-async def _api_client_of(runtime: Any, aiohttp_client: Any) -> Any:
-    """An aiohttp test client for the API application of ``runtime``."""
+@pytest.fixture
+def api_client_for(aiohttp_client: Any) -> Callable[[Any], Awaitable[Any]]:
+    """``await api_client_for(runtime)``: an aiohttp test client for the API of ``runtime``.
+
+    The client is closed by ``aiohttp_client``'s teardown, so ``runtime`` must come from a
+    fixture set up before this one (one the fixture using this depends on).
+    """
     from deskpool.api.app import create_app
 
-    return await aiohttp_client(create_app(runtime))
+    async def make(runtime: Any) -> Any:
+        return await aiohttp_client(create_app(runtime))
+
+    return make
 
 
 @pytest.fixture
-async def api_client(runtime: Any, aiohttp_client: Any) -> Any:
+async def api_client(runtime: Any, api_client_for: Callable[[Any], Awaitable[Any]]) -> Any:
     """An aiohttp test client for the API application of ``runtime``."""
-    return await _api_client_of(runtime, aiohttp_client)
+    return await api_client_for(runtime)
 
 
 @pytest.fixture
@@ -250,9 +259,11 @@ async def secure_runtime(secure_environ: dict[str, str]) -> AsyncIterator[Any]:
 
 
 @pytest.fixture
-async def secure_api_client(secure_runtime: Any, aiohttp_client: Any) -> Any:
+async def secure_api_client(
+    secure_runtime: Any, api_client_for: Callable[[Any], Awaitable[Any]]
+) -> Any:
     """An aiohttp test client for the API of ``secure_runtime``."""
-    return await _api_client_of(secure_runtime, aiohttp_client)
+    return await api_client_for(secure_runtime)
 
 
 @pytest.fixture

@@ -13,10 +13,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import asyncpg
 import pytest
 from tests.integration.seed import seed_user
-from tests.secret_leak_guard import LeakGuard
 
 from deskpool.runtime import Runtime
 from deskpool.testing.pytest_plugin import opened_runtime
@@ -34,35 +32,22 @@ class Callers:
 
 
 @pytest.fixture
-def clusters_environ(
-    secure_environ: dict[str, str], isolated_database_url: str, leak_guard: LeakGuard
-) -> dict[str, str]:
+def clusters_environ(sealing_environ: dict[str, str]) -> dict[str, str]:
     """The secure test environment on the module's database, with a master key."""
-    return {
-        **secure_environ,
-        "DATABASE_URL": isolated_database_url,
-        "SECRETS_MASTER_KEY": leak_guard.master_key(),
-    }
+    return sealing_environ
 
 
 @pytest.fixture
 async def clusters_runtime(clusters_environ: dict[str, str]) -> AsyncIterator[Runtime]:
     """An opened api runtime on the module's database, emptied of clusters."""
-    connection = await asyncpg.connect(clusters_environ["DATABASE_URL"])
-    try:
-        await connection.execute("TRUNCATE clusters CASCADE")
-    finally:
-        await connection.close()
-    async with opened_runtime(clusters_environ) as runtime:
+    async with opened_runtime(clusters_environ, emptied=("clusters",)) as runtime:
         yield runtime
 
 
 @pytest.fixture
-async def client(clusters_runtime: Runtime, aiohttp_client: Any) -> Any:
+async def client(clusters_runtime: Runtime, api_client_for: Callable[[Runtime], Any]) -> Any:
     """A test client of the API of ``clusters_runtime``."""
-    from deskpool.api.app import create_app
-
-    return await aiohttp_client(create_app(clusters_runtime))
+    return await api_client_for(clusters_runtime)
 
 
 @pytest.fixture

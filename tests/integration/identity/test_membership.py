@@ -13,6 +13,7 @@ from tests.integration.identity.conftest import Directory, Person
 from tests.integration.pools.conftest import pool_model
 
 from deskpool.pools import store_pools
+from deskpool.pools.model import Pool
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 5.0) -> None:
@@ -25,6 +26,49 @@ async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 5.0)
 
 async def permissions(directory: Directory, person: Person) -> set[str]:
     return set((await directory.me(person))["permissions"])
+
+
+async def a_pool(directory: Directory) -> Pool:
+    """A stored pool (on a simulator cluster record of its own) nobody is entitled to."""
+    async with directory.runtime.db.acquire() as connection:
+        cluster = await connection.fetchval(
+            "INSERT INTO clusters (name, driver, endpoint) VALUES ($1, 'simulator', 'sim://') "
+            "RETURNING id",
+            f"cluster-{secrets.token_hex(4)}",
+        )
+        return (await store_pools.create_pool(connection, pool_model(cluster))).pool
+
+
+async def entitle(directory: Directory, admin: Person, pool: Pool, group: str) -> None:
+    status, body = await directory.call(
+        admin,
+        "POST",
+        f"/api/v1/pools/{pool.id}/entitlements",
+        {"subject_type": "group", "subject_id": group},
+    )
+    assert status == 201, body
+
+
+async def offered(directory: Directory, person: Person, pool: Pool, expected: bool) -> bool:
+    """Whether ``person`` is (``expected``) or is not offered ``pool`` and let open it.
+
+    The pool has no desktop (and the API no gateway URL), so opening one answers 503 to an
+    entitled caller; to anyone else it is 404, as a pool that does not exist.
+    """
+    status, page = await directory.call(person, "GET", "/api/v1/me/pools")
+    assert status == 200, page
+    listed = str(pool.id) in [item["id"] for item in page["items"]]
+    status, problem = await directory.call(person, "POST", f"/api/v1/me/pools/{pool.id}/desktop")
+    assert status in (404, 503), problem
+    return (listed, status) == (expected, 503 if expected else 404)
+
+
+async def may_use(directory: Directory, person: Person, pool: Pool) -> bool:
+    return await offered(directory, person, pool, True)
+
+
+async def may_not_use(directory: Directory, person: Person, pool: Pool) -> bool:
+    return await offered(directory, person, pool, False)
 
 
 async def test_membership_gives_and_takes_the_groups_permissions(directory: Directory) -> None:
@@ -58,6 +102,26 @@ async def test_membership_gives_and_takes_the_groups_permissions(directory: Dire
     assert (await directory.call(admin, "DELETE", member_path))[0] == 404
 
 
+async def test_membership_of_an_entitled_group_gives_and_takes_its_pools(
+    directory: Directory,
+) -> None:
+    admin = await directory.person(roles=["platform_admin"])
+    group = await directory.group(admin)
+    pool = await a_pool(directory)
+    await entitle(directory, admin, pool, group)
+    user = await directory.person()
+    assert await may_not_use(directory, user, pool)
+
+    member_path = f"/api/v1/groups/{group}/members/{user.id}"
+    assert (await directory.call(admin, "PUT", member_path))[0] == 204
+    await eventually(lambda: may_use(directory, user, pool))
+    # The entitlement gives the pool, not the group's nonexistent permissions.
+    assert await permissions(directory, user) == set()
+
+    assert (await directory.call(admin, "DELETE", member_path))[0] == 204
+    await eventually(lambda: may_not_use(directory, user, pool))
+
+
 async def test_a_role_change_reaches_everyone_holding_it(directory: Directory) -> None:
     admin = await directory.person(roles=["platform_admin"])
     key = f"role-{secrets.token_hex(4)}"
@@ -76,17 +140,25 @@ async def test_a_role_change_reaches_everyone_holding_it(directory: Directory) -
     claimant = await directory.person(groups=[claim])
     for person in (direct, member, claimant):
         assert await permissions(directory, person) == {"jobs:read"}
+        assert (await directory.call(person, "GET", "/api/v1/jobs"))[0] == 200
+        assert (await directory.call(person, "GET", "/api/v1/audit-events"))[0] == 403
 
     path = f"/api/v1/roles/{key}"
-    status, _ = await directory.call(admin, "PATCH", path, {"permissions": ["jobs:manage"]})
+    status, _ = await directory.call(
+        admin, "PATCH", path, {"permissions": ["jobs:manage", "audit:read"]}
+    )
     assert status == 200
     for person in (direct, member, claimant):
         await eventually(functools.partial(has, directory, person, "jobs:manage"))
+        # What the role now holds is what its holders may do.
+        assert (await directory.call(person, "GET", "/api/v1/audit-events"))[0] == 200
 
     # Deleting the role takes its grants with it.
     assert (await directory.call(admin, "DELETE", path))[0] == 204
     for person in (direct, member, claimant):
-        await eventually(functools.partial(lacks, directory, person, "jobs:read"))
+        await eventually(functools.partial(lacks, directory, person, "jobs:manage"))
+        assert await permissions(directory, person) == set()
+        assert (await directory.call(person, "GET", "/api/v1/audit-events"))[0] == 403
     assert not await directory.runtime.db.fetchval(
         "SELECT count(*) FROM grants WHERE role_key = $1", key
     )
@@ -131,21 +203,10 @@ async def test_deleting_a_group_removes_its_members_grants_bindings_and_entitlem
         admin, "POST", "/api/v1/oidc-group-bindings", {"claim_value": claim, "group_id": group}
     )
     assert status == 201
-    async with directory.runtime.db.acquire() as connection:
-        cluster = await connection.fetchval(
-            "INSERT INTO clusters (name, driver, endpoint) VALUES ($1, 'simulator', 'sim://') "
-            "RETURNING id",
-            f"cluster-{secrets.token_hex(4)}",
-        )
-        pool = (await store_pools.create_pool(connection, pool_model(cluster))).pool
-    status, _ = await directory.call(
-        admin,
-        "POST",
-        f"/api/v1/pools/{pool.id}/entitlements",
-        {"subject_type": "group", "subject_id": group},
-    )
-    assert status == 201
+    pool = await a_pool(directory)
+    await entitle(directory, admin, pool, group)
     assert "audit:read" in await permissions(directory, member)
+    assert await may_use(directory, member, pool)
 
     assert (await directory.call(admin, "DELETE", f"/api/v1/groups/{group}"))[0] == 204
     assert (await directory.call(admin, "GET", f"/api/v1/groups/{group}"))[0] == 404
@@ -160,6 +221,8 @@ async def test_deleting_a_group_removes_its_members_grants_bindings_and_entitlem
         "SELECT count(*) FROM oidc_group_bindings WHERE id = $1", uuid.UUID(binding["id"])
     )
     await eventually(lambda: lacks(directory, member, "audit:read"))
+    # The member has lost the pool the group was entitled to.
+    await eventually(lambda: may_not_use(directory, member, pool))
     event = await db.fetchrow(
         "SELECT actor, details FROM audit_events WHERE action = 'group.delete' "
         "AND resource_id = $1",

@@ -10,6 +10,7 @@ import pytest
 
 from deskpool.host import bootstrap
 from deskpool.runtime import Runtime
+from deskpool.testing.pytest_plugin import connected
 from deskpool_worker import WorkerComponent
 
 StartWorker = Callable[..., Awaitable[WorkerComponent]]
@@ -18,10 +19,8 @@ StartWorker = Callable[..., Awaitable[WorkerComponent]]
 @pytest.fixture
 async def db(migrated_database_url: str) -> AsyncIterator[asyncpg.Connection]:
     """A connection to this run's database, with an empty job queue and no periodic runs."""
-    connection = await asyncpg.connect(migrated_database_url)
-    await connection.execute("TRUNCATE jobs, periodic_tasks")
-    yield connection
-    await connection.close()
+    async with connected(migrated_database_url, emptied=("jobs", "periodic_tasks")) as connection:
+        yield connection
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from tests.integration.seed import seed_user
 from deskpool.licensing.context import LicensingContext
 from deskpool.licensing.watermark import WatermarkKeys
 from deskpool.runtime import Runtime
-from deskpool.testing.pytest_plugin import fresh_database, opened_runtime
+from deskpool.testing.pytest_plugin import connected, fresh_database, opened_runtime
 from deskpool.testing.services import ServiceAddresses
 
 Headers = dict[str, str]
@@ -51,10 +51,9 @@ UPDATE license_reports SET next_due_at = NULL, last_attempt_at = NULL, last_succ
 @pytest.fixture
 async def db(licensing_database: str) -> AsyncIterator[asyncpg.Connection]:
     """A connection to the licensing database, reset to a deployment with no license."""
-    connection = await asyncpg.connect(licensing_database)
-    await connection.execute(RESET)
-    yield connection
-    await connection.close()
+    async with connected(licensing_database) as connection:
+        await connection.execute(RESET)
+        yield connection
 
 
 @pytest.fixture
@@ -79,11 +78,9 @@ async def lic_runtime(
 
 
 @pytest.fixture
-async def client(lic_runtime: Runtime, aiohttp_client: Any) -> Any:
+async def client(lic_runtime: Runtime, api_client_for: Callable[[Runtime], Any]) -> Any:
     """A test client of the API of ``lic_runtime``."""
-    from deskpool.api.app import create_app
-
-    return await aiohttp_client(create_app(lic_runtime))
+    return await api_client_for(lic_runtime)
 
 
 @pytest.fixture

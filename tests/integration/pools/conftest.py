@@ -18,14 +18,13 @@ from typing import Any
 import asyncpg
 import pytest
 from tests.integration.seed import seed_user
-from tests.secret_leak_guard import LeakGuard
 
 from deskpool.pools import store_desktops, store_pools
 from deskpool.pools.model import DesktopState, OsType, Pool, PoolKind
 from deskpool.runtime import Runtime
 from deskpool.sessions import service
 from deskpool.sessions.tunnel import DesktopTarget
-from deskpool.testing.pytest_plugin import opened_runtime
+from deskpool.testing.pytest_plugin import connected, opened_runtime
 
 MakePool = Callable[..., Awaitable[Pool]]
 
@@ -33,9 +32,8 @@ MakePool = Callable[..., Awaitable[Pool]]
 @pytest.fixture
 async def db(migrated_database_url: str) -> AsyncIterator[asyncpg.Connection]:
     """A connection to this run's database."""
-    connection = await asyncpg.connect(migrated_database_url)
-    yield connection
-    await connection.close()
+    async with connected(migrated_database_url) as connection:
+        yield connection
 
 
 @pytest.fixture
@@ -128,14 +126,10 @@ class Caller:
 
 
 @pytest.fixture
-def pools_environ(
-    secure_environ: dict[str, str], isolated_database_url: str, leak_guard: LeakGuard
-) -> dict[str, str]:
+def pools_environ(sealing_environ: dict[str, str]) -> dict[str, str]:
     """The secure test environment on the module's database, with a master key."""
     return {
-        **secure_environ,
-        "DATABASE_URL": isolated_database_url,
-        "SECRETS_MASTER_KEY": leak_guard.master_key(),
+        **sealing_environ,
         "POOL_RECONCILE_INTERVAL": "20s",
         "GATEWAY_PUBLIC_WS_URL": TUNNEL_URL,
     }
@@ -165,21 +159,14 @@ def static_desktop_targets(monkeypatch: pytest.MonkeyPatch) -> DesktopTarget:
 @pytest.fixture
 async def pools_runtime(pools_environ: dict[str, str]) -> AsyncIterator[Runtime]:
     """An opened api runtime on the module's database, emptied of pools and clusters."""
-    connection = await asyncpg.connect(pools_environ["DATABASE_URL"])
-    try:
-        await connection.execute("TRUNCATE clusters, jobs CASCADE")
-    finally:
-        await connection.close()
-    async with opened_runtime(pools_environ) as runtime:
+    async with opened_runtime(pools_environ, emptied=("clusters", "jobs")) as runtime:
         yield runtime
 
 
 @pytest.fixture
-async def client(pools_runtime: Runtime, aiohttp_client: Any) -> Any:
+async def client(pools_runtime: Runtime, api_client_for: Callable[[Runtime], Any]) -> Any:
     """A test client of the API of ``pools_runtime``."""
-    from deskpool.api.app import create_app
-
-    return await aiohttp_client(create_app(pools_runtime))
+    return await api_client_for(pools_runtime)
 
 
 @pytest.fixture

@@ -21,15 +21,16 @@ import pytest
 
 from deskpool.clusters.repository import ClusterRecord, ConnectionSettings, get_cluster
 from deskpool.clusters.repository import insert_cluster as insert_cluster_record
-from deskpool.host import bootstrap
 from deskpool.jobs import queue
 from deskpool.jobs.context import JobContext
 from deskpool.jobs.model import ClaimedJob, LeaseLost
-from deskpool.pools import store_desktops, store_pools
+from deskpool.pools import repository, store_desktops, store_pools
 from deskpool.pools.desktop_jobs import PROVISION
 from deskpool.pools.model import Desktop, OsType, Pool, PoolKind
+from deskpool.pools.planner import ReconcilePolicy
+from deskpool.pools.reconciler import PoolReconcilerService
 from deskpool.runtime import Runtime
-from deskpool.testing.pytest_plugin import fresh_database
+from deskpool.testing.pytest_plugin import connected, fresh_database, opened_runtime
 from deskpool.testing.services import (
     ServiceAddresses,
 )
@@ -60,10 +61,9 @@ def provisioning_database(test_servers: ServiceAddresses) -> Iterator[str]:
 @pytest.fixture
 async def db(provisioning_database: str) -> AsyncIterator[asyncpg.Connection]:
     """A connection to the database, emptied of clusters, pools, jobs and periodic runs."""
-    connection = await asyncpg.connect(provisioning_database)
-    await connection.execute("TRUNCATE clusters, jobs, periodic_tasks, pool_orphans CASCADE")
-    yield connection
-    await connection.close()
+    emptied = ("clusters", "jobs", "periodic_tasks", "pool_orphans")
+    async with connected(provisioning_database, emptied=emptied) as connection:
+        yield connection
 
 
 @pytest.fixture
@@ -81,11 +81,8 @@ def worker_environ(deskpool_environ: dict[str, str], provisioning_database: str)
 @pytest.fixture
 async def runtime(worker_environ: dict[str, str], db: asyncpg.Connection) -> AsyncIterator[Runtime]:
     """An opened runtime with the worker component's plugins."""
-    process = bootstrap(worker_environ, ["worker"], log_setup=False)
-    opened = Runtime(process.config, process.plugins)
-    await opened.open()
-    yield opened
-    await opened.close()
+    async with opened_runtime(worker_environ, ("worker",)) as opened:
+        yield opened
 
 
 MakeCluster = Callable[..., Awaitable[ClusterRecord]]
@@ -244,19 +241,51 @@ def run_job(runtime: Runtime, db: asyncpg.Connection) -> RunJob:
     return run
 
 
-async def until(check: Callable[[], Awaitable[Any]], what: str, tries: int = 1000) -> Any:
-    """Wait (at most about 10 s) for a condition the database or the cluster tells."""
-    for _ in range(tries):
-        value = await check()
-        if value:
-            return value
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"timed out waiting until {what}")
-
-
 async def provision_all(db: asyncpg.Connection, run_job: RunJob) -> None:
     """Run every queued provisioning job."""
     for job_id in await db.fetch(
         "SELECT id FROM jobs WHERE kind = $1 AND state = 'queued' ORDER BY id", PROVISION
     ):
         await run_job(job_id["id"])
+
+
+# ------------------------------------------------------------------------------ reconciliation
+
+#: The reconciliation policy of these tests: a failed desktop may be retried at once.
+POLICY = ReconcilePolicy(failure_backoff_base=timedelta(milliseconds=1))
+
+
+async def no_fence(connection: asyncpg.Connection) -> None:
+    """Effects of a test's direct call need no lease."""
+
+
+@pytest.fixture
+def reconciler(runtime: Runtime) -> PoolReconcilerService:
+    """The reconciliation service of ``runtime``, with :data:`POLICY`."""
+    return PoolReconcilerService(runtime, POLICY)
+
+
+async def desktops(db: asyncpg.Connection, pool: Pool) -> list[Desktop]:
+    """The desktops of ``pool``."""
+    return (await repository.desktops_of_pools(db, [pool.id]))[pool.id]
+
+
+ConvergedPool = Callable[..., Awaitable[tuple[Pool, list[Desktop]]]]
+
+
+@pytest.fixture
+def converged_pool(
+    db: asyncpg.Connection, make_pool: MakePool, reconciler: PoolReconcilerService, run_job: RunJob
+) -> ConvergedPool:
+    """``pool, desktops = await converged_pool(**fields)``: a pool reconciled once.
+
+    Every desktop the reconciliation made is provisioned (so ready, each with its VM).
+    """
+
+    async def make(**fields: Any) -> tuple[Pool, list[Desktop]]:
+        pool = await make_pool(**fields)
+        await reconciler.reconcile_now(pool.id, no_fence)
+        await provision_all(db, run_job)
+        return pool, await desktops(db, pool)
+
+    return make

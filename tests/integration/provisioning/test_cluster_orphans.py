@@ -10,31 +10,29 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from datetime import timedelta
 
 import asyncpg
 import pytest
 from tests.integration.provisioning.conftest import (
+    POLICY,
+    ConvergedPool,
     MakeCluster,
     MakePool,
     RunJob,
     Simulator,
-    provision_all,
+    no_fence,
 )
 
 from deskpool.clusters.repository import ClusterRecord
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, reconcile_batch
-from deskpool.pools import repository, store_orphans
+from deskpool.pools import store_orphans
 from deskpool.pools.desktop_jobs import enqueue_orphan_deletion
-from deskpool.pools.planner import ReconcilePolicy
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
 from deskpool.pools.reconciler import PoolReconcilerService
 from deskpool.runtime import Runtime
 from deskpool.testing.periodic import leased_periodic_context
 from deskpool_worker import WorkerComponent
 from deskpool_worker.pools import pool_reconciler
-
-POLICY = ReconcilePolicy(failure_backoff_base=timedelta(milliseconds=1))
 
 
 @pytest.fixture(autouse=True)
@@ -45,22 +43,14 @@ async def forget_audit_events(db: asyncpg.Connection) -> AsyncIterator[None]:
     await db.execute("TRUNCATE audit_events")
 
 
-async def no_fence(connection: asyncpg.Connection) -> None:
-    """Effects of a test's direct call need no lease."""
-
-
 async def test_a_vm_of_a_deleted_pool_is_reported_once_with_no_pool_and_kept(
     db: asyncpg.Connection,
-    make_pool: MakePool,
+    converged_pool: ConvergedPool,
     runtime: Runtime,
     run_job: RunJob,
     simulator: Simulator,
 ) -> None:
-    pool = await make_pool(min_size=1)
-    reconciler = PoolReconcilerService(runtime, POLICY)
-    await reconciler.reconcile_now(pool.id, no_fence)
-    await provision_all(db, run_job)
-    [desktop] = (await repository.desktops_of_pools(db, [pool.id]))[pool.id]
+    pool, [desktop] = await converged_pool(min_size=1)
     gone_desktop = uuid.uuid4()
     left = await simulator.driver.clone("9000", name="left-behind", desktop_id=str(gone_desktop))
     foreign = await simulator.driver.admin.add_foreign_vm("not-ours")

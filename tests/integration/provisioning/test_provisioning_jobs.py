@@ -23,7 +23,6 @@ from tests.integration.provisioning.conftest import (
     add_desktop,
     claim,
     job_context,
-    until,
 )
 
 from deskpool.drivers import PowerState
@@ -42,6 +41,7 @@ from deskpool.pools.job_handlers import provision_desktop
 from deskpool.pools.model import Desktop, DesktopState, OsType, Pool
 from deskpool.pools.states import Delete, Retry
 from deskpool.runtime import Runtime
+from deskpool.testing.processes import until
 
 S = DesktopState
 

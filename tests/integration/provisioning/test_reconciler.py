@@ -14,22 +14,25 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 from tests.integration.provisioning.conftest import (
+    POLICY,
+    ConvergedPool,
     MakeCluster,
     MakePool,
     RunJob,
     Simulator,
     SimulatorFor,
     add_desktop,
+    desktops,
+    no_fence,
     provision_all,
 )
 
 from deskpool.jobs.model import LeaseLost
 from deskpool.jobs.periodic import PeriodicContext
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, reconcile_batch
-from deskpool.pools import repository, store_desktops, store_orphans, store_pools
+from deskpool.pools import store_desktops, store_orphans, store_pools
 from deskpool.pools.desktop_jobs import PROVISION, enqueue_desktop_job, idempotency_key
-from deskpool.pools.model import Desktop, DesktopState, Pool
-from deskpool.pools.planner import ReconcilePolicy
+from deskpool.pools.model import DesktopState, Pool
 from deskpool.pools.reconciler import (
     POOL_RECONCILE_JOB,
     PoolReconcilerService,
@@ -40,20 +43,15 @@ from deskpool.runtime import Runtime
 from deskpool.testing.periodic import claim_periodic_task, leased_periodic_context
 
 S = DesktopState
-POLICY = ReconcilePolicy(failure_backoff_base=timedelta(milliseconds=1))
 
 
-async def no_fence(connection: asyncpg.Connection) -> None:
-    """Effects of a test's direct call need no lease."""
-
-
-@pytest.fixture
-def reconciler(runtime: Runtime) -> PoolReconcilerService:
-    return PoolReconcilerService(runtime, POLICY)
-
-
-async def desktops(db: asyncpg.Connection, pool: Pool) -> list[Desktop]:
-    return (await repository.desktops_of_pools(db, [pool.id]))[pool.id]
+async def shrink(db: asyncpg.Connection, pool: Pool, min_size: int) -> None:
+    """Change the pool's ``min_size`` behind the API's back (a new generation)."""
+    await db.execute(
+        "UPDATE pools SET min_size = $2, generation = generation + 1 WHERE id = $1",
+        pool.id,
+        min_size,
+    )
 
 
 async def jobs_of(db: asyncpg.Connection, desktop_id: uuid.UUID) -> list[asyncpg.Record]:
@@ -151,15 +149,12 @@ async def test_a_run_that_lost_its_lease_commits_nothing(
 
 async def test_a_vm_deleted_behind_deskpools_back_is_provisioned_anew(
     db: asyncpg.Connection,
-    make_pool: MakePool,
+    converged_pool: ConvergedPool,
     reconciler: PoolReconcilerService,
     run_job: RunJob,
     simulator: Simulator,
 ) -> None:
-    pool = await make_pool(min_size=1)
-    await reconciler.reconcile_now(pool.id, no_fence)
-    await provision_all(db, run_job)
-    [ready] = await desktops(db, pool)
+    pool, [ready] = await converged_pool(min_size=1)
     assert ready.state is S.READY
     assert ready.vm_id is not None
 
@@ -241,23 +236,15 @@ async def test_a_failed_desktop_is_retried_after_its_backoff(
 
 
 async def test_a_plan_is_not_applied_to_a_desktop_that_moved_on(
-    db: asyncpg.Connection,
-    make_pool: MakePool,
-    reconciler: PoolReconcilerService,
-    run_job: RunJob,
+    db: asyncpg.Connection, converged_pool: ConvergedPool, reconciler: PoolReconcilerService
 ) -> None:
-    pool = await make_pool(min_size=1)
-    await reconciler.reconcile_now(pool.id, no_fence)
-    await provision_all(db, run_job)
-    await db.execute(
-        "UPDATE pools SET min_size = 0, generation = generation + 1 WHERE id = $1", pool.id
-    )
+    pool, [desktop] = await converged_pool(min_size=1)
+    await shrink(db, pool, 0)
     current = await store_pools.get_pool(db, pool.id)
     assert current is not None
     planned = (await reconciler.plan([current]))[pool.id]
     assert [action.kind for action in planned.plan.actions] == ["delete_desktop"]
 
-    [desktop] = await desktops(db, pool)
     user = await db.fetchval(
         "INSERT INTO users (issuer, subject) VALUES ('https://issuer.test', $1) RETURNING id",
         f"user-{uuid.uuid4()}",
@@ -272,17 +259,14 @@ async def test_a_plan_is_not_applied_to_a_desktop_that_moved_on(
 
 async def test_surplus_desktops_are_deleted_with_their_vms(
     db: asyncpg.Connection,
-    make_pool: MakePool,
+    converged_pool: ConvergedPool,
     reconciler: PoolReconcilerService,
     run_job: RunJob,
     simulator: Simulator,
 ) -> None:
-    pool = await make_pool(min_size=2)
-    await reconciler.reconcile_now(pool.id, no_fence)
-    await provision_all(db, run_job)
-    await db.execute(
-        "UPDATE pools SET min_size = 1, generation = generation + 1 WHERE id = $1", pool.id
-    )
+    pool, ready = await converged_pool(min_size=2)
+    assert [desktop.state for desktop in ready] == [S.READY, S.READY]
+    await shrink(db, pool, 1)
 
     await reconciler.reconcile_now(pool.id, no_fence)
     doomed = [desktop for desktop in await desktops(db, pool) if desktop.state is S.DELETING]
@@ -298,15 +282,11 @@ async def test_surplus_desktops_are_deleted_with_their_vms(
 
 async def test_an_orphan_vm_is_reported_once(
     db: asyncpg.Connection,
-    make_pool: MakePool,
+    converged_pool: ConvergedPool,
     reconciler: PoolReconcilerService,
-    run_job: RunJob,
     simulator: Simulator,
 ) -> None:
-    pool = await make_pool(min_size=1)
-    await reconciler.reconcile_now(pool.id, no_fence)
-    await provision_all(db, run_job)
-    [desktop] = await desktops(db, pool)
+    pool, [desktop] = await converged_pool(min_size=1)
     stray = await simulator.driver.clone("9000", name="stray", desktop_id=str(desktop.id))
 
     await reconciler.reconcile_now(pool.id, no_fence)
