@@ -33,6 +33,7 @@ from tests.secret_leak_guard import LeakGuard
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.processes import (
+    QUICK_INTERVALS,
     DeskpoolProcess,
     deployment_environ,
     free_port,
@@ -74,17 +75,13 @@ def environ(
         module_database_url,
         identity_provider,
         admin=ADMIN,
+        **QUICK_INTERVALS,
         API_ADDR=f"127.0.0.1:{free_port()}",
         SECRETS_MASTER_KEY=leak_guard.master_key(),
         GATEWAY_PUBLIC_WS_URL=PUBLIC_URL,
         DESKTOPD_ADDRESS=desktop_daemon.address,
         GATEWAY_LEASE_DURATION=f"{LEASE_SECONDS}s",
-        SESSION_CHECK_INTERVAL="1s",
-        POOL_RECONCILE_INTERVAL="1s",
-        WORKER_POLL_INTERVAL="1s",
         WORKER_LEASE_DURATION="5s",
-        WORKER_SHUTDOWN_TIMEOUT="2s",
-        GATEWAY_SHUTDOWN_TIMEOUT="1s",
     )
 
 

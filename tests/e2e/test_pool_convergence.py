@@ -35,6 +35,7 @@ from deskpool.pools.model import DesktopState
 from deskpool.runtime import Runtime
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.processes import (
+    QUICK_INTERVALS,
     DeskpoolProcess,
     deployment_environ,
     free_port,
@@ -71,12 +72,10 @@ def environ(
         module_database_url,
         identity_provider,
         admin=ADMIN,
+        **QUICK_INTERVALS,
         API_ADDR=f"127.0.0.1:{free_port()}",
-        POOL_RECONCILE_INTERVAL="1s",
         POOL_FAILURE_BACKOFF="1s",
-        WORKER_POLL_INTERVAL="1s",
         WORKER_LEASE_DURATION="2s",
-        WORKER_SHUTDOWN_TIMEOUT="2s",
         GUEST_AGENT_WAIT_TIMEOUT=f"{AGENT_TIMEOUT_SECONDS}s",
         WINDOWS_READY_WAIT_TIMEOUT="30s",
     )

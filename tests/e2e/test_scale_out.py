@@ -31,6 +31,7 @@ from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.jobs import queue
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.processes import (
+    QUICK_INTERVALS,
     DeskpoolProcess,
     deployment_environ,
     listening,
@@ -75,17 +76,13 @@ def environ(
         module_database_url,
         identity_provider,
         admin=ADMIN,
+        **QUICK_INTERVALS,
         PYTHONPATH=str(recorder_site(plugin_site)),
         SECRETS_MASTER_KEY=leak_guard.master_key(),
         GATEWAY_PUBLIC_WS_URL="wss://desktops.scale.test/websocket-tunnel",
         DESKTOPD_ADDRESS=desktop_daemon.address,
-        POOL_RECONCILE_INTERVAL="1s",
-        WORKER_POLL_INTERVAL="1s",
         WORKER_LEASE_DURATION="2s",
         WORKER_CONCURRENCY="4",
-        WORKER_SHUTDOWN_TIMEOUT="2s",
-        GATEWAY_SHUTDOWN_TIMEOUT="1s",
-        SESSION_CHECK_INTERVAL="1s",
         METRICS_ADDR="",
     )
 

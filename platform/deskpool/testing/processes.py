@@ -169,6 +169,17 @@ class DeskpoolProcess:
         return self.process.returncode
 
 
+#: Intervals that keep a test deployment quick: reconciliation, the workers' polls and the
+#: session checks every second, shutdowns within two seconds.
+QUICK_INTERVALS = {
+    "POOL_RECONCILE_INTERVAL": "1s",
+    "WORKER_POLL_INTERVAL": "1s",
+    "SESSION_CHECK_INTERVAL": "1s",
+    "WORKER_SHUTDOWN_TIMEOUT": "2s",
+    "GATEWAY_SHUTDOWN_TIMEOUT": "1s",
+}
+
+
 def deployment_environ(
     base: Mapping[str, str],
     database_url: str,
