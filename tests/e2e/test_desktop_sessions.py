@@ -28,14 +28,13 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
+from tests.e2e.conftest import DeploymentEnviron
 from tests.secret_leak_guard import LeakGuard
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.processes import (
-    QUICK_INTERVALS,
     DeskpoolProcess,
-    deployment_environ,
     free_port,
     listening,
     running,
@@ -63,19 +62,13 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def environ(
-    deskpool_environ: dict[str, str],
-    module_database_url: str,
-    identity_provider: TestIdentityProvider,
+    quick_deployment: DeploymentEnviron,
     desktop_daemon: DesktopDaemonSimulator,
     leak_guard: LeakGuard,
 ) -> dict[str, str]:
     """The environment every process shares."""
-    return deployment_environ(
-        deskpool_environ,
-        module_database_url,
-        identity_provider,
-        admin=ADMIN,
-        **QUICK_INTERVALS,
+    return quick_deployment(
+        ADMIN,
         API_ADDR=f"127.0.0.1:{free_port()}",
         SECRETS_MASTER_KEY=leak_guard.master_key(),
         GATEWAY_PUBLIC_WS_URL=PUBLIC_URL,

@@ -29,15 +29,14 @@ from typing import cast
 import aiohttp
 import asyncpg
 import pytest
+from tests.e2e.conftest import DeploymentEnviron
 
 from deskpool.clusters.repository import get_cluster
 from deskpool.pools.model import DesktopState
 from deskpool.runtime import Runtime
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.processes import (
-    QUICK_INTERVALS,
     DeskpoolProcess,
-    deployment_environ,
     free_port,
     running,
     until,
@@ -62,17 +61,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def environ(
-    deskpool_environ: dict[str, str],
-    module_database_url: str,
-    identity_provider: TestIdentityProvider,
+    quick_deployment: DeploymentEnviron,
 ) -> dict[str, str]:
     """The environment every process of the test shares."""
-    return deployment_environ(
-        deskpool_environ,
-        module_database_url,
-        identity_provider,
-        admin=ADMIN,
-        **QUICK_INTERVALS,
+    return quick_deployment(
+        ADMIN,
         API_ADDR=f"127.0.0.1:{free_port()}",
         POOL_FAILURE_BACKOFF="1s",
         WORKER_LEASE_DURATION="2s",

@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
+from tests.e2e.conftest import DeploymentEnviron
 from tests.e2e.jobrecorder import RECORDING_TABLES, recorder_site
 from tests.secret_leak_guard import LeakGuard
 
@@ -31,9 +32,7 @@ from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.jobs import queue
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.processes import (
-    QUICK_INTERVALS,
     DeskpoolProcess,
-    deployment_environ,
     listening,
     running,
     until,
@@ -63,20 +62,14 @@ async def db(module_database_url: str) -> AsyncIterator[asyncpg.Connection]:
 
 @pytest.fixture
 def environ(
-    deskpool_environ: dict[str, str],
-    module_database_url: str,
-    identity_provider: TestIdentityProvider,
+    quick_deployment: DeploymentEnviron,
     desktop_daemon: DesktopDaemonSimulator,
     leak_guard: LeakGuard,
     plugin_site: Callable[..., Path],
     db: asyncpg.Connection,
 ) -> dict[str, str]:
-    return deployment_environ(
-        deskpool_environ,
-        module_database_url,
-        identity_provider,
-        admin=ADMIN,
-        **QUICK_INTERVALS,
+    return quick_deployment(
+        ADMIN,
         PYTHONPATH=str(recorder_site(plugin_site)),
         SECRETS_MASTER_KEY=leak_guard.master_key(),
         GATEWAY_PUBLIC_WS_URL="wss://desktops.scale.test/websocket-tunnel",
