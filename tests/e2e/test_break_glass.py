@@ -16,10 +16,9 @@ from typing import Any
 
 import asyncpg
 import pytest
-from tests.integration.identity.conftest import served
 
 from deskpool.api.app import create_app
-from deskpool.testing.pytest_plugin import fresh_database, opened_runtime
+from deskpool.testing.pytest_plugin import fresh_database, opened_runtime, served
 from deskpool.testing.services import ServiceAddresses
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
