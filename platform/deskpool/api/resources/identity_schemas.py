@@ -36,28 +36,28 @@ class GroupRefSchema(Schema):
     via = fields.String(required=True, metadata={"description": "`member` or `claim`."})
 
 
-class MeSchema(Schema):
-    """The caller: identity, groups, roles and effective permissions."""
+class _PersonSchema(Schema):
+    """Who a user is: the members the caller's own view and a user's share."""
 
     id = fields.String(required=True)
     issuer = fields.String(required=True)
     subject = fields.String(required=True)
     email = fields.String(required=True, allow_none=True)
     display_name = fields.String(required=True, allow_none=True)
+
+
+class MeSchema(_PersonSchema):
+    """The caller: identity, groups, roles and effective permissions."""
+
     groups = fields.List(fields.Nested(GroupRefSchema), required=True)
     roles = fields.List(fields.String(), required=True)
     permissions = fields.List(fields.String(), required=True)
     is_platform_admin = fields.Boolean(required=True)
 
 
-class UserSchema(Schema):
+class UserSchema(_PersonSchema):
     """A user, created at first sign-in."""
 
-    id = fields.String(required=True)
-    issuer = fields.String(required=True)
-    subject = fields.String(required=True)
-    email = fields.String(required=True, allow_none=True)
-    display_name = fields.String(required=True, allow_none=True)
     disabled = fields.Boolean(required=True)
     created_at = fields.DateTime(required=True)
     last_seen_at = fields.DateTime(required=True)
