@@ -8,7 +8,9 @@ Two comparisons:
 
 1. **one user, one token**: every request carries the same token, so after the first one the
    verified token and the principal come from deskpool's process caches: this figure measures
-   a **cache hit** (the warm path: no signature check, no database, no Redis).
+   a **cache hit** (the warm path: no signature check, no database, no Redis). One request
+   before each such run puts the token and principal back in the caches, which the
+   many-users runs evict; the hit share is printed.
 2. **many users**: ``--users`` tokens of as many distinct users (signed in once beforehand, so
    the users exist), rotated by a wrk Lua script so consecutive requests never repeat a token
    until all were used. With more users than the token cache and the principal cache hold
@@ -80,6 +82,9 @@ end
 
 CACHE_COUNTER = re.compile(r'deskpool_auth_principal_cache_total\{result="(hit|miss)"\} (\S+)')
 UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+#: Seconds wrk waits for an answer before counting a timeout (its default, 2 s, would drop
+#: slow answers from the percentiles).
+WRK_TIMEOUT = 10
 
 
 def free_port() -> int:
@@ -118,11 +123,17 @@ def milliseconds(text: str) -> float:
 
 
 def parse_wrk(output: str, url: str) -> dict[str, float]:
-    """Requests per second and latency percentiles from wrk's ``--latency`` output."""
-    for problem in (r"Non-2xx or 3xx responses: (\d+)", r"Socket errors: (.*)"):
-        found = re.search(problem, output)
-        if found:
-            raise SystemExit(f"FAILED: {url}: {found.group(0)}")
+    """Requests per second, latency percentiles and socket errors from wrk's output.
+
+    An error response fails the benchmark; socket errors (timeouts: no answer within
+    ``WRK_TIMEOUT``) are counted.
+    """
+    failed = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
+    if failed:
+        raise SystemExit(f"FAILED: {url}: {failed.group(0)}")
+    errors = re.search(
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output
+    )
     rate = re.search(r"Requests/sec:\s+([\d.]+)", output)
     p50 = re.search(r"^\s+50%\s+(\S+)", output, re.MULTILINE)
     p99 = re.search(r"^\s+99%\s+(\S+)", output, re.MULTILINE)
@@ -133,6 +144,7 @@ def parse_wrk(output: str, url: str) -> dict[str, float]:
         "rate": float(rate.group(1)),
         "p50": milliseconds(p50.group(1)),
         "p99": milliseconds(p99.group(1)),
+        "errors": sum(int(count) for count in errors.groups()) if errors else 0,
     }
 
 
@@ -180,15 +192,30 @@ class Bench:
         self.marker = marker
         self.metrics_url = metrics_url
 
-    def run(self, side: str, number: int, url: str, extra: list[str], deskpool: bool) -> Run:
-        """One wrk run of ``side``."""
+    def run(
+        self,
+        side: str,
+        number: int,
+        url: str,
+        extra: list[str],
+        deskpool: bool,
+        warm: str | None = None,
+    ) -> Run:
+        """One wrk run of ``side``, after one request with the token ``warm`` if given.
+
+        The warm-up puts the token and its principal back in the caches (the many-users runs
+        evict them), so the whole run measures hits, not 64 connections missing at once.
+        """
         args = self.args
+        if warm is not None:
+            wait_for(url, {"Authorization": f"Bearer {warm}"})
         command = [
             "wrk",
             f"-t{args.threads}",
             f"-c{args.connections}",
             f"-d{args.seconds}s",
             "--latency",
+            f"--timeout={WRK_TIMEOUT}s",
             *extra,
             url,
         ]
@@ -218,6 +245,7 @@ FIGURES = (
     Figure("p50", "latency p50, ms", 2),
     Figure("p99", "latency p99, ms", 2),
     Figure("hits", "principal cache hits, %", 1),
+    Figure("errors", f"socket errors (timeouts after {WRK_TIMEOUT} s)"),
 )
 
 
@@ -309,7 +337,7 @@ def main() -> None:
                 print(line, file=sys.stderr, flush=True)
 
             for number in range(1, args.runs + 1):
-                print_run(warm, bench.run("deskpool", number, api_url, header, True), out)
+                print_run(warm, bench.run("deskpool", number, api_url, header, True, token), out)
                 print_run(warm, bench.run("bare aiohttp", number, bare_url, header, False), out)
                 print_run(cold, bench.run("deskpool", number, api_url, script, True), out)
                 print_run(cold, bench.run("bare aiohttp", number, bare_url, script, False), out)

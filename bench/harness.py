@@ -19,8 +19,10 @@ Each run is watched by a :class:`LoadMonitor`, which reads ``/proc`` (no depende
 A run is **refused** (marked starved: its figures are not printed, only that it was refused
 and why) when any of these holds:
 
-- the machine was saturated: idle below 5 % *and* on average more than twice as many
-  runnable threads as cores;
+- the machine was saturated with other work's help: idle below 5 %, on average more than
+  twice as many runnable threads as cores, *and* other work took a tenth of the machine or
+  more (a benchmark that saturates the machine by itself, as a job queue draining a backlog
+  does, is not starved by that);
 - other work took more than a quarter of the machine's CPU (the figure would be the
   machine's, not the benchmark's);
 - the load generator used at least 95 % of the cores it may use (it measured itself);
@@ -45,6 +47,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 IDLE_FLOOR = 0.05
 RUNNABLE_PER_CORE = 2.0
 OTHERS_SHARE = 0.25
+OTHERS_SATURATING = 0.10
 GENERATOR_SHARE = 0.95
 STEAL_CEILING = 0.10
 #: How often the runnable threads are sampled, in seconds.
@@ -168,8 +171,15 @@ def judge(
     generator_cores: float,
 ) -> str | None:
     """Why a run with this load is refused, or None."""
-    if idle < IDLE_FLOOR and runnable > RUNNABLE_PER_CORE * CORES:
-        return f"machine saturated (idle {idle:.0%}, {runnable:.1f} runnable on {CORES} cores)"
+    if (
+        idle < IDLE_FLOOR
+        and runnable > RUNNABLE_PER_CORE * CORES
+        and others >= OTHERS_SATURATING * CORES
+    ):
+        return (
+            f"machine saturated (idle {idle:.0%}, {runnable:.1f} runnable on {CORES} cores, "
+            f"other work {others:.2f} cores)"
+        )
     if others > OTHERS_SHARE * CORES:
         return f"other work took {others:.2f} of {CORES} cores"
     if generator is not None and generator >= GENERATOR_SHARE * generator_cores:

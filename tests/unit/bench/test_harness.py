@@ -23,10 +23,14 @@ def test_a_quiet_run_is_accepted() -> None:
     assert judge(0.3, 0.0, 1.5, 0.05, 0.4, 1.0) is None
 
 
-def test_a_saturated_machine_refuses_the_run() -> None:
-    reason = judge(0.01, 0.0, 2.5 * CORES, 0.05, None, 1.0)
+def test_a_machine_saturated_with_other_work_refuses_the_run() -> None:
+    reason = judge(0.01, 0.0, 2.5 * CORES, 0.15 * CORES, None, 1.0)
     assert reason is not None
     assert reason.startswith("machine saturated")
+
+
+def test_a_benchmark_saturating_the_machine_alone_is_not_starved() -> None:
+    assert judge(0.01, 0.0, 2.5 * CORES, 0.02 * CORES, None, 1.0) is None
 
 
 def test_other_work_refuses_the_run() -> None:
