@@ -8,6 +8,7 @@ import pytest
 
 from deskpool_driver_api import (
     ConnectionField,
+    DriverConfigurationError,
     FieldKind,
     FieldProblem,
     connection_problems,
@@ -140,3 +141,20 @@ def test_as_json_lists_every_attribute() -> None:
         "maximum",
         "placeholder",
     }
+
+
+def test_proxmox_declares_exactly_the_options_it_reads() -> None:
+    from deskpool_driver_proxmox.translate import KNOWN_OPTIONS
+
+    declared = {field.name for field in ProxmoxDriver.connection_fields if not field.secret}
+    assert declared == KNOWN_OPTIONS
+
+
+def test_the_simulator_accepts_every_option_it_declares() -> None:
+    from deskpool_driver_simulator import SimulatorSettings
+
+    declared = {field.name for field in SimulatorDriver.connection_fields if not field.secret}
+    # An option the settings do not know is named in their refusal; a declared one never is.
+    with pytest.raises(DriverConfigurationError, match="unknown option") as refused:
+        SimulatorSettings.from_options(dict.fromkeys([*declared, "not-declared"], None))
+    assert all(f"unknown option {name!r}" not in str(refused.value) for name in declared)

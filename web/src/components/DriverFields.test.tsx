@@ -1,23 +1,7 @@
 import { renderToStaticMarkup } from "react-dom/server";
 import { describe, expect, it } from "vitest";
-import { collect, DriverFields, initialValues, type ConnectionField, type Driver } from "./DriverFields";
-
-function field(name: string, change: Partial<ConnectionField> = {}): ConnectionField {
-  return {
-    name,
-    label: name,
-    kind: "text",
-    required: false,
-    default: null,
-    help: "",
-    secret: false,
-    choices: [],
-    minimum: null,
-    maximum: null,
-    placeholder: "",
-    ...change,
-  };
-}
+import { collect, DriverFields, initialValues, type Driver } from "./DriverFields";
+import { field } from "./fieldFixture";
 
 const proxmox: Driver = {
   name: "proxmox",
