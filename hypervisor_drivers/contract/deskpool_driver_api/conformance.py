@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import NamedTuple
 
 import pytest
@@ -147,6 +147,18 @@ async def clone_for(
         linked=capabilities.linked_clone if linked is None else linked,
         deadline=deadline_after(target.timeout),
     )
+
+
+@contextlib.asynccontextmanager
+async def cloned_vm(
+    target: ConformanceTarget, *, template: str | None = None
+) -> AsyncIterator[tuple[VirtualMachine, str]]:
+    """``(vm, desktop_id)``: a VM cloned for a new desktop id, removed again on exit."""
+    desktop_id = new_desktop_id()
+    try:
+        yield await clone_for(target, desktop_id, template=template), desktop_id
+    finally:
+        await remove_desktops(target, desktop_id)
 
 
 async def remove_desktops(target: ConformanceTarget, *desktop_ids: str) -> None:
@@ -335,9 +347,7 @@ class HypervisorDriverConformance(ConnectionFieldsConformance):
 
     async def test_power_lifecycle_and_guest(self, conformance_driver: ConformanceTarget) -> None:
         driver = conformance_driver.driver
-        desktop_id = new_desktop_id()
-        try:
-            vm = await clone_for(conformance_driver, desktop_id)
+        async with cloned_vm(conformance_driver) as (vm, desktop_id):
             await driver.start(vm.id)
             assert await driver.power_state(vm.id) is PowerState.RUNNING
             await driver.start(vm.id)  # idempotent
@@ -366,29 +376,21 @@ class HypervisorDriverConformance(ConnectionFieldsConformance):
             await driver.start(vm.id)
             await driver.stop(vm.id, desktop_id=desktop_id)
             assert await driver.power_state(vm.id) is PowerState.STOPPED
-        finally:
-            await remove_desktops(conformance_driver, desktop_id)
 
     async def test_delete_powers_off_a_running_vm(
         self, conformance_driver: ConformanceTarget
     ) -> None:
         driver = conformance_driver.driver
-        desktop_id = new_desktop_id()
-        try:
-            vm = await clone_for(conformance_driver, desktop_id)
+        async with cloned_vm(conformance_driver) as (vm, desktop_id):
             await driver.start(vm.id)
             await driver.delete(vm.id, desktop_id=desktop_id)
             assert await is_gone(driver, vm.id)
-        finally:
-            await remove_desktops(conformance_driver, desktop_id)
 
     async def test_calls_needing_a_running_vm_raise_vm_not_running(
         self, conformance_driver: ConformanceTarget
     ) -> None:
         driver = conformance_driver.driver
-        desktop_id = new_desktop_id()
-        try:
-            vm = await clone_for(conformance_driver, desktop_id)
+        async with cloned_vm(conformance_driver) as (vm, _):
             with pytest.raises(VmNotRunning):
                 await driver.reset(vm.id)
             if driver.capabilities.guest_agent:
@@ -401,8 +403,6 @@ class HypervisorDriverConformance(ConnectionFieldsConformance):
                 await driver.desktop_endpoint(vm.id)
             with pytest.raises(VmNotRunning):
                 await driver.desktop_endpoint(vm.id, driver.capabilities.desktop_protocols[-1])
-        finally:
-            await remove_desktops(conformance_driver, desktop_id)
 
     async def test_windows_readiness(self, conformance_driver: ConformanceTarget) -> None:
         driver = conformance_driver.driver
@@ -410,10 +410,8 @@ class HypervisorDriverConformance(ConnectionFieldsConformance):
             with pytest.raises(Unsupported):
                 await driver.windows_ready("0")
             return
-        desktop_id = new_desktop_id()
         template = conformance_driver.windows_template or conformance_driver.template
-        try:
-            vm = await clone_for(conformance_driver, desktop_id, template=template)
+        async with cloned_vm(conformance_driver, template=template) as (vm, _):
             await driver.start(vm.id)
 
             async def ready() -> bool:
@@ -423,8 +421,6 @@ class HypervisorDriverConformance(ConnectionFieldsConformance):
             if conformance_driver.windows_template and driver.capabilities.guest_agent:
                 info = await driver.guest_info(vm.id)
                 assert info.os_type is OsType.WINDOWS
-        finally:
-            await remove_desktops(conformance_driver, desktop_id)
 
     async def test_unknown_desktop_protocol_is_unsupported(
         self, conformance_driver: ConformanceTarget
@@ -484,17 +480,13 @@ class HypervisorDriverConformance(ConnectionFieldsConformance):
         self, conformance_driver: ConformanceTarget, operation: str
     ) -> None:
         driver = conformance_driver.driver
-        desktop_id = new_desktop_id()
-        try:
-            vm = await clone_for(conformance_driver, desktop_id)
+        async with cloned_vm(conformance_driver) as (vm, desktop_id):
             await driver.start(vm.id)
             with pytest.raises(NotOwned):
                 await getattr(driver, operation)(vm.id, desktop_id=new_desktop_id())
             after = await driver.get_vm(vm.id)
             assert after.desktop_id == desktop_id
             assert after.power_state is PowerState.RUNNING
-        finally:
-            await remove_desktops(conformance_driver, desktop_id)
 
     # ------------------------------------------------------------------ missing VMs
 
@@ -506,14 +498,10 @@ class HypervisorDriverConformance(ConnectionFieldsConformance):
         self, conformance_driver: ConformanceTarget, operation: str
     ) -> None:
         driver = conformance_driver.driver
-        desktop_id = new_desktop_id()
-        try:
-            vm = await clone_for(conformance_driver, desktop_id)
+        async with cloned_vm(conformance_driver) as (vm, desktop_id):
             await driver.delete(vm.id, desktop_id=desktop_id)
             with pytest.raises(VmNotFound):
                 await getattr(driver, operation)(vm.id)
-        finally:
-            await remove_desktops(conformance_driver, desktop_id)
 
     # ------------------------------------------------------------------ time and cancellation
 

@@ -227,8 +227,17 @@ async def _never(call: Any) -> Any:
     return None
 
 
-def test_a_list_that_does_not_page_the_standard_way_is_refused() -> None:
-    without_query = Operation(
+@pytest.mark.parametrize(
+    ("schema", "query", "missing"),
+    [
+        (page_schema(NumberSchema), None, "limit"),  # a page, but no limit or cursor to ask
+        (NumberSchema, PageQuery, "next"),  # the query, but an answer with no next cursor
+    ],
+)
+def test_a_list_that_does_not_page_the_standard_way_is_refused(
+    schema: Any, query: Any, missing: str
+) -> None:
+    operation = Operation(
         method="GET",
         path="/things",
         handler=_never,
@@ -236,22 +245,9 @@ def test_a_list_that_does_not_page_the_standard_way_is_refused() -> None:
         summary="List things",
         tags=("things",),
         permission="things:read",
-        responses={200: ResponseSpec("Things.", page_schema(NumberSchema))},
+        responses={200: ResponseSpec("Things.", schema)},
+        query=query,
         paginated=True,
     )
-    with pytest.raises(ValueError, match="limit"):
-        check_page_contract(without_query)
-    without_next = Operation(
-        method="GET",
-        path="/things",
-        handler=_never,
-        operation_id="listThings",
-        summary="List things",
-        tags=("things",),
-        permission="things:read",
-        responses={200: ResponseSpec("Things.", NumberSchema)},
-        query=PageQuery,
-        paginated=True,
-    )
-    with pytest.raises(ValueError, match="next"):
-        check_page_contract(without_next)
+    with pytest.raises(ValueError, match=missing):
+        check_page_contract(operation)

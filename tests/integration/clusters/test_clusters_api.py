@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import datetime
 import json
 import uuid
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from tests.integration.clusters.conftest import Callers
 
 from deskpool.clusters import driver_manager_for, repository
 from deskpool.runtime import Runtime
+from deskpool.testing.certificates import self_signed
 
 PROBLEM = "application/problem+json"
 CLUSTERS = "/api/v1/clusters"
@@ -33,21 +29,7 @@ async def create(client: Any, headers: dict[str, str], body: dict[str, Any]) -> 
 
 
 def self_signed_pem() -> str:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "deskpool test CA")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return certificate.public_bytes(serialization.Encoding.PEM).decode()
+    return self_signed().pem
 
 
 async def audit_actions(runtime: Runtime, cluster_id: str) -> list[str]:

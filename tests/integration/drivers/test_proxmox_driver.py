@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
-import hashlib
-import ipaddress
-import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from deskpool.drivers import (
     AgentNotRunning,
@@ -33,6 +25,7 @@ from deskpool.drivers import (
     TlsVerificationFailed,
     deadline_after,
 )
+from deskpool.testing.certificates import self_signed
 from deskpool.testing.conformance import eventually
 from deskpool_driver_proxmox import ProxmoxDriver
 from deskpool_driver_proxmox.testing import (
@@ -391,41 +384,13 @@ async def test_the_token_secret_never_reaches_logs_or_errors(
 
 
 class ServerCertificate:
+    """The fake Proxmox VE server's certificate (for 127.0.0.1) and its TLS context."""
+
     def __init__(self, directory: Path) -> None:
-        key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pve1.test")])
-        now = datetime.datetime.now(datetime.UTC)
-        certificate = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=1))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                critical=False,
-            )
-            .sign(key, hashes.SHA256())
-        )
-        self.pem = certificate.public_bytes(serialization.Encoding.PEM).decode()
-        self.fingerprint = ":".join(
-            f"{b:02X}"
-            for b in hashlib.sha256(certificate.public_bytes(serialization.Encoding.DER)).digest()
-        )
-        cert_file, key_file = directory / "pve.pem", directory / "pve.key"
-        cert_file.write_text(self.pem)
-        key_file.write_bytes(
-            key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
-        )
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.load_cert_chain(cert_file, key_file)
+        certificate = self_signed("pve1.test", ip="127.0.0.1")
+        self.pem = certificate.pem
+        self.fingerprint = certificate.fingerprint
+        self.context = certificate.server_context(directory)
 
 
 @pytest.fixture

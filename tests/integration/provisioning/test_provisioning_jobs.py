@@ -26,7 +26,7 @@ from tests.integration.provisioning.conftest import (
 )
 
 from deskpool.drivers import PowerState
-from deskpool.jobs.model import LeaseLost
+from deskpool.jobs.model import Job, LeaseLost
 from deskpool.pools import store_desktops
 from deskpool.pools.desktop_jobs import (
     DELETE,
@@ -52,10 +52,22 @@ async def desktop_of(db: asyncpg.Connection, desktop_id: uuid.UUID) -> Desktop:
     return found
 
 
+async def queued(
+    db: asyncpg.Connection, pool: Pool, silent_agent: Simulator | None = None
+) -> tuple[Desktop, Job]:
+    """A new desktop of ``pool`` and its queued provisioning job.
+
+    :param silent_agent: the simulator on which the desktop's guest agent never answers.
+    """
+    desktop = await add_desktop(db, pool)
+    if silent_agent is not None:
+        await silent_agent.driver.admin.inject(agent_never_answers=desktop.name)
+    return desktop, await enqueue_desktop_job(db, PROVISION, desktop)
+
+
 async def provisioned(db: asyncpg.Connection, run_job: RunJob, pool: Pool) -> Desktop:
     """A desktop of ``pool`` taken through the provisioning job."""
-    desktop = await add_desktop(db, pool)
-    job = await enqueue_desktop_job(db, PROVISION, desktop)
+    desktop, job = await queued(db, pool)
     await run_job(job.id)
     return await desktop_of(db, desktop.id)
 
@@ -93,9 +105,7 @@ async def test_a_silent_guest_agent_fails_the_step_after_its_timeout(
     db: asyncpg.Connection, make_pool: MakePool, run_job: RunJob, simulator: Simulator
 ) -> None:
     pool = await make_pool()
-    desktop = await add_desktop(db, pool)
-    await simulator.driver.admin.inject(agent_never_answers=desktop.name)
-    job = await enqueue_desktop_job(db, PROVISION, desktop)
+    desktop, job = await queued(db, pool, silent_agent=simulator)
     await run_job(job.id)
 
     failed = await desktop_of(db, desktop.id)
@@ -137,8 +147,7 @@ async def test_a_rerun_after_a_crash_mid_clone_adopts_the_clone_instead_of_makin
     slow = await make_cluster(clone_seconds=0.5)
     simulator = await simulator_for(slow)
     pool = await make_pool(cluster_id=slow.id)
-    desktop = await add_desktop(db, pool)
-    job = await enqueue_desktop_job(db, PROVISION, desktop)
+    desktop, job = await queued(db, pool)
 
     # The first attempt dies while its clone is copying: its task is cancelled the moment the
     # tagged VM exists, as a SIGKILL would leave it (the simulator finishes the copy itself).
@@ -163,9 +172,8 @@ async def test_a_retried_desktop_gets_a_new_vm_and_the_failed_one_is_destroyed(
     db: asyncpg.Connection, make_pool: MakePool, run_job: RunJob, simulator: Simulator
 ) -> None:
     pool = await make_pool()
-    desktop = await add_desktop(db, pool)
-    await simulator.driver.admin.inject(agent_never_answers=desktop.name)
-    await run_job((await enqueue_desktop_job(db, PROVISION, desktop)).id)
+    desktop, job = await queued(db, pool, silent_agent=simulator)
+    await run_job(job.id)
     failed = await desktop_of(db, desktop.id)
     assert failed.state is S.FAILED
     await simulator.driver.admin.clear_faults()
@@ -249,9 +257,7 @@ async def test_a_desktop_deleted_during_a_wait_is_left_to_its_deletion(
     simulator: Simulator,
 ) -> None:
     pool = await make_pool()
-    desktop = await add_desktop(db, pool)
-    await simulator.driver.admin.inject(agent_never_answers=desktop.name)
-    job = await enqueue_desktop_job(db, PROVISION, desktop)
+    desktop, job = await queued(db, pool, silent_agent=simulator)
     context = job_context(runtime, await claim(db, job.id))
     attempt = asyncio.create_task(provision_desktop(context))
 
@@ -269,8 +275,8 @@ async def test_a_missing_template_fails_the_desktop_at_provisioning(
     db: asyncpg.Connection, make_pool: MakePool, run_job: RunJob, simulator: Simulator
 ) -> None:
     pool = await make_pool(template="no-such-template")
-    desktop = await add_desktop(db, pool)
-    await run_job((await enqueue_desktop_job(db, PROVISION, desktop)).id)
+    desktop, job = await queued(db, pool)
+    await run_job(job.id)
 
     failed = await desktop_of(db, desktop.id)
     assert failed.state is S.FAILED
@@ -284,8 +290,7 @@ async def test_a_cluster_without_an_installed_driver_fails_the_desktop_on_the_la
 ) -> None:
     missing = await make_cluster("nosuchdriver")
     pool = await make_pool(cluster_id=missing.id)
-    desktop = await add_desktop(db, pool)
-    job = await enqueue_desktop_job(db, PROVISION, desktop)
+    desktop, job = await queued(db, pool)
     await db.execute("UPDATE jobs SET max_attempts = 1 WHERE id = $1", job.id)
     await run_job(job.id)
 
@@ -299,9 +304,7 @@ async def test_an_attempt_whose_job_was_reclaimed_records_nothing(
     db: asyncpg.Connection, make_pool: MakePool, runtime: Runtime, simulator: Simulator
 ) -> None:
     pool = await make_pool()
-    desktop = await add_desktop(db, pool)
-    await simulator.driver.admin.inject(agent_never_answers=desktop.name)
-    job = await enqueue_desktop_job(db, PROVISION, desktop)
+    desktop, job = await queued(db, pool, silent_agent=simulator)
     lease = timedelta(milliseconds=150)
     attempt = asyncio.create_task(
         provision_desktop(job_context(runtime, await claim(db, job.id), lease))

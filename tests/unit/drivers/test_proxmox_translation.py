@@ -32,6 +32,7 @@ from deskpool.drivers import (
     VmNotRunning,
 )
 from deskpool.registry import Registry
+from deskpool.testing.certificates import self_signed
 from deskpool_driver_proxmox import ProxmoxDriver, deskpool_register_hypervisor_drivers
 from deskpool_driver_proxmox.client import api_base_url, node_of_upid, ssl_setting, token_header
 from deskpool_driver_proxmox.driver import (
@@ -109,28 +110,7 @@ def test_ssl_setting_with_a_ca_certificate(self_signed_pem: str) -> None:
 
 @pytest.fixture(scope="module")
 def self_signed_pem() -> str:
-    import datetime
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pve-ca")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return certificate.public_bytes(serialization.Encoding.PEM).decode()
+    return self_signed("pve-ca").pem
 
 
 def test_node_of_upid() -> None:
