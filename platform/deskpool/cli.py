@@ -221,7 +221,8 @@ def _print_key_usage(usage: Any) -> None:
 def cmd_secrets_status(args: argparse.Namespace) -> int:
     """Show how many sealed values are under each master key id."""
     from deskpool.host import bootstrap
-    from deskpool.secrets import KeyUsage, build_secret_store, count_by_key_id
+    from deskpool.secret_rotation import KeyUsage, count_by_key_id
+    from deskpool.secrets import build_secret_store
 
     process = bootstrap(_environ(), [], log_setup=False)
     store = build_secret_store(process.plugins, process.config)
@@ -243,14 +244,14 @@ def cmd_secrets_status(args: argparse.Namespace) -> int:
 def cmd_secrets_rewrap(args: argparse.Namespace) -> int:
     """Re-wrap every sealed value under ``SECRETS_MASTER_KEY``, in batches (resumable)."""
     from deskpool.host import bootstrap
-    from deskpool.secrets import (
+    from deskpool.secret_rotation import (
         KeyUsage,
         RewrapBatch,
         RewrapTotals,
-        build_secret_store,
         count_by_key_id,
         rewrap_all,
     )
+    from deskpool.secrets import build_secret_store
 
     process = bootstrap(_environ(), [])
     store = build_secret_store(process.plugins, process.config)

@@ -18,9 +18,10 @@ The store itself is a plugin (entry-point group ``deskpool.secret_stores``, chos
 :class:`SecretStore`: ``encrypt``, ``decrypt``, ``rewrap`` and the ids of its keys. The context is
 bound to the sealed value, so a sealed value copied into another row or field does not open.
 
-Key rotation works on the same table: :func:`count_by_key_id` (``deskpool secrets status`` and
-the startup rules) and :func:`rewrap_batch` / :func:`rewrap_all` (``deskpool secrets rewrap``),
-which compare and set each row so that it is safe while the api and worker are serving.
+A record that has one sealed field (a cluster's credentials, a pool's domain-join password)
+names it once as an :class:`OwnedSecret` and reaches it by the record's id. Key rotation works
+on the same table: :mod:`deskpool.secret_rotation` (``deskpool secrets status`` and
+``deskpool secrets rewrap``).
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ import logging
 import re
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -157,13 +158,18 @@ class SecretContext:
         """Build a context; a UUID owner id is written in its canonical text form."""
         return cls(kind, str(owner_id), field)
 
+    @property
+    def columns(self) -> tuple[str, str, str]:
+        """``(kind, owner_id, field)``: the key of the context's row in ``sealed_secrets``."""
+        return (self.kind, self.owner_id, self.field)
+
     def associated_data(self) -> bytes:
         """The canonical bytes a store binds as associated data.
 
         A label, then each of kind, owner id and field as UTF-8 prefixed by its length (two
         bytes, big-endian): no two contexts render the same bytes.
         """
-        parts = (_AD_LABEL, *(part.encode() for part in (self.kind, self.owner_id, self.field)))
+        parts = (_AD_LABEL, *(part.encode() for part in self.columns))
         return b"".join(len(part).to_bytes(2, "big") + part for part in parts)
 
     def __str__(self) -> str:
@@ -305,9 +311,8 @@ class SecretMetadata:
     changed_at: datetime | None = None
 
 
-_SELECT_ONE = """
-SELECT sealed, updated_at FROM sealed_secrets WHERE kind = $1 AND owner_id = $2 AND field = $3
-"""
+#: The row of one context (``$1``-``$3``: :attr:`SecretContext.columns`).
+_OF_CONTEXT = "FROM sealed_secrets WHERE kind = $1 AND owner_id = $2 AND field = $3"
 
 _UPSERT = """
 INSERT INTO sealed_secrets AS s (kind, owner_id, field, key_id, sealed)
@@ -385,7 +390,7 @@ async def get_secret(
 
     :raises SecretDecryptionFailed: the stored value does not open (see its subclasses).
     """
-    row = await db.fetchrow(_SELECT_ONE, context.kind, context.owner_id, context.field)
+    row = await db.fetchrow(f"SELECT sealed {_OF_CONTEXT}", *context.columns)
     if row is None:
         return None
     plaintext = store.decrypt(bytes(row["sealed"]), context)
@@ -399,12 +404,7 @@ async def get_secret(
 
 async def secret_metadata(db: Database, context: SecretContext) -> SecretMetadata:
     """Whether ``context``'s secret is set, and when it last changed (nothing is decrypted)."""
-    changed_at = await db.fetchval(
-        "SELECT updated_at FROM sealed_secrets WHERE kind = $1 AND owner_id = $2 AND field = $3",
-        context.kind,
-        context.owner_id,
-        context.field,
-    )
+    changed_at = await db.fetchval(f"SELECT updated_at {_OF_CONTEXT}", *context.columns)
     return SecretMetadata(is_set=changed_at is not None, changed_at=changed_at)
 
 
@@ -420,12 +420,7 @@ async def secrets_metadata_of(db: Database, kind: str, owner_id: str) -> dict[st
 
 async def delete_secret(db: Database, context: SecretContext) -> bool:
     """Remove ``context``'s secret; ``False`` when none was set."""
-    deleted = await db.fetchval(
-        "DELETE FROM sealed_secrets WHERE kind = $1 AND owner_id = $2 AND field = $3 RETURNING 1",
-        context.kind,
-        context.owner_id,
-        context.field,
-    )
+    deleted = await db.fetchval(f"DELETE {_OF_CONTEXT} RETURNING 1", *context.columns)
     return deleted is not None
 
 
@@ -437,183 +432,53 @@ async def delete_secrets_of(db: Database, kind: str, owner_id: str) -> int:
     return len(rows)
 
 
-async def count_by_key_id(db: Database) -> dict[str, int]:
-    """How many sealed values are under each key id (nothing is decrypted)."""
-    rows = await db.fetch(
-        "SELECT key_id, count(*) AS n FROM sealed_secrets GROUP BY key_id ORDER BY key_id"
-    )
-    return {row["key_id"]: int(row["n"]) for row in rows}
-
-
 @dataclass(frozen=True)
-class KeyUsage:
-    """Sealed values per key id, compared with the keys a store has configured."""
+class OwnedSecret:
+    """The one sealed field each record of a kind may have (a pool's domain-join password).
 
-    counts: Mapping[str, int]
-    current_key_id: str | None
-    previous_key_ids: tuple[str, ...]
-
-    @classmethod
-    def of(cls, counts: Mapping[str, int], store: SecretStore) -> KeyUsage:
-        """Compare ``counts`` with ``store``'s keys."""
-        current = store.current_key_id
-        previous = tuple(k for k in store.previous_key_ids if k != current)
-        return cls(dict(counts), current, previous)
-
-    @property
-    def total(self) -> int:
-        """Every sealed value."""
-        return sum(self.counts.values())
-
-    @property
-    def under_current(self) -> int:
-        """Values under the current key."""
-        return self.counts.get(self.current_key_id or "", 0)
-
-    @property
-    def under_previous(self) -> int:
-        """Values under a previous key (to be re-wrapped)."""
-        return sum(self.counts.get(key_id, 0) for key_id in self.previous_key_ids)
-
-    @property
-    def unknown(self) -> dict[str, int]:
-        """Values under key ids no configured key matches, by key id."""
-        known = {self.current_key_id, *self.previous_key_ids}
-        return {k: n for k, n in self.counts.items() if k not in known}
-
-    def role(self, key_id: str) -> str:
-        """``current``, ``previous`` or ``unknown``."""
-        if key_id == self.current_key_id:
-            return "current"
-        return "previous" if key_id in self.previous_key_ids else "unknown"
-
-
-# ---------------------------------------------------------------------------------- re-wrap
-
-_NIL_ID = uuid.UUID(int=0)
-
-_SELECT_BATCH = """
-SELECT id, kind, owner_id, field, sealed, version
-FROM sealed_secrets
-WHERE key_id <> $1 AND id > $2
-ORDER BY id
-LIMIT $3
-"""
-
-_COMPARE_AND_SET = """
-UPDATE sealed_secrets AS s
-SET sealed = u.sealed, key_id = u.key_id, version = s.version + 1, rewrapped_at = now()
-FROM unnest($1::uuid[], $2::bytea[], $3::text[], $4::bigint[]) AS u(id, sealed, key_id, version)
-WHERE s.id = u.id AND s.version = u.version
-RETURNING s.id
-"""
-
-
-@dataclass(frozen=True)
-class RewrapBatch:
-    """The outcome of one batch of :func:`rewrap_batch`.
-
-    :param examined: rows read that were not under the current key.
-    :param rewrapped: rows now under the current key.
-    :param changed_meanwhile: rows written by someone else between read and write (left as
-        they are: whoever wrote them sealed them afresh).
-    :param failed: contexts whose value could not be opened (unknown key, damaged).
-    :param last_id: the cursor to continue after; ``None`` when there was nothing left.
+    A store names it once (``OwnedSecret("pool.domain_join", "password")``) and reaches the
+    secret of a record by the record's id, without building contexts itself.
     """
 
-    examined: int
-    rewrapped: int
-    changed_meanwhile: int
-    failed: tuple[SecretContext, ...]
-    last_id: uuid.UUID | None
+    kind: str
+    field: str
 
+    def context(self, owner_id: str | uuid.UUID) -> SecretContext:
+        """The context the record's secret is sealed for."""
+        return SecretContext.of(self.kind, owner_id, self.field)
 
-async def rewrap_batch(
-    db: Database, store: SecretStore, *, batch_size: int, after_id: uuid.UUID | None = None
-) -> RewrapBatch:
-    """Re-wrap up to ``batch_size`` values not under the current key, after ``after_id``.
+    def metadata_join(self, owner_id_sql: str, alias: str) -> str:
+        """A ``LEFT JOIN`` of the record's row in ``sealed_secrets`` as ``alias``.
 
-    Each row is compared and set on its ``version``: a row changed meanwhile (by the api
-    storing a new credential, or another re-wrap) is left alone. Rows are visited in id order,
-    so a caller passing back ``last_id`` visits each row once per run; a run interrupted at any
-    point leaves every row either re-wrapped or as it was, and the next run picks up the rest.
+        Select ``{alias}.updated_at`` to say whether the secret is set and when it changed.
 
-    :raises SecretsUnavailable: no current key is configured.
-    """
-    current = store.current_key_id
-    if current is None:
-        raise SecretsUnavailable("No current master key is configured to re-wrap under.")
-    rows = await db.fetch(_SELECT_BATCH, current, after_id or _NIL_ID, batch_size)
-    if not rows:
-        return RewrapBatch(0, 0, 0, (), None)
-    ids: list[uuid.UUID] = []
-    sealed_values: list[bytes] = []
-    versions: list[int] = []
-    failed: list[SecretContext] = []
-    for row in rows:
-        context = SecretContext(row["kind"], row["owner_id"], row["field"])
-        try:
-            sealed_values.append(store.rewrap(bytes(row["sealed"]), context))
-        except SecretDecryptionFailed as error:
-            log.warning(
-                "cannot re-wrap the secret %s: %s",
-                context,
-                error.code,
-                extra={"key_id": error.key_id or ""},
-            )
-            failed.append(context)
-            continue
-        ids.append(row["id"])
-        versions.append(row["version"])
-    updated = []
-    if ids:
-        updated = await db.fetch(
-            _COMPARE_AND_SET, ids, sealed_values, [current] * len(ids), versions
+        :param owner_id_sql: the SQL of the record's id as text (``p.id::text``).
+        """
+        return (
+            f"LEFT JOIN sealed_secrets AS {alias} ON {alias}.kind = '{self.kind}'"
+            f" AND {alias}.field = '{self.field}' AND {alias}.owner_id = {owner_id_sql}"
         )
-    return RewrapBatch(
-        examined=len(rows),
-        rewrapped=len(updated),
-        changed_meanwhile=len(ids) - len(updated),
-        failed=tuple(failed),
-        last_id=rows[-1]["id"],
-    )
 
+    async def put(
+        self,
+        db: Database,
+        store: SecretStore,
+        owner_id: str | uuid.UUID,
+        plaintext: SecretValue | str,
+    ) -> SecretMetadata:
+        """Seal and store the record's secret, replacing any (see :func:`put_secret`)."""
+        return await put_secret(db, store, self.context(owner_id), plaintext)
 
-@dataclass
-class RewrapTotals:
-    """What a whole :func:`rewrap_all` run did."""
+    async def get(
+        self, db: Database, store: SecretStore, owner_id: str | uuid.UUID
+    ) -> SecretValue | None:
+        """Open the record's secret; ``None`` when none is set (see :func:`get_secret`)."""
+        return await get_secret(db, store, self.context(owner_id))
 
-    batches: int = 0
-    rewrapped: int = 0
-    changed_meanwhile: int = 0
-    failed: list[SecretContext] = field(default_factory=list)
+    async def metadata(self, db: Database, owner_id: str | uuid.UUID) -> SecretMetadata:
+        """Whether the record's secret is set, and when it last changed."""
+        return await secret_metadata(db, self.context(owner_id))
 
-
-async def rewrap_all(
-    db: Database,
-    store: SecretStore,
-    *,
-    batch_size: int = 500,
-    on_batch: Callable[[RewrapBatch, RewrapTotals], Awaitable[None] | None] | None = None,
-) -> RewrapTotals:
-    """Re-wrap every value not under the current key, one batch (one statement) at a time.
-
-    :param on_batch: called after each committed batch with it and the running totals.
-    """
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
-    totals = RewrapTotals()
-    after: uuid.UUID | None = None
-    while True:
-        batch = await rewrap_batch(db, store, batch_size=batch_size, after_id=after)
-        if batch.last_id is None:
-            return totals
-        totals.batches += 1
-        totals.rewrapped += batch.rewrapped
-        totals.changed_meanwhile += batch.changed_meanwhile
-        totals.failed.extend(batch.failed)
-        after = batch.last_id
-        if on_batch is not None:
-            result = on_batch(batch, totals)
-            if result is not None:
-                await result
+    async def delete(self, db: Database, owner_id: str | uuid.UUID) -> int:
+        """Remove every secret of this kind the record has (when it is deleted, or cleared)."""
+        return await delete_secrets_of(db, self.kind, str(owner_id))

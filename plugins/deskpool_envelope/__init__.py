@@ -20,7 +20,8 @@ from deskpool.errors import StartupError
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
 from deskpool.runtime import Runtime
-from deskpool.secrets import KeyUsage, SecretStore, count_by_key_id
+from deskpool.secret_rotation import KeyUsage, count_by_key_id
+from deskpool.secrets import SecretStore
 from deskpool_envelope.store import EnvelopeSecretStore
 
 log = logging.getLogger(__name__)

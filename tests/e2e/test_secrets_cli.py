@@ -20,13 +20,8 @@ from tests.conftest import REPO, deskpool_command
 from tests.secret_leak_guard import LeakGuard
 
 from deskpool.host import bootstrap
-from deskpool.secrets import (
-    SecretContext,
-    SecretStore,
-    build_secret_store,
-    count_by_key_id,
-    put_secrets,
-)
+from deskpool.secret_rotation import count_by_key_id
+from deskpool.secrets import SecretContext, SecretStore, build_secret_store, put_secrets
 from deskpool_envelope.store import EnvelopeSecretStore, MasterKey
 
 Run = Callable[..., subprocess.CompletedProcess[str]]

@@ -22,6 +22,7 @@ from deskpool.api.routes import ResponseSpec, RouteTable
 from deskpool.api.secret_fields import SecretInput, SecretStatusSchema
 from deskpool.plugins import hookimpl
 from deskpool.runtime import Runtime
+from deskpool.secret_rotation import count_by_key_id, rewrap_all, rewrap_batch
 from deskpool.secrets import (
     SecretContext,
     SecretDecryptionFailed,
@@ -29,14 +30,11 @@ from deskpool.secrets import (
     SecretMetadata,
     SecretsUnavailable,
     SecretValue,
-    count_by_key_id,
     delete_secret,
     delete_secrets_of,
     get_secret,
     put_secret,
     put_secrets,
-    rewrap_all,
-    rewrap_batch,
     secret_metadata,
     secrets_metadata_of,
 )

@@ -15,9 +15,9 @@ from deskpool.cli import main
 from deskpool.config import REDACTED, parse_master_key
 from deskpool.errors import ConfigError, ServiceUnavailable, StartupError
 from deskpool.host import bootstrap
+from deskpool.secret_rotation import KeyUsage
 from deskpool.secrets import (
     MAX_PLAINTEXT_BYTES,
-    KeyUsage,
     SecretContext,
     SecretDecryptionFailed,
     SecretKeyUnknown,

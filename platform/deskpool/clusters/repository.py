@@ -21,20 +21,20 @@ import asyncpg
 
 from deskpool.errors import Conflict
 from deskpool.secrets import (
+    OwnedSecret,
     SecretContext,
     SecretDecryptionFailed,
     SecretMetadata,
     SecretStore,
     SecretValue,
-    delete_secrets_of,
-    get_secret,
-    put_secret,
 )
 
+#: A cluster's credentials document, sealed under the cluster's id.
+CREDENTIALS = OwnedSecret("cluster.credentials", "values")
 #: The secret-store kind of a cluster's credentials (the owner is the cluster's id).
-CREDENTIALS_KIND = "cluster.credentials"
+CREDENTIALS_KIND = CREDENTIALS.kind
 #: The field the credentials document is sealed under.
-CREDENTIALS_FIELD = "values"
+CREDENTIALS_FIELD = CREDENTIALS.field
 
 
 class ClusterNameTaken(Conflict):
@@ -46,7 +46,7 @@ class ClusterNameTaken(Conflict):
 
 def credentials_context(cluster_id: uuid.UUID | str) -> SecretContext:
     """The secret context a cluster's credentials are sealed for."""
-    return SecretContext.of(CREDENTIALS_KIND, cluster_id, CREDENTIALS_FIELD)
+    return CREDENTIALS.context(cluster_id)
 
 
 @dataclass(frozen=True)
@@ -112,8 +112,7 @@ class ClusterRecord:
 _SELECT = f"""
 SELECT c.*, s.updated_at AS credentials_changed_at
   FROM clusters AS c
-  LEFT JOIN sealed_secrets AS s
-    ON s.kind = '{CREDENTIALS_KIND}' AND s.field = '{CREDENTIALS_FIELD}' AND s.owner_id = c.id::text
+  {CREDENTIALS.metadata_join("c.id::text", "s")}
 """
 
 
@@ -223,7 +222,7 @@ async def delete_cluster(connection: asyncpg.Connection, cluster_id: uuid.UUID) 
     deleted = await connection.fetchval(
         "DELETE FROM clusters WHERE id = $1 RETURNING true", cluster_id
     )
-    await delete_secrets_of(connection, CREDENTIALS_KIND, str(cluster_id))
+    await CREDENTIALS.delete(connection, cluster_id)
     return bool(deleted)
 
 
@@ -287,14 +286,12 @@ async def store_credentials(
         },
         sort_keys=True,
     )
-    return await put_secret(
-        connection, store, credentials_context(cluster_id), SecretValue(document)
-    )
+    return await CREDENTIALS.put(connection, store, cluster_id, SecretValue(document))
 
 
 async def delete_credentials(connection: asyncpg.Connection, cluster_id: uuid.UUID) -> None:
     """Remove the cluster's credentials (it then connects without any)."""
-    await delete_secrets_of(connection, CREDENTIALS_KIND, str(cluster_id))
+    await CREDENTIALS.delete(connection, cluster_id)
 
 
 async def load_credentials(
@@ -309,7 +306,7 @@ async def load_credentials(
         document.
     """
     context = credentials_context(cluster_id)
-    sealed = await get_secret(db, store, context)
+    sealed = await CREDENTIALS.get(db, store, cluster_id)
     if sealed is None:
         return {}
     try:

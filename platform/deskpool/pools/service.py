@@ -222,7 +222,7 @@ async def create_pool(runtime: Runtime, actor: Actor, body: Mapping[str, Any]) -
             connection, pool, description=body["description"], domain_join=join
         )
         if password is not None:
-            await store_pools.store_domain_join_password(
+            await store_pools.DOMAIN_JOIN_PASSWORD.put(
                 connection, runtime.secret_store, pool.id, password
             )
         await enqueue_pool_reconcile(connection, pool.id)
@@ -311,9 +311,9 @@ async def change_pool(
         if "session_policy" in body:
             await sessions.set_pool_policy(connection, pool_id, body["session_policy"])
         if replaces_join and join is None:
-            await store_pools.delete_domain_join_password(connection, pool_id)
+            await store_pools.DOMAIN_JOIN_PASSWORD.delete(connection, pool_id)
         elif password is not None:
-            await store_pools.store_domain_join_password(
+            await store_pools.DOMAIN_JOIN_PASSWORD.put(
                 connection, runtime.secret_store, pool_id, password
             )
         await actor.record(

@@ -16,8 +16,8 @@ Rules kept here:
   records: an administrator drains the pool first (state ``draining``; reconciliation deletes
   each desktop as it becomes free), then deletes the empty pool. Nothing a user holds is ever
   destroyed by a single request.
-- *The domain-join password* is sealed by the secret store (:mod:`deskpool.secrets`) under
-  :func:`domain_join_context`; a record only says whether it is set and when it changed.
+- *The domain-join password* is sealed by the secret store (:mod:`deskpool.secrets`) as
+  :data:`DOMAIN_JOIN_PASSWORD`; a record only says whether it is set and when it changed.
 """
 
 from __future__ import annotations
@@ -43,21 +43,11 @@ from deskpool.pools.model import (
     PoolState,
 )
 from deskpool.pools.planner import HealthStatus, PoolHealth, PoolSummary
-from deskpool.secrets import (
-    SecretContext,
-    SecretMetadata,
-    SecretStore,
-    SecretValue,
-    delete_secrets_of,
-    get_secret,
-    put_secret,
-    secret_metadata,
-)
+from deskpool.secrets import OwnedSecret, SecretMetadata
 
-#: The secret-store kind of a pool's domain-join password (the owner is the pool's id).
-DOMAIN_JOIN_KIND = "pool.domain_join"
-#: The field the domain-join password is sealed under.
-DOMAIN_JOIN_PASSWORD_FIELD = "password"
+#: A pool's domain-join password, sealed under the pool's id (:meth:`OwnedSecret.put`; a
+#: record says only whether it is set and when it changed).
+DOMAIN_JOIN_PASSWORD = OwnedSecret("pool.domain_join", "password")
 
 #: Pool settings reconciliation reads: changing one bumps the pool's generation.
 RECONCILE_FIELDS = frozenset(
@@ -177,15 +167,8 @@ def pool_record_from_row(row: Mapping[str, Any]) -> PoolRecord:
 _SELECT_POOL = f"""
 SELECT p.*, s.updated_at AS domain_join_password_changed_at
   FROM pools AS p
-  LEFT JOIN sealed_secrets AS s
-    ON s.kind = '{DOMAIN_JOIN_KIND}' AND s.field = '{DOMAIN_JOIN_PASSWORD_FIELD}'
-   AND s.owner_id = p.id::text
+  {DOMAIN_JOIN_PASSWORD.metadata_join("p.id::text", "s")}
 """
-
-
-def domain_join_context(pool_id: uuid.UUID | str) -> SecretContext:
-    """The secret context a pool's domain-join password is sealed for."""
-    return SecretContext.of(DOMAIN_JOIN_KIND, pool_id, DOMAIN_JOIN_PASSWORD_FIELD)
 
 
 async def create_pool(
@@ -426,7 +409,7 @@ async def delete_pool(connection: asyncpg.Connection, pool_id: uuid.UUID) -> boo
                 extra={"desktops": count},
             )
         await connection.execute("DELETE FROM pools WHERE id = $1", pool_id)
-        await delete_secrets_of(connection, DOMAIN_JOIN_KIND, str(pool_id))
+        await DOMAIN_JOIN_PASSWORD.delete(connection, pool_id)
     return True
 
 
@@ -469,39 +452,6 @@ async def pool_counts(db: Db, pool_ids: Collection[uuid.UUID]) -> dict[uuid.UUID
             available=sum(int(row["available"]) for row in pool_rows),
         )
     return summaries
-
-
-# ------------------------------------------------------------------------------ domain join
-
-
-async def store_domain_join_password(
-    connection: asyncpg.Connection,
-    store: SecretStore,
-    pool_id: uuid.UUID,
-    password: SecretValue,
-) -> SecretMetadata:
-    """Seal the pool's domain-join password, replacing any.
-
-    :raises SecretsUnavailable: no master key is configured (a 503 problem).
-    """
-    return await put_secret(connection, store, domain_join_context(pool_id), password)
-
-
-async def delete_domain_join_password(connection: asyncpg.Connection, pool_id: uuid.UUID) -> None:
-    """Remove the pool's domain-join password."""
-    await delete_secrets_of(connection, DOMAIN_JOIN_KIND, str(pool_id))
-
-
-async def domain_join_password_metadata(db: Db, pool_id: uuid.UUID) -> SecretMetadata:
-    """Whether the pool's domain-join password is set, and when it changed."""
-    return await secret_metadata(db, domain_join_context(pool_id))
-
-
-async def load_domain_join_password(
-    db: Db, store: SecretStore, pool_id: uuid.UUID
-) -> SecretValue | None:
-    """Open the pool's domain-join password (for the provisioning job); ``None`` if unset."""
-    return await get_secret(db, store, domain_join_context(pool_id))
 
 
 def with_changes(pool: Pool, changes: Mapping[str, Any]) -> Pool:
