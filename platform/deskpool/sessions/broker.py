@@ -74,6 +74,41 @@ DISCONNECT_POLL_INTERVAL = 5.0
 _DATABASE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 
 
+async def _start_session(
+    connection: asyncpg.Connection,
+    key: bytes,
+    issued: IssuedToken,
+    gateway_id: str,
+    desktop_id: uuid.UUID,
+    pool_id: uuid.UUID,
+    desktop_name: str,
+    protocol: str,
+    *,
+    shadow_of: uuid.UUID | None = None,
+) -> SessionRecord:
+    """Record the session a redeemed token starts, tie the token to it, audit ``session.start``.
+
+    A session that shadows another is read-only, and its audit event names the watched one.
+    """
+    session = await store.insert_session(
+        connection,
+        user_id=issued.user_id,
+        desktop_id=desktop_id,
+        pool_id=pool_id,
+        desktop_name=desktop_name,
+        protocol=protocol,
+        gateway_id=gateway_id,
+        read_only=shadow_of is not None,
+        shadow_of=shadow_of,
+    )
+    await store.set_token_session(connection, key, session.id)
+    details = {"protocol": protocol} if shadow_of is None else {"shadow_of": str(shadow_of)}
+    await record_audit_event(
+        connection, _event("session.start", str(issued.user_id), session, **details)
+    )
+    return session
+
+
 def _event(action: str, actor: str, session: SessionRecord, **details: Any) -> AuditEvent:
     return AuditEvent(
         action=action,
@@ -150,22 +185,11 @@ class PlatformSessionBroker:
         pool = await store_pools.get_pool(connection, issued.pool_id)
         if desktop is None or pool is None or not desktop_still_held(desktop, issued.user_id):
             return "desktop_gone"
-        session = await store.insert_session(
-            connection,
-            user_id=issued.user_id,
-            desktop_id=desktop.id,
-            pool_id=pool.id,
-            desktop_name=desktop.name,
-            protocol=issued.protocol,
-            gateway_id=gateway_id,
+        session = await _start_session(
+            connection, key, issued, gateway_id, desktop.id, pool.id, desktop.name, issued.protocol
         )
         if not desktop.in_session:
             await store_desktops.apply_event(connection, desktop.id, SessionOpened(), pool=pool)
-        await store.set_token_session(connection, key, session.id)
-        await record_audit_event(
-            connection,
-            _event("session.start", str(issued.user_id), session, protocol=issued.protocol),
-        )
         policy = await store.get_policy(connection, pool.id)
         return TunnelGrant(
             session_id=session.id,
@@ -194,21 +218,16 @@ class PlatformSessionBroker:
         watched = await store.get_session(connection, issued.shadow_of)
         if watched is None or not watched.is_open or watched.connection_id is None:
             return "desktop_gone"
-        session = await store.insert_session(
+        session = await _start_session(
             connection,
-            user_id=issued.user_id,
-            desktop_id=watched.desktop_id,
-            pool_id=watched.pool_id,
-            desktop_name=watched.desktop_name,
-            protocol=watched.protocol,
-            gateway_id=gateway_id,
-            read_only=True,
+            key,
+            issued,
+            gateway_id,
+            watched.desktop_id,
+            watched.pool_id,
+            watched.desktop_name,
+            watched.protocol,
             shadow_of=watched.id,
-        )
-        await store.set_token_session(connection, key, session.id)
-        await record_audit_event(
-            connection,
-            _event("session.start", str(issued.user_id), session, shadow_of=str(watched.id)),
         )
         return TunnelGrant(
             session_id=session.id,
