@@ -49,51 +49,57 @@ def _format(entry_id: str, event_type: str, data: object) -> bytes:
     return f"id: {entry_id}\nevent: {event_type}\ndata: {json.dumps(data)}\n\n".encode()
 
 
+#: The live event stream, ``GET /api/v1/events``.
+ROUTES = RouteTable()
+
+
 def register(routes: RouteTable) -> None:
     """Declare ``GET /api/v1/events``."""
+    routes.include(ROUTES)
 
-    @routes.route(
-        "GET",
-        "/api/v1/events",
-        summary="Stream live events (server-sent events)",
-        description=_DESCRIPTION,
-        tags=("events",),
-        permission=None,
-        authenticated=True,
-        responses={
-            200: ResponseSpec("The event stream (it stays open).", content_type="text/event-stream")
-        },
+
+@ROUTES.route(
+    "GET",
+    "/api/v1/events",
+    summary="Stream live events (server-sent events)",
+    description=_DESCRIPTION,
+    tags=("events",),
+    permission=None,
+    authenticated=True,
+    responses={
+        200: ResponseSpec("The event stream (it stays open).", content_type="text/event-stream")
+    },
+)
+async def stream_events(call: Call) -> web.StreamResponse:
+    request = call.request
+    resume = request.headers.get("Last-Event-ID", "").strip() or None
+    if resume is not None and not valid_stream_id(resume):
+        raise BadRequest("Last-Event-ID is not an id this stream gave.")
+    hub = request.app[HUB_KEY]
+    principal = call.caller
+    permissions = set(principal.effective.permissions)
+    response = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream",
+            "Cache-Control": "no-store",
+            "X-Accel-Buffering": "no",
+        }
     )
-    async def stream_events(call: Call) -> web.StreamResponse:
-        request = call.request
-        resume = request.headers.get("Last-Event-ID", "").strip() or None
-        if resume is not None and not valid_stream_id(resume):
-            raise BadRequest("Last-Event-ID is not an id this stream gave.")
-        hub = request.app[HUB_KEY]
-        principal = call.caller
-        permissions = set(principal.effective.permissions)
-        response = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-store",
-                "X-Accel-Buffering": "no",
-            }
-        )
-        await response.prepare(request)
-        await response.write(f"retry: {RETRY_MS}\n: stream open\n\n".encode())
-        try:
-            async for entry in hub.events(resume, heartbeat=HEARTBEAT_SECONDS):
-                if entry is None:
-                    await response.write(b": keep-alive\n\n")
-                    continue
-                entry_id, event = entry
-                if may_see(event, permissions, principal.id):
-                    await response.write(_format(entry_id, event.type, event.body()))
-        except bus.LiveResumeGap as gap:
-            await response.write(_format(gap.oldest, "reset", {"type": "reset"}))
-        except (ConnectionResetError, RuntimeError):
-            pass  # the client went away
-        return response
+    await response.prepare(request)
+    await response.write(f"retry: {RETRY_MS}\n: stream open\n\n".encode())
+    try:
+        async for entry in hub.events(resume, heartbeat=HEARTBEAT_SECONDS):
+            if entry is None:
+                await response.write(b": keep-alive\n\n")
+                continue
+            entry_id, event = entry
+            if may_see(event, permissions, principal.id):
+                await response.write(_format(entry_id, event.type, event.body()))
+    except bus.LiveResumeGap as gap:
+        await response.write(_format(gap.oldest, "reset", {"type": "reset"}))
+    except (ConnectionResetError, RuntimeError):
+        pass  # the client went away
+    return response
 
 
 async def publish_api_change(call: Call, answer: object) -> None:

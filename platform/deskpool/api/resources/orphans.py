@@ -92,52 +92,59 @@ def _vm_id(call: Call) -> str:
     return vm_id
 
 
+#: The orphan operations.
+ROUTES = RouteTable()
+
+
 def register(routes: RouteTable) -> None:
     """Add the orphan operations."""
+    routes.include(ROUTES)
 
-    @routes.route(
-        "GET",
-        "/api/v1/clusters/{cluster_id}/orphans",
-        summary="List the orphan VMs reported on a cluster",
-        description=(
-            "VMs tagged as deskpool's that no desktop owns, oldest report first: `pool_id` "
-            "names the pool a VM was tagged for, or is null when its tags name no existing "
-            "pool or desktop. Orphans are never deleted unless asked (`DELETE "
-            ".../orphans/{vm_id}`)."
-        ),
-        tags=("clusters",),
-        permission="clusters:read",
-        query=PageQuery,
-        paginated=True,
-        responses={200: ResponseSpec("A page of orphans.", page_schema(OrphanSchema))},
-    )
-    async def list_cluster_orphans(call: Call) -> Page:
-        cluster_id = parse_id(call.path_param("cluster_id"), "cluster")
-        limit = int(call.query["limit"])
-        after = _after(call.query.get("cursor"))
-        orphans = await service.cluster_orphans(call.runtime, cluster_id)
-        ordered = sorted(orphans, key=orphan_cursor)
-        if after is not None:
-            ordered = [orphan for orphan in ordered if orphan_cursor(orphan) > after]
-        page = paginate(ordered[: limit + 1], limit, orphan_cursor)
-        return Page([orphan_view(orphan) for orphan in page.items], page.next)
 
-    @routes.route(
-        "DELETE",
-        "/api/v1/clusters/{cluster_id}/orphans/{vm_id}",
-        summary="Delete an orphan VM",
-        description=(
-            "Enqueues a `vm.delete_orphan` job and answers it (the job already queued or "
-            "running for the VM, if any). The job deletes the VM only if it still carries "
-            "deskpool's ownership tag and no desktop records or may own it, then forgets the "
-            "orphan. 404 for an unknown cluster or a VM not reported as an orphan."
-        ),
-        tags=("clusters",),
-        permission="clusters:manage",
-        responses={202: ResponseSpec("The deletion's job.", JobSchema)},
-    )
-    async def delete_cluster_orphan(call: Call) -> Reply:
-        cluster_id = parse_id(call.path_param("cluster_id"), "cluster")
-        vm_id = _vm_id(call)
-        job = await service.request_orphan_deletion(call.runtime, call.actor, cluster_id, vm_id)
-        return Reply(job, 202)
+@ROUTES.route(
+    "GET",
+    "/api/v1/clusters/{cluster_id}/orphans",
+    summary="List the orphan VMs reported on a cluster",
+    description=(
+        "VMs tagged as deskpool's that no desktop owns, oldest report first: `pool_id` "
+        "names the pool a VM was tagged for, or is null when its tags name no existing "
+        "pool or desktop. Orphans are never deleted unless asked (`DELETE "
+        ".../orphans/{vm_id}`)."
+    ),
+    tags=("clusters",),
+    permission="clusters:read",
+    query=PageQuery,
+    paginated=True,
+    responses={200: ResponseSpec("A page of orphans.", page_schema(OrphanSchema))},
+)
+async def list_cluster_orphans(call: Call) -> Page:
+    cluster_id = parse_id(call.path_param("cluster_id"), "cluster")
+    limit = int(call.query["limit"])
+    after = _after(call.query.get("cursor"))
+    orphans = await service.cluster_orphans(call.runtime, cluster_id)
+    ordered = sorted(orphans, key=orphan_cursor)
+    if after is not None:
+        ordered = [orphan for orphan in ordered if orphan_cursor(orphan) > after]
+    page = paginate(ordered[: limit + 1], limit, orphan_cursor)
+    return Page([orphan_view(orphan) for orphan in page.items], page.next)
+
+
+@ROUTES.route(
+    "DELETE",
+    "/api/v1/clusters/{cluster_id}/orphans/{vm_id}",
+    summary="Delete an orphan VM",
+    description=(
+        "Enqueues a `vm.delete_orphan` job and answers it (the job already queued or "
+        "running for the VM, if any). The job deletes the VM only if it still carries "
+        "deskpool's ownership tag and no desktop records or may own it, then forgets the "
+        "orphan. 404 for an unknown cluster or a VM not reported as an orphan."
+    ),
+    tags=("clusters",),
+    permission="clusters:manage",
+    responses={202: ResponseSpec("The deletion's job.", JobSchema)},
+)
+async def delete_cluster_orphan(call: Call) -> Reply:
+    cluster_id = parse_id(call.path_param("cluster_id"), "cluster")
+    vm_id = _vm_id(call)
+    job = await service.request_orphan_deletion(call.runtime, call.actor, cluster_id, vm_id)
+    return Reply(job, 202)

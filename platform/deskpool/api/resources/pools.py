@@ -195,291 +195,304 @@ def _retry_after(call: Call) -> str:
 # ----------------------------------------------------------------------------------- routes
 
 
+#: The pool, entitlement and "my pools" operations.
+ROUTES = RouteTable()
+
+
 def register(routes: RouteTable) -> None:
     """Add the pool, entitlement and "my pools" operations."""
+    routes.include(ROUTES)
 
-    @routes.route(
-        "GET",
-        "/api/v1/pools",
-        summary="List desktop pools",
-        description="In name order (without case), with desktop counts; filter by cluster, state.",
-        tags=("pools",),
-        permission="pools:read",
-        query=PoolQuery,
-        paginated=True,
-        responses={200: ResponseSpec("A page of pools.", page_schema(PoolSchema))},
+
+@ROUTES.route(
+    "GET",
+    "/api/v1/pools",
+    summary="List desktop pools",
+    description="In name order (without case), with desktop counts; filter by cluster, state.",
+    tags=("pools",),
+    permission="pools:read",
+    query=PoolQuery,
+    paginated=True,
+    responses={200: ResponseSpec("A page of pools.", page_schema(PoolSchema))},
+)
+async def list_pools(call: Call) -> Page:
+    limit = int(call.query["limit"])
+    state = call.query.get("state")
+    records = await store_pools.list_pools(
+        call.runtime.db,
+        limit=limit + 1,
+        after=cursor_pair(call.query.get("cursor")),
+        cluster_id=call.query.get("cluster_id"),
+        state=PoolState(state) if state else None,
     )
-    async def list_pools(call: Call) -> Page:
-        limit = int(call.query["limit"])
-        state = call.query.get("state")
-        records = await store_pools.list_pools(
-            call.runtime.db,
-            limit=limit + 1,
-            after=cursor_pair(call.query.get("cursor")),
-            cluster_id=call.query.get("cluster_id"),
-            state=PoolState(state) if state else None,
+    page = paginate(records, limit, store_pools.pool_cursor)
+    return Page(await _views(call.runtime.db, page.items), page.next)
+
+
+@ROUTES.route(
+    "POST",
+    "/api/v1/pools",
+    summary="Create a desktop pool",
+    description=(
+        "Invalid settings are 422 with a pointer per field; an unknown cluster is 422 "
+        "`/cluster_id`. The template is looked up on the cluster: 422 `/template` only when "
+        "the driver lists the templates and has no such one, 422 `/os_type` when its OS "
+        "differs; when the driver cannot be asked, the pool is created and "
+        "`template_check.status` is `not_verified`. A name in use is 409 "
+        "`pool_name_taken`; a domain-join password without a master key, 503 "
+        "`secrets_key_missing`; one pool more than the license allows, 409 "
+        "`license_limit_reached`. Reconciliation creates the desktops, as many as the "
+        "license allows (the pool's health says why when it holds some back)."
+    ),
+    tags=("pools",),
+    permission="pools:manage",
+    body=PoolCreateSchema,
+    responses={201: ResponseSpec("The new pool.", PoolWriteSchema)},
+)
+async def create_pool(call: Call) -> Reply:
+    written = await service.create_pool(call.runtime, call.actor, call.body)
+    view = pool_view(written.record, None, written.policy)
+    return Reply({**view, "template_check": written.check.view()}, 201)
+
+
+@ROUTES.route(
+    "GET",
+    "/api/v1/pools/{pool_id}",
+    summary="Get a desktop pool",
+    tags=("pools",),
+    permission="pools:read",
+    responses={200: ResponseSpec("The pool.", PoolSchema)},
+)
+async def get_pool(call: Call) -> dict[str, Any]:
+    return await _view(call.runtime.db, await existing_pool(call))
+
+
+@ROUTES.route(
+    "PATCH",
+    "/api/v1/pools/{pool_id}",
+    summary="Change a desktop pool",
+    description=(
+        "Members given replace the stored ones; the result is validated as a whole, as on "
+        "creation. The cluster, kind and OS cannot change while the pool has desktops. A "
+        "new template or cluster is looked up as on creation. A change reconciliation "
+        "reads bumps `generation`. `domain_join: null` removes the join settings and "
+        "password; a `domain_join` without `password` keeps the stored password."
+    ),
+    tags=("pools",),
+    permission="pools:manage",
+    body=PoolChangeSchema,
+    responses={200: ResponseSpec("The pool.", PoolWriteSchema)},
+)
+async def update_pool(call: Call) -> dict[str, Any]:
+    record, check = await service.change_pool(call.runtime, call.actor, pool_id_of(call), call.body)
+    return {**await _view(call.runtime.db, record), "template_check": check.view()}
+
+
+@ROUTES.route(
+    "DELETE",
+    "/api/v1/pools/{pool_id}",
+    summary="Delete a desktop pool",
+    description=(
+        "Only an empty pool is deleted (409 `pool_not_empty` otherwise, with the count in "
+        "`desktops`): set its state to `draining` first, and reconciliation deletes each "
+        "desktop as it becomes free. Its entitlements and domain-join password go with it."
+    ),
+    tags=("pools",),
+    permission="pools:manage",
+    responses={204: ResponseSpec("Deleted.")},
+)
+async def delete_pool(call: Call) -> Reply:
+    await service.delete_pool(call.runtime, call.actor, pool_id_of(call))
+    return Reply(None, 204)
+
+
+@ROUTES.route(
+    "POST",
+    "/api/v1/pools/{pool_id}/reconcile",
+    summary="Reconcile a pool now",
+    description=(
+        "Enqueues an immediate reconciliation (job kind `pool.reconcile`, payload "
+        '`{"pool_id"}`) instead of waiting for the next periodic pass. While one is '
+        "queued and not started, asking again answers that job. Creating a pool and "
+        "changing a setting that bumps its generation enqueue one too."
+    ),
+    tags=("pools",),
+    permission="pools:manage",
+    responses={202: ResponseSpec("The reconciliation job.", JobSchema)},
+)
+async def reconcile_pool(call: Call) -> Reply:
+    job = await service.reconcile_pool_now(call.runtime, call.actor, pool_id_of(call))
+    return Reply(job, 202)
+
+
+# -- entitlements
+
+
+@ROUTES.route(
+    "GET",
+    "/api/v1/pools/{pool_id}/entitlements",
+    summary="List who may open a pool's desktops",
+    description="Groups first, then users, by id.",
+    tags=("pools",),
+    permission="pools:read",
+    query=PageQuery,
+    paginated=True,
+    responses={200: ResponseSpec("A page of entitlements.", page_schema(EntitlementSchema))},
+)
+async def list_pool_entitlements(call: Call) -> Page:
+    record = await existing_pool(call)
+    limit = int(call.query["limit"])
+    after = cursor_pair(call.query.get("cursor"))
+    if after is not None and after[0] not in SUBJECT_TYPES:
+        raise InvalidCursor()
+    items = await store_entitlements.list_entitlements(
+        call.runtime.db, record.pool.id, limit=limit + 1, after=after
+    )
+    page = paginate(items, limit, store_entitlements.entitlement_cursor)
+    return Page([_entitlement_view(item) for item in page.items], page.next)
+
+
+@ROUTES.route(
+    "POST",
+    "/api/v1/pools/{pool_id}/entitlements",
+    summary="Entitle a user or group to a pool",
+    description=(
+        "The user or group must exist (422 `/subject_id`). Granting an entitlement that "
+        "exists answers it with 200."
+    ),
+    tags=("pools",),
+    permission="pools:manage",
+    body=EntitlementCreateSchema,
+    responses={
+        201: ResponseSpec("Granted.", EntitlementSchema),
+        200: ResponseSpec("It existed already.", EntitlementSchema),
+    },
+)
+async def grant_pool_entitlement(call: Call) -> Reply:
+    entitlement, created = await service.grant_entitlement(
+        call.runtime,
+        call.actor,
+        pool_id_of(call),
+        SubjectType(call.body["subject_type"]),
+        call.body["subject_id"],
+    )
+    return Reply(_entitlement_view(entitlement), 201 if created else 200)
+
+
+@ROUTES.route(
+    "DELETE",
+    "/api/v1/pools/{pool_id}/entitlements/{subject_type}/{subject_id}",
+    summary="Revoke an entitlement",
+    description=("Desktops the user holds stay theirs until an administrator unassigns them."),
+    tags=("pools",),
+    permission="pools:manage",
+    responses={204: ResponseSpec("Revoked.")},
+)
+async def revoke_pool_entitlement(call: Call) -> Reply:
+    pool_id = pool_id_of(call)
+    raw_type = call.path_param("subject_type")
+    if raw_type not in SUBJECT_TYPES:
+        raise NotFound(f"No entitlement of a {raw_type!r}: subjects are users and groups.")
+    subject_type = SubjectType(raw_type)
+    subject_id = parse_id(call.path_param("subject_id"), subject_type.value)
+    await service.revoke_entitlement(call.runtime, call.actor, pool_id, subject_type, subject_id)
+    return Reply(None, 204)
+
+
+# -- the caller's pools
+@ROUTES.route(
+    "GET",
+    "/api/v1/me/pools",
+    summary="The pools the caller is entitled to",
+    description=(
+        "Pools the caller is entitled to (directly or through a group), in name order, "
+        "with whether opening one gives a desktop now and the desktop the caller holds. "
+        "Holders of `pools:manage` may open any pool, but only pools they are entitled to "
+        "are listed here."
+    ),
+    tags=("me",),
+    permission=None,
+    authenticated=True,
+    query=PageQuery,
+    paginated=True,
+    responses={200: ResponseSpec("A page of pools.", page_schema(MyPoolSchema))},
+)
+async def list_my_pools(call: Call) -> Page:
+    principal = call.caller
+    db = call.runtime.db
+    limit = int(call.query["limit"])
+    after = cursor_pair(call.query.get("cursor"))
+    entitled = await store_entitlements.entitled_pools(db, principal.id, principal.group_ids)
+    records = (
+        await store_pools.list_pools(db, limit=limit + 1, after=after, pool_ids=entitled)
+        if entitled
+        else []
+    )
+    page = paginate(records, limit, store_pools.pool_cursor)
+    ids = [record.pool.id for record in page.items]
+    counts = await store_pools.pool_counts(db, ids)
+    held: dict[uuid.UUID, list[Desktop]] = {pool_id: [] for pool_id in ids}
+    for desktop in await store_desktops.desktops_held_by(db, principal.id, ids):
+        held[desktop.pool_id].append(desktop)
+    items = []
+    for record in page.items:
+        pool = record.pool
+        mine = [d for d in held[pool.id] if d.state is not DesktopState.DELETING]
+        items.append(
+            {
+                "id": str(pool.id),
+                "name": pool.name,
+                "description": record.description,
+                "kind": str(pool.kind),
+                "os_type": str(pool.os_type),
+                "state": str(pool.state),
+                "availability": _availability(pool, mine, counts[pool.id].available),
+                "desktop": (
+                    {"id": str(mine[0].id), "name": mine[0].name, "state": str(mine[0].state)}
+                    if mine
+                    else None
+                ),
+            }
         )
-        page = paginate(records, limit, store_pools.pool_cursor)
-        return Page(await _views(call.runtime.db, page.items), page.next)
+    return Page(items, page.next)
 
-    @routes.route(
-        "POST",
-        "/api/v1/pools",
-        summary="Create a desktop pool",
-        description=(
-            "Invalid settings are 422 with a pointer per field; an unknown cluster is 422 "
-            "`/cluster_id`. The template is looked up on the cluster: 422 `/template` only when "
-            "the driver lists the templates and has no such one, 422 `/os_type` when its OS "
-            "differs; when the driver cannot be asked, the pool is created and "
-            "`template_check.status` is `not_verified`. A name in use is 409 "
-            "`pool_name_taken`; a domain-join password without a master key, 503 "
-            "`secrets_key_missing`; one pool more than the license allows, 409 "
-            "`license_limit_reached`. Reconciliation creates the desktops, as many as the "
-            "license allows (the pool's health says why when it holds some back)."
-        ),
-        tags=("pools",),
-        permission="pools:manage",
-        body=PoolCreateSchema,
-        responses={201: ResponseSpec("The new pool.", PoolWriteSchema)},
-    )
-    async def create_pool(call: Call) -> Reply:
-        written = await service.create_pool(call.runtime, call.actor, call.body)
-        view = pool_view(written.record, None, written.policy)
-        return Reply({**view, "template_check": written.check.view()}, 201)
 
-    @routes.route(
-        "GET",
-        "/api/v1/pools/{pool_id}",
-        summary="Get a desktop pool",
-        tags=("pools",),
-        permission="pools:read",
-        responses={200: ResponseSpec("The pool.", PoolSchema)},
-    )
-    async def get_pool(call: Call) -> dict[str, Any]:
-        return await _view(call.runtime.db, await existing_pool(call))
-
-    @routes.route(
-        "PATCH",
-        "/api/v1/pools/{pool_id}",
-        summary="Change a desktop pool",
-        description=(
-            "Members given replace the stored ones; the result is validated as a whole, as on "
-            "creation. The cluster, kind and OS cannot change while the pool has desktops. A "
-            "new template or cluster is looked up as on creation. A change reconciliation "
-            "reads bumps `generation`. `domain_join: null` removes the join settings and "
-            "password; a `domain_join` without `password` keeps the stored password."
-        ),
-        tags=("pools",),
-        permission="pools:manage",
-        body=PoolChangeSchema,
-        responses={200: ResponseSpec("The pool.", PoolWriteSchema)},
-    )
-    async def update_pool(call: Call) -> dict[str, Any]:
-        record, check = await service.change_pool(
-            call.runtime, call.actor, pool_id_of(call), call.body
+@ROUTES.route(
+    "POST",
+    "/api/v1/me/pools/{pool_id}/desktop",
+    summary="Open a desktop of a pool",
+    description=(
+        "Hands the caller a desktop: the one they hold (persistent pools, reconnects), else "
+        "a free ready one, and a single-use connection token to it (valid "
+        "`SESSION_TOKEN_TTL`) with the gateway tunnel's URL. Entitled users (directly or "
+        "through a group) and holders of `pools:manage` may; a pool the caller may not "
+        "open answers 404 exactly as a pool that does not exist. 409 "
+        "`pool_unavailable` when the pool is disabled, or draining and the caller holds "
+        "nothing there; 503 `no_desktop_available` (or `desktop_not_ready` for the "
+        "caller's own desktop) with `Retry-After`; 503 `gateway_not_configured` (nothing "
+        "is allocated) when `GATEWAY_PUBLIC_WS_URL` is unset, or not `wss://` outside "
+        "development; 503 `desktop_unreachable` with `Retry-After` when the desktop's "
+        "address is not known yet (the desktop stays the caller's: ask again); 409 "
+        "`license_limit_reached` (nothing is allocated) when a new session would go beyond "
+        "the license's concurrent sessions."
+    ),
+    tags=("me",),
+    permission="pools:manage",
+    entitlement=True,
+    responses={
+        200: ResponseSpec("The caller's desktop and its connection.", DesktopConnectionSchema),
+        **ALLOCATION_PROBLEMS,
+    },
+)
+async def open_pool_desktop(call: Call) -> dict[str, Any]:
+    try:
+        connection = await sessions.open_pool_desktop(
+            call.runtime, call.caller, pool_id_of(call), call.actor.audit_event
         )
-        return {**await _view(call.runtime.db, record), "template_check": check.view()}
-
-    @routes.route(
-        "DELETE",
-        "/api/v1/pools/{pool_id}",
-        summary="Delete a desktop pool",
-        description=(
-            "Only an empty pool is deleted (409 `pool_not_empty` otherwise, with the count in "
-            "`desktops`): set its state to `draining` first, and reconciliation deletes each "
-            "desktop as it becomes free. Its entitlements and domain-join password go with it."
-        ),
-        tags=("pools",),
-        permission="pools:manage",
-        responses={204: ResponseSpec("Deleted.")},
-    )
-    async def delete_pool(call: Call) -> Reply:
-        await service.delete_pool(call.runtime, call.actor, pool_id_of(call))
-        return Reply(None, 204)
-
-    @routes.route(
-        "POST",
-        "/api/v1/pools/{pool_id}/reconcile",
-        summary="Reconcile a pool now",
-        description=(
-            "Enqueues an immediate reconciliation (job kind `pool.reconcile`, payload "
-            '`{"pool_id"}`) instead of waiting for the next periodic pass. While one is '
-            "queued and not started, asking again answers that job. Creating a pool and "
-            "changing a setting that bumps its generation enqueue one too."
-        ),
-        tags=("pools",),
-        permission="pools:manage",
-        responses={202: ResponseSpec("The reconciliation job.", JobSchema)},
-    )
-    async def reconcile_pool(call: Call) -> Reply:
-        job = await service.reconcile_pool_now(call.runtime, call.actor, pool_id_of(call))
-        return Reply(job, 202)
-
-    # -- entitlements
-
-    @routes.route(
-        "GET",
-        "/api/v1/pools/{pool_id}/entitlements",
-        summary="List who may open a pool's desktops",
-        description="Groups first, then users, by id.",
-        tags=("pools",),
-        permission="pools:read",
-        query=PageQuery,
-        paginated=True,
-        responses={200: ResponseSpec("A page of entitlements.", page_schema(EntitlementSchema))},
-    )
-    async def list_pool_entitlements(call: Call) -> Page:
-        record = await existing_pool(call)
-        limit = int(call.query["limit"])
-        after = cursor_pair(call.query.get("cursor"))
-        if after is not None and after[0] not in SUBJECT_TYPES:
-            raise InvalidCursor()
-        items = await store_entitlements.list_entitlements(
-            call.runtime.db, record.pool.id, limit=limit + 1, after=after
-        )
-        page = paginate(items, limit, store_entitlements.entitlement_cursor)
-        return Page([_entitlement_view(item) for item in page.items], page.next)
-
-    @routes.route(
-        "POST",
-        "/api/v1/pools/{pool_id}/entitlements",
-        summary="Entitle a user or group to a pool",
-        description=(
-            "The user or group must exist (422 `/subject_id`). Granting an entitlement that "
-            "exists answers it with 200."
-        ),
-        tags=("pools",),
-        permission="pools:manage",
-        body=EntitlementCreateSchema,
-        responses={
-            201: ResponseSpec("Granted.", EntitlementSchema),
-            200: ResponseSpec("It existed already.", EntitlementSchema),
-        },
-    )
-    async def grant_pool_entitlement(call: Call) -> Reply:
-        entitlement, created = await service.grant_entitlement(
-            call.runtime,
-            call.actor,
-            pool_id_of(call),
-            SubjectType(call.body["subject_type"]),
-            call.body["subject_id"],
-        )
-        return Reply(_entitlement_view(entitlement), 201 if created else 200)
-
-    @routes.route(
-        "DELETE",
-        "/api/v1/pools/{pool_id}/entitlements/{subject_type}/{subject_id}",
-        summary="Revoke an entitlement",
-        description=("Desktops the user holds stay theirs until an administrator unassigns them."),
-        tags=("pools",),
-        permission="pools:manage",
-        responses={204: ResponseSpec("Revoked.")},
-    )
-    async def revoke_pool_entitlement(call: Call) -> Reply:
-        pool_id = pool_id_of(call)
-        raw_type = call.path_param("subject_type")
-        if raw_type not in SUBJECT_TYPES:
-            raise NotFound(f"No entitlement of a {raw_type!r}: subjects are users and groups.")
-        subject_type = SubjectType(raw_type)
-        subject_id = parse_id(call.path_param("subject_id"), subject_type.value)
-        await service.revoke_entitlement(
-            call.runtime, call.actor, pool_id, subject_type, subject_id
-        )
-        return Reply(None, 204)
-
-    # -- the caller's pools
-    @routes.route(
-        "GET",
-        "/api/v1/me/pools",
-        summary="The pools the caller is entitled to",
-        description=(
-            "Pools the caller is entitled to (directly or through a group), in name order, "
-            "with whether opening one gives a desktop now and the desktop the caller holds. "
-            "Holders of `pools:manage` may open any pool, but only pools they are entitled to "
-            "are listed here."
-        ),
-        tags=("me",),
-        permission=None,
-        authenticated=True,
-        query=PageQuery,
-        paginated=True,
-        responses={200: ResponseSpec("A page of pools.", page_schema(MyPoolSchema))},
-    )
-    async def list_my_pools(call: Call) -> Page:
-        principal = call.caller
-        db = call.runtime.db
-        limit = int(call.query["limit"])
-        after = cursor_pair(call.query.get("cursor"))
-        entitled = await store_entitlements.entitled_pools(db, principal.id, principal.group_ids)
-        records = (
-            await store_pools.list_pools(db, limit=limit + 1, after=after, pool_ids=entitled)
-            if entitled
-            else []
-        )
-        page = paginate(records, limit, store_pools.pool_cursor)
-        ids = [record.pool.id for record in page.items]
-        counts = await store_pools.pool_counts(db, ids)
-        held: dict[uuid.UUID, list[Desktop]] = {pool_id: [] for pool_id in ids}
-        for desktop in await store_desktops.desktops_held_by(db, principal.id, ids):
-            held[desktop.pool_id].append(desktop)
-        items = []
-        for record in page.items:
-            pool = record.pool
-            mine = [d for d in held[pool.id] if d.state is not DesktopState.DELETING]
-            items.append(
-                {
-                    "id": str(pool.id),
-                    "name": pool.name,
-                    "description": record.description,
-                    "kind": str(pool.kind),
-                    "os_type": str(pool.os_type),
-                    "state": str(pool.state),
-                    "availability": _availability(pool, mine, counts[pool.id].available),
-                    "desktop": (
-                        {"id": str(mine[0].id), "name": mine[0].name, "state": str(mine[0].state)}
-                        if mine
-                        else None
-                    ),
-                }
-            )
-        return Page(items, page.next)
-
-    @routes.route(
-        "POST",
-        "/api/v1/me/pools/{pool_id}/desktop",
-        summary="Open a desktop of a pool",
-        description=(
-            "Hands the caller a desktop: the one they hold (persistent pools, reconnects), else "
-            "a free ready one, and a single-use connection token to it (valid "
-            "`SESSION_TOKEN_TTL`) with the gateway tunnel's URL. Entitled users (directly or "
-            "through a group) and holders of `pools:manage` may; a pool the caller may not "
-            "open answers 404 exactly as a pool that does not exist. 409 "
-            "`pool_unavailable` when the pool is disabled, or draining and the caller holds "
-            "nothing there; 503 `no_desktop_available` (or `desktop_not_ready` for the "
-            "caller's own desktop) with `Retry-After`; 503 `gateway_not_configured` (nothing "
-            "is allocated) when `GATEWAY_PUBLIC_WS_URL` is unset, or not `wss://` outside "
-            "development; 503 `desktop_unreachable` with `Retry-After` when the desktop's "
-            "address is not known yet (the desktop stays the caller's: ask again); 409 "
-            "`license_limit_reached` (nothing is allocated) when a new session would go beyond "
-            "the license's concurrent sessions."
-        ),
-        tags=("me",),
-        permission="pools:manage",
-        entitlement=True,
-        responses={
-            200: ResponseSpec("The caller's desktop and its connection.", DesktopConnectionSchema),
-            **ALLOCATION_PROBLEMS,
-        },
-    )
-    async def open_pool_desktop(call: Call) -> dict[str, Any]:
-        try:
-            connection = await sessions.open_pool_desktop(
-                call.runtime, call.caller, pool_id_of(call), call.actor.audit_event
-            )
-        except (NoDesktopAvailable, DesktopNotReady) as error:
-            error.headers = {**error.headers, "Retry-After": _retry_after(call)}
-            raise
-        return connection_view(connection)
+    except (NoDesktopAvailable, DesktopNotReady) as error:
+        error.headers = {**error.headers, "Retry-After": _retry_after(call)}
+        raise
+    return connection_view(connection)
 
 
 def _entitlement_view(entitlement: store_entitlements.Entitlement) -> dict[str, Any]:

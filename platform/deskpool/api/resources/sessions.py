@@ -297,128 +297,137 @@ def _session_id(call: Call) -> uuid.UUID:
 # ----------------------------------------------------------------------------------- routes
 
 
+#: The session operations and the caller's own.
+ROUTES = RouteTable()
+
+
 def register(routes: RouteTable) -> None:
     """Add the session operations and the caller's own."""
+    routes.include(ROUTES)
 
-    @routes.route(
-        "GET",
-        "/api/v1/sessions",
-        summary="List desktop sessions",
-        description="Newest first; filter by user, desktop, pool and `open` / `ended`.",
-        tags=("sessions",),
-        permission="sessions:read",
-        query=SessionQuery,
-        paginated=True,
-        responses={200: ResponseSpec("A page of sessions.", page_schema(SessionSchema))},
-    )
-    async def list_sessions(call: Call) -> Page:
-        query = call.query
-        return await _page(
-            call,
-            store.SessionFilter(
-                user_id=query.get("user_id"),
-                desktop_id=query.get("desktop_id"),
-                pool_id=query.get("pool_id"),
-                open=_open_filter(query),
-            ),
-        )
 
-    @routes.route(
-        "GET",
-        "/api/v1/sessions/{session_id}",
-        summary="Get a desktop session",
-        tags=("sessions",),
-        permission="sessions:read",
-        responses={200: ResponseSpec("The session.", SessionSchema)},
-    )
-    async def get_session(call: Call) -> dict[str, Any]:
-        return session_view(await service.get_session(call.runtime, _session_id(call)))
-
-    @routes.route(
-        "POST",
-        "/api/v1/sessions/{session_id}/disconnect",
-        summary="Disconnect a desktop session",
-        description=(
-            "Asks the gateway holding the tunnel to close it (within seconds, whichever gateway "
-            "it is); the session then ends with `admin_disconnect`, and the pool's "
-            "after-disconnect policy applies. 409 `session_not_open` when it has ended."
+@ROUTES.route(
+    "GET",
+    "/api/v1/sessions",
+    summary="List desktop sessions",
+    description="Newest first; filter by user, desktop, pool and `open` / `ended`.",
+    tags=("sessions",),
+    permission="sessions:read",
+    query=SessionQuery,
+    paginated=True,
+    responses={200: ResponseSpec("A page of sessions.", page_schema(SessionSchema))},
+)
+async def list_sessions(call: Call) -> Page:
+    query = call.query
+    return await _page(
+        call,
+        store.SessionFilter(
+            user_id=query.get("user_id"),
+            desktop_id=query.get("desktop_id"),
+            pool_id=query.get("pool_id"),
+            open=_open_filter(query),
         ),
-        tags=("sessions",),
-        permission="sessions:manage",
-        responses={202: ResponseSpec("The session, asked to close.", SessionSchema)},
     )
-    async def disconnect_session(call: Call) -> Reply:
-        session = await service.disconnect_session(
-            call.runtime, _session_id(call), call.actor.audit_event
-        )
-        return Reply(session_view(session), 202)
 
-    @routes.route(
-        "POST",
-        "/api/v1/sessions/{session_id}/shadow",
-        summary="Watch a desktop session read-only",
-        description=(
-            "A connection token that joins the live session read-only: the administrator sees "
-            "the user's desktop and cannot type or click. 409 `session_not_open` when the "
-            "session has ended or has not connected yet."
-        ),
-        tags=("sessions",),
-        permission="sessions:manage",
-        responses={
-            200: ResponseSpec("The session and the viewer's token.", ShadowSchema),
-            **_UNAVAILABLE,
-        },
-    )
-    async def shadow_session(call: Call) -> dict[str, Any]:
-        session, connection = await service.shadow_session(
-            call.runtime, call.caller, _session_id(call), call.actor.audit_event
-        )
-        return {
-            "session": session_view(session),
-            "connection": connection_view(connection)["connection"],
-        }
 
-    @routes.route(
-        "GET",
-        "/api/v1/me/sessions",
-        summary="The caller's desktop sessions",
-        description="Newest first; `state` keeps only open or ended ones.",
-        tags=("me",),
-        permission=None,
-        authenticated=True,
-        query=MySessionQuery,
-        paginated=True,
-        responses={200: ResponseSpec("A page of sessions.", page_schema(SessionSchema))},
-    )
-    async def list_my_sessions(call: Call) -> Page:
-        return await _page(
-            call,
-            store.SessionFilter(
-                user_id=uuid.UUID(str(call.caller.id)), open=_open_filter(call.query)
-            ),
-        )
+@ROUTES.route(
+    "GET",
+    "/api/v1/sessions/{session_id}",
+    summary="Get a desktop session",
+    tags=("sessions",),
+    permission="sessions:read",
+    responses={200: ResponseSpec("The session.", SessionSchema)},
+)
+async def get_session(call: Call) -> dict[str, Any]:
+    return session_view(await service.get_session(call.runtime, _session_id(call)))
 
-    @routes.route(
-        "POST",
-        "/api/v1/me/desktops/{desktop_id}/connection",
-        summary="Reconnect to a desktop the caller holds",
-        description=(
-            "A new single-use connection token to the caller's desktop (a persistent desktop "
-            "the caller was logged off from is handed back first). 404 when the caller does not "
-            "hold it; 409 `license_limit_reached` when the desktop has no session and one more "
-            "would go beyond the license's concurrent sessions."
-        ),
-        tags=("me",),
-        permission=None,
-        authenticated=True,
-        responses={
-            200: ResponseSpec("The desktop and its connection.", DesktopConnectionSchema),
-            **_UNAVAILABLE,
-        },
+
+@ROUTES.route(
+    "POST",
+    "/api/v1/sessions/{session_id}/disconnect",
+    summary="Disconnect a desktop session",
+    description=(
+        "Asks the gateway holding the tunnel to close it (within seconds, whichever gateway "
+        "it is); the session then ends with `admin_disconnect`, and the pool's "
+        "after-disconnect policy applies. 409 `session_not_open` when it has ended."
+    ),
+    tags=("sessions",),
+    permission="sessions:manage",
+    responses={202: ResponseSpec("The session, asked to close.", SessionSchema)},
+)
+async def disconnect_session(call: Call) -> Reply:
+    session = await service.disconnect_session(
+        call.runtime, _session_id(call), call.actor.audit_event
     )
-    async def connect_my_desktop(call: Call) -> dict[str, Any]:
-        desktop_id = parse_id(call.path_param("desktop_id"), "desktop")
-        connection = await service.reconnect_desktop(
-            call.runtime, call.caller, desktop_id, call.actor.audit_event
-        )
-        return connection_view(connection)
+    return Reply(session_view(session), 202)
+
+
+@ROUTES.route(
+    "POST",
+    "/api/v1/sessions/{session_id}/shadow",
+    summary="Watch a desktop session read-only",
+    description=(
+        "A connection token that joins the live session read-only: the administrator sees "
+        "the user's desktop and cannot type or click. 409 `session_not_open` when the "
+        "session has ended or has not connected yet."
+    ),
+    tags=("sessions",),
+    permission="sessions:manage",
+    responses={
+        200: ResponseSpec("The session and the viewer's token.", ShadowSchema),
+        **_UNAVAILABLE,
+    },
+)
+async def shadow_session(call: Call) -> dict[str, Any]:
+    session, connection = await service.shadow_session(
+        call.runtime, call.caller, _session_id(call), call.actor.audit_event
+    )
+    return {
+        "session": session_view(session),
+        "connection": connection_view(connection)["connection"],
+    }
+
+
+@ROUTES.route(
+    "GET",
+    "/api/v1/me/sessions",
+    summary="The caller's desktop sessions",
+    description="Newest first; `state` keeps only open or ended ones.",
+    tags=("me",),
+    permission=None,
+    authenticated=True,
+    query=MySessionQuery,
+    paginated=True,
+    responses={200: ResponseSpec("A page of sessions.", page_schema(SessionSchema))},
+)
+async def list_my_sessions(call: Call) -> Page:
+    return await _page(
+        call,
+        store.SessionFilter(user_id=uuid.UUID(str(call.caller.id)), open=_open_filter(call.query)),
+    )
+
+
+@ROUTES.route(
+    "POST",
+    "/api/v1/me/desktops/{desktop_id}/connection",
+    summary="Reconnect to a desktop the caller holds",
+    description=(
+        "A new single-use connection token to the caller's desktop (a persistent desktop "
+        "the caller was logged off from is handed back first). 404 when the caller does not "
+        "hold it; 409 `license_limit_reached` when the desktop has no session and one more "
+        "would go beyond the license's concurrent sessions."
+    ),
+    tags=("me",),
+    permission=None,
+    authenticated=True,
+    responses={
+        200: ResponseSpec("The desktop and its connection.", DesktopConnectionSchema),
+        **_UNAVAILABLE,
+    },
+)
+async def connect_my_desktop(call: Call) -> dict[str, Any]:
+    desktop_id = parse_id(call.path_param("desktop_id"), "desktop")
+    connection = await service.reconnect_desktop(
+        call.runtime, call.caller, desktop_id, call.actor.audit_event
+    )
+    return connection_view(connection)
