@@ -80,6 +80,13 @@ describe("the cluster form", () => {
     expect(html).toContain(">Save</button>");
   });
 
+  it("keeps what a driver that is not installed declares", () => {
+    const html = render({ ...CLUSTER, driver: "gone", driver_status: "not_installed" });
+    expect(html).toContain("The driver gone is not installed here");
+    expect(html).toContain('<option value="gone" selected="">gone (not installed)</option>');
+    expect(html).not.toContain("API token id");
+  });
+
   it("says when no driver is installed", () => {
     const client = new QueryClient();
     client.setQueryData(["drivers"], { items: [], next: null });

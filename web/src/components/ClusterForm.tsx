@@ -78,18 +78,18 @@ function ClusterFormFor({
   };
   const submit = (event: FormEvent) => {
     event.preventDefault();
-    if (!driver) return;
-    const collected = collect(driver.fields, values, editing);
+    // A driver that is not installed declares nothing: its options and credentials stay.
+    const collected = driver ? collect(driver.fields, values, editing) : { options: undefined, errors: {} };
     setLocalErrors(collected.errors);
     if (Object.keys(collected.errors).length) return;
     const body: Schemas["ClusterCreate"] = {
       name: name.trim(),
-      driver: driver.name,
+      driver: driverName,
       endpoint: endpoint.trim(),
-      options: collected.options,
       tls: { verify, fingerprint: fingerprint.trim() || null, ca_certificate: caCertificate.trim() || null },
     };
-    if (collected.credentials) body.credentials = collected.credentials;
+    if (collected.options) body.options = collected.options;
+    if ("credentials" in collected && collected.credentials) body.credentials = collected.credentials;
     save.mutate(body);
   };
   return (
@@ -105,6 +105,7 @@ function ClusterFormFor({
           disabled={editing}
           hint={editing ? "A cluster keeps its driver." : "The hypervisor drivers installed on this instance."}
         >
+          {driver ? null : <option value={driverName}>{driverName} (not installed)</option>}
           {drivers.map((item) => (
             <option key={item.name} value={item.name}>
               {item.title}
@@ -120,6 +121,11 @@ function ClusterFormFor({
         required
         hint={driver?.endpoint_help || "The cluster's API address."}
       />
+      {!driver ? (
+        <p className="error-text">
+          The driver {driverName} is not installed here: its options and credentials cannot change until it is.
+        </p>
+      ) : null}
       {driver ? (
         <DriverFields
           driver={driver}
