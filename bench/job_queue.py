@@ -53,6 +53,7 @@ import contextlib
 import json
 import logging
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -71,6 +72,8 @@ DRAIN_LIMIT = 300
 #: In the hard series, every LONG_EVERY-th job sleeps LONG_LEASES leases.
 LONG_EVERY = 500
 LONG_LEASES = 1.5
+#: Target of issue 17: deskpool's drain rate over pgqueuer's at equal settings.
+RATIO_TARGET = 1.5
 #: Marks the benchmark's databases (the load monitor counts their backends as ours).
 DB_PREFIX = "dpbench_queue"
 
@@ -614,8 +617,17 @@ async def orchestrate(args: argparse.Namespace) -> None:
             for number, system in rounds(args.runs, systems):
                 run = await measure(system, number, plan)
                 print_run(series, run, lambda line: print(line, file=sys.stderr, flush=True))
+            ratios = series.ratios("pgqueuer", "drain") if "pgqueuer" in systems else []
+            target = (
+                f"\n\nTarget of issue 17 (deskpool at least {RATIO_TARGET:g}x pgqueuer at equal "
+                f"settings): median ratio {statistics.median(ratios):.2f}x over {len(ratios)} "
+                f"pairs: {'meets' if statistics.median(ratios) >= RATIO_TARGET else 'MISSES'} it."
+                if ratios
+                else ""
+            )
             outputs.append(
                 series.table()
+                + target
                 + "\n\nSettings:\n\n"
                 + settings_table(settings, processes, sync_commit)
             )
