@@ -10,6 +10,7 @@ from typing import Any
 
 import asyncpg
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from tests.integration.pools.conftest import pool_body
 
 from deskpool.licensing.model import FREE_LIMITS, sign_document
 from deskpool.pools.planner import ReconcilePolicy
@@ -117,16 +118,8 @@ async def test_a_pool_beyond_the_limit_is_refused_and_nothing_is_touched(
     cluster_id = (await cluster.json())["id"]
 
     def pool(name: str) -> dict[str, Any]:
-        return {
-            "name": name,
-            "cluster_id": cluster_id,
-            "template": "ubuntu-22.04",
-            "kind": "non_persistent",
-            "os_type": "linux",
-            "min_size": 0,
-            "max_size": 2,
-            "naming_pattern": f"{name}-{{n:02}}",
-        }
+        pattern = f"{name}-{{n:02}}"
+        return pool_body(cluster_id, name=name, naming_pattern=pattern, min_size=0, max_size=2)
 
     first = await client.post("/api/v1/pools", json=pool("lic-a"), headers=admin)
     assert first.status == 201, await first.text()

@@ -114,6 +114,21 @@ async def add_user(connection: asyncpg.Connection) -> str:
 # ------------------------------------------------------------------------------ the API
 
 
+def pool_body(cluster_id: str, /, **changes: Any) -> dict[str, Any]:
+    """A valid creation body for a Linux pool of the simulator's Ubuntu template."""
+    tag = uuid.uuid4().hex[:6]
+    return {
+        "name": f"lab-{tag}",
+        "cluster_id": cluster_id,
+        "template": "ubuntu-22.04",
+        "kind": "non_persistent",
+        "os_type": "linux",
+        "max_size": 10,
+        "naming_pattern": f"l{tag}-{{n:02}}",
+        **changes,
+    }
+
+
 Headers = dict[str, str]
 
 

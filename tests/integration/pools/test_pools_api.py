@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tests.integration.pools.conftest import Caller, add_desktops
+from tests.integration.pools.conftest import Caller, add_desktops, pool_body
 
 from deskpool.pools import store_pools
 from deskpool.pools.model import DesktopState
@@ -16,21 +16,6 @@ POOLS = "/api/v1/pools"
 
 NewCaller = Callable[..., Awaitable[Caller]]
 NewCluster = Callable[..., Awaitable[str]]
-
-
-def pool_body(cluster_id: str, /, **changes: Any) -> dict[str, Any]:
-    """A valid creation body for a Linux pool of the simulator's Ubuntu template."""
-    tag = uuid.uuid4().hex[:6]
-    return {
-        "name": f"lab-{tag}",
-        "cluster_id": cluster_id,
-        "template": "ubuntu-22.04",
-        "kind": "non_persistent",
-        "os_type": "linux",
-        "max_size": 10,
-        "naming_pattern": f"l{tag}-{{n:02}}",
-        **changes,
-    }
 
 
 async def create(client: Any, caller: Caller, body: dict[str, Any]) -> dict[str, Any]:

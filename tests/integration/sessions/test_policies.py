@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from tests.integration.pools.conftest import pool_body
 from tests.integration.sessions.conftest import (
     Estate,
     audit_actions,
@@ -30,16 +31,7 @@ async def test_a_pool_s_session_policy_is_set_and_changed_through_the_api(
 ) -> None:
     admin = await new_caller("pools:manage", "pools:read")
     cluster_id = await api_cluster()
-    pool = {
-        "name": f"policy-{uuid.uuid4().hex[:6]}",
-        "cluster_id": cluster_id,
-        "template": "ubuntu-22.04",
-        "kind": "non_persistent",
-        "os_type": "linux",
-        "min_size": 0,
-        "max_size": 2,
-        "naming_pattern": f"p{uuid.uuid4().hex[:4]}-{{n:02}}",
-    }
+    pool = pool_body(cluster_id, name=f"policy-{uuid.uuid4().hex[:6]}", min_size=0, max_size=2)
     plain = await client.post("/api/v1/pools", json=pool, headers=admin.headers)
     assert plain.status == 201, await plain.text()
     assert (await plain.json())["session_policy"] == {

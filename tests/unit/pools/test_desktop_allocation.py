@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from uuid import UUID
 
 import pytest
+from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder
 
 from deskpool.errors import Conflict, ServiceUnavailable
 from deskpool.pools.allocation import (
@@ -20,11 +20,9 @@ from deskpool.pools.allocation import (
     free_desktops,
     held_desktops,
 )
-from deskpool.pools.model import Desktop, DesktopState, Pool, PoolKind, PoolState
+from deskpool.pools.model import Desktop, DesktopState, PoolKind, PoolState
 from deskpool.pools.states import Allocated, transition
 
-PoolBuilder = Callable[..., Pool]
-DesktopBuilder = Callable[..., Desktop]
 S = DesktopState
 
 

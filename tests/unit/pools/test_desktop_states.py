@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from uuid import UUID
 
 import pytest
+from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder
 
 from deskpool.area_settings import declare_area_settings
 from deskpool.config import SettingRegistry, declare_core_settings
@@ -42,8 +42,6 @@ from deskpool.pools.states import (
     transition,
 )
 
-PoolBuilder = Callable[..., Pool]
-DesktopBuilder = Callable[..., Desktop]
 S = DesktopState
 
 #: One instance of every event, for table-driven tests.

@@ -2,29 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
 import pytest
+from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder
 
 from deskpool.errors import FieldError
 from deskpool.pools.model import (
     MAX_POOL_SIZE,
-    Desktop,
     DesktopState,
     ObservedVm,
     OsType,
-    Pool,
     PoolKind,
     PowerState,
     validate_pool,
     validate_pool_change,
 )
-
-PoolBuilder = Callable[..., Pool]
-DesktopBuilder = Callable[..., Desktop]
 
 
 def pointers(errors: list[FieldError]) -> list[str]:

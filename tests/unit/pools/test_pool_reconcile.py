@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 import pytest
+from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder, VmBuilder
 
 from deskpool.config import Config
 from deskpool.pools.model import (
@@ -45,9 +46,6 @@ from deskpool.pools.planner import (
 )
 from deskpool.pools.states import Delete, Failed, Refresh, Replace, Retry
 
-PoolBuilder = Callable[..., Pool]
-DesktopBuilder = Callable[..., Desktop]
-VmBuilder = Callable[..., ObservedVm]
 S = DesktopState
 POLICY = ReconcilePolicy()
 
