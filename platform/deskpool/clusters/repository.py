@@ -19,6 +19,7 @@ from typing import Any
 
 import asyncpg
 
+from deskpool.db.rows import fetch_record, lock_clause
 from deskpool.errors import Conflict
 from deskpool.secrets import (
     OwnedSecret,
@@ -159,9 +160,8 @@ async def get_cluster(
     db: asyncpg.Connection | asyncpg.Pool, cluster_id: uuid.UUID, *, for_update: bool = False
 ) -> ClusterRecord | None:
     """The cluster ``cluster_id``, or ``None``; ``for_update`` locks its row."""
-    lock = " FOR UPDATE OF c" if for_update else ""
-    row = await db.fetchrow(f"{_SELECT} WHERE c.id = $1{lock}", cluster_id)
-    return None if row is None else ClusterRecord.from_row(row)
+    query = f"{_SELECT} WHERE c.id = $1{lock_clause(for_update, 'c')}"
+    return await fetch_record(db, ClusterRecord.from_row, query, cluster_id)
 
 
 async def list_clusters(

@@ -3,14 +3,15 @@
 A store function that only reads takes a :data:`Db` (a connection, or the pool to take one
 from); one that writes takes an ``asyncpg.Connection``, so the caller makes it part of its
 transaction. :func:`record_from_row` builds a frozen dataclass from the row's columns of the
-same names, with the fields whose column needs converting given by the caller.
+same names, with the fields whose column needs converting given by the caller;
+:func:`fetch_record` reads one row into a record, or ``None``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Protocol, TypeAlias, TypeVar
 from uuid import UUID
 
 import asyncpg
@@ -19,6 +20,13 @@ import asyncpg
 Db: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
 T = TypeVar("T")
+
+
+class RowSource(Protocol):
+    """Anything a row is read from: an asyncpg connection or pool, or a stand-in for one."""
+
+    async def fetchrow(self, query: str, *args: Any) -> Any:
+        """The first row of ``query``, or ``None``."""
 
 
 #: The field names of each record class :func:`record_from_row` has built.
@@ -50,3 +58,18 @@ def as_uuid(value: str | UUID | None) -> UUID | None:
     if value is None or isinstance(value, UUID):
         return value
     return UUID(value)
+
+
+def lock_clause(for_update: bool, of: str | None = None) -> str:
+    """`` FOR UPDATE`` (``OF`` a table alias, if given) when ``for_update``, else nothing."""
+    if not for_update:
+        return ""
+    return " FOR UPDATE" if of is None else f" FOR UPDATE OF {of}"
+
+
+async def fetch_record(
+    db: RowSource, build: Callable[[Mapping[str, Any]], T], query: str, *args: Any
+) -> T | None:
+    """The record ``build`` makes of the first row of ``query``; ``None`` when there is none."""
+    row = await db.fetchrow(query, *args)
+    return None if row is None else build(row)

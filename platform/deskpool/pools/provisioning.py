@@ -281,55 +281,52 @@ class DesktopWork(DesktopRecorder):
 
     async def wait_for_agent(self) -> None:
         """``waiting_for_agent``: poll the guest agent until it answers or the timeout ends."""
-        timeout = self.settings.guest_agent_wait_timeout
-        answered = await self.wait(
-            self.driver.agent_ping, timeout, "the guest agent did not answer within"
-        )
-        if answered:
-            await self.record(AgentReady())
+        limit = self.settings.guest_agent_wait_timeout
+        failure = "the guest agent did not answer within"
+        await self.wait(self.driver.agent_ping, limit, failure, AgentReady())
 
     async def wait_for_windows(self) -> None:
         """``waiting_for_windows``: poll until Sysprep/OOBE finished or the timeout ends."""
-        timeout = self.settings.windows_ready_wait_timeout
-        finished = await self.wait(
-            self.driver.windows_ready, timeout, "Windows did not finish Sysprep/OOBE within"
-        )
-        if finished:
-            await self.record(WindowsReady())
+        limit = self.settings.windows_ready_wait_timeout
+        failure = "Windows did not finish Sysprep/OOBE within"
+        await self.wait(self.driver.windows_ready, limit, failure, WindowsReady())
 
     async def wait(
         self,
         probe: Callable[..., Awaitable[bool]],
         limit: timedelta,
         failure: str,
-    ) -> bool:
-        """Poll ``probe(vm_id)`` until it is true (``True``) or ``limit`` ran out (``False``).
+        done: DesktopEvent,
+    ) -> None:
+        """Poll ``probe(vm_id)`` until it is true, then record ``done``; or fail the step.
 
-        ``limit`` (the step's timeout) counts from when the desktop entered the step. A VM
-        found powered off is powered on again; a driver that cannot probe counts as an answer.
+        ``limit`` (the step's timeout) counts from when the desktop entered the step; once it
+        ran out, the step fails with ``failure`` and the limit. A VM found powered off is
+        powered on again; a driver that cannot probe counts as an answer.
         """
         step = self.desktop.state
         vm_id = self.desktop.vm_id
         if vm_id is None:
             await self.fail("no VM is recorded for the desktop")
-            return False
+            return
         ends_at = self.desktop.state_changed_at + limit
         interval = poll_interval(limit)
         while True:
             try:
                 if await probe(vm_id, deadline=deadline_after(max(interval * 4, 10.0))):
-                    return True
+                    break
             except Unsupported as error:
                 log.warning("%s: %s; the step counts as done", self.desktop.name, error)
-                return True
+                break
             except VmNotRunning:
                 log.info("VM %s of %s is not running; powering it on", vm_id, self.desktop.name)
                 await self.driver.start(vm_id)
             if utc_now() >= ends_at:
                 await self.fail(f"{failure} {format_duration(limit.total_seconds())}")
-                return False
+                return
             await self.pause(interval)
             await self.still_in(step)
+        await self.record(done)
 
     # ------------------------------------------------------------------ deletion and power
 

@@ -372,6 +372,11 @@ async def reconcile_pool_now(runtime: Runtime, actor: Actor, pool_id: uuid.UUID)
     return job
 
 
+def _subject_details(subject_type: SubjectType, subject_id: uuid.UUID) -> dict[str, Any]:
+    """The audit details of an entitlement's subject."""
+    return {"subject_type": str(subject_type), "subject_id": str(subject_id)}
+
+
 async def grant_entitlement(
     runtime: Runtime,
     actor: Actor,
@@ -389,13 +394,8 @@ async def grant_entitlement(
             connection, pool_id, subject_type, subject_id
         )
         if created:
-            await actor.record(
-                connection,
-                "pool.entitlement.grant",
-                "pools",
-                str(pool_id),
-                {"subject_type": str(subject_type), "subject_id": str(subject_id)},
-            )
+            subject = _subject_details(subject_type, subject_id)
+            await actor.record(connection, "pool.entitlement.grant", "pools", str(pool_id), subject)
     return entitlement, created
 
 
@@ -412,13 +412,8 @@ async def revoke_entitlement(
             connection, pool_id, subject_type, subject_id
         ):
             raise NotFound(f"The {subject_type} {subject_id} is not entitled to the pool.")
-        await actor.record(
-            connection,
-            "pool.entitlement.revoke",
-            "pools",
-            str(pool_id),
-            {"subject_type": str(subject_type), "subject_id": str(subject_id)},
-        )
+        subject = _subject_details(subject_type, subject_id)
+        await actor.record(connection, "pool.entitlement.revoke", "pools", str(pool_id), subject)
 
 
 async def cluster_orphans(runtime: Runtime, cluster_id: uuid.UUID) -> list[OrphanRecord]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncpg
 
-from deskpool.db.rows import Db, as_uuid, record_from_row
+from deskpool.db.rows import Db, as_uuid, fetch_record, lock_clause, record_from_row
 from deskpool.errors import NotFound
 from deskpool.pools.errors import DesktopNameTaken
 from deskpool.pools.model import Desktop, DesktopState, Pool
@@ -103,18 +103,16 @@ async def insert_desktops(
 
 async def get_desktop(db: Db, desktop_id: uuid.UUID, *, for_update: bool = False) -> Desktop | None:
     """The desktop ``desktop_id``, or ``None``; ``for_update`` locks its row."""
-    lock = " FOR UPDATE" if for_update else ""
-    row = await db.fetchrow(f"SELECT * FROM desktops WHERE id = $1{lock}", desktop_id)
-    return None if row is None else desktop_from_row(row)
+    record = await get_desktop_record(db, desktop_id, for_update=for_update)
+    return None if record is None else record.desktop
 
 
 async def get_desktop_record(
     db: Db, desktop_id: uuid.UUID, *, for_update: bool = False
 ) -> DesktopRecord | None:
     """The stored desktop ``desktop_id`` with its record-only fields, or ``None``."""
-    lock = " FOR UPDATE" if for_update else ""
-    row = await db.fetchrow(f"SELECT * FROM desktops WHERE id = $1{lock}", desktop_id)
-    return None if row is None else desktop_record_from_row(row)
+    query = f"SELECT * FROM desktops WHERE id = $1{lock_clause(for_update)}"
+    return await fetch_record(db, desktop_record_from_row, query, desktop_id)
 
 
 #: The sort key of the desktop list, as a cursor stores it: ``[lower(name), id]``.

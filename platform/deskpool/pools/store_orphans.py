@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 
-from deskpool.db.rows import Db, record_from_row
+from deskpool.db.rows import Db, fetch_record, record_from_row
 from deskpool.pools.model import ObservedVm
 
 
@@ -100,9 +100,5 @@ async def lock_orphan(
     connection: asyncpg.Connection, cluster_id: uuid.UUID, vm_id: str
 ) -> OrphanRecord | None:
     """The orphan ``vm_id`` of the cluster, locked until the transaction ends, if recorded."""
-    row = await connection.fetchrow(
-        "SELECT * FROM pool_orphans WHERE cluster_id = $1 AND vm_id = $2 FOR UPDATE",
-        cluster_id,
-        vm_id,
-    )
-    return None if row is None else _orphan(row)
+    query = "SELECT * FROM pool_orphans WHERE cluster_id = $1 AND vm_id = $2 FOR UPDATE"
+    return await fetch_record(connection, _orphan, query, cluster_id, vm_id)

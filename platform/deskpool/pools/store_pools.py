@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
-from deskpool.db.rows import Db, record_from_row
+from deskpool.db.rows import Db, fetch_record, lock_clause, record_from_row
 from deskpool.errors import FieldError, NotFound, ValidationFailed
 from deskpool.pools.errors import PoolNameTaken, PoolNotEmpty
 from deskpool.pools.model import (
@@ -171,6 +172,23 @@ SELECT p.*, s.updated_at AS domain_join_password_changed_at
 """
 
 
+@contextmanager
+def _pool_constraints(pool: Pool) -> Iterator[None]:
+    """Turn the database's refusals of ``pool``'s row into the pools' errors.
+
+    :raises PoolNameTaken: the name is in use (without case).
+    :raises ValidationFailed: the cluster does not exist (``/cluster_id``).
+    """
+    try:
+        yield
+    except asyncpg.UniqueViolationError:
+        raise PoolNameTaken(f"A pool named {pool.name!r} exists.") from None
+    except asyncpg.ForeignKeyViolationError:
+        raise ValidationFailed(
+            [FieldError("/cluster_id", f"No cluster has the id {pool.cluster_id}.")]
+        ) from None
+
+
 async def create_pool(
     connection: asyncpg.Connection,
     pool: Pool,
@@ -183,7 +201,7 @@ async def create_pool(
     :raises PoolNameTaken: the name is in use (without case).
     :raises ValidationFailed: the cluster does not exist (``/cluster_id``).
     """
-    try:
+    with _pool_constraints(pool):
         await connection.execute(
             """
             INSERT INTO pools (id, name, description, cluster_id, template, kind, os_type,
@@ -212,12 +230,6 @@ async def create_pool(
             pool.reconciled_generation,
             None if domain_join is None else json.dumps(domain_join.as_json()),
         )
-    except asyncpg.UniqueViolationError:
-        raise PoolNameTaken(f"A pool named {pool.name!r} exists.") from None
-    except asyncpg.ForeignKeyViolationError:
-        raise ValidationFailed(
-            [FieldError("/cluster_id", f"No cluster has the id {pool.cluster_id}.")]
-        ) from None
     record = await get_pool_record(connection, pool.id)
     assert record is not None
     return record
@@ -225,18 +237,16 @@ async def create_pool(
 
 async def get_pool(db: Db, pool_id: uuid.UUID, *, for_update: bool = False) -> Pool | None:
     """The pool ``pool_id``, or ``None``; ``for_update`` locks its row."""
-    lock = " FOR UPDATE" if for_update else ""
-    row = await db.fetchrow(f"SELECT * FROM pools WHERE id = $1{lock}", pool_id)
-    return None if row is None else pool_from_row(row)
+    query = f"SELECT * FROM pools WHERE id = $1{lock_clause(for_update)}"
+    return await fetch_record(db, pool_from_row, query, pool_id)
 
 
 async def get_pool_record(
     db: Db, pool_id: uuid.UUID, *, for_update: bool = False
 ) -> PoolRecord | None:
     """The stored pool ``pool_id`` with its record-only fields, or ``None``."""
-    lock = " FOR UPDATE OF p" if for_update else ""
-    row = await db.fetchrow(f"{_SELECT_POOL} WHERE p.id = $1{lock}", pool_id)
-    return None if row is None else pool_record_from_row(row)
+    query = f"{_SELECT_POOL} WHERE p.id = $1{lock_clause(for_update, 'p')}"
+    return await fetch_record(db, pool_record_from_row, query, pool_id)
 
 
 async def get_pools(db: Db, pool_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, PoolRecord]:
@@ -318,7 +328,7 @@ async def update_pool(
         raise ValueError("update_pool cannot change a pool's id")
     bump = 1 if reconcile_relevant_change(current, proposed) else 0
     keep_domain_join = domain_join is _UNCHANGED
-    try:
+    with _pool_constraints(proposed):
         updated = await connection.fetchval(
             """
             UPDATE pools
@@ -351,12 +361,6 @@ async def update_pool(
             None if keep_domain_join or domain_join is None else json.dumps(domain_join.as_json()),
             bump,
         )
-    except asyncpg.UniqueViolationError:
-        raise PoolNameTaken(f"A pool named {proposed.name!r} exists.") from None
-    except asyncpg.ForeignKeyViolationError:
-        raise ValidationFailed(
-            [FieldError("/cluster_id", f"No cluster has the id {proposed.cluster_id}.")]
-        ) from None
     if not updated:
         raise NotFound(f"No pool has the id {current.id}.")
     record = await get_pool_record(connection, current.id)

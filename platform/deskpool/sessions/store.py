@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from deskpool.db.rows import record_from_row
+from deskpool.db.rows import fetch_record, lock_clause, record_from_row
 from deskpool.sessions.model import (
     DEFAULT_POLICY,
     AfterDisconnect,
@@ -158,8 +158,8 @@ async def redeem_token(
 
 async def get_token(db: Db, key: bytes) -> IssuedToken | None:
     """The token with that key (redeemed or not), or ``None``."""
-    row = await db.fetchrow("SELECT * FROM connection_tokens WHERE token_key = $1", key)
-    return None if row is None else _issued(row)
+    query = "SELECT * FROM connection_tokens WHERE token_key = $1"
+    return await fetch_record(db, _issued, query, key)
 
 
 async def set_token_session(
@@ -270,9 +270,8 @@ async def get_session(
     db: Db, session_id: uuid.UUID, *, for_update: bool = False
 ) -> SessionRecord | None:
     """The session ``session_id``, or ``None``."""
-    lock = " FOR UPDATE" if for_update else ""
-    row = await db.fetchrow(f"SELECT * FROM desktop_sessions WHERE id = $1{lock}", session_id)
-    return None if row is None else session_from_row(row)
+    query = f"SELECT * FROM desktop_sessions WHERE id = $1{lock_clause(for_update)}"
+    return await fetch_record(db, session_from_row, query, session_id)
 
 
 async def set_connected(db: Db, session_id: uuid.UUID, connection_id: str) -> None:
