@@ -7,7 +7,7 @@ SFTP) sends them. A client answers ``connect`` with one value per name, in the s
 
 from __future__ import annotations
 
-__all__ = ["PROTOCOL_ARGS", "PROTOCOL_VERSION", "RDP_ARGS", "SFTP_ARGS", "VNC_ARGS"]
+__all__ = ["PROTOCOL_ARGS", "PROTOCOL_VERSION", "RDP_ARGS", "SFTP_ARGS", "VNC_ARGS", "WOL_ARGS"]
 
 #: The newest protocol version guacd 1.6.0 speaks; sent first in ``args``.
 PROTOCOL_VERSION = "VERSION_1_5_0"
@@ -29,6 +29,15 @@ SFTP_ARGS: tuple[str, ...] = (
     "sftp-server-alive-interval",
     "sftp-disable-download",
     "sftp-disable-upload",
+)
+
+#: The wake-on-LAN arguments, the same in both protocols' lists.
+WOL_ARGS: tuple[str, ...] = (
+    "wol-send-packet",
+    "wol-mac-addr",
+    "wol-broadcast-addr",
+    "wol-udp-port",
+    "wol-wait-time",
 )
 
 VNC_ARGS: tuple[str, ...] = (
@@ -61,11 +70,7 @@ VNC_ARGS: tuple[str, ...] = (
     "disable-copy",
     "disable-paste",
     "disable-server-input",
-    "wol-send-packet",
-    "wol-mac-addr",
-    "wol-broadcast-addr",
-    "wol-udp-port",
-    "wol-wait-time",
+    *WOL_ARGS,
     "force-lossless",
     "compress-level",
     "quality-level",
@@ -139,11 +144,7 @@ RDP_ARGS: tuple[str, ...] = (
     "load-balance-info",
     "disable-copy",
     "disable-paste",
-    "wol-send-packet",
-    "wol-mac-addr",
-    "wol-broadcast-addr",
-    "wol-udp-port",
-    "wol-wait-time",
+    *WOL_ARGS,
     "force-lossless",
     "normalize-clipboard",
 )
