@@ -663,7 +663,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="rounds (each system once per round)")
     parser.add_argument("--jobs", type=int, default=5000, help="backlog drained per run")
     parser.add_argument("--latency-jobs", type=int, default=300, help="jobs timed one by one")
-    parser.add_argument("--rate", type=float, default=200.0, help="jobs/s of the latency phase")
+    parser.add_argument("--rate", type=float, default=100.0, help="jobs/s of the latency phase")
     parser.add_argument("--batch", type=int, default=32, help="claim batch of every system")
     parser.add_argument("--connections", type=int, default=10, help="pool size per process")
     parser.add_argument("--lease", type=float, default=1.0, help="seconds, hard series")
