@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import time
 import types
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
+
+from deskpool.testing.processes import deskpool_command
 
 pytest_plugins = ["tests.secret_leak_guard"]
 
@@ -50,11 +51,6 @@ def plugin_site(tmp_path: Path) -> Callable[..., Path]:
         return install_fake_distribution(tmp_path / "site", name, modules, entry_points)
 
     return make
-
-
-def deskpool_command() -> list[str]:
-    """The ``deskpool`` command of the interpreter running the tests."""
-    return [sys.executable, "-m", "deskpool.cli"]
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ composition's.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import os
 import secrets
@@ -25,7 +24,8 @@ import pytest
 import yaml
 
 from deskpool.testing.processes import free_port
-from deskpool.testing.services import ServiceAddresses, create_test_database, drop_test_database
+from deskpool.testing.pytest_plugin import fresh_database
+from deskpool.testing.services import ServiceAddresses
 from tests.deploy.conftest import DEPLOY
 from tests.deploy.podman import build_image, podman, podman_environ, wait_http
 from tests.deploy.test_image import IMAGE
@@ -43,11 +43,8 @@ def image() -> str:
 
 @pytest.fixture
 def database_url(test_servers: ServiceAddresses) -> Iterator[str]:
-    url = asyncio.run(create_test_database(test_servers.admin_url, "deskpool_compose"))
-    try:
+    with fresh_database(test_servers, "deskpool_compose", migrated=False) as url:
         yield url
-    finally:
-        asyncio.run(drop_test_database(test_servers.admin_url, url))
 
 
 def derive_composition(

@@ -21,7 +21,8 @@ import pytest
 
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.processes import free_port
-from deskpool.testing.services import ServiceAddresses, create_test_database, drop_test_database
+from deskpool.testing.pytest_plugin import fresh_database
+from deskpool.testing.services import ServiceAddresses
 from deskpool.testing.tunnels import WebSocketTunnelClient
 from tests.deploy.conftest import REPO
 from tests.deploy.podman import Containers, build_image, podman, wait_http
@@ -40,11 +41,8 @@ def image() -> str:
 @pytest.fixture
 def database_url(test_servers: ServiceAddresses) -> Iterator[str]:
     """A fresh, unmigrated database: the image's ``migrate`` creates the schema."""
-    url = asyncio.run(create_test_database(test_servers.admin_url, "deskpool_image"))
-    try:
+    with fresh_database(test_servers, "deskpool_image", migrated=False) as url:
         yield url
-    finally:
-        asyncio.run(drop_test_database(test_servers.admin_url, url))
 
 
 @pytest.fixture

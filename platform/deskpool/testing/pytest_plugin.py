@@ -135,8 +135,10 @@ def test_servers() -> ServiceAddresses:
 
 
 @contextlib.contextmanager
-def fresh_database(servers: ServiceAddresses, prefix: str = "deskpool_test") -> Iterator[str]:
-    """Create a migrated database, yield its URL, and drop it afterwards.
+def fresh_database(
+    servers: ServiceAddresses, prefix: str = "deskpool_test", *, migrated: bool = True
+) -> Iterator[str]:
+    """Create a database (migrated unless ``migrated`` is false), yield its URL, drop it after.
 
     A server that does not answer fails the test with a message saying how to start it.
     """
@@ -144,11 +146,9 @@ def fresh_database(servers: ServiceAddresses, prefix: str = "deskpool_test") -> 
 
     async def create() -> str:
         url = await create_test_database(servers.admin_url, prefix)
-        connection = await asyncpg.connect(url)
-        try:
-            await migrate(connection)
-        finally:
-            await connection.close()
+        if migrated:
+            async with connected(url) as connection:
+                await migrate(connection)
         return url
 
     try:
