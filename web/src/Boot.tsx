@@ -1,8 +1,10 @@
 /** From /config.json to a signed-in session, or to the page that says why there is none. */
 import { useCallback, useEffect, useState } from "react";
+import type { QueryClient } from "@tanstack/react-query";
 import type { UserManager } from "oidc-client-ts";
 import { createApi, unwrap } from "./api/client";
 import { ApiError, describeError } from "./api/problem";
+import { prefetchRoute } from "./api/queries";
 import { CALLBACK_PATH, createUserManager, signOut } from "./auth/oidc";
 import { loadConfig, missingSignInSettings, sameIssuer, type ConsoleConfig } from "./config";
 import type { Session } from "./session";
@@ -36,7 +38,7 @@ export async function apiIssuer(config: ConsoleConfig): Promise<string | null> {
   }
 }
 
-async function start(setPhase: (phase: Phase) => void): Promise<void> {
+async function start(setPhase: (phase: Phase) => void, queries?: QueryClient): Promise<void> {
   let config: ConsoleConfig;
   try {
     config = await loadConfig();
@@ -71,6 +73,8 @@ async function start(setPhase: (phase: Phase) => void): Promise<void> {
   }
   const getToken = async () => (await users.getUser())?.access_token ?? null;
   const api = createApi(config.apiBaseUrl, getToken);
+  // The page's data in parallel with /me (a caller who may not read it gets the API's 403 there).
+  if (queries) prefetchRoute(window.location.pathname, api, queries);
   try {
     const me = await unwrap(api.GET("/api/v1/me"));
     setPhase({
@@ -100,11 +104,17 @@ async function start(setPhase: (phase: Phase) => void): Promise<void> {
   }
 }
 
-export function Boot({ children }: { children: (session: Session) => React.ReactNode }) {
+export function Boot({
+  children,
+  queries,
+}: {
+  children: (session: Session) => React.ReactNode;
+  queries?: QueryClient;
+}) {
   const [phase, setPhase] = useState<Phase>({ kind: "loading" });
   useEffect(() => {
-    void start(setPhase);
-  }, []);
+    void start(setPhase, queries);
+  }, [queries]);
   const signIn = useCallback((users: UserManager) => {
     const here = window.location.pathname + window.location.search;
     void users.signinRedirect({ state: here === CALLBACK_PATH ? "/" : here });

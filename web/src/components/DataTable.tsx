@@ -3,8 +3,24 @@
  * (@tanstack/react-virtual, spacer rows keep it a real <table>), and the next page of the API's
  * cursor is fetched as the end comes into view.
  */
-import { useVirtualizer } from "@tanstack/react-virtual";
+import { useVirtualizer, type Virtualizer } from "@tanstack/react-virtual";
 import { useEffect, useRef, type ReactNode } from "react";
+
+/**
+ * The scroller's size from a ResizeObserver only. The library's default also reads
+ * getBoundingClientRect in a layout effect, which forces a layout of the whole page before the
+ * rows are even rendered; the observer reports after the browser's own layout instead.
+ */
+export function observeSize(instance: Virtualizer<HTMLDivElement, Element>, report: (rect: { width: number; height: number }) => void) {
+  const element = instance.scrollElement;
+  if (!element) return;
+  const observer = new ResizeObserver(([entry]) => {
+    const box = entry?.borderBoxSize?.[0];
+    if (box) report({ width: Math.round(box.inlineSize), height: Math.round(box.blockSize) });
+  });
+  observer.observe(element, { box: "border-box" });
+  return () => observer.disconnect();
+}
 
 export interface Column<T> {
   header: string;
@@ -42,6 +58,7 @@ export function DataTable<T>({
     estimateSize: () => rowHeight,
     overscan: 12,
     initialRect: { width: 1000, height: 600 },
+    observeElementRect: observeSize,
   });
   const items = virtualizer.getVirtualItems();
   const last = items.length ? items[items.length - 1]!.index : -1;

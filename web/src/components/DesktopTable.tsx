@@ -1,7 +1,7 @@
 /** Desktops with their state, user, failure and the actions they allow now. */
 import { useMutation, useQueryClient } from "@tanstack/react-query";
 import { unwrap, type Schemas } from "../api/client";
-import { PAGE_SIZE, useCursorList } from "../api/lists";
+import { pageSize, useCursorList } from "../api/lists";
 import { can } from "../auth/permissions";
 import { when, words } from "../format";
 import { useSession } from "../session";
@@ -43,7 +43,7 @@ export function DesktopTable({ poolId, state }: { poolId?: string; state?: Deskt
   const list = useCursorList(["desktops", poolId ?? "all", state ?? "any"], (cursor) =>
     unwrap(
       api.GET("/api/v1/desktops", {
-        params: { query: { limit: PAGE_SIZE, cursor, pool_id: poolId, state } },
+        params: { query: { limit: pageSize(cursor), cursor, pool_id: poolId, state } },
       }),
     ),
   );

@@ -1,7 +1,7 @@
 /** The audit log, newest first, with filters. */
 import { useState } from "react";
 import { unwrap } from "../api/client";
-import { PAGE_SIZE, useCursorList } from "../api/lists";
+import { pageSize, useCursorList } from "../api/lists";
 import { Badge } from "../components/Badge";
 import { DataTable } from "../components/DataTable";
 import { SelectField, TextField } from "../components/Field";
@@ -21,7 +21,7 @@ export function AuditPage() {
     outcome: (filters.outcome || undefined) as Outcome | undefined,
   };
   const list = useCursorList(["audit", query], (cursor) =>
-    unwrap(api.GET("/api/v1/audit-events", { params: { query: { limit: PAGE_SIZE, cursor, ...query } } })),
+    unwrap(api.GET("/api/v1/audit-events", { params: { query: { limit: pageSize(cursor), cursor, ...query } } })),
   );
   const set = (key: keyof typeof filters) => (event: { target: { value: string } }) =>
     setFilters((current) => ({ ...current, [key]: event.target.value }));

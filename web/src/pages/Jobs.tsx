@@ -2,7 +2,7 @@
 import { useMutation, useQueryClient } from "@tanstack/react-query";
 import { useState } from "react";
 import { unwrap, type Schemas } from "../api/client";
-import { PAGE_SIZE, useCursorList } from "../api/lists";
+import { pageSize, useCursorList } from "../api/lists";
 import { can } from "../auth/permissions";
 import { Badge } from "../components/Badge";
 import { DataTable } from "../components/DataTable";
@@ -18,7 +18,7 @@ export function JobsPage() {
   const client = useQueryClient();
   const [state, setState] = useState<Job["state"] | "">("");
   const list = useCursorList(["jobs", state], (cursor) =>
-    unwrap(api.GET("/api/v1/jobs", { params: { query: { limit: PAGE_SIZE, cursor, state: state || undefined } } })),
+    unwrap(api.GET("/api/v1/jobs", { params: { query: { limit: pageSize(cursor), cursor, state: state || undefined } } })),
   );
   const act = useMutation({
     mutationFn: ({ job, action }: { job: Job; action: "retry" | "cancel" }) =>

@@ -3,7 +3,7 @@ import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { useState, type FormEvent } from "react";
 import { NavLink, Navigate, Route, Routes, useParams } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
-import { PAGE_SIZE, useCursorList } from "../api/lists";
+import { pageSize, useCursorList } from "../api/lists";
 import { can } from "../auth/permissions";
 import { DataTable } from "../components/DataTable";
 import { SelectField, TextField } from "../components/Field";
@@ -22,7 +22,7 @@ function Users() {
   const client = useQueryClient();
   const [q, setQ] = useState("");
   const list = useCursorList(["users", "list", q], (cursor) =>
-    unwrap(api.GET("/api/v1/users", { params: { query: { limit: PAGE_SIZE, cursor, q: q || undefined } } })),
+    unwrap(api.GET("/api/v1/users", { params: { query: { limit: pageSize(cursor), cursor, q: q || undefined } } })),
   );
   const toggle = useMutation({
     mutationFn: (user: User) =>

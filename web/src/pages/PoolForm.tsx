@@ -1,4 +1,7 @@
-/** Create or change a pool: sizes, template, naming and domain join; field errors in place. */
+/**
+ * Create or change a pool: cluster, template, kind, sizes, naming, placement (target nodes,
+ * storage), session policy and domain join; the API's field errors next to their fields.
+ */
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { useState, type FormEvent } from "react";
 import { useNavigate } from "react-router";
@@ -22,6 +25,10 @@ export interface PoolDraft {
   max_size: string;
   spare: string;
   naming_pattern: string;
+  /** Nodes new desktops may go to; empty: any node. */
+  target_nodes: string[];
+  /** The storage of new desktops' disks; empty: the template's. */
+  storage: string;
   domain: string;
   domain_username: string;
   domain_ou: string;
@@ -46,6 +53,8 @@ export function draftOf(pool?: Pool, clusterId = "", template = ""): PoolDraft {
     max_size: String(pool?.max_size ?? 5),
     spare: String(pool?.spare ?? 1),
     naming_pattern: pool?.naming_pattern ?? "desk-{n:03}",
+    target_nodes: [...(pool?.target_nodes ?? [])],
+    storage: pool?.storage ?? "",
     domain: pool?.domain_join?.domain ?? "",
     domain_username: pool?.domain_join?.username ?? "",
     domain_ou: pool?.domain_join?.organizational_unit ?? "",
@@ -65,8 +74,11 @@ function seconds(value: string): number | null {
   return value.trim() ? Number(value) : null;
 }
 
-/** The request body of a draft (the domain join only when a domain is given). */
-export function bodyOf(draft: PoolDraft): PoolCreate {
+/**
+ * The request body of a draft. The domain join only when a domain is given; when changing a
+ * pool that has one, an empty domain removes it (null).
+ */
+export function bodyOf(draft: PoolDraft, pool?: Pool): PoolCreate {
   const body: PoolCreate = {
     name: draft.name.trim(),
     description: draft.description,
@@ -79,6 +91,8 @@ export function bodyOf(draft: PoolDraft): PoolCreate {
     max_size: Number(draft.max_size),
     spare: Number(draft.spare),
     naming_pattern: draft.naming_pattern,
+    target_nodes: draft.target_nodes,
+    storage: draft.storage.trim() || null,
     session_policy: {
       protocol: draft.protocol,
       after_disconnect: draft.after_disconnect,
@@ -94,6 +108,8 @@ export function bodyOf(draft: PoolDraft): PoolCreate {
       organizational_unit: draft.domain_ou || null,
       ...(draft.domain_password ? { password: draft.domain_password } : {}),
     };
+  } else if (pool?.domain_join) {
+    body.domain_join = null;
   }
   return body;
 }
@@ -121,6 +137,27 @@ export function PoolForm({
     queryKey: ["clusters", "list"],
     queryFn: () => unwrap(api.GET("/api/v1/clusters", { params: { query: { limit: 500 } } })),
   });
+  const nodes = useQuery({
+    queryKey: ["clusters", draft.cluster_id, "nodes"],
+    enabled: Boolean(draft.cluster_id),
+    queryFn: () =>
+      unwrap(
+        api.GET("/api/v1/clusters/{cluster_id}/nodes", {
+          params: { path: { cluster_id: draft.cluster_id }, query: { limit: 500 } },
+        }),
+      ),
+  });
+  const toggleNode = (node: string) =>
+    setDraft((current) => ({
+      ...current,
+      target_nodes: current.target_nodes.includes(node)
+        ? current.target_nodes.filter((name) => name !== node)
+        : [...current.target_nodes, node],
+    }));
+  const nodeNames = [
+    ...(nodes.data?.items.map((node) => node.name) ?? []),
+    ...draft.target_nodes.filter((name) => !nodes.data?.items.some((node) => node.name === name)),
+  ];
   const templates = useQuery({
     queryKey: ["clusters", draft.cluster_id, "templates"],
     enabled: Boolean(draft.cluster_id),
@@ -144,9 +181,14 @@ export function PoolForm({
     },
   });
   const errors = fieldErrorsOf(save.error);
+  // `/target_nodes` or one node's pointer (`/target_nodes/2`).
+  const nodesError = Object.entries(errors)
+    .filter(([name]) => name === "target_nodes" || name.startsWith("target_nodes."))
+    .map(([, detail]) => detail)
+    .join(" ");
   const submit = (event: FormEvent) => {
     event.preventDefault();
-    save.mutate(bodyOf(draft));
+    save.mutate(bodyOf(draft, pool));
   };
   return (
     <form onSubmit={submit} noValidate aria-label={pool ? "Change the pool" : "New pool"}>
@@ -202,6 +244,41 @@ export function PoolForm({
         <TextField label="Maximum size" type="number" min={1} value={draft.max_size} onChange={set("max_size")} error={errors.max_size} />
         <TextField label="Spare desktops" type="number" min={0} value={draft.spare} onChange={set("spare")} error={errors.spare} />
       </div>
+      <details open={Boolean(pool?.target_nodes.length || pool?.storage) || undefined}>
+        <summary>Placement</summary>
+        <fieldset aria-describedby={nodesError ? "target-nodes-hint target-nodes-error" : "target-nodes-hint"}>
+          <legend>Target nodes</legend>
+          {nodeNames.length ? (
+            nodeNames.map((name) => (
+              <label key={name}>
+                <input
+                  type="checkbox"
+                  name="target_nodes"
+                  value={name}
+                  checked={draft.target_nodes.includes(name)}
+                  onChange={() => toggleNode(name)}
+                />
+                {name}
+              </label>
+            ))
+          ) : (
+            <p>{draft.cluster_id ? (nodes.isLoading ? "Loading the cluster's nodes…" : "The cluster lists no node.") : "Choose a cluster first."}</p>
+          )}
+          <small id="target-nodes-hint">None checked: new desktops may go to any node.</small>
+          {nodesError ? (
+            <small id="target-nodes-error" className="field-error">
+              {nodesError}
+            </small>
+          ) : null}
+        </fieldset>
+        <TextField
+          label="Storage"
+          value={draft.storage}
+          onChange={set("storage")}
+          error={errors.storage}
+          hint="Where new desktops' disks go; empty: the template's storage."
+        />
+      </details>
       <details>
         <summary>Session policy</summary>
         <div className="grid">

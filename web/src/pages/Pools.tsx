@@ -1,7 +1,8 @@
 /** Pools: the list with desktop counts by state and health, and a new pool. */
 import { Link } from "react-router";
-import { unwrap, type Schemas } from "../api/client";
-import { PAGE_SIZE, useCursorList } from "../api/lists";
+import { type Schemas } from "../api/client";
+import { countText, useCursorList } from "../api/lists";
+import { POOL_LIST, poolPages } from "../api/queries";
 import { can } from "../auth/permissions";
 import { Badge } from "../components/Badge";
 import { DataTable, type Column } from "../components/DataTable";
@@ -34,9 +35,7 @@ const COLUMNS: Column<Pool>[] = [
 
 export function PoolsPage() {
   const { api, me } = useSession();
-  const list = useCursorList(["pools", "list"], (cursor) =>
-    unwrap(api.GET("/api/v1/pools", { params: { query: { limit: PAGE_SIZE, cursor } } })),
-  );
+  const list = useCursorList(POOL_LIST, poolPages(api));
   return (
     <section>
       <div className="page-head">
@@ -55,7 +54,7 @@ export function PoolsPage() {
         rowKey={(pool) => pool.id}
         empty="No pool yet."
       />
-      <p className="count">{list.rows.length} pools</p>
+      <p className="count">{countText(list.rows.length, list.complete, "pools")}</p>
     </section>
   );
 }

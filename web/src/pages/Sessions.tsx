@@ -2,7 +2,7 @@
 import { useMutation, useQueryClient } from "@tanstack/react-query";
 import { useState } from "react";
 import { unwrap, type Schemas } from "../api/client";
-import { PAGE_SIZE, useCursorList } from "../api/lists";
+import { pageSize, useCursorList } from "../api/lists";
 import { can } from "../auth/permissions";
 import { Badge } from "../components/Badge";
 import { DataTable } from "../components/DataTable";
@@ -18,7 +18,7 @@ export function SessionsPage() {
   const client = useQueryClient();
   const [state, setState] = useState<Session["state"] | "">("open");
   const list = useCursorList(["sessions", state], (cursor) =>
-    unwrap(api.GET("/api/v1/sessions", { params: { query: { limit: PAGE_SIZE, cursor, state: state || undefined } } })),
+    unwrap(api.GET("/api/v1/sessions", { params: { query: { limit: pageSize(cursor), cursor, state: state || undefined } } })),
   );
   const disconnect = useMutation({
     mutationFn: (session: Session) =>

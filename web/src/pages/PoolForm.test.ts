@@ -1,0 +1,60 @@
+import { describe, expect, it } from "vitest";
+import type { Schemas } from "../api/client";
+import { bodyOf, draftOf } from "./PoolForm";
+
+const pool = {
+  id: "p",
+  name: "lab",
+  description: "",
+  cluster_id: "c",
+  template: "t",
+  kind: "non_persistent",
+  os_type: "windows",
+  clone_mode: "linked",
+  min_size: 1,
+  max_size: 4,
+  spare: 1,
+  naming_pattern: "lab-{n:02}",
+  target_nodes: ["node-a", "node-b"],
+  storage: "fast-ssd",
+  state: "enabled",
+  domain_join: { domain: "corp.example", username: "join", organizational_unit: null },
+  session_policy: {
+    protocol: "auto",
+    after_disconnect: "logoff_after_delay",
+    logoff_delay: 300,
+    idle_timeout: null,
+    max_session_duration: 3600,
+  },
+} as unknown as Schemas["Pool"];
+
+describe("the pool form", () => {
+  it("keeps every setting of a pool it changes", () => {
+    const body = bodyOf(draftOf(pool), pool);
+    expect(body).toMatchObject({
+      name: "lab",
+      template: "t",
+      naming_pattern: "lab-{n:02}",
+      min_size: 1,
+      max_size: 4,
+      spare: 1,
+      target_nodes: ["node-a", "node-b"],
+      storage: "fast-ssd",
+      domain_join: { domain: "corp.example", username: "join", organizational_unit: null },
+      session_policy: { after_disconnect: "logoff_after_delay", logoff_delay: 300, max_session_duration: 3600 },
+    });
+    expect(body.domain_join).not.toHaveProperty("password");
+  });
+
+  it("sends no storage and any node when left empty", () => {
+    const body = bodyOf({ ...draftOf(), target_nodes: [], storage: "  " });
+    expect(body.target_nodes).toEqual([]);
+    expect(body.storage).toBeNull();
+    expect(body).not.toHaveProperty("domain_join");
+  });
+
+  it("removes the domain join of a pool when the domain is emptied", () => {
+    const body = bodyOf({ ...draftOf(pool), domain: "" }, pool);
+    expect(body.domain_join).toBeNull();
+  });
+});
