@@ -66,9 +66,12 @@ def deskpool_declare_settings(registry: SettingRegistry) -> None:
     """Declare the environment variables the plugin reads.
 
     Declared settings are read with the platform's own into the one configuration structure,
-    validated together, and listed in the generated configuration reference.
+    validated together, and listed in the generated configuration reference. Components
+    declare theirs here too: a process reads the settings of the plugins it loads.
 
-    :param registry: call ``registry.add(Setting(...))`` once per variable.
+    :param registry: call ``registry.add(Setting(...))`` once per variable, or
+        ``registry.section(title, owner=...).add(name, parse, default, description, ...)``
+        for several of one reference section.
     """
 
 
