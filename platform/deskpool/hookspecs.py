@@ -105,7 +105,8 @@ def deskpool_register_routes(routes: RouteTable) -> None:
 
     Every operation declares its permission, schemas and responses there, so it appears in the
     OpenAPI document and is protected like the built-in ones. The auth provider plugin declares
-    the document's security schemes there too (``routes.security_scheme(name, scheme)``).
+    the document's security schemes there too (``routes.security_scheme(name, scheme)``), and
+    how the introduction describes authenticating (``routes.describe_authentication(...)``).
 
     :param routes: the route table of the API.
     """

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from deskpool.api.docs import DISCOVERY_PATH
-from deskpool.api.routes import RouteTable
+from deskpool.api.routes import Authentication, RouteTable
 from deskpool.config import Config, Setting, SettingRegistry, parse_bool, parse_url
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
@@ -107,11 +107,25 @@ def deskpool_declare_settings(registry: SettingRegistry) -> None:
 
 @hookimpl
 def deskpool_register_routes(routes: RouteTable) -> None:
-    """Declare how callers authenticate, as the OpenAPI document's security schemes.
+    """Declare how callers authenticate, in the OpenAPI document's introduction and schemes.
 
     A bearer access token, and the issuer's browser sign-in (authorization code with PKCE)
     through the discovery path ``/docs`` serves.
     """
+    routes.describe_authentication(
+        Authentication(
+            credentials=(
+                "Every protected operation needs `Authorization: Bearer <access token>`: an "
+                "OIDC access token\nfrom the identity provider configured for this instance "
+                "(issuer, audience, signature and expiry\nare validated on every request)."
+            ),
+            availability=(
+                "While the instance has no OIDC issuer and audience configured, protected\n"
+                "operations answer 503. The interactive documentation at `/docs` signs in "
+                "through the issuer\n(authorization code with PKCE) to try requests."
+            ),
+        )
+    )
     routes.security_scheme(
         "bearerAuth",
         {

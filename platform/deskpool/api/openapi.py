@@ -32,7 +32,7 @@ from deskpool.api.docs import declare_documentation
 from deskpool.api.inputs import MAX_JSON_DEPTH
 from deskpool.api.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
-from deskpool.api.routes import Operation, ResponseSpec, RouteTable
+from deskpool.api.routes import Authentication, Operation, ResponseSpec, RouteTable
 from deskpool.errors import ServiceUnavailable
 
 _PATH_PARAM = re.compile(r"{([^}:]+)(?::[^}]*)?}")
@@ -40,19 +40,28 @@ _PATH_PARAM = re.compile(r"{([^}:]+)(?::[^}]*)?}")
 #: The document the API serves, read from ``OPENAPI_PATH`` at startup.
 OPENAPI_DOCUMENT_KEY = web.AppKey("openapi_document", bytes)
 
-DESCRIPTION = f"""\
+_INTRODUCTION = """\
 The REST API of deskpool, a virtual desktop administration platform. The web console is one
 client of this API and has no private interface.
 
 ## Authentication and permissions
 
-Every protected operation needs `Authorization: Bearer <access token>`: an OIDC access token
-from the identity provider configured for this instance (issuer, audience, signature and expiry
-are validated on every request). Each operation declares the permission it needs in
+"""
+
+#: The platform's part of the authentication section, between the auth provider's two parts.
+_PERMISSIONS = """\
+Each operation declares the permission it needs in
 `x-permission` (`<resource>:read` for reads, `<resource>:manage` for changes); `platform:admin`
-overrides every check. While the instance has no OIDC issuer and audience configured, protected
-operations answer 503. The interactive documentation at `/docs` signs in through the issuer
-(authorization code with PKCE) to try requests.
+overrides every check."""
+
+#: What the section says when no auth provider describes itself.
+_NO_AUTHENTICATION = Authentication(
+    credentials="Every protected operation needs the credentials the instance's auth provider "
+    "accepts.",
+    availability="",
+)
+
+_SECTIONS = f"""
 
 ## Errors
 
@@ -293,6 +302,12 @@ def _operation(operation: Operation, schemes: list[str]) -> dict[str, Any]:
     return out
 
 
+def description(authentication: Authentication) -> str:
+    """The document's introduction, with what the auth provider says about authenticating."""
+    parts = (authentication.credentials, _PERMISSIONS, authentication.availability)
+    return _INTRODUCTION + " ".join(part for part in parts if part) + _SECTIONS
+
+
 def build_document(routes: RouteTable) -> dict[str, Any]:
     """The OpenAPI 3.1 document of ``routes`` as a mapping."""
     marshmallow = MarshmallowPlugin()
@@ -302,7 +317,7 @@ def build_document(routes: RouteTable) -> dict[str, Any]:
         openapi_version="3.1.0",
         plugins=[marshmallow, SchemaRulesPlugin()],
         info={
-            "description": DESCRIPTION,
+            "description": description(routes.authentication or _NO_AUTHENTICATION),
             "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
         },
     )

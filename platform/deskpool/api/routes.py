@@ -90,6 +90,22 @@ class Operation:
         return min(status for status in self.responses if 200 <= status < 300)
 
 
+@dataclass(frozen=True)
+class Authentication:
+    """What the document's introduction says about authenticating, in the auth provider's words.
+
+    Markdown as it stands in the document (line breaks kept); the platform's sentence on
+    permissions goes between the two parts.
+
+    :param credentials: what a protected operation's caller sends, and what is checked.
+    :param availability: when protected operations are unavailable, and how ``/docs`` signs a
+        person in.
+    """
+
+    credentials: str
+    availability: str
+
+
 class RouteTable:
     """Collects operations (built-in and from plugins) and registers them on an application.
 
@@ -101,6 +117,8 @@ class RouteTable:
     def __init__(self) -> None:
         self._operations: dict[str, Operation] = {}
         self._security_schemes: dict[str, Mapping[str, Any]] = {}
+        #: What the auth provider says about authenticating (:meth:`describe_authentication`).
+        self.authentication: Authentication | None = None
 
     def add(self, operation: Operation) -> Operation:
         """Declare ``operation``; its id and its method+path must be unique."""
@@ -165,6 +183,8 @@ class RouteTable:
             self.add(operation)
         for name, scheme in other.security_schemes().items():
             self.security_scheme(name, scheme)
+        if other.authentication is not None:
+            self.describe_authentication(other.authentication)
 
     def security_scheme(self, name: str, scheme: Mapping[str, Any]) -> None:
         """Declare a way callers authenticate: an OpenAPI security scheme object, by name.
@@ -175,6 +195,12 @@ class RouteTable:
         if name in self._security_schemes:
             raise ValueError(f"security scheme {name!r} is declared twice")
         self._security_schemes[name] = scheme
+
+    def describe_authentication(self, authentication: Authentication) -> None:
+        """Say, in the document's introduction, how callers authenticate (the auth provider)."""
+        if self.authentication is not None:
+            raise ValueError("authentication is described twice")
+        self.authentication = authentication
 
     def security_schemes(self) -> dict[str, Mapping[str, Any]]:
         """The declared security schemes, by name, in the order they were declared."""

@@ -14,7 +14,7 @@ from tests.integration.api.extra_operations import ExtraOperations
 
 from deskpool.api.app import build_route_table
 from deskpool.api.openapi import build_document, render_document
-from deskpool.api.routes import ResponseSpec, RouteTable
+from deskpool.api.routes import Authentication, ResponseSpec, RouteTable
 from deskpool.host import discover
 from deskpool.plugins import load_plugins
 
@@ -130,7 +130,7 @@ def test_security_schemes_are_bearer_jwt_and_openid_connect() -> None:
 
 
 def test_the_security_schemes_are_the_ones_declared_on_the_route_table() -> None:
-    """The platform names no scheme of its own: the auth provider plugin declares them."""
+    """The platform names no scheme and no issuer: the auth provider plugin declares them."""
 
     async def probe(call: Any) -> None:
         return None
@@ -145,7 +145,12 @@ def test_the_security_schemes_are_the_ones_declared_on_the_route_table() -> None
         responses={200: ResponseSpec("Probed.")},
     )(probe)
     routes.security_scheme("apiKey", {"type": "apiKey", "in": "header", "name": "X-Key"})
+    routes.describe_authentication(
+        Authentication(credentials="Send `X-Key`.", availability="Ask for a key.")
+    )
     document = build_document(routes)
+    assert "Send `X-Key`. Each operation declares" in document["info"]["description"]
+    assert "overrides every check. Ask for a key.\n\n## Errors" in document["info"]["description"]
     assert document["components"]["securitySchemes"] == {
         "apiKey": {"type": "apiKey", "in": "header", "name": "X-Key"}
     }
