@@ -105,22 +105,25 @@ async def test_typing_is_echoed_and_joining_read_only_sees_the_same_desktop(
         assert connection.screen.typed == "hi"
 
 
-async def test_join_of_an_unknown_connection_is_resource_not_found(
-    desktop_daemon: DesktopDaemonSimulator,
+@pytest.mark.parametrize(
+    ("selection", "status"),
+    [
+        ("$nope", Status.RESOURCE_NOT_FOUND),  # the join of an unknown connection
+        ("telnet", Status.UPSTREAM_ERROR),  # an unsupported protocol: it hangs up
+    ],
+)
+async def test_a_refused_handshake_says_why(
+    desktop_daemon: DesktopDaemonSimulator, selection: str, status: Status
 ) -> None:
     async with daemon_socket(desktop_daemon) as (reader, writer):
         with pytest.raises(HandshakeError) as raised:
-            await perform_handshake(reader, writer, "$nope", {}, INFO, within=5)
-    assert raised.value.status is Status.RESOURCE_NOT_FOUND
+            await perform_handshake(reader, writer, selection, {}, INFO, within=5)
+    assert raised.value.status is status
 
 
-async def test_unsupported_protocol_hangs_up_and_no_hostname_is_upstream_not_found(
+async def test_a_connection_with_no_hostname_is_upstream_not_found(
     desktop_daemon: DesktopDaemonSimulator,
 ) -> None:
-    async with daemon_socket(desktop_daemon) as (reader, writer):
-        with pytest.raises(HandshakeError) as raised:
-            await perform_handshake(reader, writer, "telnet", {}, INFO, within=5)
-    assert raised.value.status is Status.UPSTREAM_ERROR
     async with daemon_socket(desktop_daemon) as (reader, writer):
         done = await perform_handshake(reader, writer, "rdp", {}, INFO, within=5)
         assert done.connection_id.startswith("$")

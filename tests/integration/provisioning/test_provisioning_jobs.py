@@ -65,6 +65,17 @@ async def queued(
     return desktop, await enqueue_desktop_job(db, PROVISION, desktop)
 
 
+async def failed_at(
+    db: asyncpg.Connection, run_job: RunJob, job: Job, desktop: Desktop, step: DesktopState
+) -> Desktop:
+    """Run ``job`` and return its desktop, which must have failed at ``step``."""
+    await run_job(job.id)
+    failed = await desktop_of(db, desktop.id)
+    assert failed.state is S.FAILED
+    assert failed.failed_step is step
+    return failed
+
+
 async def provisioned(db: asyncpg.Connection, run_job: RunJob, pool: Pool) -> Desktop:
     """A desktop of ``pool`` taken through the provisioning job."""
     desktop, job = await queued(db, pool)
@@ -106,11 +117,7 @@ async def test_a_silent_guest_agent_fails_the_step_after_its_timeout(
 ) -> None:
     pool = await make_pool()
     desktop, job = await queued(db, pool, silent_agent=simulator)
-    await run_job(job.id)
-
-    failed = await desktop_of(db, desktop.id)
-    assert failed.state is S.FAILED
-    assert failed.failed_step is S.WAITING_FOR_AGENT
+    failed = await failed_at(db, run_job, job, desktop, S.WAITING_FOR_AGENT)
     assert failed.last_error == "the guest agent did not answer within 300ms"
     assert failed.vm_id is not None
     audit = await db.fetchrow(
@@ -128,11 +135,8 @@ async def test_windows_stuck_in_oobe_fails_the_windows_step(
     pool = await make_pool(os_type=OsType.WINDOWS, template=WINDOWS_TEMPLATE)
     desktop = await add_desktop(db, pool)
     await simulator.driver.admin.inject(oobe_never_finishes=desktop.name)
-    await run_job((await enqueue_desktop_job(db, PROVISION, desktop)).id)
-
-    failed = await desktop_of(db, desktop.id)
-    assert failed.state is S.FAILED
-    assert failed.failed_step is S.WAITING_FOR_WINDOWS
+    job = await enqueue_desktop_job(db, PROVISION, desktop)
+    failed = await failed_at(db, run_job, job, desktop, S.WAITING_FOR_WINDOWS)
     assert failed.last_error == "Windows did not finish Sysprep/OOBE within 300ms"
 
 
@@ -173,9 +177,7 @@ async def test_a_retried_desktop_gets_a_new_vm_and_the_failed_one_is_destroyed(
 ) -> None:
     pool = await make_pool()
     desktop, job = await queued(db, pool, silent_agent=simulator)
-    await run_job(job.id)
-    failed = await desktop_of(db, desktop.id)
-    assert failed.state is S.FAILED
+    failed = await failed_at(db, run_job, job, desktop, S.WAITING_FOR_AGENT)
     await simulator.driver.admin.clear_faults()
 
     retried = await store_desktops.apply_event(db, desktop.id, Retry(), datetime.now(UTC))
@@ -276,11 +278,7 @@ async def test_a_missing_template_fails_the_desktop_at_provisioning(
 ) -> None:
     pool = await make_pool(template="no-such-template")
     desktop, job = await queued(db, pool)
-    await run_job(job.id)
-
-    failed = await desktop_of(db, desktop.id)
-    assert failed.state is S.FAILED
-    assert failed.failed_step is S.PROVISIONING
+    failed = await failed_at(db, run_job, job, desktop, S.PROVISIONING)
     assert "no-such-template" in (failed.last_error or "")
     assert await simulator.vms_of(desktop.id) == []
 
@@ -292,11 +290,7 @@ async def test_a_cluster_without_an_installed_driver_fails_the_desktop_on_the_la
     pool = await make_pool(cluster_id=missing.id)
     desktop, job = await queued(db, pool)
     await db.execute("UPDATE jobs SET max_attempts = 1 WHERE id = $1", job.id)
-    await run_job(job.id)
-
-    failed = await desktop_of(db, desktop.id)
-    assert failed.state is S.FAILED
-    assert failed.failed_step is S.PROVISIONING
+    failed = await failed_at(db, run_job, job, desktop, S.PROVISIONING)
     assert "nosuchdriver" in (failed.last_error or "")
 
 
