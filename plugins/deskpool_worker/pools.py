@@ -23,14 +23,14 @@ from deskpool.config import Config, SettingRegistry, parse_duration
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, pool_reconcile_task
 from deskpool.pools.job_handlers import desktop_job_kinds
 from deskpool.pools.planner import ReconcilePolicy
-from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
-from deskpool.pools.reconciler import (
+from deskpool.pools.reconcile_jobs import (
     CLUSTER_ORPHAN_TASK,
     POOL_RECONCILE_JOB,
-    PoolReconcilerService,
     cluster_orphan_task,
     pool_reconcile_job_kind,
 )
+from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
+from deskpool.pools.reconciler import PoolReconcilerService
 from deskpool.registry import Registry
 from deskpool.runtime import Runtime
 

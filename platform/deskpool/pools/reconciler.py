@@ -30,7 +30,7 @@ A run works in two phases:
 *Cluster-wide orphans.* A pool's plan reports the orphans tagged for that pool's desktops; a
 VM tagged as deskpool's whose tags name no existing pool and no existing desktop (left behind
 by a deleted pool, say), and that no desktop records, belongs to no pool's plan. Planning finds
-them in each listed cluster's VMs (:func:`~deskpool.pools.planner.find_unowned_vms`, with the
+them in each listed cluster's VMs (:func:`~deskpool.pools.cluster_vms.unowned_vms`, with the
 owners read both before and after the listing, so a desktop created or deleted meanwhile is
 never taken for missing) and the first pool of that cluster applied records them
 (``pool_orphans`` with no pool), audited once each as ``reconcile.report_orphan``. They are
@@ -40,38 +40,36 @@ A cluster that cannot be listed yields none.
 *Metrics* (:class:`~deskpool.pools.reconcile_metrics.PoolReconcileMetrics`, when given): each
 applied action counts in ``deskpool_reconcile_actions_total{kind}``, each cycle (a periodic
 run's batch, or one pool reconciled now) in ``deskpool_reconcile_cycle_seconds``.
+
+The clusters' VMs are listed by :mod:`deskpool.pools.cluster_vms`, the audit events are built
+by :mod:`deskpool.pools.reconcile_events`, and the ``pool.reconcile`` job and the cluster orphan
+scan are :mod:`deskpool.pools.reconcile_jobs`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import gc
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import asyncpg
 
 from deskpool.audit import record_audit_event
-from deskpool.clusters.repository import ClusterRecord, get_cluster
-from deskpool.drivers import VirtualMachine, deadline_after
-from deskpool.errors import DeskpoolError, NotFound
+from deskpool.clusters.repository import get_cluster
+from deskpool.errors import NotFound
 from deskpool.events import AuditEvent
-from deskpool.jobs.context import JobContext
-from deskpool.jobs.model import Job, JobKind, JobState, PermanentJobFailure
-from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
-from deskpool.jobs.queue import enqueue
+from deskpool.jobs.periodic import PeriodicContext
 from deskpool.licensing.service import cap_desktops
 from deskpool.live.model import LiveEvent
 from deskpool.live.publishers import publish
+from deskpool.pools.cluster_vms import list_clusters, unowned_vms
 from deskpool.pools.desktop_jobs import (
-    CLUSTERS,
-    DESKTOPS,
     POWER_ON,
     PROVISION,
     enqueue_desktop_job,
@@ -91,18 +89,15 @@ from deskpool.pools.planner import (
     ReconcilePolicy,
     ReportOrphan,
     desktop_event,
-    find_unowned_vms,
     reconcile_pools,
 )
 from deskpool.pools.provisioning_store import (
-    ClusterOwners,
     apply_event_if_unchanged,
-    existing_owners,
     hold_periodic_run,
     lock_pool_for_reconciliation,
     owners_on_clusters,
-    unfinished_job,
 )
+from deskpool.pools.reconcile_events import action_event, unowned_event
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
 from deskpool.pools.repository import (
     desktop_names_on_clusters,
@@ -113,7 +108,7 @@ from deskpool.pools.repository import (
 )
 from deskpool.pools.states import IllegalTransition
 from deskpool.pools.store_desktops import insert_desktops
-from deskpool.pools.store_orphans import OrphanRecord, known_orphan_ids, record_orphans
+from deskpool.pools.store_orphans import known_orphan_ids, record_orphans
 from deskpool.pools.store_pools import get_pool
 
 if TYPE_CHECKING:
@@ -121,14 +116,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The job kind reconciling one pool now.
-POOL_RECONCILE_JOB = "pool.reconcile"
-#: The resource type of pool jobs.
-POOLS = "pools"
-#: Who reconciliation acts as in the audit trail.
-RECONCILER_ACTOR = "system:reconciler"
-#: How long listing a cluster's VMs may take before the cluster counts as not listed.
-LIST_TIMEOUT = 60.0
 #: Passes over pools without actions a periodic run records in one statement (at most).
 MARK_BATCH = 200
 
@@ -154,22 +141,6 @@ def collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-def observed_vm(vm: VirtualMachine) -> ObservedVm:
-    """A VM listed by a driver, as the pure reconciliation sees it."""
-    desktop_id = None
-    if vm.desktop_id is not None:
-        try:
-            desktop_id = uuid.UUID(vm.desktop_id)
-        except ValueError:
-            desktop_id = None
-    return ObservedVm(
-        vm_id=vm.id,
-        name=vm.name,
-        power_state=vm.power_state,
-        desktop_id=desktop_id,
-    )
 
 
 @dataclass(frozen=True)
@@ -311,19 +282,19 @@ class PoolReconcilerService:
             clusters = {
                 cluster_id: await get_cluster(connection, cluster_id) for cluster_id in cluster_ids
             }
-        listed = await self.observe(clusters)
+        listed = await list_clusters(self.runtime, clusters)
         reported_total = 0
         for cluster_id, vms in listed.items():
             if vms is None:
                 continue
-            unowned = await self._unowned(cluster_id, vms, owners[cluster_id], known)
+            unowned = await unowned_vms(self.runtime.db, cluster_id, vms, owners[cluster_id], known)
             if not unowned:
                 continue
             async with self.runtime.db.acquire() as connection, connection.transaction():
                 await fence(connection)
                 reported = await record_orphans(connection, cluster_id, unowned)
                 for orphan in reported:
-                    await record_audit_event(connection, self._unowned_event(orphan))
+                    await record_audit_event(connection, unowned_event(orphan))
             for _ in reported:
                 self._count(ReportOrphan.kind)
             reported_total += len(reported)
@@ -354,10 +325,12 @@ class PoolReconcilerService:
             clusters = {
                 cluster_id: await get_cluster(connection, cluster_id) for cluster_id in cluster_ids
             }
-        listed = await self.observe(clusters)
+        listed = await list_clusters(self.runtime, clusters)
         observed = {cluster_id: vms for cluster_id, vms in listed.items() if vms is not None}
         unowned = {
-            cluster_id: await self._unowned(cluster_id, vms, owners[cluster_id], known)
+            cluster_id: await unowned_vms(
+                self.runtime.db, cluster_id, vms, owners[cluster_id], known
+            )
             for cluster_id, vms in observed.items()
         }
         plans = reconcile_pools(
@@ -383,71 +356,6 @@ class PoolReconcilerService:
                 unowned=tuple(unowned.pop(pool.cluster_id, ())),
             )
         return planned
-
-    async def _unowned(
-        self,
-        cluster_id: uuid.UUID,
-        vms: Sequence[ObservedVm],
-        before: ClusterOwners,
-        known: Collection[str],
-    ) -> list[ObservedVm]:
-        """The cluster's VMs no pool, desktop or desktop record owns, not reported yet.
-
-        ``before`` was read before the listing (a desktop deleted since still owns its VM);
-        what the candidates name is read again now (a desktop created since owns its VM too).
-        """
-
-        def candidates(owners: ClusterOwners) -> list[ObservedVm]:
-            return [
-                vm
-                for vm in find_unowned_vms(
-                    vms, pool_ids=owners.pool_ids, desktop_ids=owners.desktop_ids
-                )
-                if vm.vm_id not in owners.vm_ids and vm.vm_id not in known
-            ]
-
-        found = candidates(before)
-        if not found:
-            return []
-        owners = ClusterOwners()
-        owners.update(before)
-        owners.update(await existing_owners(self.runtime.db, cluster_id, found))
-        return candidates(owners)
-
-    async def observe(
-        self, clusters: Mapping[uuid.UUID, ClusterRecord | None]
-    ) -> dict[uuid.UUID, list[ObservedVm] | None]:
-        """List each cluster's deskpool VMs once, all clusters at the same time.
-
-        A cluster that cannot be listed maps to ``None`` (and is logged), never to ``[]``.
-        """
-        ids = list(clusters)
-        listings = await asyncio.gather(*(self._list(clusters[cluster_id]) for cluster_id in ids))
-        return dict(zip(ids, listings, strict=True))
-
-    async def _list(self, cluster: ClusterRecord | None) -> list[ObservedVm] | None:
-        if cluster is None:
-            return None
-        try:
-            async with self.runtime.drivers.open(cluster) as driver:
-                vms = await driver.list_owned_vms(deadline=deadline_after(LIST_TIMEOUT))
-        except DeskpoolError as error:
-            log.warning(
-                "the VMs of cluster %s cannot be listed (%s); its pools are reconciled for "
-                "timeouts only",
-                cluster.name,
-                error.detail,
-            )
-            return None
-        except Exception:
-            # A driver outside its contract: still never "every VM vanished".
-            log.exception(
-                "listing the VMs of cluster %s failed unexpectedly; its pools are reconciled "
-                "for timeouts only",
-                cluster.name,
-            )
-            return None
-        return [observed_vm(vm) for vm in vms]
 
     # ------------------------------------------------------------------ applying
 
@@ -507,7 +415,7 @@ class PoolReconcilerService:
             await fence(connection)
             reported = await record_orphans(connection, planned.pool.cluster_id, planned.unowned)
             for orphan in reported:
-                await record_audit_event(connection, self._unowned_event(orphan))
+                await record_audit_event(connection, unowned_event(orphan))
         for _ in reported:
             self._count(ReportOrphan.kind)
         if reported:
@@ -594,12 +502,12 @@ class PoolReconcilerService:
                 actions, await insert_desktops(connection, pool, names), strict=True
             ):
                 job = await enqueue_desktop_job(connection, PROVISION, desktop)
-                events.append(self._event(planned, action, desktop, job, now))
+                events.append(action_event(planned, action, desktop, job, now))
             return events
         if isinstance(first, PowerOn):
             desktop = planned.desktops[first.desktop_id]
             job = await enqueue_desktop_job(connection, POWER_ON, desktop)
-            return [self._event(planned, first, desktop, job, now)]
+            return [action_event(planned, first, desktop, job, now)]
         if isinstance(first, ReportOrphan):
             vm = planned.vms.get(first.vm_id)
             if vm is None:
@@ -608,10 +516,10 @@ class PoolReconcilerService:
                 connection, pool.cluster_id, [replace(vm, pool_id=pool.id)]
             ):
                 return []
-            return [self._event(planned, first, None, None, now)]
+            return [action_event(planned, first, None, None, now)]
         if isinstance(first, DeleteOrphanVm):
             deletion = await enqueue_orphan_deletion(connection, pool.cluster_id, first.vm_id)
-            return [self._event(planned, first, None, deletion, now)]
+            return [action_event(planned, first, None, deletion, now)]
         event = desktop_event(first)
         desktop_id = getattr(first, "desktop_id", None)
         expected = planned.desktops.get(desktop_id) if desktop_id is not None else None
@@ -622,129 +530,8 @@ class PoolReconcilerService:
             return []
         kind = job_for_state(after)
         follow_up = None if kind is None else await enqueue_desktop_job(connection, kind, after)
-        return [self._event(planned, first, after, follow_up, now)]
+        return [action_event(planned, first, after, follow_up, now)]
 
     def _count(self, kind: str) -> None:
         if self.metrics is not None:
             self.metrics.count_action(kind)
-
-    @staticmethod
-    def _unowned_event(orphan: OrphanRecord) -> AuditEvent:
-        """The audit event of a VM reported as owned by no pool or desktop."""
-        details: dict[str, Any] = {
-            "reason": (
-                f"VM {orphan.name} is tagged as deskpool's, but its tags name no existing pool "
-                "or desktop and no desktop records it"
-            ),
-            "vm_id": orphan.vm_id,
-            "name": orphan.name,
-        }
-        if orphan.desktop_id is not None:
-            details["desktop_id"] = str(orphan.desktop_id)
-        return AuditEvent(
-            action=f"reconcile.{ReportOrphan.kind}",
-            actor=RECONCILER_ACTOR,
-            resource_type=CLUSTERS,
-            resource_id=str(orphan.cluster_id),
-            outcome="success",
-            occurred_at=datetime.now(UTC),
-            details=details,
-        )
-
-    @staticmethod
-    def _event(
-        planned: PlannedPool,
-        action: Action,
-        desktop: Desktop | None,
-        job: Job | None,
-        now: datetime,
-    ) -> AuditEvent:
-        """The audit event of an applied action: its reason, the desktop, the job enqueued."""
-        pool = planned.pool
-        details: dict[str, Any] = {
-            "reason": action.reason,
-            "pool_id": str(pool.id),
-            "pool": pool.name,
-        }
-        if desktop is not None:
-            details["desktop"] = desktop.name
-            details["state"] = str(desktop.state)
-        vm_id = getattr(action, "vm_id", None)
-        if vm_id is not None:
-            details["vm_id"] = vm_id
-        if job is not None:
-            details["job_id"] = job.id
-            details["job_kind"] = job.kind
-        if desktop is not None:
-            resource_type, resource_id = DESKTOPS, str(desktop.id)
-        else:
-            resource_type, resource_id = CLUSTERS, str(pool.cluster_id)
-        return AuditEvent(
-            action=f"reconcile.{action.kind}",
-            actor=RECONCILER_ACTOR,
-            resource_type=resource_type,
-            resource_id=resource_id,
-            outcome="success",
-            occurred_at=now,
-            details=details,
-        )
-
-
-# --------------------------------------------------------------------------- the job
-
-ReconcilerFactory = Callable[["Runtime"], PoolReconcilerService]
-
-
-#: The periodic task that reports the orphans of clusters no pool uses.
-CLUSTER_ORPHAN_TASK = "cluster_orphan_scan"
-
-
-def cluster_orphan_task(factory: ReconcilerFactory) -> PeriodicTask:
-    """Report the orphans of clusters without pools, every ``POOL_RECONCILE_INTERVAL``."""
-
-    async def run(context: PeriodicContext) -> None:
-        async def fence(connection: asyncpg.Connection) -> None:
-            await hold_periodic_run(connection, context.name, context.fence)
-
-        reported = await factory(context.runtime).report_orphans_on_idle_clusters(fence)
-        if reported:
-            log.info("%d orphan VM(s) reported on clusters without pools", reported)
-
-    return PeriodicTask(
-        run,
-        every="POOL_RECONCILE_INTERVAL",
-        description="Reports VMs tagged as deskpool's on clusters that no pool uses.",
-    )
-
-
-async def enqueue_pool_reconcile(connection: asyncpg.Connection, pool_id: uuid.UUID) -> Job:
-    """Enqueue ``pool.reconcile`` for the pool, unless one is queued and not started yet.
-
-    Call it in the transaction that created or changed the pool.
-    """
-    existing = await unfinished_job(
-        connection, POOL_RECONCILE_JOB, POOLS, str(pool_id), states=(JobState.QUEUED,)
-    )
-    if existing is not None:
-        return existing
-    return await enqueue(
-        connection,
-        POOL_RECONCILE_JOB,
-        {"pool_id": str(pool_id)},
-        priority=5,
-        resource_type=POOLS,
-        resource_id=str(pool_id),
-    )
-
-
-def pool_reconcile_job_kind(factory: ReconcilerFactory) -> JobKind:
-    """The ``pool.reconcile`` job kind, reconciling with what ``factory`` builds."""
-
-    async def reconcile_one_pool(context: JobContext) -> None:
-        try:
-            pool_id = uuid.UUID(str(context.payload["pool_id"]))
-        except (KeyError, ValueError) as error:
-            raise PermanentJobFailure(f"the payload names no pool ({error})") from None
-        await factory(context.runtime).reconcile_now(pool_id, context.hold_lease)
-
-    return JobKind(reconcile_one_pool)

@@ -37,7 +37,7 @@ from deskpool.pools.model import (
     validate_pool,
     validate_pool_change,
 )
-from deskpool.pools.reconciler import enqueue_pool_reconcile
+from deskpool.pools.reconcile_jobs import enqueue_pool_reconcile
 from deskpool.pools.store_entitlements import Entitlement, SubjectType
 from deskpool.pools.store_orphans import OrphanRecord, list_orphans, lock_orphan
 from deskpool.pools.store_pools import DomainJoin, PoolRecord

@@ -33,11 +33,8 @@ from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, reconcile_batch
 from deskpool.pools import store_desktops, store_orphans, store_pools
 from deskpool.pools.desktop_jobs import PROVISION, enqueue_desktop_job, idempotency_key
 from deskpool.pools.model import DesktopState, Pool
-from deskpool.pools.reconciler import (
-    POOL_RECONCILE_JOB,
-    PoolReconcilerService,
-    enqueue_pool_reconcile,
-)
+from deskpool.pools.reconcile_jobs import POOL_RECONCILE_JOB, enqueue_pool_reconcile
+from deskpool.pools.reconciler import PoolReconcilerService
 from deskpool.pools.states import Allocated
 from deskpool.runtime import Runtime
 from deskpool.testing.periodic import claim_periodic_task, leased_periodic_context

@@ -1,0 +1,94 @@
+"""How reconciliation is asked for: the ``pool.reconcile`` job, and the cluster orphan scan.
+
+A change that alters what reconciliation does to a pool (a pool created, resized, drained)
+enqueues ``pool.reconcile`` for it (:func:`enqueue_pool_reconcile`, in the change's
+transaction); the job (:func:`pool_reconcile_job_kind`) reconciles that one pool at once,
+fenced by its lease. The periodic ``cluster_orphan_scan`` (:func:`cluster_orphan_task`)
+reports the orphans of clusters no pool uses. Both run the reconciliation service
+(:class:`~deskpool.pools.reconciler.PoolReconcilerService`) that ``factory`` builds; the
+periodic pass over every pool is :mod:`deskpool.jobs.pool_reconcile`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import asyncpg
+
+from deskpool.jobs.context import JobContext
+from deskpool.jobs.model import Job, JobKind, JobState, PermanentJobFailure
+from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
+from deskpool.jobs.queue import enqueue
+from deskpool.pools.provisioning_store import hold_periodic_run, unfinished_job
+
+if TYPE_CHECKING:
+    from deskpool.pools.reconciler import PoolReconcilerService
+    from deskpool.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+#: The job kind reconciling one pool now.
+POOL_RECONCILE_JOB = "pool.reconcile"
+#: The resource type of pool jobs.
+POOLS = "pools"
+
+#: Builds the reconciliation service a run or a job uses, for its runtime.
+ReconcilerFactory = Callable[["Runtime"], "PoolReconcilerService"]
+
+
+#: The periodic task that reports the orphans of clusters no pool uses.
+CLUSTER_ORPHAN_TASK = "cluster_orphan_scan"
+
+
+def cluster_orphan_task(factory: ReconcilerFactory) -> PeriodicTask:
+    """Report the orphans of clusters without pools, every ``POOL_RECONCILE_INTERVAL``."""
+
+    async def run(context: PeriodicContext) -> None:
+        async def fence(connection: asyncpg.Connection) -> None:
+            await hold_periodic_run(connection, context.name, context.fence)
+
+        reported = await factory(context.runtime).report_orphans_on_idle_clusters(fence)
+        if reported:
+            log.info("%d orphan VM(s) reported on clusters without pools", reported)
+
+    return PeriodicTask(
+        run,
+        every="POOL_RECONCILE_INTERVAL",
+        description="Reports VMs tagged as deskpool's on clusters that no pool uses.",
+    )
+
+
+async def enqueue_pool_reconcile(connection: asyncpg.Connection, pool_id: uuid.UUID) -> Job:
+    """Enqueue ``pool.reconcile`` for the pool, unless one is queued and not started yet.
+
+    Call it in the transaction that created or changed the pool.
+    """
+    existing = await unfinished_job(
+        connection, POOL_RECONCILE_JOB, POOLS, str(pool_id), states=(JobState.QUEUED,)
+    )
+    if existing is not None:
+        return existing
+    return await enqueue(
+        connection,
+        POOL_RECONCILE_JOB,
+        {"pool_id": str(pool_id)},
+        priority=5,
+        resource_type=POOLS,
+        resource_id=str(pool_id),
+    )
+
+
+def pool_reconcile_job_kind(factory: ReconcilerFactory) -> JobKind:
+    """The ``pool.reconcile`` job kind, reconciling with what ``factory`` builds."""
+
+    async def reconcile_one_pool(context: JobContext) -> None:
+        try:
+            pool_id = uuid.UUID(str(context.payload["pool_id"]))
+        except (KeyError, ValueError) as error:
+            raise PermanentJobFailure(f"the payload names no pool ({error})") from None
+        await factory(context.runtime).reconcile_now(pool_id, context.hold_lease)
+
+    return JobKind(reconcile_one_pool)
