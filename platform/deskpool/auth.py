@@ -23,15 +23,19 @@ from __future__ import annotations
 import abc
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from deskpool.errors import AuthNotConfigured, Unauthenticated
 
+if TYPE_CHECKING:
+    from deskpool.config import Config
+
 __all__ = [
     "AuthProvider",
+    "AuthProviderFactory",
     "AuthProviderState",
     "BrowserSignIn",
     "VerifiedToken",
@@ -271,3 +275,8 @@ class AuthProvider(abc.ABC):
         :raises deskpool.errors.ServiceUnavailable: the provider cannot verify tokens now
             (:class:`deskpool.errors.AuthNotConfigured` when it is not configured).
         """
+
+
+#: What ``deskpool_register_auth_providers`` registers: builds the provider from the
+#: configuration of the process.
+AuthProviderFactory: TypeAlias = Callable[["Config"], AuthProvider]

@@ -17,9 +17,15 @@ import pluggy
 
 if TYPE_CHECKING:
     from deskpool.api.routes import RouteTable
+    from deskpool.auth import AuthProviderFactory
     from deskpool.config import Config, SettingRegistry
+    from deskpool.jobs.model import RegisteredJobKind
+    from deskpool.jobs.periodic import PeriodicTask
+    from deskpool.licensing.reporting import LicenseReporterFactory
     from deskpool.registry import Registry
     from deskpool.runtime import ComponentFactory, ReadinessCheck, Runtime
+    from deskpool.secrets import SecretStoreFactory
+    from deskpool_driver_api import HypervisorDriver
 
 hookspec = pluggy.HookspecMarker("deskpool")
 
@@ -116,11 +122,11 @@ def deskpool_register_routes(routes: RouteTable) -> None:
 
 
 @hookspec
-def deskpool_register_auth_providers(registry: Registry[Any]) -> None:
+def deskpool_register_auth_providers(registry: Registry[AuthProviderFactory]) -> None:
     """Register auth providers (the ``AUTH_PROVIDER`` setting chooses one).
 
     :param registry: ``registry.add(name, factory)`` where ``factory(config)`` returns a
-        :class:`deskpool.auth.AuthProvider`.
+        :class:`deskpool.auth.AuthProvider` (:data:`deskpool.auth.AuthProviderFactory`).
     """
 
 
@@ -128,11 +134,11 @@ def deskpool_register_auth_providers(registry: Registry[Any]) -> None:
 
 
 @hookspec
-def deskpool_register_secret_stores(registry: Registry[Any]) -> None:
+def deskpool_register_secret_stores(registry: Registry[SecretStoreFactory]) -> None:
     """Register secret stores (the ``SECRET_STORE`` setting chooses one).
 
     :param registry: ``registry.add(name, factory)`` where ``factory(config)`` returns a
-        :class:`deskpool.secrets.SecretStore`.
+        :class:`deskpool.secrets.SecretStore` (:data:`deskpool.secrets.SecretStoreFactory`).
     """
 
 
@@ -140,7 +146,7 @@ def deskpool_register_secret_stores(registry: Registry[Any]) -> None:
 
 
 @hookspec
-def deskpool_register_hypervisor_drivers(registry: Registry[Any]) -> None:
+def deskpool_register_hypervisor_drivers(registry: Registry[type[HypervisorDriver]]) -> None:
     """Register hypervisor drivers; each cluster record names the driver it uses.
 
     :param registry: ``registry.add(name, driver_class)`` where ``driver_class`` derives from
@@ -152,7 +158,7 @@ def deskpool_register_hypervisor_drivers(registry: Registry[Any]) -> None:
 
 
 @hookspec
-def deskpool_register_job_kinds(registry: Registry[Any]) -> None:
+def deskpool_register_job_kinds(registry: Registry[RegisteredJobKind]) -> None:
     """Register job kinds the worker runs.
 
     A handler receives a :class:`deskpool.jobs.JobContext` (the job, the runtime, a deadline,
@@ -161,12 +167,12 @@ def deskpool_register_job_kinds(registry: Registry[Any]) -> None:
 
     :param registry: ``registry.add(kind, handler)`` where ``handler`` is an async callable
         taking the job context, or a :class:`deskpool.jobs.JobKind` naming the handler with
-        its retry policy and timeout.
+        its retry policy and timeout (:data:`deskpool.jobs.model.RegisteredJobKind`).
     """
 
 
 @hookspec
-def deskpool_register_periodic_tasks(registry: Registry[Any]) -> None:
+def deskpool_register_periodic_tasks(registry: Registry[PeriodicTask]) -> None:
     """Register periodic tasks; each runs once per interval across the whole deployment.
 
     Any number of workers may run; a run is claimed in the database, so two workers never run
@@ -181,7 +187,7 @@ def deskpool_register_periodic_tasks(registry: Registry[Any]) -> None:
 
 
 @hookspec
-def deskpool_register_license_reporters(registry: Registry[Any]) -> None:
+def deskpool_register_license_reporters(registry: Registry[LicenseReporterFactory]) -> None:
     """Register licensing reporters (the ``LICENSE_REPORTER`` setting chooses one).
 
     The worker sends activation reports through the chosen reporter when a licensed edition is
@@ -189,5 +195,6 @@ def deskpool_register_license_reporters(registry: Registry[Any]) -> None:
 
     :param registry: ``registry.add(name, factory)`` where ``factory(config)`` returns a
         :class:`deskpool.licensing.reporting.LicenseReporter` (``enabled``, and ``async
-        send(report)`` raising ``ReportFailed`` when the report was not accepted).
+        send(report)`` raising ``ReportFailed`` when the report was not accepted;
+        :data:`deskpool.licensing.reporting.LicenseReporterFactory`).
     """

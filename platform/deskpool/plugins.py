@@ -13,7 +13,7 @@ import importlib.metadata
 import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 from stevedore import NamedExtensionManager
@@ -27,9 +27,17 @@ from deskpool.registry import Registry
 
 if TYPE_CHECKING:
     from deskpool.api.routes import RouteTable
+    from deskpool.auth import AuthProviderFactory
     from deskpool.config import Config, Setting
+    from deskpool.jobs.model import RegisteredJobKind
+    from deskpool.jobs.periodic import PeriodicTask
+    from deskpool.licensing.reporting import LicenseReporterFactory
     from deskpool.runtime import ComponentFactory, ReadinessCheck, Runtime
+    from deskpool.secrets import SecretStoreFactory
+    from deskpool_driver_api import HypervisorDriver
 
+
+T = TypeVar("T")
 
 #: The marker plugins decorate their hook implementations with.
 hookimpl = pluggy.HookimplMarker("deskpool")
@@ -160,38 +168,44 @@ class PluginHost:
         return list(registry)
 
     # -- registries
-    def _registry(self, kind: str, hook_name: str) -> Registry[Any]:
-        registry: Registry[Any] = Registry(kind)
+    def _fill(self, registry: Registry[T], hook_name: str) -> Registry[T]:
         getattr(self._hook, hook_name)(registry=registry)
         return registry
 
     def components(self) -> Registry[ComponentFactory]:
         """Call ``deskpool_register_components``."""
-        return self._registry("component", "deskpool_register_components")
+        registry: Registry[ComponentFactory] = Registry("component")
+        return self._fill(registry, "deskpool_register_components")
 
-    def auth_providers(self) -> Registry[Any]:
+    def auth_providers(self) -> Registry[AuthProviderFactory]:
         """Call ``deskpool_register_auth_providers``."""
-        return self._registry("auth provider", "deskpool_register_auth_providers")
+        registry: Registry[AuthProviderFactory] = Registry("auth provider")
+        return self._fill(registry, "deskpool_register_auth_providers")
 
-    def secret_stores(self) -> Registry[Any]:
+    def secret_stores(self) -> Registry[SecretStoreFactory]:
         """Call ``deskpool_register_secret_stores``."""
-        return self._registry("secret store", "deskpool_register_secret_stores")
+        registry: Registry[SecretStoreFactory] = Registry("secret store")
+        return self._fill(registry, "deskpool_register_secret_stores")
 
-    def hypervisor_drivers(self) -> Registry[Any]:
+    def hypervisor_drivers(self) -> Registry[type[HypervisorDriver]]:
         """Call ``deskpool_register_hypervisor_drivers``."""
-        return self._registry("hypervisor driver", "deskpool_register_hypervisor_drivers")
+        registry: Registry[type[HypervisorDriver]] = Registry("hypervisor driver")
+        return self._fill(registry, "deskpool_register_hypervisor_drivers")
 
-    def license_reporters(self) -> Registry[Any]:
+    def license_reporters(self) -> Registry[LicenseReporterFactory]:
         """Call ``deskpool_register_license_reporters``."""
-        return self._registry("license reporter", "deskpool_register_license_reporters")
+        registry: Registry[LicenseReporterFactory] = Registry("license reporter")
+        return self._fill(registry, "deskpool_register_license_reporters")
 
-    def job_kinds(self) -> Registry[Any]:
+    def job_kinds(self) -> Registry[RegisteredJobKind]:
         """Call ``deskpool_register_job_kinds``."""
-        return self._registry("job kind", "deskpool_register_job_kinds")
+        registry: Registry[RegisteredJobKind] = Registry("job kind")
+        return self._fill(registry, "deskpool_register_job_kinds")
 
-    def periodic_tasks(self) -> Registry[Any]:
+    def periodic_tasks(self) -> Registry[PeriodicTask]:
         """Call ``deskpool_register_periodic_tasks``."""
-        return self._registry("periodic task", "deskpool_register_periodic_tasks")
+        registry: Registry[PeriodicTask] = Registry("periodic task")
+        return self._fill(registry, "deskpool_register_periodic_tasks")
 
     def register_routes(self, routes: RouteTable) -> None:
         """Call ``deskpool_register_routes``."""

@@ -31,10 +31,10 @@ import logging
 import re
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from deskpool.config import REDACTED
 from deskpool.errors import DeskpoolError, PayloadTooLarge, ServiceUnavailable, StartupError
@@ -278,6 +278,10 @@ class SecretStore(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(current_key_id={self.current_key_id!r})"
+
+
+#: What ``deskpool_register_secret_stores`` registers: builds the store from the configuration.
+SecretStoreFactory: TypeAlias = Callable[["Config"], SecretStore]
 
 
 def build_secret_store(plugins: PluginHost, config: Config) -> SecretStore:

@@ -21,7 +21,7 @@ from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
 from deskpool.runtime import Runtime
 from deskpool.secret_rotation import KeyUsage, count_by_key_id
-from deskpool.secrets import SecretStore
+from deskpool.secrets import SecretStore, SecretStoreFactory
 from deskpool_envelope.store import EnvelopeSecretStore
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ COMPONENTS_NEEDING_THE_KEY = ("api", "worker")
 
 
 @hookimpl
-def deskpool_register_secret_stores(registry: Registry[object]) -> None:
+def deskpool_register_secret_stores(registry: Registry[SecretStoreFactory]) -> None:
     """Register the ``envelope`` store; its factory takes the configuration."""
     registry.add("envelope", EnvelopeSecretStore.from_config)
 

@@ -17,7 +17,7 @@ import aiohttp
 
 from deskpool import __version__
 from deskpool.config import Config, SettingRegistry, parse_url
-from deskpool.licensing.reporting import ReportFailed
+from deskpool.licensing.reporting import LicenseReporterFactory, ReportFailed
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
 
@@ -57,7 +57,7 @@ class HttpReporter:
 
 
 @hookimpl
-def deskpool_register_license_reporters(registry: Registry[Any]) -> None:
+def deskpool_register_license_reporters(registry: Registry[LicenseReporterFactory]) -> None:
     """Register the ``http`` reporter."""
     registry.add("http", HttpReporter)
 

@@ -14,10 +14,10 @@ is :class:`deskpool_oidc.provider.OidcAuthProvider`.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from deskpool.api.docs import DISCOVERY_PATH
 from deskpool.api.routes import Authentication, RouteTable
+from deskpool.auth import AuthProviderFactory
 from deskpool.config import Config, Setting, SettingRegistry, parse_bool, parse_url
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
@@ -50,7 +50,7 @@ def create_provider(config: Config) -> OidcAuthProvider:
 
 
 @hookimpl
-def deskpool_register_auth_providers(registry: Registry[Any]) -> None:
+def deskpool_register_auth_providers(registry: Registry[AuthProviderFactory]) -> None:
     """Register the ``oidc`` auth provider; its factory takes the configuration."""
     registry.add("oidc", create_provider)
 

@@ -23,13 +23,12 @@ import os
 import secrets
 import socket
 from datetime import timedelta
-from typing import Any
 
 from deskpool.audit import maintain_audit_partitions
 from deskpool.config import SettingRegistry, parse_duration, parse_int
 from deskpool.jobs import queue
 from deskpool.jobs.metrics import JobMetrics
-from deskpool.jobs.model import JobKind
+from deskpool.jobs.model import JobKind, RegisteredJobKind
 from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
 from deskpool.licensing import tasks as licensing_tasks
 from deskpool.plugins import hookimpl
@@ -120,7 +119,7 @@ class WorkerComponent:
         await asyncio.gather(self.runner.stop(timeout), self.scheduler.stop(timeout))
 
 
-def periodic_task(registered: Any) -> PeriodicTask:
+def periodic_task(registered: object) -> PeriodicTask:
     """Check what a plugin registered as a periodic task."""
     if not isinstance(registered, PeriodicTask):
         raise TypeError(f"a periodic task is a deskpool.jobs.PeriodicTask, not {registered!r}")
@@ -209,13 +208,13 @@ def deskpool_declare_settings(registry: SettingRegistry) -> None:
 
 
 @hookimpl
-def deskpool_register_job_kinds(registry: Registry[Any]) -> None:
+def deskpool_register_job_kinds(registry: Registry[RegisteredJobKind]) -> None:
     """Register the desktop jobs and ``pool.reconcile``."""
     pools.register_job_kinds(registry)
 
 
 @hookimpl
-def deskpool_register_periodic_tasks(registry: Registry[Any]) -> None:
+def deskpool_register_periodic_tasks(registry: Registry[PeriodicTask]) -> None:
     """Register reconciliation, the session check, audit, job pruning and licensing tasks."""
     pools.register_periodic_tasks(registry)
     sessions.register_periodic_tasks(registry)

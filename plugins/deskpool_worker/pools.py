@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
 
 from deskpool.config import Config, SettingRegistry, parse_duration
+from deskpool.jobs.model import RegisteredJobKind
+from deskpool.jobs.periodic import PeriodicTask
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, pool_reconcile_task
 from deskpool.pools.job_handlers import desktop_job_kinds
 from deskpool.pools.planner import ReconcilePolicy
@@ -78,14 +79,14 @@ def pool_reconciler(runtime: Runtime) -> PoolReconcilerService:
     )
 
 
-def register_job_kinds(registry: Registry[Any]) -> None:
+def register_job_kinds(registry: Registry[RegisteredJobKind]) -> None:
     """The desktop jobs and ``pool.reconcile``."""
     for name, kind in desktop_job_kinds().items():
         registry.add(name, kind)
     registry.add(POOL_RECONCILE_JOB, pool_reconcile_job_kind(pool_reconciler))
 
 
-def register_periodic_tasks(registry: Registry[Any]) -> None:
+def register_periodic_tasks(registry: Registry[PeriodicTask]) -> None:
     """Pool reconciliation and the orphan scan of pool-less clusters (both periodic)."""
     registry.add(POOL_RECONCILE_TASK, pool_reconcile_task(pool_reconciler))
     registry.add(CLUSTER_ORPHAN_TASK, cluster_orphan_task(pool_reconciler))

@@ -11,7 +11,6 @@ and declares its interval:
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from deskpool.config import SettingRegistry, parse_duration
 from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
@@ -47,7 +46,7 @@ async def session_check(context: PeriodicContext) -> None:
         )
 
 
-def register_periodic_tasks(registry: Registry[Any]) -> None:
+def register_periodic_tasks(registry: Registry[PeriodicTask]) -> None:
     """The session check."""
     registry.add(
         SESSION_CHECK_TASK,

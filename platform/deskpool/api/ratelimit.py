@@ -30,13 +30,16 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from deskpool.errors import RateLimited
+
+if TYPE_CHECKING:
+    from deskpool.identity.principal import Principal
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +89,7 @@ class RateLimitState:
 RATE_LIMIT_STATE_KEY = web.RequestKey("rate_limit_state", RateLimitState)
 
 
-def caller_key(principal: Any, request: web.Request) -> str:
+def caller_key(principal: Principal | None, request: web.Request) -> str:
     """Who a request counts against: the principal's id or subject, else the client address."""
     for attribute in ("id", "subject"):
         value = getattr(principal, attribute, None) if principal is not None else None
@@ -214,7 +217,7 @@ class RateLimiter:
         self._flusher = None
         await self.flush()
 
-    async def check(self, request: web.Request, principal: Any) -> None:
+    async def check(self, request: web.Request, principal: Principal | None) -> None:
         """Count the request against its caller; remember the state for the response headers.
 
         :raises RateLimited: the caller is over budget (429 with ``Retry-After``).

@@ -115,13 +115,13 @@ class DriverManager:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.metrics = DriverCallMetrics(runtime.metrics)
-        self._registry: Registry[Any] | None = None
+        self._registry: Registry[type[HypervisorDriver]] | None = None
         self._secret_store: SecretStore | None = None
 
     # -- what is installed
 
     @property
-    def registry(self) -> Registry[Any]:
+    def registry(self) -> Registry[type[HypervisorDriver]]:
         """The drivers registered through ``deskpool_register_hypervisor_drivers``."""
         if self._registry is None:
             self._registry = self.runtime.plugins.hypervisor_drivers()

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:
     from deskpool.jobs.context import JobContext
@@ -98,13 +98,17 @@ class JobKind:
     timeout: timedelta = DEFAULT_JOB_TIMEOUT
 
     @classmethod
-    def of(cls, registered: Any) -> JobKind:
+    def of(cls, registered: RegisteredJobKind) -> JobKind:
         """Normalize what a plugin registered (a handler or a :class:`JobKind`)."""
         if isinstance(registered, JobKind):
             return registered
         if callable(registered):
             return cls(handler=registered)
         raise TypeError(f"a job kind is an async handler or a JobKind, not {registered!r}")
+
+
+#: What ``deskpool_register_job_kinds`` registers: a bare async handler or a :class:`JobKind`.
+RegisteredJobKind: TypeAlias = JobKind | JobHandler
 
 
 @dataclass(frozen=True, order=True)

@@ -24,9 +24,9 @@ up to the interval.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 from deskpool.errors import PluginNotFound
 from deskpool.licensing.model import BuildIntegrity, Judgement, Usage, format_instant
@@ -59,6 +59,11 @@ class LicenseReporter(Protocol):
 
         :raises ReportFailed: it was not accepted (the worker retries with backoff).
         """
+
+
+#: What ``deskpool_register_license_reporters`` registers: builds the reporter from the
+#: configuration.
+LicenseReporterFactory: TypeAlias = Callable[["Config"], LicenseReporter]
 
 
 def build_reporter(plugins: PluginHost, config: Config) -> LicenseReporter:

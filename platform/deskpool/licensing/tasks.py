@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import random
 from datetime import timedelta
-from typing import Any
 
 from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
 from deskpool.licensing import service
@@ -46,7 +45,7 @@ async def send_activation_report(context: PeriodicContext) -> None:
         )
 
 
-def register_periodic_tasks(registry: Registry[Any]) -> None:
+def register_periodic_tasks(registry: Registry[PeriodicTask]) -> None:
     """Add the licensing tasks."""
     registry.add(
         LICENSE_WATERMARK_TASK,

@@ -35,6 +35,7 @@ from deskpool.errors import (
     ValidationFailed,
 )
 from deskpool.events import AuditEvent
+from deskpool.identity.principal import Principal
 from deskpool.licensing.service import check_can_open_session
 from deskpool.pools import store_allocation, store_desktops, store_entitlements, store_pools
 from deskpool.pools.allocation import DesktopNotReady
@@ -282,7 +283,7 @@ async def _audit_allocation(
     await record_audit_event(connection, event)
 
 
-async def may_open(runtime: Runtime, principal: Any, pool_id: uuid.UUID) -> bool:
+async def may_open(runtime: Runtime, principal: Principal, pool_id: uuid.UUID) -> bool:
     """Whether the caller may open desktops of the pool: ``pools:manage`` or an entitlement."""
     if principal.may("pools:manage"):
         return True
@@ -292,7 +293,7 @@ async def may_open(runtime: Runtime, principal: Any, pool_id: uuid.UUID) -> bool
 
 
 async def open_pool_desktop(
-    runtime: Runtime, principal: Any, pool_id: uuid.UUID, audit: AuditOf
+    runtime: Runtime, principal: Principal, pool_id: uuid.UUID, audit: AuditOf
 ) -> DesktopConnection:
     """Hand the caller a desktop of the pool and a connection token to it.
 
@@ -317,7 +318,7 @@ async def open_pool_desktop(
 
 
 async def reconnect_desktop(
-    runtime: Runtime, principal: Any, desktop_id: uuid.UUID, audit: AuditOf
+    runtime: Runtime, principal: Principal, desktop_id: uuid.UUID, audit: AuditOf
 ) -> DesktopConnection:
     """A new connection token to a desktop the caller holds.
 
@@ -352,7 +353,7 @@ async def reconnect_desktop(
 
 
 async def shadow_session(
-    runtime: Runtime, principal: Any, session_id: uuid.UUID, audit: AuditOf
+    runtime: Runtime, principal: Principal, session_id: uuid.UUID, audit: AuditOf
 ) -> tuple[SessionRecord, DesktopConnection]:
     """A token that joins an open session read-only (an administrator watching a user).
 
