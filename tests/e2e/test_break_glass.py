@@ -17,7 +17,6 @@ from typing import Any
 import asyncpg
 import pytest
 
-from deskpool.api.app import create_app
 from deskpool.testing.pytest_plugin import fresh_database, opened_runtime, served
 from deskpool.testing.services import ServiceAddresses
 
@@ -60,8 +59,8 @@ async def test_break_glass_brings_an_admin_back(
     # The admin and a colleague sign in; then the admin's account ends up disabled.
     root = bearer("root", email="root@example.com", email_verified=True)
     alice = bearer("alice", email="alice@example.com", email_verified=True)
-    async with opened_runtime({**environ, "AUTH_BOOTSTRAP_ADMIN_SUBJECTS": "root"}) as runtime:
-        client = await aiohttp_client(create_app(runtime))
+    bootstrapping = {**environ, "AUTH_BOOTSTRAP_ADMIN_SUBJECTS": "root"}
+    async with served(bootstrapping, aiohttp_client) as (runtime, client):
         for headers in (root, alice):
             assert (await client.get("/api/v1/me", headers=headers)).status == 200
         await client.close()

@@ -36,6 +36,17 @@ class GatewayHarness:
             self.session, self.url, {"token": token, **display}, origin=origin
         )
 
+    async def synced(self, **grant: Any) -> tuple[WebSocketTunnelClient, str]:
+        """``(client, token)``: a tunnel opened with a new token of ``grant``, past a ``sync``."""
+        token = self.broker.issue(**grant)
+        client = await self.open(token)
+        await client.until("sync")
+        return client, token
+
+    def connection_of(self, token: str) -> str:
+        """The desktop daemon's connection id of the session ``token`` opened."""
+        return self.broker.connected[self.broker.grant_of(token).session_id]
+
 
 def gateway_environ(daemon_address: str, **overrides: str) -> dict[str, str]:
     """The environment of a gateway process of these tests (no database is opened)."""

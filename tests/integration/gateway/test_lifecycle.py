@@ -134,10 +134,8 @@ async def test_a_silent_daemon_is_an_upstream_timeout(
 async def test_an_administrator_shadows_a_session_read_only(
     gateway: GatewayHarness, desktop_daemon: DesktopDaemonSimulator
 ) -> None:
-    owner_token = gateway.broker.issue()
-    owner = await gateway.open(owner_token)
-    await owner.until("sync")
-    connection_id = gateway.broker.connected[gateway.broker.grant_of(owner_token).session_id]
+    owner, owner_token = await gateway.synced()
+    connection_id = gateway.connection_of(owner_token)
     shadow = await gateway.open(
         gateway.broker.issue(join_connection_id=connection_id, read_only=True)
     )

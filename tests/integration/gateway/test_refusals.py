@@ -38,9 +38,7 @@ async def test_unknown_replayed_and_missing_tokens_are_unauthorized(
     gateway: GatewayHarness,
 ) -> None:
     assert await refused_with(gateway, "forged") is Status.CLIENT_UNAUTHORIZED
-    token = gateway.broker.issue()
-    client = await gateway.open(token)
-    await client.until("sync")
+    client, token = await gateway.synced()
     assert await refused_with(gateway, token) is Status.CLIENT_UNAUTHORIZED
     assert await refused_with(gateway, "") is Status.CLIENT_UNAUTHORIZED
     await client.ws.close()
@@ -97,9 +95,7 @@ async def test_a_bad_display_is_a_bad_request(
 async def test_malformed_or_oversized_input_closes_the_tunnel(
     gateway: GatewayHarness, payload: str, status: Status
 ) -> None:
-    token = gateway.broker.issue()
-    client = await gateway.open(token)
-    await client.until("sync")
+    client, token = await gateway.synced()
     await client.ws.send_str(payload)
     if status is Status.CLIENT_BAD_REQUEST and payload.endswith("."):
         await client.ws.send_str("xyz;")
@@ -111,8 +107,7 @@ async def test_malformed_or_oversized_input_closes_the_tunnel(
 
 
 async def test_binary_messages_are_a_bad_type(gateway: GatewayHarness) -> None:
-    client = await gateway.open(gateway.broker.issue())
-    await client.until("sync")
+    client, _ = await gateway.synced()
     await client.ws.send_bytes(b"3.nop;")
     assert (await client.closed()).status == Status.CLIENT_BAD_TYPE
 

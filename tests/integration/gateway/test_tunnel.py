@@ -52,14 +52,12 @@ async def test_handshake_then_instructions_flow_both_ways(
 async def test_pings_are_echoed_and_never_reach_the_daemon(
     gateway: GatewayHarness, desktop_daemon: DesktopDaemonSimulator
 ) -> None:
-    token = gateway.broker.issue()
-    client = await gateway.open(token)
-    await client.until("sync")
+    client, token = await gateway.synced()
     await client.ping(1700000000123)
     await client.send("key", ord("a"), 1)
     await client.until("sync")
     assert Instruction("", ("ping", "1700000000123")) in client.internal
-    connection_id = gateway.broker.connected[gateway.broker.grant_of(token).session_id]
+    connection_id = gateway.connection_of(token)
     assert desktop_daemon.connections[connection_id].screen.typed == "a"
     received = [i.opcode for i in desktop_daemon.handshakes[-1]]
     assert "" not in received
@@ -67,9 +65,7 @@ async def test_pings_are_echoed_and_never_reach_the_daemon(
 
 
 async def test_daemon_end_closes_the_tunnel_with_success(gateway: GatewayHarness) -> None:
-    token = gateway.broker.issue()
-    client = await gateway.open(token)
-    await client.until("sync")
+    client, token = await gateway.synced()
     await client.send("disconnect")
     closed = await client.closed()
     assert closed.code == 1000
@@ -79,8 +75,7 @@ async def test_daemon_end_closes_the_tunnel_with_success(gateway: GatewayHarness
 
 
 async def test_metrics_are_on_the_process_registry(gateway: GatewayHarness) -> None:
-    client = await gateway.open(gateway.broker.issue())
-    await client.until("sync")
+    client, _ = await gateway.synced()
     text = generate_latest(gateway.component.runtime.metrics).decode()
     assert "deskpool_gateway_open_tunnels 1.0" in text
     assert 'deskpool_gateway_relayed_bytes_total{direction="to_browser"}' in text

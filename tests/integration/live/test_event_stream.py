@@ -16,7 +16,7 @@ import pytest
 
 from deskpool.live import bus
 from deskpool.live.model import LiveEvent
-from deskpool.testing.pytest_plugin import opened_runtime
+from deskpool.testing.pytest_plugin import served
 
 ADMIN = "events-admin"
 CONSOLE = "http://console.example.org"
@@ -26,22 +26,20 @@ CONSOLE = "http://console.example.org"
 async def two_apis(
     secure_environ: dict[str, str], aiohttp_client: Any
 ) -> AsyncIterator[tuple[Any, Any, Any]]:
-    """Two API clients on two runtimes sharing the database and Redis; the first runtime."""
-    from deskpool.api.app import create_app
+    """Two API clients on two runtimes sharing the database and Redis; the first runtime.
 
+    Each client (whose server ends its streams) is closed before its runtime.
+    """
     environ = {
         **secure_environ,
         "AUTH_BOOTSTRAP_ADMIN_SUBJECTS": ADMIN,
         "API_CORS_ALLOWED_ORIGINS": CONSOLE,
     }
-    async with opened_runtime(environ) as first, opened_runtime(environ) as second:
-        clients = (
-            await aiohttp_client(create_app(first)),
-            await aiohttp_client(create_app(second)),
-        )
-        yield (*clients, first)
-        for client in clients:  # the servers end their streams before the runtimes close
-            await client.close()
+    async with (
+        served(environ, aiohttp_client) as (first, one),
+        served(environ, aiohttp_client) as (_, two),
+    ):
+        yield one, two, first
 
 
 async def read_events(response: Any, count: int) -> list[dict[str, Any]]:

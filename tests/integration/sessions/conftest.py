@@ -35,6 +35,7 @@ from deskpool.runtime import Runtime
 from deskpool.sessions import store
 from deskpool.sessions.broker import PlatformSessionBroker
 from deskpool.sessions.model import SessionPolicy
+from deskpool.sessions.tunnel import TunnelGrant
 
 #: The simulated cluster's console host and VNC port, as the driver reports them.
 CONSOLE_HOST = "desktops.sim.test"
@@ -125,6 +126,17 @@ async def open_desktop(client: Any, estate: Estate) -> dict[str, Any]:  # noqa: 
     body = await response.json()
     assert response.status == 200, body
     return dict(body)
+
+
+async def connected_through(
+    api: Any, broker: PlatformSessionBroker, estate: Estate, gateway_id: str
+) -> tuple[dict[str, Any], TunnelGrant]:
+    """Open the estate's pool as its user and redeem the token at ``gateway_id``.
+
+    :returns: the opening's response body and the grant of the session it started.
+    """
+    opened = await open_desktop(api, estate)
+    return opened, await broker.redeem(opened["connection"]["token"], gateway_id=gateway_id)
 
 
 async def desktop_row(runtime: Runtime, desktop_id: str | uuid.UUID) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from tests.integration.sessions.conftest import (
     VNC_PORT,
     Estate,
     audit_actions,
+    connected_through,
     desktop_row,
     details,
     open_desktop,
@@ -238,8 +239,7 @@ async def test_an_administrator_s_disconnect_reaches_the_gateway_holding_the_ses
     client: Any, estate: MakeEstate, broker: PlatformSessionBroker, pools_runtime: Runtime
 ) -> None:
     place = await estate()
-    opened = await open_desktop(client, place)
-    grant = await broker.redeem(opened["connection"]["token"], gateway_id="gw-a")
+    _, grant = await connected_through(client, broker, place, "gw-a")
     requests = broker.disconnect_requests("gw-a")
     first = asyncio.ensure_future(anext(requests))
     await asyncio.sleep(0)  # let the subscription start before the request

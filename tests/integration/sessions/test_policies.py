@@ -10,6 +10,7 @@ from tests.integration.pools.conftest import pool_body
 from tests.integration.sessions.conftest import (
     Estate,
     audit_actions,
+    connected_through,
     desktop_row,
     open_desktop,
 )
@@ -84,8 +85,7 @@ async def test_logoff_at_once_rebuilds_a_non_persistent_desktop_before_anyone_el
     client: Any, estate: MakeEstate, broker: PlatformSessionBroker, pools_runtime: Runtime
 ) -> None:
     place = await estate(ready=1, policy=IMMEDIATELY)
-    opened = await open_desktop(client, place)
-    grant = await broker.redeem(opened["connection"]["token"], gateway_id="gw-p")
+    opened, grant = await connected_through(client, broker, place, "gw-p")
     await broker.session_ended(grant.session_id, SessionEndReason.CLIENT_CLOSED, TunnelCounters())
 
     desktop = await desktop_row(pools_runtime, opened["id"])
@@ -110,8 +110,7 @@ async def test_a_lost_gateway_never_logs_the_user_off_at_once(
     client: Any, estate: MakeEstate, broker: PlatformSessionBroker, pools_runtime: Runtime
 ) -> None:
     place = await estate(ready=1, policy=IMMEDIATELY)
-    opened = await open_desktop(client, place)
-    grant = await broker.redeem(opened["connection"]["token"], gateway_id="gw-gone")
+    opened, grant = await connected_through(client, broker, place, "gw-gone")
     async with pools_runtime.db.acquire() as db:
         await db.execute(
             "UPDATE gateway_leases SET lease_expires_at = now() - interval '1 second' "
@@ -132,8 +131,7 @@ async def test_a_daemon_failure_ends_the_session_and_keeps_the_desktop(
 ) -> None:
     # The gateway could not reach the desktop daemon (down, slow, or refusing the handshake).
     place = await estate(ready=1, policy=IMMEDIATELY)
-    opened = await open_desktop(client, place)
-    grant = await broker.redeem(opened["connection"]["token"], gateway_id="gw-e")
+    opened, grant = await connected_through(client, broker, place, "gw-e")
     assert (await desktop_row(pools_runtime, opened["id"]))["in_session"] is True
     await broker.session_ended(grant.session_id, SessionEndReason.DAEMON_ERROR, TunnelCounters())
     desktop = await desktop_row(pools_runtime, opened["id"])
@@ -149,8 +147,7 @@ async def test_logoff_after_the_delay_keeps_a_persistent_desktop_assigned(
     client: Any, estate: MakeEstate, broker: PlatformSessionBroker, pools_runtime: Runtime
 ) -> None:
     place = await estate(ready=1, kind=PoolKind.PERSISTENT, policy=SessionPolicy(logoff_delay=60))
-    opened = await open_desktop(client, place)
-    grant = await broker.redeem(opened["connection"]["token"], gateway_id="gw-d")
+    opened, grant = await connected_through(client, broker, place, "gw-d")
     await broker.session_ended(grant.session_id, SessionEndReason.CLIENT_CLOSED, TunnelCounters())
 
     await check_sessions(pools_runtime)  # within the delay: still logged on

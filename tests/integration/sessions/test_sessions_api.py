@@ -7,15 +7,19 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from tests.integration.sessions.conftest import Estate, desktop_row, open_desktop
+from tests.integration.sessions.conftest import (
+    Estate,
+    connected_through,
+    desktop_row,
+    open_desktop,
+)
 
-from deskpool.api.app import create_app
 from deskpool.api.pagination import encode_cursor
 from deskpool.pools.model import PoolKind
 from deskpool.runtime import Runtime
 from deskpool.sessions.broker import PlatformSessionBroker
 from deskpool.sessions.tunnel import SessionEndReason, TokenRejected, TunnelCounters
-from deskpool.testing.pytest_plugin import opened_runtime
+from deskpool.testing.pytest_plugin import served
 
 MakeEstate = Callable[..., Awaitable[Estate]]
 
@@ -67,8 +71,7 @@ async def test_an_administrator_watches_a_live_session_read_only(
     client: Any, estate: MakeEstate, broker: PlatformSessionBroker, pools_runtime: Runtime
 ) -> None:
     place = await estate()
-    opened = await open_desktop(client, place)
-    grant = await broker.redeem(opened["connection"]["token"], gateway_id="gw-s")
+    opened, grant = await connected_through(client, broker, place, "gw-s")
     url = f"/api/v1/sessions/{grant.session_id}/shadow"
     early = await client.post(url, headers=place.admin.headers)
     assert early.status == 409  # the daemon has not finished the handshake
@@ -153,8 +156,7 @@ async def test_opening_a_desktop_without_a_usable_tunnel_url_allocates_nothing(
 ) -> None:
     place = await estate()
     environ = {**pools_environ, "GATEWAY_PUBLIC_WS_URL": url, "APP_ENV": app_env}
-    async with opened_runtime(environ) as runtime:
-        client = await aiohttp_client(create_app(runtime))
+    async with served(environ, aiohttp_client) as (_, client):
         response = await client.post(
             f"/api/v1/me/pools/{place.pool.id}/desktop", headers=place.user.headers
         )
@@ -175,8 +177,7 @@ async def test_a_ws_url_is_accepted_in_development(
         "GATEWAY_PUBLIC_WS_URL": "ws://127.0.0.1:8081/tunnel",
         "APP_ENV": "development",
     }
-    async with opened_runtime(environ) as runtime:
-        client = await aiohttp_client(create_app(runtime))
+    async with served(environ, aiohttp_client) as (_, client):
         body = await open_desktop(client, place)
     assert body["connection"]["url"] == "ws://127.0.0.1:8081/tunnel"
     assert body["connection"]["protocol"] == "vnc"
