@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from deskpool_driver_api.errors import DeskpoolError as DeskpoolError
 
@@ -110,6 +111,16 @@ class NotFound(DeskpoolError):
     status = 404
     code = "not_found"
     title = "Not found"
+
+
+_T = TypeVar("_T")
+
+
+def found(value: _T | None, kind: str, ident: object, field: str = "id") -> _T:
+    """``value``, unless it is ``None``: then :class:`NotFound` ("No user has the id ...")."""
+    if value is None:
+        raise NotFound(f"No {kind} has the {field} {ident}.")
+    return value
 
 
 class MethodNotAllowed(DeskpoolError):

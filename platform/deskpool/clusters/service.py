@@ -33,7 +33,13 @@ from deskpool.drivers import (
     connection_problems,
     deadline_after,
 )
-from deskpool.errors import Conflict, DeskpoolError, LocatedFieldError, NotFound, ValidationFailed
+from deskpool.errors import (
+    Conflict,
+    DeskpoolError,
+    LocatedFieldError,
+    ValidationFailed,
+    found,
+)
 from deskpool.secrets import SecretValue
 
 if TYPE_CHECKING:
@@ -98,10 +104,6 @@ class Census:
     def connected(self) -> bool:
         """Whether a cluster is connected with an installed driver."""
         return any(driver in self.installed for driver in self.by_driver)
-
-
-def _not_found(cluster_id: uuid.UUID) -> NotFound:
-    return NotFound(f"No cluster has the id {cluster_id}.")
 
 
 def _plain(credentials: Mapping[str, SecretValue] | None) -> dict[str, str]:
@@ -185,9 +187,7 @@ async def get_cluster(runtime: Runtime, cluster_id: uuid.UUID) -> ClusterRecord:
 
     :raises NotFound: there is none.
     """
-    record = await repository.get_cluster(runtime.db, cluster_id)
-    if record is None:
-        raise _not_found(cluster_id)
+    record = found(await repository.get_cluster(runtime.db, cluster_id), "cluster", cluster_id)
     return record
 
 
@@ -296,9 +296,11 @@ async def change_cluster(
     manager = driver_manager_for(runtime)
     replaces_credentials = "credentials" in body
     async with runtime.db.acquire() as connection, connection.transaction():
-        record = await repository.get_cluster(connection, cluster_id, for_update=True)
-        if record is None:
-            raise _not_found(cluster_id)
+        record = found(
+            await repository.get_cluster(connection, cluster_id, for_update=True),
+            "cluster",
+            cluster_id,
+        )
         settings = _settings(body, record.settings)
         reach_changed = replaces_credentials or settings != record.settings
         if reach_changed and manager.is_installed(record.driver):
@@ -353,9 +355,11 @@ async def delete_cluster(runtime: Runtime, actor: Actor, cluster_id: uuid.UUID) 
     :raises Conflict: ``cluster_in_use``, pools provision on it (their count in ``pools``).
     """
     async with runtime.db.acquire() as connection, connection.transaction():
-        record = await repository.get_cluster(connection, cluster_id, for_update=True)
-        if record is None:
-            raise _not_found(cluster_id)
+        record = found(
+            await repository.get_cluster(connection, cluster_id, for_update=True),
+            "cluster",
+            cluster_id,
+        )
         in_use = await repository.pools_using_cluster(connection, cluster_id)
         if in_use:
             raise Conflict(
@@ -413,20 +417,22 @@ async def check_cluster(runtime: Runtime, actor: Actor, cluster_id: uuid.UUID) -
     record = await get_cluster(runtime, cluster_id)
     manager.driver_class(record.driver)
     started = time.monotonic()
-    found = await _connect(manager, record)
+    outcome = await _connect(manager, record)
     duration = round(time.monotonic() - started, 6)
-    failure: DriverProblem | None = found.get("error")
+    failure: DriverProblem | None = outcome.get("error")
     async with runtime.db.acquire() as connection, connection.transaction():
-        checked_at = await repository.record_check(
-            connection,
+        checked_at = found(
+            await repository.record_check(
+                connection,
+                record.id,
+                ok=outcome["ok"],
+                error=None if failure is None else failure.text,
+            ),
+            "cluster",
             record.id,
-            ok=found["ok"],
-            error=None if failure is None else failure.text,
         )
-        if checked_at is None:
-            raise _not_found(record.id)
         details: dict[str, Any] = (
-            {"product": found.get("product"), "version": found.get("version")}
+            {"product": outcome.get("product"), "version": outcome.get("version")}
             if failure is None
             else {"error": failure.code}
         )
@@ -438,4 +444,4 @@ async def check_cluster(runtime: Runtime, actor: Actor, cluster_id: uuid.UUID) -
             details,
             outcome="success" if failure is None else "failure",
         )
-    return CheckResult(checked_at=checked_at, duration_seconds=duration, **found)
+    return CheckResult(checked_at=checked_at, duration_seconds=duration, **outcome)

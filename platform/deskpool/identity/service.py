@@ -13,12 +13,12 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from deskpool.actor import Actor
-from deskpool.errors import Conflict, FieldError, NotFound, ValidationFailed
+from deskpool.errors import Conflict, FieldError, NotFound, ValidationFailed, found
 from deskpool.identity import rules, store, store_roles
 from deskpool.identity.authenticator import identity_changed
 from deskpool.identity.sign_in import resolve_effective
@@ -101,16 +101,6 @@ async def _group_confers(connection: asyncpg.Connection, group_id: uuid.UUID) ->
     return rules.conferred_by_grants(await store_roles.group_grants(connection, group_id), roles)
 
 
-_T = TypeVar("_T")
-
-
-def _found(value: _T | None, kind: str, ident: object, field: str = "id") -> _T:
-    """``value``, unless it is ``None``: then :class:`NotFound` ("No user has the id ...")."""
-    if value is None:
-        raise NotFound(f"No {kind} has the {field} {ident}.")
-    return value
-
-
 # ------------------------------------------------------------------------------------ users
 
 
@@ -132,7 +122,7 @@ async def list_users(
 async def get_user(db: asyncpg.Pool, user_id: uuid.UUID) -> dict[str, Any]:
     """One user. :raises NotFound: no such user."""
     async with db.acquire() as connection:
-        user = _found(await store.get_user(connection, user_id), "user", user_id)
+        user = found(await store.get_user(connection, user_id), "user", user_id)
     return user
 
 
@@ -149,7 +139,7 @@ async def set_user_disabled(
     if disabled and actor.principal is not None and actor.principal.id == str(user_id):
         raise rules.CannotDisableSelf()
     async with _changing(runtime, actor) as connection:
-        current = _found(await store.get_user(connection, user_id), "user", user_id)
+        current = found(await store.get_user(connection, user_id), "user", user_id)
         if not disabled and current["disabled"]:
             user_grants, group_grants = await store_roles.grants_of(
                 connection, str(user_id), await store.member_group_ids(connection, user_id)
@@ -179,7 +169,7 @@ async def list_groups(
 async def get_group(db: asyncpg.Pool, group_id: uuid.UUID) -> dict[str, Any]:
     """One group. :raises NotFound: no such group."""
     async with db.acquire() as connection:
-        group = _found(await store.get_group(connection, group_id), "group", group_id)
+        group = found(await store.get_group(connection, group_id), "group", group_id)
     return group
 
 
@@ -209,7 +199,7 @@ async def update_group(
 ) -> dict[str, Any]:
     """Change a group's name or description. :raises NotFound: no such group."""
     async with runtime.db.acquire() as connection, connection.transaction():
-        group = _found(
+        group = found(
             await store.update_group(connection, group_id, name, description), "group", group_id
         )
         await actor.record(
@@ -226,7 +216,7 @@ async def delete_group(runtime: Runtime, actor: Actor, group_id: uuid.UUID) -> N
     """
     async with _changing(runtime, actor) as connection:
         async with _keeping_an_admin(connection, "delete this group"):
-            key = _found(await store.delete_group(connection, group_id), "group", group_id)
+            key = found(await store.delete_group(connection, group_id), "group", group_id)
             await store_roles.delete_subject_grants(connection, "group", group_id)
         await revoke_subject_entitlements(connection, SubjectType.GROUP, group_id)
         await actor.record(connection, "group.delete", "groups", str(group_id), {"key": key})
@@ -237,7 +227,7 @@ async def list_group_members(
 ) -> list[dict[str, Any]]:
     """Up to ``limit`` members of a group. :raises NotFound: no such group."""
     async with db.acquire() as connection:
-        _found(await store.get_group(connection, group_id), "group", group_id)
+        found(await store.get_group(connection, group_id), "group", group_id)
         return await store.list_members(connection, group_id, after=after, limit=limit)
 
 
@@ -250,8 +240,8 @@ async def add_group_member(
     :raises EscalationDenied: the group holds what the actor does not.
     """
     async with _changing(runtime, actor) as connection:
-        _found(await store.get_group(connection, group_id), "group", group_id)
-        _found(await store.get_user(connection, user_id), "user", user_id)
+        found(await store.get_group(connection, group_id), "group", group_id)
+        found(await store.get_user(connection, user_id), "user", user_id)
         if await store.is_member(connection, group_id, user_id):
             return
         # Checked before the change: a caller adding itself must not hold it by then.
@@ -312,7 +302,7 @@ async def list_roles(db: asyncpg.Pool, *, after_key: str | None, limit: int) -> 
 async def get_role(db: asyncpg.Pool, key: str) -> RoleView:
     """One role. :raises NotFound: no such role."""
     async with db.acquire() as connection:
-        role = _found(
+        role = found(
             (await store_roles.role_definitions(connection)).get(key), "role", repr(key), "key"
         )
     return RoleView.of(role)
@@ -379,7 +369,7 @@ async def update_role(
         _check_catalog(permissions)
     wanted = None if permissions is None else sorted(set(permissions))
     async with _changing(runtime, actor) as connection:
-        current = _found(
+        current = found(
             (await store_roles.role_definitions(connection)).get(key), "role", repr(key), "key"
         )
         added = frozenset(wanted or ()) - current.permissions
@@ -491,7 +481,7 @@ async def delete_grant(runtime: Runtime, actor: Actor, grant_id: uuid.UUID) -> N
     """
     async with _changing(runtime, actor) as connection:
         async with _keeping_an_admin(connection, "revoke this grant"):
-            grant = _found(await store_roles.delete_grant(connection, grant_id), "grant", grant_id)
+            grant = found(await store_roles.delete_grant(connection, grant_id), "grant", grant_id)
         await actor.record(
             connection,
             "grant.delete",
@@ -560,7 +550,7 @@ async def delete_binding(runtime: Runtime, actor: Actor, binding_id: uuid.UUID) 
     :raises ConfiguredBinding: it comes from ``AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS``.
     """
     async with _changing(runtime, actor) as connection:
-        binding = _found(await store.get_binding(connection, binding_id), "binding", binding_id)
+        binding = found(await store.get_binding(connection, binding_id), "binding", binding_id)
         if binding["source"] == "bootstrap":
             raise ConfiguredBinding(
                 "This binding comes from AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS; remove it from that "

@@ -12,16 +12,12 @@ from typing import TYPE_CHECKING, NoReturn
 import asyncpg
 
 from deskpool.actor import Actor
-from deskpool.errors import Conflict, NotFound
+from deskpool.errors import Conflict, found
 from deskpool.jobs import queue
 from deskpool.jobs.model import Job
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime
-
-
-def _not_found(job_id: int) -> NotFound:
-    return NotFound(f"No job has the id {job_id}.")
 
 
 async def list_jobs(
@@ -38,17 +34,12 @@ async def get_job(runtime: Runtime, job_id: int) -> Job:
     :raises NotFound: there is none.
     """
     async with runtime.db.acquire() as connection:
-        job = await queue.get_job(connection, job_id)
-    if job is None:
-        raise _not_found(job_id)
-    return job
+        return found(await queue.get_job(connection, job_id), "job", job_id)
 
 
 async def _refuse(connection: asyncpg.Connection, job_id: int, verb: str, rule: str) -> NoReturn:
     """Raise 404 when the job does not exist, else 409 naming its state."""
-    existing = await queue.get_job(connection, job_id)
-    if existing is None:
-        raise _not_found(job_id)
+    existing = found(await queue.get_job(connection, job_id), "job", job_id)
     raise Conflict(f"Job {job_id} is {existing.state.value} and cannot be {verb}: {rule}.")
 
 

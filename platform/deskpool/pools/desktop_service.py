@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import asyncpg
 
 from deskpool.actor import Actor
-from deskpool.errors import Conflict, LocatedFieldError, NotFound, ValidationFailed
+from deskpool.errors import Conflict, LocatedFieldError, ValidationFailed, found
 from deskpool.identity import store as identity_store
 from deskpool.jobs import queue
 from deskpool.jobs.model import Job, JobState
@@ -113,14 +113,12 @@ def allowed_actions(desktop: Desktop) -> list[str]:
     return allowed
 
 
-def _not_found(desktop_id: uuid.UUID) -> NotFound:
-    return NotFound(f"No desktop has the id {desktop_id}.")
-
-
 async def _locked(connection: asyncpg.Connection, desktop_id: uuid.UUID) -> Desktop:
-    record = await store_desktops.get_desktop_record(connection, desktop_id, for_update=True)
-    if record is None:
-        raise _not_found(desktop_id)
+    record = found(
+        await store_desktops.get_desktop_record(connection, desktop_id, for_update=True),
+        "desktop",
+        desktop_id,
+    )
     return record.desktop
 
 
@@ -169,9 +167,9 @@ async def get_desktop(runtime: Runtime, desktop_id: uuid.UUID) -> DesktopRecord:
 
     :raises NotFound: there is none.
     """
-    record = await store_desktops.get_desktop_record(runtime.db, desktop_id)
-    if record is None:
-        raise _not_found(desktop_id)
+    record = found(
+        await store_desktops.get_desktop_record(runtime.db, desktop_id), "desktop", desktop_id
+    )
     return record
 
 
@@ -222,9 +220,7 @@ async def _change_assignment(
     """
     async with runtime.db.acquire() as connection, connection.transaction():
         desktop = await _locked(connection, desktop_id)
-        pool = await store_pools.get_pool(connection, desktop.pool_id)
-        if pool is None:
-            raise _not_found(desktop_id)
+        pool = found(await store_pools.get_pool(connection, desktop.pool_id), "desktop", desktop_id)
         _require_persistent(pool)
         chosen, details = await event(connection, desktop)
         after = await store_desktops.apply_event(connection, desktop_id, chosen, pool=pool)
@@ -233,9 +229,7 @@ async def _change_assignment(
                 connection, action, "desktops", str(desktop_id), {**details, "name": desktop.name}
             )
         record = await store_desktops.get_desktop_record(connection, desktop_id)
-    if record is None:
-        raise _not_found(desktop_id)
-    return record
+    return found(record, "desktop", desktop_id)
 
 
 async def assign_desktop(
