@@ -56,7 +56,7 @@ from deskpool.host import bootstrap
 from deskpool.jobs.periodic import PeriodicContext
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, reconcile_batch
 from deskpool.plugins import hookimpl
-from deskpool.pools.planner import ReconcilePolicy
+from deskpool.pools.plan import ReconcilePolicy
 from deskpool.pools.reconciler import PoolReconcilerService
 from deskpool.registry import Registry
 from deskpool.runtime import Runtime

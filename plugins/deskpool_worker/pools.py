@@ -23,7 +23,7 @@ from deskpool.jobs.model import RegisteredJobKind
 from deskpool.jobs.periodic import PeriodicTask
 from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, pool_reconcile_task
 from deskpool.pools.job_handlers import desktop_job_kinds
-from deskpool.pools.planner import ReconcilePolicy
+from deskpool.pools.plan import ReconcilePolicy
 from deskpool.pools.reconcile_jobs import (
     CLUSTER_ORPHAN_TASK,
     POOL_RECONCILE_JOB,

@@ -1,16 +1,33 @@
-"""Desktop pools: the domain model and its rules, with no I/O.
+"""Desktop pools: the domain model and its rules, the stores, the services and the jobs.
 
 A *pool* is a set of desktops cloned from one template on one cluster and kept at a desired
-size. This package holds the pure logic of pools, in the style of *Architecture Patterns with
-Python* (cosmicpython): plain frozen dataclasses and functions that take the current state and
-return a decision, tested without a database, a driver or an event loop. The adapters at the
-edge (the repository, the worker's jobs, the API) load the state, call these functions, and
-apply what they return.
+size. The pure logic of pools is written in the style of *Architecture Patterns with Python*
+(cosmicpython): plain frozen dataclasses and functions that take the current state and return
+a decision, tested without a database, a driver or an event loop. The adapters at the edge
+(the stores, the worker's jobs, the services the API calls) load the state, call these
+functions, and apply what they return.
 
-- :mod:`deskpool.pools.model`: pools, desktops and observed VMs, and the validation of a pool.
-- :mod:`deskpool.pools.states`: the desktop state machine and the provisioning steps.
-- :mod:`deskpool.pools.naming`: naming patterns such as ``lab-{n:03}`` and free names.
-- :mod:`deskpool.pools.planner`: what to do to converge a pool to its desired size and to
-  repair drift, and why the pool is degraded.
-- :mod:`deskpool.pools.allocation`: which desktop a user gets when they open a pool.
+Models and rules (no I/O):
+
+- :mod:`~deskpool.pools.model`: pools, desktops and observed VMs, and the validation of a pool.
+- :mod:`~deskpool.pools.states`: the desktop state machine and the provisioning steps.
+- :mod:`~deskpool.pools.naming`: naming patterns such as ``lab-{n:03}`` and free names.
+- :mod:`~deskpool.pools.planner`: the pure planner: what to do to converge a pool to its
+  desired size and to repair drift, and why the pool is degraded; :mod:`~deskpool.pools.plan`
+  holds what a plan is made of (policy, actions, health, counts).
+- :mod:`~deskpool.pools.allocation`: which desktop a user gets when they open a pool.
+
+Stores (SQL, one aggregate each): :mod:`~deskpool.pools.store_pools`,
+:mod:`~deskpool.pools.store_desktops`, :mod:`~deskpool.pools.store_allocation`,
+:mod:`~deskpool.pools.store_entitlements`, :mod:`~deskpool.pools.store_orphans`,
+:mod:`~deskpool.pools.store_reconcile`, :mod:`~deskpool.pools.provisioning_store`; their
+errors are :mod:`~deskpool.pools.errors`.
+
+Services: :mod:`~deskpool.pools.service` (pools, entitlements, orphans) and
+:mod:`~deskpool.pools.desktop_service` (desktops). Reconciliation:
+:mod:`~deskpool.pools.reconciler` (the service that plans and applies a batch),
+:mod:`~deskpool.pools.cluster_vms`, :mod:`~deskpool.pools.reconcile_events`,
+:mod:`~deskpool.pools.reconcile_jobs`. Desktop jobs: :mod:`~deskpool.pools.desktop_jobs` (kinds
+and enqueueing), :mod:`~deskpool.pools.job_handlers`, :mod:`~deskpool.pools.provisioning` (the
+steps) and :mod:`~deskpool.pools.desktop_recorder` (an attempt's fenced writes).
 """

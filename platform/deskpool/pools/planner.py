@@ -1,10 +1,11 @@
-"""Pool reconciliation: from a pool's recorded and observed state, decide what to do.
+"""The pure planner of reconciliation: from a pool's recorded and observed state, decide.
 
 :func:`reconcile` is a pure function. It takes a pool, its desktop records, the VMs the
 hypervisor driver listed on the pool's cluster and the time, and returns a list of *actions*
-(frozen dataclasses, each with a human-readable ``reason`` for the audit trail). The worker
-applies them (through :func:`desktop_event` and the transitions of
-:mod:`deskpool.pools.states`, or through the driver), and the next pass sees the result.
+(:mod:`deskpool.pools.plan`: frozen dataclasses, each with a human-readable ``reason`` for the
+audit trail). The reconciliation service applies them (through
+:func:`~deskpool.pools.plan.desktop_event` and the transitions of :mod:`deskpool.pools.states`,
+or through the driver), and the next pass sees the result.
 :func:`plan_pool` returns the same actions with the pool's health and counts;
 :func:`reconcile_pools` plans a whole batch of pools in one pass over the input.
 
@@ -43,11 +44,8 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from enum import StrEnum
-from types import MappingProxyType
-from typing import TYPE_CHECKING, ClassVar
 from uuid import UUID
 
 from deskpool.config import format_duration
@@ -60,17 +58,25 @@ from deskpool.pools.model import (
     PowerState,
 )
 from deskpool.pools.naming import InvalidNamingPattern, name_key, next_free_names
-from deskpool.pools.states import (
-    Delete,
-    DesktopEvent,
-    Failed,
-    Refresh,
-    Replace,
-    Retry,
+from deskpool.pools.plan import (
+    Action,
+    CreateDesktop,
+    DeleteDesktop,
+    DeleteOrphanVm,
+    HealthStatus,
+    MarkVmMissing,
+    PoolHealth,
+    PoolPlan,
+    PowerOn,
+    ReconcilePolicy,
+    RefreshDesktop,
+    ReplaceDesktop,
+    ReportOrphan,
+    RetryFailed,
+    TimeOutStep,
+    retry_due_at,
+    summarize,
 )
-
-if TYPE_CHECKING:
-    from deskpool.config import Config
 
 S = DesktopState
 
@@ -83,290 +89,6 @@ _POWER_ON_FROM = frozenset({PowerState.STOPPED, PowerState.PAUSED})
 
 #: How many orphan names a health reason lists before it says "and N more".
 _NAMES_SHOWN = 5
-
-
-# --------------------------------------------------------------------------- policy
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReconcilePolicy:
-    """The knobs of reconciliation.
-
-    :ivar failure_backoff_base: the wait before the first retry of a failed desktop.
-    :ivar failure_backoff_max: the longest wait between retries.
-    :ivar delete_orphans: delete VMs tagged for a pool that belong to none of its desktops,
-        instead of only reporting them.
-    :ivar guest_agent_wait_timeout: ``GUEST_AGENT_WAIT_TIMEOUT``.
-    :ivar windows_ready_wait_timeout: ``WINDOWS_READY_WAIT_TIMEOUT``.
-    :ivar operation_timeout: how long cloning, powering on, refreshing or deleting may take
-        before the desktop is considered stuck (its job was lost).
-    :ivar timeout_grace: added to every timeout, so the job that enforces a wait timeout
-        itself fails the step first and reconciliation only catches desktops whose job was lost.
-    """
-
-    failure_backoff_base: timedelta = timedelta(seconds=30)
-    failure_backoff_max: timedelta = timedelta(hours=1)
-    delete_orphans: bool = False
-    guest_agent_wait_timeout: timedelta = timedelta(minutes=10)
-    windows_ready_wait_timeout: timedelta = timedelta(minutes=30)
-    operation_timeout: timedelta = timedelta(hours=1)
-    timeout_grace: timedelta = timedelta(minutes=1)
-
-    def __post_init__(self) -> None:
-        zero = timedelta(0)
-        if self.failure_backoff_base <= zero:
-            raise ValueError("failure_backoff_base must be positive")
-        if self.failure_backoff_max < self.failure_backoff_base:
-            raise ValueError("failure_backoff_max must be at least failure_backoff_base")
-        for name in ("guest_agent_wait_timeout", "windows_ready_wait_timeout", "operation_timeout"):
-            if getattr(self, name) <= zero:
-                raise ValueError(f"{name} must be positive")
-        if self.timeout_grace < zero:
-            raise ValueError("timeout_grace must not be negative")
-
-    @classmethod
-    def from_config(cls, config: Config) -> ReconcilePolicy:
-        """Return the policy with the wait timeouts of ``config`` and the other defaults."""
-        return cls(
-            guest_agent_wait_timeout=timedelta(seconds=config.duration("GUEST_AGENT_WAIT_TIMEOUT")),
-            windows_ready_wait_timeout=timedelta(
-                seconds=config.duration("WINDOWS_READY_WAIT_TIMEOUT")
-            ),
-        )
-
-    def step_timeout(self, state: DesktopState) -> timedelta | None:
-        """Return how long a desktop may stay in ``state``; ``None`` when it may stay forever."""
-        if state is S.WAITING_FOR_AGENT:
-            return self.guest_agent_wait_timeout
-        if state is S.WAITING_FOR_WINDOWS:
-            return self.windows_ready_wait_timeout
-        if state in (S.PROVISIONING, S.STARTING, S.REFRESHING, S.DELETING):
-            return self.operation_timeout
-        return None
-
-    def backoff(self, failure_count: int) -> timedelta:
-        """Return the wait before retrying after ``failure_count`` consecutive failures."""
-        doublings = min(max(failure_count, 1) - 1, 64)
-        seconds = self.failure_backoff_base.total_seconds() * 2.0**doublings
-        if seconds >= self.failure_backoff_max.total_seconds():
-            return self.failure_backoff_max
-        return timedelta(seconds=seconds)
-
-
-def retry_due_at(desktop: Desktop, policy: ReconcilePolicy) -> datetime | None:
-    """Return when a failed desktop is retried; ``None`` when it is not failed."""
-    if desktop.state is not S.FAILED:
-        return None
-    failed_at = desktop.last_failed_at or desktop.state_changed_at
-    return failed_at + policy.backoff(desktop.failure_count)
-
-
-# --------------------------------------------------------------------------- actions
-
-
-@dataclass(frozen=True, slots=True)
-class CreateDesktop:
-    """Create a desktop record named ``name`` (state ``provisioning``) and provision it."""
-
-    kind: ClassVar[str] = "create_desktop"
-    name: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteDesktop:
-    """Delete the desktop: destroy its VM, then its record."""
-
-    kind: ClassVar[str] = "delete_desktop"
-    desktop_id: UUID
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ReplaceDesktop:
-    """The desktop's VM vanished: provision a new one under the same name."""
-
-    kind: ClassVar[str] = "replace_desktop"
-    desktop_id: UUID
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class RetryFailed:
-    """Retry a failed desktop whose backoff has passed (provision it anew, or delete it)."""
-
-    kind: ClassVar[str] = "retry_failed"
-    desktop_id: UUID
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class RefreshDesktop:
-    """Rebuild a free desktop from the pool's template."""
-
-    kind: ClassVar[str] = "refresh_desktop"
-    desktop_id: UUID
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class MarkVmMissing:
-    """The VM of a desktop its user owns vanished: mark the desktop failed with ``error``."""
-
-    kind: ClassVar[str] = "mark_vm_missing"
-    desktop_id: UUID
-    vm_id: str
-    error: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class TimeOutStep:
-    """The desktop stayed in ``step`` past its timeout: fail it there with ``error``."""
-
-    kind: ClassVar[str] = "time_out_step"
-    desktop_id: UUID
-    step: DesktopState
-    error: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class PowerOn:
-    """Power on (or resume) the VM of a free ready desktop."""
-
-    kind: ClassVar[str] = "power_on"
-    desktop_id: UUID
-    vm_id: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class ReportOrphan:
-    """Record, once, that a VM tagged for the pool belongs to none of its desktops."""
-
-    kind: ClassVar[str] = "report_orphan"
-    vm_id: str
-    name: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteOrphanVm:
-    """Destroy a VM tagged for the pool that belongs to none of its desktops."""
-
-    kind: ClassVar[str] = "delete_orphan_vm"
-    vm_id: str
-    name: str
-    reason: str
-
-
-#: Everything reconciliation may ask for.
-Action = (
-    CreateDesktop
-    | DeleteDesktop
-    | ReplaceDesktop
-    | RetryFailed
-    | RefreshDesktop
-    | MarkVmMissing
-    | TimeOutStep
-    | PowerOn
-    | ReportOrphan
-    | DeleteOrphanVm
-)
-
-
-def desktop_event(action: Action) -> DesktopEvent | None:
-    """Return the desktop event that applies ``action`` to its desktop's record.
-
-    ``None`` for actions that create a record (:class:`CreateDesktop`) or only act on the
-    cluster or the audit trail (:class:`PowerOn`, :class:`ReportOrphan`,
-    :class:`DeleteOrphanVm`).
-    """
-    match action:
-        case DeleteDesktop():
-            return Delete()
-        case ReplaceDesktop():
-            return Replace()
-        case RetryFailed():
-            return Retry()
-        case RefreshDesktop():
-            return Refresh()
-        case MarkVmMissing(error=error) | TimeOutStep(error=error):
-            return Failed(error)
-        case CreateDesktop() | PowerOn() | ReportOrphan() | DeleteOrphanVm():
-            return None
-
-
-# --------------------------------------------------------------------------- summaries
-
-
-class HealthStatus(StrEnum):
-    """How well a pool is doing."""
-
-    #: Nothing is wrong.
-    HEALTHY = "healthy"
-    #: Something needs attention; the pool still serves users.
-    DEGRADED = "degraded"
-    #: Desktops fail and none is usable.
-    FAILING = "failing"
-
-
-@dataclass(frozen=True, slots=True)
-class PoolHealth:
-    """A pool's health and, when it is not healthy, why (one sentence per cause)."""
-
-    status: HealthStatus
-    reasons: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class PoolSummary:
-    """Desktop counts of a pool.
-
-    :ivar by_state: the number of desktops in each state; every state is present.
-    :ivar available: desktops that can be handed to a new user now.
-    """
-
-    total: int
-    by_state: Mapping[DesktopState, int]
-    assigned: int
-    in_session: int
-    available: int
-
-
-def summarize(desktops: Iterable[Desktop]) -> PoolSummary:
-    """Count ``desktops`` by state, and those assigned, in a session and available."""
-    by_state = dict.fromkeys(DesktopState, 0)
-    total = assigned = in_session = available = 0
-    for desktop in desktops:
-        total += 1
-        by_state[desktop.state] += 1
-        assigned += desktop.assigned_user is not None
-        in_session += desktop.in_session
-        available += desktop.is_available
-    return PoolSummary(
-        total=total,
-        by_state=MappingProxyType(by_state),
-        assigned=assigned,
-        in_session=in_session,
-        available=available,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class PoolPlan:
-    """The outcome of one reconciliation pass over one pool.
-
-    :ivar generation: the pool generation the plan was made for; once the actions are
-        applied, the pool's ``reconciled_generation`` can be set to it.
-    """
-
-    pool_id: UUID
-    generation: int
-    actions: tuple[Action, ...]
-    health: PoolHealth
-    summary: PoolSummary = field(repr=False)
 
 
 # --------------------------------------------------------------------------- planning

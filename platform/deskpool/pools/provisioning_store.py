@@ -1,4 +1,4 @@
-"""SQL the worker side of pools needs besides :mod:`deskpool.pools.repository`.
+"""SQL the worker side of pools needs besides the stores of its aggregates.
 
 - *Guarded events.* A job or a reconciliation pass decides from a desktop it read earlier;
   by the time it writes, an administrator or another job may have moved the desktop on.

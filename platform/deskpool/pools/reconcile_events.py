@@ -15,7 +15,7 @@ from deskpool.events import AuditEvent
 from deskpool.jobs.model import Job
 from deskpool.pools.desktop_jobs import CLUSTERS, DESKTOPS
 from deskpool.pools.model import Desktop
-from deskpool.pools.planner import Action, ReportOrphan
+from deskpool.pools.plan import Action, ReportOrphan
 from deskpool.pools.store_orphans import OrphanRecord
 
 if TYPE_CHECKING:

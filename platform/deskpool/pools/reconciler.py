@@ -78,7 +78,7 @@ from deskpool.pools.desktop_jobs import (
 )
 from deskpool.pools.errors import DesktopNameTaken
 from deskpool.pools.model import Desktop, ObservedVm, Pool
-from deskpool.pools.planner import (
+from deskpool.pools.plan import (
     Action,
     CreateDesktop,
     DeleteOrphanVm,
@@ -89,8 +89,8 @@ from deskpool.pools.planner import (
     ReconcilePolicy,
     ReportOrphan,
     desktop_event,
-    reconcile_pools,
 )
+from deskpool.pools.planner import reconcile_pools
 from deskpool.pools.provisioning_store import (
     apply_event_if_unchanged,
     hold_periodic_run,
@@ -99,17 +99,17 @@ from deskpool.pools.provisioning_store import (
 )
 from deskpool.pools.reconcile_events import action_event, unowned_event
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
-from deskpool.pools.repository import (
+from deskpool.pools.states import IllegalTransition
+from deskpool.pools.store_desktops import insert_desktops
+from deskpool.pools.store_orphans import known_orphan_ids, record_orphans
+from deskpool.pools.store_pools import get_pool
+from deskpool.pools.store_reconcile import (
     desktop_names_on_clusters,
     desktops_of_pools,
     mark_reconciled,
     mark_reconciled_many,
     pools_to_reconcile,
 )
-from deskpool.pools.states import IllegalTransition
-from deskpool.pools.store_desktops import insert_desktops
-from deskpool.pools.store_orphans import known_orphan_ids, record_orphans
-from deskpool.pools.store_pools import get_pool
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from tests.integration.pools.conftest import pool_body
 
 from deskpool.licensing.model import FREE_LIMITS, sign_document
-from deskpool.pools.planner import ReconcilePolicy
+from deskpool.pools.plan import ReconcilePolicy
 from deskpool.pools.reconciler import PoolReconcilerService
 from deskpool.runtime import Runtime
 from deskpool.testing.licensing import TestVendor

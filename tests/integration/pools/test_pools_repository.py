@@ -14,16 +14,16 @@ from tests.integration.pools.conftest import MakePool, add_desktops, add_user, p
 from deskpool.errors import ValidationFailed
 from deskpool.pools import (
     errors,
-    repository,
     store_allocation,
     store_desktops,
     store_entitlements,
     store_orphans,
     store_pools,
+    store_reconcile,
 )
 from deskpool.pools.allocation import DesktopNotReady, NoDesktopAvailable, PoolUnavailable
 from deskpool.pools.model import DesktopState, ObservedVm, PoolKind, PoolState, PowerState
-from deskpool.pools.planner import HealthStatus, PoolHealth
+from deskpool.pools.plan import HealthStatus, PoolHealth
 from deskpool.pools.states import Cloned, Delete, IllegalTransition, Started
 
 S = DesktopState
@@ -108,7 +108,7 @@ async def test_counts_and_listing(db: asyncpg.Connection, make_pool: MakePool) -
     assert len(rest) == 2
     ready = await store_desktops.list_desktops(db, limit=10, pool_id=pool.id, state=S.PROVISIONING)
     assert len(ready) == 2
-    by_pool = await repository.desktops_of_pools(db, [pool.id, empty.id])
+    by_pool = await store_reconcile.desktops_of_pools(db, [pool.id, empty.id])
     assert len(by_pool[pool.id]) == 5
     assert by_pool[empty.id] == []
 
@@ -137,22 +137,22 @@ async def test_desktop_names_are_unique_on_a_cluster(
     await store_desktops.insert_desktops(db, pool, [name])
     with pytest.raises(errors.DesktopNameTaken):
         await store_desktops.insert_desktops(db, other, [name.upper()])
-    names = await repository.desktop_names_on_clusters(db, [pool.cluster_id])
+    names = await store_reconcile.desktop_names_on_clusters(db, [pool.cluster_id])
     assert names[pool.cluster_id] == {name}
 
 
 async def test_reconcile_bookkeeping(db: asyncpg.Connection, make_pool: MakePool) -> None:
     pool = await make_pool()
-    queue = await repository.pools_to_reconcile(db, 100_000)
+    queue = await store_reconcile.pools_to_reconcile(db, 100_000)
     assert pool.id in {p.id for p in queue}
     health = PoolHealth(HealthStatus.DEGRADED, ("1 desktop failed",))
-    assert await repository.mark_reconciled(db, pool.id, pool.generation + 5, health)
+    assert await store_reconcile.mark_reconciled(db, pool.id, pool.generation + 5, health)
     record = await store_pools.get_pool_record(db, pool.id)
     assert record is not None
     assert record.pool.reconciled_generation == pool.generation  # never beyond generation
     assert record.health == health
     assert record.reconciled_at is not None
-    assert not await repository.mark_reconciled(db, uuid.uuid4(), 1, health)
+    assert not await store_reconcile.mark_reconciled(db, uuid.uuid4(), 1, health)
 
 
 async def test_orphans_are_recorded_once(db: asyncpg.Connection, make_pool: MakePool) -> None:

@@ -24,10 +24,10 @@ from deskpool.clusters.repository import insert_cluster as insert_cluster_record
 from deskpool.jobs import queue
 from deskpool.jobs.context import JobContext
 from deskpool.jobs.model import ClaimedJob, LeaseLost
-from deskpool.pools import repository, store_desktops, store_pools
+from deskpool.pools import store_desktops, store_pools, store_reconcile
 from deskpool.pools.desktop_jobs import PROVISION
 from deskpool.pools.model import Desktop, OsType, Pool, PoolKind
-from deskpool.pools.planner import ReconcilePolicy
+from deskpool.pools.plan import ReconcilePolicy
 from deskpool.pools.reconciler import PoolReconcilerService
 from deskpool.runtime import Runtime
 from deskpool.testing.pytest_plugin import connected, fresh_database, opened_runtime
@@ -267,7 +267,7 @@ def reconciler(runtime: Runtime) -> PoolReconcilerService:
 
 async def desktops(db: asyncpg.Connection, pool: Pool) -> list[Desktop]:
     """The desktops of ``pool``."""
-    return (await repository.desktops_of_pools(db, [pool.id]))[pool.id]
+    return (await store_reconcile.desktops_of_pools(db, [pool.id]))[pool.id]
 
 
 ConvergedPool = Callable[..., Awaitable[tuple[Pool, list[Desktop]]]]

@@ -22,7 +22,7 @@ from deskpool.pools.model import (
     PoolState,
     PowerState,
 )
-from deskpool.pools.planner import (
+from deskpool.pools.plan import (
     Action,
     CreateDesktop,
     DeleteDesktop,
@@ -37,13 +37,10 @@ from deskpool.pools.planner import (
     RetryFailed,
     TimeOutStep,
     desktop_event,
-    find_unowned_vms,
-    plan_pool,
-    reconcile,
-    reconcile_pools,
     retry_due_at,
     summarize,
 )
+from deskpool.pools.planner import find_unowned_vms, plan_pool, reconcile, reconcile_pools
 from deskpool.pools.states import Delete, Failed, Refresh, Replace, Retry
 
 S = DesktopState

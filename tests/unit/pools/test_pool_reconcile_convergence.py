@@ -35,7 +35,7 @@ from deskpool.pools.model import (
     PowerState,
 )
 from deskpool.pools.naming import name_key
-from deskpool.pools.planner import (
+from deskpool.pools.plan import (
     Action,
     CreateDesktop,
     DeleteDesktop,
@@ -49,8 +49,8 @@ from deskpool.pools.planner import (
     RetryFailed,
     TimeOutStep,
     desktop_event,
-    reconcile,
 )
+from deskpool.pools.planner import reconcile
 from deskpool.pools.states import (
     AgentReady,
     Cloned,

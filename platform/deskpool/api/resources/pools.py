@@ -72,7 +72,7 @@ from deskpool.pools.model import (
     Pool,
     PoolState,
 )
-from deskpool.pools.planner import PoolSummary
+from deskpool.pools.plan import PoolSummary
 from deskpool.pools.store_entitlements import SubjectType
 from deskpool.pools.store_pools import PoolRecord
 from deskpool.sessions import service as sessions

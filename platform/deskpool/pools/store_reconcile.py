@@ -17,7 +17,7 @@ from collections.abc import Collection, Sequence
 from deskpool.db.rows import Db
 from deskpool.pools.model import Desktop, Pool
 from deskpool.pools.naming import name_key
-from deskpool.pools.planner import PoolHealth
+from deskpool.pools.plan import PoolHealth
 from deskpool.pools.store_desktops import desktop_from_row
 from deskpool.pools.store_pools import health_to_json, pool_from_row
 
