@@ -9,7 +9,7 @@ same names, with the fields whose column needs converting given by the caller;
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import fields
 from typing import Any, Protocol, TypeAlias, TypeVar
 from uuid import UUID
@@ -20,6 +20,7 @@ import asyncpg
 Db: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 
 class RowSource(Protocol):
@@ -73,3 +74,19 @@ async def fetch_record(
     """The record ``build`` makes of the first row of ``query``; ``None`` when there is none."""
     row = await db.fetchrow(query, *args)
     return None if row is None else build(row)
+
+
+def group_rows(
+    rows: Iterable[Mapping[str, Any]],
+    column: str,
+    keys: Collection[K],
+    build: Callable[[Mapping[str, Any]], T],
+) -> dict[K, list[T]]:
+    """``build(row)`` of each row, grouped by the row's ``column``, in the rows' order.
+
+    Every key of ``keys`` is in the result, with an empty list when no row has it.
+    """
+    grouped: dict[K, list[T]] = {key: [] for key in keys}
+    for row in rows:
+        grouped.setdefault(row[column], []).append(build(row))
+    return grouped

@@ -32,7 +32,7 @@ from typing import Any
 
 import asyncpg
 
-from deskpool.db.rows import Db, fetch_record, lock_clause, record_from_row
+from deskpool.db.rows import Db, fetch_record, group_rows, lock_clause, record_from_row
 from deskpool.errors import FieldError, NotFound, ValidationFailed
 from deskpool.pools.errors import PoolNameTaken, PoolNotEmpty
 from deskpool.pools.model import (
@@ -440,9 +440,7 @@ async def pool_counts(db: Db, pool_ids: Collection[uuid.UUID]) -> dict[uuid.UUID
         """,
         list(pool_ids),
     )
-    grouped: dict[uuid.UUID, list[Mapping[str, Any]]] = {pool_id: [] for pool_id in pool_ids}
-    for row in rows:
-        grouped.setdefault(row["pool_id"], []).append(row)
+    grouped = group_rows(rows, "pool_id", pool_ids, lambda row: row)
     summaries = {}
     for pool_id, pool_rows in grouped.items():
         by_state = dict.fromkeys(DesktopState, 0)

@@ -14,7 +14,7 @@ import json
 import uuid
 from collections.abc import Collection, Sequence
 
-from deskpool.db.rows import Db
+from deskpool.db.rows import Db, group_rows
 from deskpool.pools.model import Desktop, Pool
 from deskpool.pools.naming import name_key
 from deskpool.pools.plan import PoolHealth
@@ -78,10 +78,7 @@ async def desktops_of_pools(
         "SELECT * FROM desktops WHERE pool_id = ANY($1::uuid[]) ORDER BY created_at, name, id",
         list(pool_ids),
     )
-    result: dict[uuid.UUID, list[Desktop]] = {pool_id: [] for pool_id in pool_ids}
-    for row in rows:
-        result.setdefault(row["pool_id"], []).append(desktop_from_row(row))
-    return result
+    return group_rows(rows, "pool_id", pool_ids, desktop_from_row)
 
 
 async def desktop_names_on_clusters(
@@ -92,7 +89,5 @@ async def desktop_names_on_clusters(
         "SELECT cluster_id, name FROM desktops WHERE cluster_id = ANY($1::uuid[])",
         list(cluster_ids),
     )
-    result: dict[uuid.UUID, set[str]] = {cluster_id: set() for cluster_id in cluster_ids}
-    for row in rows:
-        result.setdefault(row["cluster_id"], set()).add(name_key(row["name"]))
-    return result
+    grouped = group_rows(rows, "cluster_id", cluster_ids, lambda row: name_key(row["name"]))
+    return {cluster_id: set(names) for cluster_id, names in grouped.items()}
