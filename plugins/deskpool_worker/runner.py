@@ -4,12 +4,15 @@ One :class:`JobRunner` per worker process runs at most ``WORKER_CONCURRENCY`` jo
 loops share the process's connection pool:
 
 - *claim*: whenever slots are free, claim up to that many due jobs in one statement; when none
-  is due, sleep until a NOTIFY on the jobs channel (:class:`JobNotifications`), the next due
-  time, or ``WORKER_POLL_INTERVAL``, whichever comes first;
+  is due, sleep until a NOTIFY on the jobs channel
+  (:class:`~deskpool_worker.notifications.JobNotifications`), the next due time, or
+  ``WORKER_POLL_INTERVAL``, whichever comes first;
 - *heartbeat*: every third of ``WORKER_LEASE_DURATION``, extend every held lease in one
   statement; a job whose lease turns out lost is cancelled (its results would be rejected);
-- *complete*: successful attempts are recorded in batches (one statement for all that finished
-  since the last one), each accepted only with its current fencing token;
+- *complete*: successful attempts are recorded in batches, each accepted only with its current
+  fencing token: with the claim that fills their slots (one statement and one commit for both,
+  :func:`~deskpool.jobs.queue.complete_and_claim`), or, when no claim is coming (the queue is
+  empty), by a statement of their own at once;
 - *sweep*: take back jobs whose lease expired without a heartbeat (their worker died).
 
 On :meth:`JobRunner.stop` it stops claiming, gives in-flight jobs the shutdown timeout, cancels
@@ -19,7 +22,6 @@ the rest and releases their leases so another worker takes them at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections.abc import Callable, Coroutine, Mapping
@@ -27,13 +29,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-import asyncpg
-
 from deskpool.jobs import queue
 from deskpool.jobs.context import JobContext
 from deskpool.jobs.metrics import JobMetrics
 from deskpool.jobs.model import (
-    JOBS_CHANNEL,
     ClaimedJob,
     JobKind,
     JobLease,
@@ -43,7 +42,8 @@ from deskpool.jobs.model import (
     decide_failure,
 )
 from deskpool.live.model import LiveEvent
-from deskpool.live.publishers import publish
+from deskpool.live.publishers import publish, publish_many
+from deskpool_worker.notifications import JobNotifications
 from deskpool_worker.reconnect import DATABASE_ERRORS, ReconnectBackoff, wait_for_event
 
 if TYPE_CHECKING:
@@ -65,6 +65,10 @@ LOOP_RESTART_DELAY = 1.0
 
 #: The longest error text kept with a failed attempt.
 ERROR_TEXT_LIMIT = 2000
+
+#: How long finished jobs wait for a claim to carry their completion before they are recorded
+#: alone (only while the claim loop is busy: an idle one lets them be recorded at once).
+COMPLETION_GRACE = 0.05
 
 
 @dataclass
@@ -90,60 +94,6 @@ def describe_error(error: BaseException) -> str:
     """The text recorded as a failed attempt's error."""
     text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
     return text[:ERROR_TEXT_LIMIT]
-
-
-class JobNotifications:
-    """One connection that LISTENs on the jobs channel, reconnected whenever it is lost.
-
-    :param dsn: the database URL.
-    :param on_notify: called on every notification, and after each (re)connection, since
-        notifications sent while disconnected are lost.
-    :param probe_interval: how often an idle connection is checked with a query.
-    """
-
-    def __init__(self, dsn: str, on_notify: Callable[[], None], probe_interval: float) -> None:
-        self.dsn = dsn
-        self.on_notify = on_notify
-        self.probe_interval = probe_interval
-        self.connected = asyncio.Event()
-        self.connections = 0
-
-    async def run(self) -> None:
-        """Listen until cancelled."""
-        backoff = ReconnectBackoff()
-        while True:
-            try:
-                connection = await asyncpg.connect(
-                    self.dsn, timeout=10, server_settings={"application_name": "deskpool-worker"}
-                )
-            except DATABASE_ERRORS as error:
-                delay = backoff.next_delay()
-                log.warning("cannot LISTEN for jobs (%s); retrying in %.1fs", error, delay)
-                await asyncio.sleep(delay)
-                continue
-            try:
-                await self._listen(connection)
-            except DATABASE_ERRORS as error:
-                log.warning("lost the job notification connection (%s); reconnecting", error)
-            finally:
-                self.connected.clear()
-                with contextlib.suppress(*DATABASE_ERRORS):
-                    await asyncio.wait_for(connection.close(), 2)
-            await asyncio.sleep(backoff.next_delay())
-            backoff.reset()
-
-    async def _listen(self, connection: asyncpg.Connection) -> None:
-        lost = asyncio.Event()
-        connection.add_termination_listener(lambda _connection: lost.set())
-        await connection.add_listener(JOBS_CHANNEL, lambda *_args: self.on_notify())
-        self.connections += 1
-        if self.connections > 1:
-            log.info("job notifications reconnected")
-        self.connected.set()
-        self.on_notify()
-        while not await wait_for_event(lost, self.probe_interval):
-            await connection.fetchval("SELECT 1", timeout=10)
-        raise asyncpg.ConnectionDoesNotExistError("the notification connection was closed")
 
 
 @dataclass
@@ -185,6 +135,9 @@ class JobRunner:
         self._wake = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._completions_ready = asyncio.Event()
+        #: Set while the claim loop waits for work (nothing due): no claim will carry completions.
+        self._claims_idle = asyncio.Event()
+        self._claims_idle.set()
         self._flushing = asyncio.Lock()
         self._stopping = asyncio.Event()
         self._claim_task: asyncio.Task[None] | None = None
@@ -233,16 +186,74 @@ class JobRunner:
         settings = self.settings
         kinds = sorted(self.kinds)
         backoff = ReconnectBackoff()
-        while not self._stopping.is_set():
-            free = settings.concurrency - len(self.running)
-            if free <= 0:
-                self._slot_freed.clear()
-                await self._slot_freed.wait()
-                continue
-            self._wake.clear()
-            due_in: float | None = None
-            try:
-                async with self.runtime.db.acquire() as connection:
+        self._claims_idle.clear()
+        try:
+            while not self._stopping.is_set():
+                free = settings.concurrency - len(self.running)
+                if free <= 0:
+                    self._slot_freed.clear()
+                    await self._slot_freed.wait()
+                    continue
+                self._wake.clear()
+                try:
+                    claimed, due_in, events = await self._claim(kinds, free)
+                except DATABASE_ERRORS as error:
+                    delay = backoff.next_delay()
+                    log.warning("claiming jobs failed (%s); retrying in %.1fs", error, delay)
+                    self._claims_idle.set()  # the completions wait for no claim meanwhile
+                    self._completions_ready.set()
+                    await self._pause(delay)
+                    self._claims_idle.clear()
+                    continue
+                backoff.reset()
+                if self._stopping.is_set():  # claimed while stopping: give them straight back
+                    await self._release([job.lease for job in claimed])
+                    await publish_many(self.runtime, events)
+                    return
+                for job in claimed:
+                    self._launch(job)
+                await publish_many(self.runtime, events)
+                if len(claimed) == free:
+                    continue
+                if due_in is None:
+                    timeout = settings.poll_interval
+                elif due_in <= 0:
+                    timeout = 0 if claimed else CONTENDED_WAIT
+                else:
+                    timeout = min(due_in, settings.poll_interval)
+                if timeout > 0:
+                    self._claims_idle.set()
+                    if self._completions:
+                        self._completions_ready.set()
+                await wait_for_event(self._wake, timeout)
+                self._claims_idle.clear()
+        finally:
+            self._claims_idle.set()
+
+    async def _claim(
+        self, kinds: list[str], free: int
+    ) -> tuple[list[ClaimedJob], float | None, list[LiveEvent]]:
+        """Claim up to ``free`` jobs, recording the completions waiting with the same statement.
+
+        Returns the claimed jobs, when the next job is due if fewer were claimed than asked
+        (``None``: none is queued), and the live events of the recorded completions.
+        """
+        settings = self.settings
+        due_in: float | None = None
+        async with self._flushing:
+            done = dict(self._completions)
+            async with self.runtime.db.acquire() as connection:
+                if done:
+                    accepted, claimed = await queue.complete_and_claim(
+                        connection,
+                        list(done),
+                        worker=settings.worker_id,
+                        kinds=kinds,
+                        limit=free,
+                        lease=settings.lease,
+                    )
+                else:
+                    accepted = set()
                     claimed = await queue.claim(
                         connection,
                         worker=settings.worker_id,
@@ -250,28 +261,10 @@ class JobRunner:
                         limit=free,
                         lease=settings.lease,
                     )
-                    if len(claimed) < free:
-                        due_in = await queue.next_due_in(connection, kinds)
-            except DATABASE_ERRORS as error:
-                delay = backoff.next_delay()
-                log.warning("claiming jobs failed (%s); retrying in %.1fs", error, delay)
-                await self._pause(delay)
-                continue
-            backoff.reset()
-            if self._stopping.is_set():  # claimed while stopping: give them straight back
-                await self._release([job.lease for job in claimed])
-                return
-            for job in claimed:
-                self._launch(job)
-            if len(claimed) == free:
-                continue
-            if due_in is None:
-                timeout = settings.poll_interval
-            elif due_in <= 0:
-                timeout = 0 if claimed else CONTENDED_WAIT
-            else:
-                timeout = min(due_in, settings.poll_interval)
-            await wait_for_event(self._wake, timeout)
+                if len(claimed) < free:
+                    due_in = await queue.next_due_in(connection, kinds)
+            events = self._settle(done, accepted)
+        return claimed, due_in, events
 
     def _launch(self, job: ClaimedJob) -> None:
         kind = self.kinds[job.kind]
@@ -405,14 +398,19 @@ class JobRunner:
         while True:
             await self._completions_ready.wait()
             self._completions_ready.clear()
+            # A busy claim loop records them with its next claim (a freed slot wakes it): give
+            # it the chance, then record what it did not take.
+            await wait_for_event(self._claims_idle, COMPLETION_GRACE)
             await self._flush_completions()
 
     async def _flush_completions(self, attempts: int | None = None) -> None:
         async with self._flushing:
-            await self._flush_completions_locked(attempts)
+            events = await self._flush_completions_locked(attempts)
+            await publish_many(self.runtime, events)
 
-    async def _flush_completions_locked(self, attempts: int | None) -> None:
+    async def _flush_completions_locked(self, attempts: int | None) -> list[LiveEvent]:
         backoff = ReconnectBackoff()
+        events: list[LiveEvent] = []
         while self._completions and attempts != 0:
             batch = dict(self._completions)
             try:
@@ -424,19 +422,23 @@ class JobRunner:
                 attempts = None if attempts is None else attempts - 1
                 await asyncio.sleep(delay)
                 continue
-            for lease, kind in batch.items():
-                self._completions.pop(lease, None)
-                if lease not in accepted:
-                    self._stale(lease, kind, "completion")
-                else:
-                    await publish(
-                        self.runtime,
-                        LiveEvent(
-                            "job.succeeded",
-                            str(lease.job_id),
-                            {"kind": kind, "state": "succeeded"},
-                        ),
+            events += self._settle(batch, accepted)
+        return events
+
+    def _settle(self, batch: Mapping[JobLease, str], accepted: set[JobLease]) -> list[LiveEvent]:
+        """Forget recorded completions; return the live events of those that were accepted."""
+        events = []
+        for lease, kind in batch.items():
+            self._completions.pop(lease, None)
+            if lease not in accepted:
+                self._stale(lease, kind, "completion")
+            else:
+                events.append(
+                    LiveEvent(
+                        "job.succeeded", str(lease.job_id), {"kind": kind, "state": "succeeded"}
                     )
+                )
+        return events
 
     # ----------------------------------------------------------------------- leases
 

@@ -142,34 +142,19 @@ async def enqueue_many(
 # --------------------------------------------------------------------------- the worker's side
 
 
-async def claim(
-    connection: asyncpg.Connection,
-    *,
-    worker: str,
-    kinds: Sequence[str],
-    limit: int,
-    lease: timedelta,
-) -> list[ClaimedJob]:
-    """Claim up to ``limit`` due jobs of ``kinds``, highest priority and longest due first.
-
-    Each claimed job is ``running`` under a lease of ``lease`` held by ``worker``, with its
-    attempt count and fencing token incremented. Jobs other workers are claiming are skipped,
-    never waited for.
-    """
-    if not 1 <= limit <= MAX_CLAIM:
-        raise ValueError(f"a claim takes 1 to {MAX_CLAIM} jobs")
-    # The limit is written into the statement (one prepared statement per batch size), so the
-    # cached plan knows the batch is small and walks jobs_due in order instead of sorting the
-    # whole backlog.
-    rows = await connection.fetch(
-        f"""
-        WITH due AS (
-            SELECT id FROM jobs
-            WHERE state = 'queued' AND run_at <= now() AND kind = ANY($1::text[])
-            ORDER BY priority DESC, run_at, id
-            LIMIT {int(limit)}
-            FOR UPDATE SKIP LOCKED
-        )
+# Claiming: the due jobs of kinds $1, highest priority and longest due first, become running
+# under worker $2's lease of $3. The limit is written into the statement (one prepared
+# statement per batch size), so the cached plan knows the batch is small and walks jobs_due in
+# order instead of sorting the whole backlog.
+_CLAIM_CTES = """
+    due AS (
+        SELECT id FROM jobs
+        WHERE state = 'queued' AND run_at <= now() AND kind = ANY($1::text[])
+        ORDER BY priority DESC, run_at, id
+        LIMIT {limit}
+        FOR UPDATE SKIP LOCKED
+    ),
+    claimed AS (
         UPDATE jobs SET
             state = 'running',
             attempts = jobs.attempts + 1,
@@ -184,12 +169,82 @@ async def claim(
         RETURNING jobs.id, jobs.kind, jobs.payload, jobs.attempts, jobs.max_attempts, jobs.fence,
                   jobs.resource_type, jobs.resource_id,
                   extract(epoch FROM now() - jobs.run_at)::float8 AS waited
-        """,
+    )
+"""
+
+# Completing: the jobs of the leases (ids {ids}, fences {fences}) still held succeed.
+_COMPLETE = """
+    UPDATE jobs SET state = 'succeeded', finished_at = now(), updated_at = now(),
+                    lease_expires_at = NULL
+    FROM unnest({ids}::bigint[], {fences}::bigint[]) AS done(id, fence)
+    WHERE jobs.id = done.id AND jobs.fence = done.fence AND jobs.state = 'running'
+    RETURNING jobs.id, jobs.fence
+"""
+
+
+def _claim_limit(limit: int) -> int:
+    if not 1 <= limit <= MAX_CLAIM:
+        raise ValueError(f"a claim takes 1 to {MAX_CLAIM} jobs")
+    return int(limit)
+
+
+async def claim(
+    connection: asyncpg.Connection,
+    *,
+    worker: str,
+    kinds: Sequence[str],
+    limit: int,
+    lease: timedelta,
+) -> list[ClaimedJob]:
+    """Claim up to ``limit`` due jobs of ``kinds``, highest priority and longest due first.
+
+    Each claimed job is ``running`` under a lease of ``lease`` held by ``worker``, with its
+    attempt count and fencing token incremented. Jobs other workers are claiming are skipped,
+    never waited for.
+    """
+    rows = await connection.fetch(
+        f"WITH {_CLAIM_CTES.format(limit=_claim_limit(limit))} SELECT * FROM claimed",
         list(kinds),
         worker,
         lease,
     )
     return [ClaimedJob.from_record(row) for row in rows]
+
+
+async def complete_and_claim(
+    connection: asyncpg.Connection,
+    leases: Sequence[JobLease],
+    *,
+    worker: str,
+    kinds: Sequence[str],
+    limit: int,
+    lease: timedelta,
+) -> tuple[set[JobLease], list[ClaimedJob]]:
+    """:func:`complete` ``leases`` and :func:`claim` up to ``limit`` jobs, in one statement.
+
+    One round trip and one commit instead of two: the worker records the jobs that finished
+    with the claim that fills their slots. Completions are accepted exactly as by
+    :func:`complete` (current leases only) and jobs are claimed exactly as by :func:`claim`;
+    the two touch different rows (running ones, queued ones). Returns the accepted leases and
+    the claimed jobs.
+    """
+    ids, fences = _lease_arrays(leases)
+    rows = await connection.fetch(
+        f"""
+        WITH done AS ({_COMPLETE.format(ids="$4", fences="$5")}),
+        {_CLAIM_CTES.format(limit=_claim_limit(limit))}
+        SELECT true AS claimed, * FROM claimed
+        UNION ALL
+        SELECT false, id, NULL, NULL, NULL, NULL, fence, NULL, NULL, NULL FROM done
+        """,
+        list(kinds),
+        worker,
+        lease,
+        ids,
+        fences,
+    )
+    accepted = {JobLease(row["id"], row["fence"]) for row in rows if not row["claimed"]}
+    return accepted, [ClaimedJob.from_record(row) for row in rows if row["claimed"]]
 
 
 def _lease_arrays(leases: Sequence[JobLease]) -> tuple[list[int], list[int]]:
@@ -222,17 +277,7 @@ async def complete(connection: asyncpg.Connection, leases: Sequence[JobLease]) -
     if not leases:
         return set()
     ids, fences = _lease_arrays(leases)
-    rows = await connection.fetch(
-        """
-        UPDATE jobs SET state = 'succeeded', finished_at = now(), updated_at = now(),
-                        lease_expires_at = NULL
-        FROM unnest($1::bigint[], $2::bigint[]) AS done(id, fence)
-        WHERE jobs.id = done.id AND jobs.fence = done.fence AND jobs.state = 'running'
-        RETURNING jobs.id, jobs.fence
-        """,
-        ids,
-        fences,
-    )
+    rows = await connection.fetch(_COMPLETE.format(ids="$1", fences="$2"), ids, fences)
     return {JobLease(row["id"], row["fence"]) for row in rows}
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as redis
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 from redis.typing import EncodableT, FieldT
 
 from deskpool.live.model import LiveEvent, stream_id_key
@@ -61,6 +62,48 @@ async def publish(kv: redis.Redis, prefix: str, event: LiveEvent) -> str | None:
         log.warning("live event %s of %s not published: %s", event.type, event.resource_id, error)
         return None
     return _text(raw)
+
+
+#: XADDs every event its arguments carry (``maxlen``, then per event its field count and
+#: fields) to the stream ``KEYS[1]``, capped as :func:`publish` caps it; returns how many.
+_XADD_MANY = """
+local added = 0
+local at = 2
+while at <= #ARGV do
+  local count = tonumber(ARGV[at])
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(ARGV, at + 1, at + 2 * count))
+  added = added + 1
+  at = at + 1 + 2 * count
+end
+return added
+"""
+_XADD_MANY_SHA = hashlib.sha1(_XADD_MANY.encode()).hexdigest()
+
+
+async def publish_many(kv: redis.Redis, prefix: str, events: Sequence[LiveEvent]) -> int:
+    """Add ``events`` to the stream in order, in one command; how many were added.
+
+    The same entries as :func:`publish` for each, at the cost of one round trip (a script, so
+    the batch is one command). A Redis failure is logged, not raised.
+    """
+    if not events:
+        return 0
+    args: list[str | int] = [STREAM_LENGTH]
+    for event in events:
+        fields = event.fields()
+        args.append(len(fields))
+        for name, value in fields.items():
+            args += (name, value)
+    key = stream_key(prefix)
+    try:
+        try:
+            added = await kv.evalsha(_XADD_MANY_SHA, 1, key, *args)
+        except NoScriptError:
+            added = await kv.eval(_XADD_MANY, 1, key, *args)
+    except (RedisError, OSError) as error:
+        log.warning("%d live event(s) not published: %s", len(events), error)
+        return 0
+    return int(added)
 
 
 async def last_id(kv: redis.Redis, prefix: str) -> str:

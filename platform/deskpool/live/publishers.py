@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from deskpool.live import bus
@@ -43,6 +44,11 @@ def session_event(what: str, session: SessionRecord | TunnelGrant) -> LiveEvent:
 async def publish(runtime: Runtime, event: LiveEvent) -> None:
     """Publish ``event`` after its change was committed (a Redis failure is only logged)."""
     await bus.publish(runtime.kv, runtime.config["KVSTORE_KEY_PREFIX"], event)
+
+
+async def publish_many(runtime: Runtime, events: Sequence[LiveEvent]) -> None:
+    """Publish ``events`` in order, in one round trip to Redis (a failure is only logged)."""
+    await bus.publish_many(runtime.kv, runtime.config["KVSTORE_KEY_PREFIX"], events)
 
 
 async def publish_desktop(runtime: Runtime, desktop: Desktop, what: str = "state") -> None:

@@ -130,6 +130,32 @@ async def test_completions_are_accepted_in_batches(db: asyncpg.Connection) -> No
     assert {row["state"]: row["count"] for row in states} == {"succeeded": 4, "running": 1}
 
 
+async def test_completions_ride_with_the_claim_that_fills_their_slots(
+    db: asyncpg.Connection,
+) -> None:
+    for priority in (3, 2, 1, 0):
+        await queue.enqueue(db, "k", priority=priority)
+    first = await claim(db, limit=2)
+    stale = JobLease(first[0].id, first[0].fence + 7)
+    accepted, claimed = await queue.complete_and_claim(
+        db, [first[1].lease, stale], worker="w2", kinds=["k"], limit=5, lease=LEASE
+    )
+    assert accepted == {first[1].lease}
+    assert len(claimed) == 2
+    assert all(job.attempt == 1 and job.fence == 1 for job in claimed)
+    assert {job.id for job in claimed}.isdisjoint(job.id for job in first)
+    states = await db.fetch("SELECT state, worker, count(*) FROM jobs GROUP BY state, worker")
+    assert {(row["state"], row["worker"]): row["count"] for row in states} == {
+        ("running", "w1"): 1,
+        ("succeeded", "w1"): 1,
+        ("running", "w2"): 2,
+    }
+    accepted, claimed = await queue.complete_and_claim(
+        db, [job.lease for job in claimed], worker="w2", kinds=["k"], limit=5, lease=LEASE
+    )
+    assert (len(accepted), claimed) == (2, [])
+
+
 async def test_heartbeats_extend_held_leases(db: asyncpg.Connection) -> None:
     await queue.enqueue(db, "k")
     (job,) = await claim(db)

@@ -131,3 +131,23 @@ async def test_a_stale_position_starts_with_a_reset_and_a_bad_one_is_refused(
     bad = await reader.get("/api/v1/events", headers={**admin, "Last-Event-ID": "nope"})
     assert bad.status == 400
     assert (await reader.get("/api/v1/events")).status == 401
+
+
+async def test_events_published_together_are_the_entries_published_one_by_one(
+    runtime: Any,
+) -> None:
+    prefix = runtime.config["KVSTORE_KEY_PREFIX"]
+    events = [
+        LiveEvent("job.succeeded", str(n), {"n": n}, owner="u1" if n % 2 else None)
+        for n in range(3)
+    ]
+    try:
+        assert await bus.publish_many(runtime.kv, f"{prefix}many:", events) == 3
+        assert await bus.publish_many(runtime.kv, f"{prefix}many:", []) == 0
+        for event in events:
+            await bus.publish(runtime.kv, f"{prefix}one:", event)
+        together = await bus.read_after(runtime.kv, f"{prefix}many:", "0-0")
+        one_by_one = await bus.read_after(runtime.kv, f"{prefix}one:", "0-0")
+        assert [event for _, event in together] == [event for _, event in one_by_one] == events
+    finally:
+        await runtime.kv.delete(bus.stream_key(f"{prefix}many:"), bus.stream_key(f"{prefix}one:"))
