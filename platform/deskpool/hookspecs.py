@@ -2,8 +2,11 @@
 
 Each hook is a typed, empty function whose docstring is its reference documentation (the hook
 reference in ``docs/reference/hooks.md`` is generated from this module, and a test fails when a
-hook is undocumented). Plugins implement hooks with :data:`deskpool.plugins.hookimpl`; a plugin
-is a module (or an instance) named by an entry point in one of deskpool's entry-point groups.
+hook is undocumented). Every hook here is called by the host: a test plugin implementing all of
+them (``tests/integration/plugins/test_hooks_dispatched.py``) proves each is dispatched and its
+result used, and a hook added without such a test fails there. Plugins implement hooks with
+:data:`deskpool.plugins.hookimpl`; a plugin is a module (or an instance) named by an entry point
+in one of deskpool's entry-point groups.
 
 Hooks whose name starts with ``deskpool_register_`` receive a registry and add to it. Hooks may
 be ``async def`` where noted: the host awaits their results through one helper.
