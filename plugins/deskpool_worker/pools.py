@@ -21,7 +21,7 @@ from datetime import timedelta
 from deskpool.config import Config, SettingRegistry, parse_duration
 from deskpool.jobs.model import RegisteredJobKind
 from deskpool.jobs.periodic import PeriodicTask
-from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, pool_reconcile_task
+from deskpool.jobs.reconcile_schedule import POOL_RECONCILE_TASK, pool_reconcile_task
 from deskpool.pools.job_handlers import desktop_job_kinds
 from deskpool.pools.plan import ReconcilePolicy
 from deskpool.pools.reconcile_jobs import (

@@ -6,7 +6,7 @@ transaction); the job (:func:`pool_reconcile_job_kind`) reconciles that one pool
 fenced by its lease. The periodic ``cluster_orphan_scan`` (:func:`cluster_orphan_task`)
 reports the orphans of clusters no pool uses. Both run the reconciliation service
 (:class:`~deskpool.pools.reconciler.PoolReconcilerService`) that ``factory`` builds; the
-periodic pass over every pool is :mod:`deskpool.jobs.pool_reconcile`.
+periodic pass over every pool is :mod:`deskpool.jobs.reconcile_schedule`.
 """
 
 from __future__ import annotations

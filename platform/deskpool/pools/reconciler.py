@@ -1,7 +1,7 @@
 """Pool reconciliation applied: plan a batch of pools, then apply each plan's actions.
 
 :class:`PoolReconcilerService` implements the
-:class:`~deskpool.jobs.pool_reconcile.PoolReconciler` protocol that the worker's
+:class:`~deskpool.jobs.reconcile_schedule.PoolReconciler` protocol that the worker's
 ``pool_reconcile`` periodic task runs every ``POOL_RECONCILE_INTERVAL``, and also reconciles
 one pool on demand (the ``pool.reconcile`` job, payload ``{"pool_id": ...}``).
 

@@ -10,7 +10,11 @@ import pytest
 
 from deskpool.jobs import PeriodicContext
 from deskpool.jobs import periodic as runs
-from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, pool_reconcile_task, reconcile_batch
+from deskpool.jobs.reconcile_schedule import (
+    POOL_RECONCILE_TASK,
+    pool_reconcile_task,
+    reconcile_batch,
+)
 from deskpool.runtime import Runtime
 
 INTERVAL = timedelta(minutes=1)

@@ -24,7 +24,7 @@ from tests.integration.provisioning.conftest import (
 )
 
 from deskpool.clusters.repository import ClusterRecord
-from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, reconcile_batch
+from deskpool.jobs.reconcile_schedule import POOL_RECONCILE_TASK, reconcile_batch
 from deskpool.pools import store_orphans
 from deskpool.pools.desktop_jobs import enqueue_orphan_deletion
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics

@@ -29,7 +29,7 @@ from tests.integration.provisioning.conftest import (
 
 from deskpool.jobs.model import LeaseLost
 from deskpool.jobs.periodic import PeriodicContext
-from deskpool.jobs.pool_reconcile import POOL_RECONCILE_TASK, reconcile_batch
+from deskpool.jobs.reconcile_schedule import POOL_RECONCILE_TASK, reconcile_batch
 from deskpool.pools import store_desktops, store_orphans, store_pools
 from deskpool.pools.desktop_jobs import PROVISION, enqueue_desktop_job, idempotency_key
 from deskpool.pools.model import DesktopState, Pool
