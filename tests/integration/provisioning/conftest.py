@@ -12,12 +12,13 @@ import asyncio
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
 
 import asyncpg
 import pytest
+from tests.integration.pools.conftest import pool_model
 
 from deskpool.clusters.repository import ClusterRecord, ConnectionSettings, get_cluster
 from deskpool.clusters.repository import insert_cluster as insert_cluster_record
@@ -26,7 +27,7 @@ from deskpool.jobs.context import JobContext
 from deskpool.jobs.model import ClaimedJob, LeaseLost
 from deskpool.pools import store_desktops, store_pools, store_reconcile
 from deskpool.pools.desktop_jobs import PROVISION
-from deskpool.pools.model import Desktop, OsType, Pool, PoolKind
+from deskpool.pools.model import Desktop, Pool
 from deskpool.pools.plan import ReconcilePolicy
 from deskpool.pools.reconciler import PoolReconcilerService
 from deskpool.runtime import Runtime
@@ -159,20 +160,9 @@ def make_pool(db: asyncpg.Connection, cluster: ClusterRecord) -> MakePool:
     """``await make_pool(**fields)``: a stored pool on ``cluster`` (Linux, 0 to 10 desktops)."""
 
     async def make(**overrides: Any) -> Pool:
-        tag = secrets.token_hex(2)
-        pool = Pool(
-            id=uuid.uuid4(),
-            name=f"pool-{tag}",
-            cluster_id=cluster.id,
-            template=LINUX_TEMPLATE,
-            kind=PoolKind.NON_PERSISTENT,
-            min_size=0,
-            max_size=10,
-            spare=0,
-            naming_pattern=f"p{tag}-{{n:02}}",
-            os_type=OsType.LINUX,
-        )
-        record = await store_pools.create_pool(db, replace(pool, **overrides))
+        fields = {"template": LINUX_TEMPLATE, "max_size": 10, **overrides}
+        cluster_id = fields.pop("cluster_id", cluster.id)
+        record = await store_pools.create_pool(db, pool_model(cluster_id, **fields))
         return record.pool
 
     return make
