@@ -14,7 +14,8 @@ be ``async def`` where noted: the host awaits their results through one helper.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
 
 import pluggy
 
@@ -47,7 +48,7 @@ def deskpool_configure(config: Config) -> None:
 
 
 @hookspec
-def deskpool_startup(runtime: Runtime) -> Any:
+def deskpool_startup(runtime: Runtime) -> Awaitable[None] | None:
     """Acquire what the plugin needs once the database and key-value store are connected.
 
     May be ``async``. Called after migrations are checked and before any component starts.
@@ -58,7 +59,7 @@ def deskpool_startup(runtime: Runtime) -> Any:
 
 
 @hookspec
-def deskpool_shutdown(runtime: Runtime) -> Any:
+def deskpool_shutdown(runtime: Runtime) -> Awaitable[None] | None:
     """Release what :func:`deskpool_startup` acquired. May be ``async``.
 
     Called after every component has stopped, in reverse registration order.
