@@ -117,39 +117,40 @@ class CreateDesktop:
 
 
 @dataclass(frozen=True, slots=True)
-class DeleteDesktop:
+class DesktopAction:
+    """An action on one desktop's record: the desktop, and why (for the audit trail)."""
+
+    kind: ClassVar[str]
+    desktop_id: UUID
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteDesktop(DesktopAction):
     """Delete the desktop: destroy its VM, then its record."""
 
     kind: ClassVar[str] = "delete_desktop"
-    desktop_id: UUID
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
-class ReplaceDesktop:
+class ReplaceDesktop(DesktopAction):
     """The desktop's VM vanished: provision a new one under the same name."""
 
     kind: ClassVar[str] = "replace_desktop"
-    desktop_id: UUID
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
-class RetryFailed:
+class RetryFailed(DesktopAction):
     """Retry a failed desktop whose backoff has passed (provision it anew, or delete it)."""
 
     kind: ClassVar[str] = "retry_failed"
-    desktop_id: UUID
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
-class RefreshDesktop:
+class RefreshDesktop(DesktopAction):
     """Rebuild a free desktop from the pool's template."""
 
     kind: ClassVar[str] = "refresh_desktop"
-    desktop_id: UUID
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,23 +186,27 @@ class PowerOn:
 
 
 @dataclass(frozen=True, slots=True)
-class ReportOrphan:
-    """Record, once, that a VM tagged for the pool belongs to none of its desktops."""
+class OrphanAction:
+    """An action on a VM tagged for the pool that none of its desktops owns, and why."""
 
-    kind: ClassVar[str] = "report_orphan"
+    kind: ClassVar[str]
     vm_id: str
     name: str
     reason: str
 
 
 @dataclass(frozen=True, slots=True)
-class DeleteOrphanVm:
+class ReportOrphan(OrphanAction):
+    """Record, once, that a VM tagged for the pool belongs to none of its desktops."""
+
+    kind: ClassVar[str] = "report_orphan"
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteOrphanVm(OrphanAction):
     """Destroy a VM tagged for the pool that belongs to none of its desktops."""
 
     kind: ClassVar[str] = "delete_orphan_vm"
-    vm_id: str
-    name: str
-    reason: str
 
 
 #: Everything reconciliation may ask for.
