@@ -385,7 +385,11 @@ class Series:
                 continue
             for other in self.sides[1:]:
                 values = self.ratios(other, figure.key)
-                cells = [f"{spread(values, 2, 'x')} ({len(values)} pairs)"]
+                cells = [
+                    f"{spread(values, 2, 'x')} ({len(values)} pair{'s' if len(values) > 1 else ''})"
+                    if values
+                    else "refused (no accepted pair)"
+                ]
                 cells += [""] * (len(self.sides) - 1)
                 lines.append(
                     f"| {self.sides[0]} / {other}, {figure.label} | " + " | ".join(cells) + " |"

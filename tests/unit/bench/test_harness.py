@@ -56,7 +56,7 @@ def test_the_table_withholds_refused_runs_and_pairs_ratios_by_round() -> None:
     table = series.table()
     assert "999" not in table
     assert "1 refused as starved" in table
-    assert "2.00x / 2.00x / 2.00x (1 pairs)" in table
+    assert "2.00x / 2.00x / 2.00x (1 pair)" in table
 
 
 def test_a_side_without_accepted_runs_says_so() -> None:
