@@ -12,7 +12,8 @@ axe-core: no serious or critical violation.
 3. the pool page shows its desktops becoming ready without a reload;
 4. the administrator creates a group, adds a user and entitles the group to the pool;
 5. that user signs in, sees only My desktops, opens a desktop and sees it echo what is typed;
-6. the administrator disconnects the session; the user sees it and reconnects;
+6. the administrator watches the session read-only, then disconnects it; the user sees it,
+   reconnects, and logs off;
 7. signing out ends the session at the issuer.
 """
 
@@ -292,19 +293,28 @@ async def _steps(instance: Instance, admin: Any, user: Any, expect: Any) -> None
     await user.locator(".desktop-screen").click()
     await user.keyboard.type("hello from e2e")
     await _until(lambda: any("hello from e2e" in c.screen.typed for c in _screens(instance)))
-    # guacamole-common-js drew the simulated desktop: some canvas of the display is not blank.
-    drawn = False
-    for _ in range(100):
-        drawn = await user.evaluate(CANVAS_NOT_BLANK)
-        if drawn:
-            break
-        await asyncio.sleep(0.1)
-    assert drawn, "the desktop's canvases are blank"
+    assert await _drawn(user), "the desktop's canvases are blank"
     await visit(instance, user, "desktop")
 
-    # 6. The administrator sees the session and disconnects it; the user sees it, reconnects.
+    # 6. The administrator sees the session, watches it read-only and disconnects it; the user
+    # sees it, reconnects, and logs off.
     await admin.get_by_role("link", name="Sessions").click()
-    disconnect = admin.get_by_role("button", name="Disconnect")
+    watch = admin.get_by_role("button", name="Watch")
+    await expect(watch).to_have_count(1, timeout=TIMEOUT)
+    await expect(watch).to_be_enabled(timeout=TIMEOUT)
+    await watch.click()
+    await expect(admin.locator('[data-state="connected"]')).to_be_visible(timeout=TIMEOUT)
+    await expect(admin.get_by_text("Watching read-only")).to_be_visible()
+    assert await _drawn(admin), "the watched desktop's canvases are blank"
+    await visit(instance, admin, "watching")
+    await admin.get_by_role("button", name="Stop watching").click()
+    await admin.wait_for_url("**/sessions")
+    # The user's session (the view just closed may still be listed while its tunnel ends).
+    disconnect = (
+        admin.locator("tbody tr")
+        .filter(has_not_text="watching")
+        .get_by_role("button", name="Disconnect")
+    )
     await expect(disconnect).to_have_count(1, timeout=TIMEOUT)
     await visit(instance, admin, "sessions")
     await disconnect.click()
@@ -314,6 +324,11 @@ async def _steps(instance: Instance, admin: Any, user: Any, expect: Any) -> None
     await overlay.get_by_role("button", name="Reconnect").click()
     await expect(user.locator('[data-state="connected"]')).to_be_visible(timeout=TIMEOUT)
     await visit(instance, user, "desktop-reconnected")
+    user.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
+    await user.get_by_role("button", name="Log off").click()
+    await user.wait_for_url("**/my")
+    await expect(user.get_by_text("You were logged off from")).to_be_visible(timeout=TIMEOUT)
+    await visit(instance, user, "logged-off")
 
     # 7. Signing out ends the session at the issuer: the next sign-in shows its page again.
     await user.get_by_role("link", name="My desktops").click()
@@ -329,6 +344,15 @@ async def _steps(instance: Instance, admin: Any, user: Any, expect: Any) -> None
 def _note_csp(text: str, errors: list[str]) -> None:
     if "Content Security Policy" in text:
         errors.append(text)
+
+
+async def _drawn(page: Any) -> bool:
+    """guacamole-common-js drew the simulated desktop: some canvas of the display is not blank."""
+    for _ in range(100):
+        if await page.evaluate(CANVAS_NOT_BLANK):
+            return True
+        await asyncio.sleep(0.1)
+    return False
 
 
 def _screens(instance: Instance) -> list[Any]:

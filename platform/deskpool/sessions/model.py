@@ -215,6 +215,8 @@ def desktop_still_held(desktop: Desktop | None, user_id: UUID) -> bool:
 
 def logs_off_at_end(policy: SessionPolicy, reason: SessionEndReason) -> bool:
     """Whether a session ending for ``reason`` logs its user off at once."""
+    if reason is SessionEndReason.USER_LOGOFF:
+        return True
     return (
         policy.after_disconnect is AfterDisconnect.LOGOFF_IMMEDIATELY
         and reason not in INFRASTRUCTURE_ENDS
@@ -234,6 +236,8 @@ def logoff_due(
         its user allocated (whichever is latest).
     :param last_end_reason: why its last session ended (``None``: it had none since).
     """
+    if last_end_reason is SessionEndReason.USER_LOGOFF:
+        return True
     if policy.after_disconnect is AfterDisconnect.NEVER:
         return False
     waited = now - disconnected_since

@@ -509,3 +509,47 @@ async def log_off(
             ),
         )
     return after
+
+
+@dataclass(frozen=True, slots=True)
+class LogoffRequest:
+    """A user's log-off: their desktop and the sessions asked to close first."""
+
+    desktop: Desktop
+    closing: list[SessionRecord]
+
+
+async def log_off_my_desktop(
+    runtime: Runtime, principal: Any, desktop_id: uuid.UUID, audit: AuditOf
+) -> LogoffRequest:
+    """Log the caller off the desktop they hold, whatever the pool's after-disconnect policy.
+
+    With a tunnel open, its gateway is asked to close it (reason ``user_logoff``), and its end
+    logs the user off (:func:`deskpool.sessions.broker.end_session`); with none, the user is
+    logged off now. Either way the pool's rule for a desktop after log-off applies: a persistent
+    desktop becomes ``ready`` and stays the user's, a non-persistent one is rebuilt. A desktop
+    the user is not logged on to (``ready``, being rebuilt) is answered as it is.
+
+    :raises NotFound: no such desktop, or it is not the caller's.
+    """
+    user = str(principal.id)
+    async with runtime.db.acquire() as connection, connection.transaction():
+        desktop = await store_desktops.get_desktop(connection, desktop_id, for_update=True)
+        if desktop is None or desktop.assigned_user != user:
+            raise NotFound(f"You hold no desktop with the id {desktop_id}.")
+        closing = await store.request_logoff(connection, desktop_id)
+        await record_audit_event(
+            connection,
+            audit(
+                "desktop.logoff_request",
+                "desktops",
+                str(desktop_id),
+                {"sessions": [str(session.id) for session in closing]},
+            ),
+        )
+        if not closing:
+            after = await log_off(connection, desktop_id, "logged off by the user", audit)
+            desktop = after or desktop
+    for session in closing:
+        await publish_disconnect(runtime, session)
+    return LogoffRequest(desktop, closing)

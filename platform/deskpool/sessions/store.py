@@ -391,6 +391,24 @@ async def request_disconnect(
     return None if row is None else session_from_row(row)
 
 
+async def request_logoff(connection: Db, desktop_id: uuid.UUID) -> list[SessionRecord]:
+    """Ask every open user session of a desktop to close for ``user_logoff``; those marked.
+
+    This reason wins over one asked before: the session's end then logs the user off.
+    """
+    rows = await connection.fetch(
+        """
+        UPDATE desktop_sessions
+           SET disconnect_requested_at = coalesce(disconnect_requested_at, now()),
+               disconnect_reason = 'user_logoff'
+         WHERE desktop_id = $1 AND ended_at IS NULL AND NOT read_only
+        RETURNING *
+        """,
+        desktop_id,
+    )
+    return [session_from_row(row) for row in rows]
+
+
 async def pending_disconnects(db: Db, gateway_id: str) -> list[uuid.UUID]:
     """Open sessions of ``gateway_id`` that were asked to close."""
     rows = await db.fetch(

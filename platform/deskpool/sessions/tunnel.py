@@ -95,6 +95,8 @@ class SessionEndReason(StrEnum):
     DAEMON_ERROR = "daemon_error"
     GATEWAY_SHUTDOWN = "gateway_shutdown"
     GATEWAY_LOST = "gateway_lost"
+    #: The user logged off from the desktop (the console's "Log off"): it is logged off at once.
+    USER_LOGOFF = "user_logoff"
 
 
 @dataclass

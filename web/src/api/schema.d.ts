@@ -649,6 +649,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/me/desktops/{desktop_id}/logoff": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Log off from a desktop the caller holds
+         * @description Ends the caller's use of the desktop, whatever the pool's after-disconnect policy: the gateway holding each open session is asked to close it (it ends with `user_logoff`), then the user is logged off; with no session open, at once. After log-off a persistent desktop is `ready` and stays the caller's; a non-persistent one is rebuilt before anyone else gets it. A desktop the caller is not logged on to is answered as it is. 404 when the caller does not hold it.
+         *
+         *     Requires a valid access token; no particular permission.
+         */
+        post: operations["logOffMyDesktop"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/me/pools": {
         parameters: {
             query?: never;
@@ -1700,6 +1722,15 @@ export interface components {
             pool_id: string;
             connection: components["schemas"]["Connection"];
         };
+        Logoff: {
+            id: string;
+            name: string;
+            /** @description The desktop's state: still `in_use` while its sessions close, then `ready` (persistent pools: still the caller's) or `refreshing` (rebuilt). */
+            state: string;
+            pool_id: string;
+            /** @description The open sessions asked to close; their end logs off. */
+            closing_sessions: string[];
+        };
         HeldDesktop: {
             id: string;
             name: string;
@@ -1774,10 +1805,10 @@ export interface components {
             /** Format: date-time */
             ended_at: string | null;
             /**
-             * @description Why it ended: `client_closed`, `desktop_closed`, `admin_disconnect`, `idle_timeout`, `max_duration`, `daemon_error`, `gateway_shutdown`, `gateway_lost`.
+             * @description Why it ended: `client_closed`, `desktop_closed`, `admin_disconnect`, `idle_timeout`, `max_duration`, `daemon_error`, `gateway_shutdown`, `gateway_lost`, `user_logoff`.
              * @enum {string|null}
              */
-            end_reason: "client_closed" | "desktop_closed" | "admin_disconnect" | "idle_timeout" | "max_duration" | "daemon_error" | "gateway_shutdown" | "gateway_lost" | null;
+            end_reason: "client_closed" | "desktop_closed" | "admin_disconnect" | "idle_timeout" | "max_duration" | "daemon_error" | "gateway_shutdown" | "gateway_lost" | "user_logoff" | null;
             bytes_to_desktop: number;
             bytes_to_browser: number;
             /**
@@ -3772,6 +3803,39 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+        };
+    };
+    logOffMyDesktop: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                desktop_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The desktop, logging off. */
+            202: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Logoff"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listMyPools: {

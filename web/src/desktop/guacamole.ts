@@ -47,6 +47,7 @@ export async function openDesktop(
   url: string,
   token: string,
   callbacks: DesktopCallbacks,
+  options: { readOnly?: boolean } = {},
 ): Promise<DesktopHandle> {
   const G: Guac = await import("@glokon/guacamole-common-js");
   const tunnel = new G.WebSocketTunnel(url);
@@ -82,17 +83,19 @@ export async function openDesktop(
     reader.onend = () => callbacks.onClipboard(text);
   };
 
-  const mouse = new G.Mouse(element);
-  const sendMouse = (event: Guac) => client.sendMouseState(event.state ?? event, true);
-  if (typeof mouse.onEach === "function") mouse.onEach(["mousedown", "mouseup", "mousemove"], sendMouse);
-  else mouse.onmousedown = mouse.onmouseup = mouse.onmousemove = sendMouse;
-
-  const keyboard = new G.Keyboard(container);
-  keyboard.onkeydown = (keysym: number) => {
-    client.sendKeyEvent(1, keysym);
-    return false;
-  };
-  keyboard.onkeyup = (keysym: number) => client.sendKeyEvent(0, keysym);
+  // A read-only viewer (watching a session) sends no input: guacd would ignore it anyway.
+  const keyboard = options.readOnly ? null : new G.Keyboard(container);
+  if (keyboard) {
+    const mouse = new G.Mouse(element);
+    const sendMouse = (event: Guac) => client.sendMouseState(event.state ?? event, true);
+    if (typeof mouse.onEach === "function") mouse.onEach(["mousedown", "mouseup", "mousemove"], sendMouse);
+    else mouse.onmousedown = mouse.onmouseup = mouse.onmousemove = sendMouse;
+    keyboard.onkeydown = (keysym: number) => {
+      client.sendKeyEvent(1, keysym);
+      return false;
+    };
+    keyboard.onkeyup = (keysym: number) => client.sendKeyEvent(0, keysym);
+  }
 
   callbacks.onState("connecting");
   client.connect(connectData(token, container.clientWidth, container.clientHeight));
@@ -100,15 +103,20 @@ export async function openDesktop(
   return {
     disconnect: () => {
       closed = true;
-      keyboard.onkeydown = null;
-      keyboard.onkeyup = null;
+      if (keyboard) {
+        keyboard.onkeydown = null;
+        keyboard.onkeyup = null;
+      }
       client.disconnect();
     },
     ctrlAltDel: () => {
       for (const keysym of CTRL_ALT_DEL) client.sendKeyEvent(1, keysym);
       for (const keysym of [...CTRL_ALT_DEL].reverse()) client.sendKeyEvent(0, keysym);
     },
-    resize: (width, height) => client.sendSize(Math.round(width), Math.round(height)),
+    // The session's owner sets its size; a viewer sees it scaled as it is.
+    resize: (width, height) => {
+      if (!options.readOnly) client.sendSize(Math.round(width), Math.round(height));
+    },
     sendClipboard: (text) => {
       const stream = client.createClipboardStream("text/plain");
       const writer = new G.StringWriter(stream);

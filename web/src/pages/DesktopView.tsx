@@ -1,10 +1,11 @@
 /**
  * The desktop in the browser: the whole window, keyboard (with Ctrl+Alt+Del), mouse, clipboard,
  * resizing with the window, the connection's state, reconnecting with a fresh token after a
- * drop, and disconnecting.
+ * drop, disconnecting (the pool's policy decides when the user is logged off) and logging off
+ * (at once). An administrator watching a session (`?watch=<session id>`) sees it read-only.
  */
 import { useCallback, useEffect, useRef, useState } from "react";
-import { Link, useLocation, useNavigate, useParams } from "react-router";
+import { Link, useLocation, useNavigate, useParams, useSearchParams } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
 import { describeError } from "../api/problem";
 import type { DesktopHandle, DesktopState } from "../desktop/guacamole";
@@ -23,6 +24,8 @@ const LABEL: Record<DesktopState | "idle", string> = {
 
 export function DesktopViewPage() {
   const { desktopId = "" } = useParams();
+  const [search] = useSearchParams();
+  const watching = search.get("watch");
   const { api } = useSession();
   const navigate = useNavigate();
   const location = useLocation();
@@ -43,7 +46,12 @@ export function DesktopViewPage() {
       // The token of the page that opened the desktop once; a fresh one for every reconnect.
       let connection = first.current;
       first.current = null;
-      if (!connection) {
+      if (!connection && watching) {
+        const shadow = await unwrap(
+          api.POST("/api/v1/sessions/{session_id}/shadow", { params: { path: { session_id: watching } } }),
+        );
+        connection = shadow.connection;
+      } else if (!connection) {
         const opened = await unwrap(
           api.POST("/api/v1/me/desktops/{desktop_id}/connection", { params: { path: { desktop_id: desktopId } } }),
         );
@@ -57,13 +65,13 @@ export function DesktopViewPage() {
           setDetail(why ?? "");
         },
         onClipboard: setClipboard,
-      });
+      }, { readOnly: Boolean(watching) });
       screen.current.focus();
     } catch (error) {
       setState("error");
       setDetail(describeError(error));
     }
-  }, [api, desktopId]);
+  }, [api, desktopId, watching]);
 
   useEffect(() => {
     void connect();
@@ -85,10 +93,29 @@ export function DesktopViewPage() {
     return () => observer.disconnect();
   }, []);
 
+  const back = watching ? "/sessions" : "/my";
   const disconnect = () => {
     handle.current?.disconnect();
     handle.current = null;
-    navigate("/my");
+    navigate(back);
+  };
+  const [loggingOff, setLoggingOff] = useState(false);
+  /** Log off at once (the API asks the gateway to close the session), then leave. */
+  const logOff = async () => {
+    if (!window.confirm("Log off from this desktop? Programs still open on it are closed.")) return;
+    setLoggingOff(true);
+    try {
+      const done = await unwrap(
+        api.POST("/api/v1/me/desktops/{desktop_id}/logoff", { params: { path: { desktop_id: desktopId } } }),
+      );
+      handle.current?.disconnect();
+      handle.current = null;
+      navigate("/my", { state: { notice: `You were logged off from ${done.name}.` } });
+    } catch (error) {
+      setDetail(describeError(error));
+    } finally {
+      setLoggingOff(false);
+    }
   };
   const live = state === "connected" || state === "waiting" || state === "connecting";
   return (
@@ -98,12 +125,18 @@ export function DesktopViewPage() {
           {LABEL[state]}
           {detail ? `: ${detail}` : ""}
         </span>
-        <button type="button" className="secondary" onClick={() => handle.current?.ctrlAltDel()} disabled={state !== "connected"}>
-          Ctrl+Alt+Del
-        </button>
-        <button type="button" className="secondary" onClick={() => setShowClipboard((value) => !value)} aria-expanded={showClipboard}>
-          Clipboard
-        </button>
+        {watching ? (
+          <span className="badge badge-info">Watching read-only</span>
+        ) : (
+          <>
+            <button type="button" className="secondary" onClick={() => handle.current?.ctrlAltDel()} disabled={state !== "connected"}>
+              Ctrl+Alt+Del
+            </button>
+            <button type="button" className="secondary" onClick={() => setShowClipboard((value) => !value)} aria-expanded={showClipboard}>
+              Clipboard
+            </button>
+          </>
+        )}
         <button
           type="button"
           className="secondary"
@@ -117,11 +150,16 @@ export function DesktopViewPage() {
           </button>
         ) : null}
         <button type="button" className="contrast" onClick={disconnect}>
-          Disconnect
+          {watching ? "Stop watching" : "Disconnect"}
         </button>
-        <Link to="/my">My desktops</Link>
+        {watching ? null : (
+          <button type="button" className="secondary" onClick={() => void logOff()} aria-busy={loggingOff}>
+            Log off
+          </button>
+        )}
+        <Link to={back}>{watching ? "Sessions" : "My desktops"}</Link>
       </div>
-      {showClipboard ? (
+      {showClipboard && !watching ? (
         <form
           className="desktop-clipboard"
           onSubmit={(event) => {

@@ -1,6 +1,6 @@
 /** My desktops: the pools the user is entitled to, the desktops they hold, and opening one. */
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
-import { useNavigate } from "react-router";
+import { useLocation, useNavigate } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
 import { Badge } from "../components/Badge";
 import { ProblemAlert } from "../components/Problem";
@@ -21,6 +21,8 @@ export function MyDesktopsPage() {
   const { api } = useSession();
   const client = useQueryClient();
   const navigate = useNavigate();
+  // What the desktop view said on the way back (a log-off).
+  const notice = (useLocation().state as { notice?: string } | null)?.notice;
   const pools = useQuery({
     queryKey: ["my-pools"],
     queryFn: () => unwrap(api.GET("/api/v1/me/pools", { params: { query: { limit: 500 } } })),
@@ -36,6 +38,11 @@ export function MyDesktopsPage() {
   return (
     <section>
       <h1>My desktops</h1>
+      {notice ? (
+        <p role="status" className="notice">
+          {notice}
+        </p>
+      ) : null}
       <ProblemAlert error={pools.error ?? open.error} />
       {pools.isLoading ? <p aria-busy="true">Loading…</p> : null}
       {pools.data && !pools.data.items.length ? (

@@ -1,6 +1,7 @@
-/** Sessions: open and recent remote desktop connections; disconnect one. */
+/** Sessions: open and recent remote desktop connections; disconnect one, or watch it read-only. */
 import { useMutation, useQueryClient } from "@tanstack/react-query";
 import { useState } from "react";
+import { useNavigate } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
 import { pageSize, useCursorList } from "../api/lists";
 import { can } from "../auth/permissions";
@@ -26,6 +27,9 @@ export function SessionsPage() {
     onSettled: () => void client.invalidateQueries({ queryKey: ["sessions"] }),
   });
   const manage = can(me, "sessions:manage");
+  const navigate = useNavigate();
+  // The viewer's token is asked by the desktop view (again on every reconnect).
+  const watch = (s: Session) => navigate(`/desktop/${s.desktop_id}?watch=${s.id}`);
   return (
     <section>
       <h1>Sessions</h1>
@@ -54,14 +58,26 @@ export function SessionsPage() {
             header: "Actions",
             cell: (s) =>
               manage && s.state === "open" ? (
-                <button
-                  type="button"
-                  className="secondary outline small"
-                  disabled={Boolean(s.disconnect_requested_at)}
-                  onClick={() => disconnect.mutate(s)}
-                >
-                  Disconnect {s.desktop_name}
-                </button>
+                <>
+                  <button
+                    type="button"
+                    className="secondary outline small"
+                    disabled={Boolean(s.disconnect_requested_at)}
+                    onClick={() => disconnect.mutate(s)}
+                  >
+                    Disconnect {s.desktop_name}
+                  </button>{" "}
+                  {s.read_only ? null : (
+                    <button
+                      type="button"
+                      className="secondary outline small"
+                      disabled={!s.connected_at}
+                      onClick={() => watch(s)}
+                    >
+                      Watch {s.desktop_name}
+                    </button>
+                  )}
+                </>
               ) : null,
           },
         ]}

@@ -6,8 +6,9 @@ started and ended and why, the bytes relayed each way. Administrators list and r
 ask for one to be closed (``POST .../disconnect``: 202; the gateway holding it closes it within
 seconds, wherever it runs), and may join a live session read-only (``POST .../shadow``).
 
-Users list their own sessions (``/api/v1/me/sessions``) and get a new connection token for a
-desktop they hold (``POST /api/v1/me/desktops/{desktop_id}/connection``); opening a desktop of
+Users list their own sessions (``/api/v1/me/sessions``), get a new connection token for a
+desktop they hold (``POST /api/v1/me/desktops/{desktop_id}/connection``) and log off from it
+(``POST /api/v1/me/desktops/{desktop_id}/logoff``); opening a desktop of
 a pool (``POST /api/v1/me/pools/{pool_id}/desktop``) answers one as well. A token is
 single-use and short-lived (``SESSION_TOKEN_TTL``): the browser hands it to the gateway at
 ``url`` (``GATEWAY_PUBLIC_WS_URL``) at once.
@@ -181,6 +182,28 @@ class SessionSchema(Schema):
         required=True,
         allow_none=True,
         metadata={"description": "When an administrator or a policy asked for it to close."},
+    )
+
+
+class LogoffSchema(Schema):
+    """The caller's desktop as a log-off left it, and the sessions asked to close first."""
+
+    id = fields.String(required=True)
+    name = fields.String(required=True)
+    state = fields.String(
+        required=True,
+        metadata={
+            "description": (
+                "The desktop's state: still `in_use` while its sessions close, then `ready` "
+                "(persistent pools: still the caller's) or `refreshing` (rebuilt)."
+            )
+        },
+    )
+    pool_id = fields.String(required=True)
+    closing_sessions = fields.List(
+        fields.String(),
+        required=True,
+        metadata={"description": "The open sessions asked to close; their end logs off."},
     )
 
 
@@ -431,3 +454,38 @@ async def connect_my_desktop(call: Call) -> dict[str, Any]:
         call.runtime, call.caller, desktop_id, call.actor.audit_event
     )
     return connection_view(connection)
+
+
+@ROUTES.route(
+    "POST",
+    "/api/v1/me/desktops/{desktop_id}/logoff",
+    summary="Log off from a desktop the caller holds",
+    description=(
+        "Ends the caller's use of the desktop, whatever the pool's after-disconnect policy: "
+        "the gateway holding each open session is asked to close it (it ends with "
+        "`user_logoff`), then the user is logged off; with no session open, at once. After "
+        "log-off a persistent desktop is `ready` and stays the caller's; a non-persistent "
+        "one is rebuilt before anyone else gets it. A desktop the caller is not logged on "
+        "to is answered as it is. 404 when the caller does not hold it."
+    ),
+    tags=("me",),
+    permission=None,
+    authenticated=True,
+    responses={202: ResponseSpec("The desktop, logging off.", LogoffSchema)},
+)
+async def log_off_my_desktop(call: Call) -> Reply:
+    desktop_id = parse_id(call.path_param("desktop_id"), "desktop")
+    request = await service.log_off_my_desktop(
+        call.runtime, call.caller, desktop_id, call.actor.audit_event
+    )
+    desktop = request.desktop
+    return Reply(
+        {
+            "id": str(desktop.id),
+            "name": desktop.name,
+            "state": str(desktop.state),
+            "pool_id": str(desktop.pool_id),
+            "closing_sessions": [str(session.id) for session in request.closing],
+        },
+        202,
+    )
