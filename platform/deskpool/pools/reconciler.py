@@ -91,12 +91,7 @@ from deskpool.pools.plan import (
     desktop_event,
 )
 from deskpool.pools.planner import reconcile_pools
-from deskpool.pools.provisioning_store import (
-    apply_event_if_unchanged,
-    hold_periodic_run,
-    lock_pool_for_reconciliation,
-    owners_on_clusters,
-)
+from deskpool.pools.provisioning_store import apply_event_if_unchanged, hold_periodic_run
 from deskpool.pools.reconcile_events import action_event, unowned_event
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
 from deskpool.pools.states import IllegalTransition
@@ -106,8 +101,10 @@ from deskpool.pools.store_pools import get_pool
 from deskpool.pools.store_reconcile import (
     desktop_names_on_clusters,
     desktops_of_pools,
+    lock_pool_for_reconciliation,
     mark_reconciled,
     mark_reconciled_many,
+    owners_on_clusters,
     pools_to_reconcile,
 )
 

@@ -4,18 +4,24 @@ A pass (:mod:`deskpool.pools.reconciler`) reads a batch of pools with
 :func:`pools_to_reconcile`, their desktops and the names taken on their clusters, plans them
 (:mod:`deskpool.pools.planner`), and records with :func:`mark_reconciled` (or
 :func:`mark_reconciled_many`, many pools in one statement) the generation it saw and the
-pool's health. The records themselves are :mod:`deskpool.pools.store_pools` and
-:mod:`deskpool.pools.store_desktops`.
+pool's health. :func:`lock_pool_for_reconciliation` serializes the passes over one pool (the
+periodic task and a ``pool.reconcile`` job); :func:`owners_on_clusters` and
+:func:`existing_owners` say which pools, desktops and recorded VMs exist, for the cluster-wide
+orphan pass (:mod:`deskpool.pools.cluster_vms`). The records themselves are
+:mod:`deskpool.pools.store_pools` and :mod:`deskpool.pools.store_desktops`.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import asyncpg
 
 from deskpool.db.rows import Db, group_rows
-from deskpool.pools.model import Desktop, Pool
+from deskpool.pools.model import Desktop, ObservedVm, Pool
 from deskpool.pools.naming import name_key
 from deskpool.pools.plan import PoolHealth
 from deskpool.pools.store_desktops import desktop_from_row
@@ -91,3 +97,74 @@ async def desktop_names_on_clusters(
     )
     grouped = group_rows(rows, "cluster_id", cluster_ids, lambda row: name_key(row["name"]))
     return {cluster_id: set(names) for cluster_id, names in grouped.items()}
+
+
+async def lock_pool_for_reconciliation(connection: asyncpg.Connection, pool_id: uuid.UUID) -> None:
+    """Take the pool's reconciliation lock until the caller's transaction ends."""
+    await connection.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+        f"deskpool.reconcile:{pool_id}",
+    )
+
+
+@dataclass
+class ClusterOwners:
+    """What may own a VM listed on a cluster: pools, desktops, VMs recorded by desktops.
+
+    A VM is taken for unowned only when its tags name none of these and no desktop records it.
+    """
+
+    pool_ids: set[uuid.UUID] = field(default_factory=set)
+    desktop_ids: set[uuid.UUID] = field(default_factory=set)
+    vm_ids: set[str] = field(default_factory=set)
+
+    def update(self, other: ClusterOwners) -> None:
+        """Add ``other``'s owners to these."""
+        self.pool_ids |= other.pool_ids
+        self.desktop_ids |= other.desktop_ids
+        self.vm_ids |= other.vm_ids
+
+
+async def owners_on_clusters(
+    db: asyncpg.Connection | asyncpg.Pool, cluster_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, ClusterOwners]:
+    """The pools, desktops and recorded VM ids of each cluster."""
+    owners = {cluster_id: ClusterOwners() for cluster_id in cluster_ids}
+    for row in await db.fetch(
+        "SELECT id, cluster_id FROM pools WHERE cluster_id = ANY($1::uuid[])", list(cluster_ids)
+    ):
+        owners[row["cluster_id"]].pool_ids.add(row["id"])
+    for row in await db.fetch(
+        "SELECT id, cluster_id, vm_id FROM desktops WHERE cluster_id = ANY($1::uuid[])",
+        list(cluster_ids),
+    ):
+        found = owners[row["cluster_id"]]
+        found.desktop_ids.add(row["id"])
+        if row["vm_id"] is not None:
+            found.vm_ids.add(row["vm_id"])
+    return owners
+
+
+async def existing_owners(
+    db: asyncpg.Connection | asyncpg.Pool, cluster_id: uuid.UUID, vms: Iterable[ObservedVm]
+) -> ClusterOwners:
+    """Of what ``vms`` name (pools, desktops on any cluster, their own ids), what exists now."""
+    listed = list(vms)
+    pool_ids = list({vm.pool_id for vm in listed if vm.pool_id is not None})
+    desktop_ids = list({vm.desktop_id for vm in listed if vm.desktop_id is not None})
+    vm_ids = list({vm.vm_id for vm in listed})
+    found = ClusterOwners()
+    if pool_ids:
+        rows = await db.fetch("SELECT id FROM pools WHERE id = ANY($1::uuid[])", pool_ids)
+        found.pool_ids = {row["id"] for row in rows}
+    if desktop_ids:
+        rows = await db.fetch("SELECT id FROM desktops WHERE id = ANY($1::uuid[])", desktop_ids)
+        found.desktop_ids = {row["id"] for row in rows}
+    if vm_ids:
+        rows = await db.fetch(
+            "SELECT vm_id FROM desktops WHERE cluster_id = $1 AND vm_id = ANY($2::text[])",
+            cluster_id,
+            vm_ids,
+        )
+        found.vm_ids = {row["vm_id"] for row in rows}
+    return found
