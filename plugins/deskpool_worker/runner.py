@@ -66,6 +66,9 @@ LOOP_RESTART_DELAY = 1.0
 #: The longest error text kept with a failed attempt.
 ERROR_TEXT_LIMIT = 2000
 
+#: How long the live events of recorded completions gather before they are published together.
+PUBLISH_EVERY = 0.02
+
 #: How long finished jobs wait for a claim to carry their completion before they are recorded
 #: alone (only while the claim loop is busy: an idle one lets them be recorded at once).
 COMPLETION_GRACE = 0.05
@@ -139,6 +142,13 @@ class JobRunner:
         self._claims_idle = asyncio.Event()
         self._claims_idle.set()
         self._flushing = asyncio.Lock()
+        #: Live events of recorded completions, published by their own loop.
+        self._unpublished: list[LiveEvent] = []
+        self._events_ready = asyncio.Event()
+        self._publishing = asyncio.Lock()
+        #: Set at the end of stop(): the publishing loop ends (even if Redis swallowed the
+        #: cancellation of its last call, as redis-py can).
+        self._closing = False
         self._stopping = asyncio.Event()
         self._claim_task: asyncio.Task[None] | None = None
         self._background: list[asyncio.Task[None]] = []
@@ -165,9 +175,11 @@ class JobRunner:
     async def start(self) -> None:
         """Start listening, claiming, heartbeating, completing and sweeping."""
         self._stopping.clear()
+        self._closing = False
         self._spawn(self.notifications.run, "deskpool-job-notifications")
         self._spawn(self._heartbeat_loop, "deskpool-job-heartbeats")
         self._spawn(self._completion_loop, "deskpool-job-completions")
+        self._spawn(self._publish_loop, "deskpool-job-events")
         self._spawn(self._sweep_loop, "deskpool-job-lease-sweep")
         self._spawn(self._depth_loop, "deskpool-job-queue-depth")
         if self.kinds:
@@ -196,7 +208,7 @@ class JobRunner:
                     continue
                 self._wake.clear()
                 try:
-                    claimed, due_in, events = await self._claim(kinds, free)
+                    claimed, due_in, launched = await self._claim(kinds, free)
                 except DATABASE_ERRORS as error:
                     delay = backoff.next_delay()
                     log.warning("claiming jobs failed (%s); retrying in %.1fs", error, delay)
@@ -206,13 +218,9 @@ class JobRunner:
                     self._claims_idle.clear()
                     continue
                 backoff.reset()
-                if self._stopping.is_set():  # claimed while stopping: give them straight back
+                if not launched:  # claimed while stopping: give them straight back
                     await self._release([job.lease for job in claimed])
-                    await publish_many(self.runtime, events)
                     return
-                for job in claimed:
-                    self._launch(job)
-                await publish_many(self.runtime, events)
                 if len(claimed) == free:
                     continue
                 if due_in is None:
@@ -232,11 +240,12 @@ class JobRunner:
 
     async def _claim(
         self, kinds: list[str], free: int
-    ) -> tuple[list[ClaimedJob], float | None, list[LiveEvent]]:
+    ) -> tuple[list[ClaimedJob], float | None, bool]:
         """Claim up to ``free`` jobs, recording the completions waiting with the same statement.
 
-        Returns the claimed jobs, when the next job is due if fewer were claimed than asked
-        (``None``: none is queued), and the live events of the recorded completions.
+        The jobs start at once (before the connection goes back to the pool), unless the runner
+        is stopping. Returns the claimed jobs, when the next job is due if fewer were claimed
+        than asked (``None``: none is queued), and whether the jobs were started.
         """
         settings = self.settings
         due_in: float | None = None
@@ -261,10 +270,14 @@ class JobRunner:
                         limit=free,
                         lease=settings.lease,
                     )
+                self._queue_events(self._settle(done, accepted))
+                launched = not self._stopping.is_set()
+                if launched:
+                    for job in claimed:
+                        self._launch(job)
                 if len(claimed) < free:
                     due_in = await queue.next_due_in(connection, kinds)
-            events = self._settle(done, accepted)
-        return claimed, due_in, events
+        return claimed, due_in, launched
 
     def _launch(self, job: ClaimedJob) -> None:
         kind = self.kinds[job.kind]
@@ -405,8 +418,7 @@ class JobRunner:
 
     async def _flush_completions(self, attempts: int | None = None) -> None:
         async with self._flushing:
-            events = await self._flush_completions_locked(attempts)
-            await publish_many(self.runtime, events)
+            self._queue_events(await self._flush_completions_locked(attempts))
 
     async def _flush_completions_locked(self, attempts: int | None) -> list[LiveEvent]:
         backoff = ReconnectBackoff()
@@ -424,6 +436,25 @@ class JobRunner:
                 continue
             events += self._settle(batch, accepted)
         return events
+
+    def _queue_events(self, events: list[LiveEvent]) -> None:
+        """Hand live events to the publishing loop (so no claim waits for Redis)."""
+        if events:
+            self._unpublished += events
+            self._events_ready.set()
+
+    async def _publish_loop(self) -> None:
+        """Publish the live events of recorded completions in order, PUBLISH_EVERY at a time."""
+        while not self._closing:
+            if await wait_for_event(self._events_ready, 1.0):
+                await asyncio.sleep(PUBLISH_EVERY)
+            self._events_ready.clear()
+            await self._publish_queued()
+
+    async def _publish_queued(self) -> None:
+        async with self._publishing:
+            events, self._unpublished = self._unpublished, []
+            await publish_many(self.runtime, events)
 
     def _settle(self, batch: Mapping[JobLease, str], accepted: set[JobLease]) -> list[LiveEvent]:
         """Forget recorded completions; return the live events of those that were accepted."""
@@ -557,6 +588,8 @@ class JobRunner:
         if tasks:
             await asyncio.wait(tasks, timeout=CANCEL_GRACE)
         await self._flush_completions(attempts=3)
+        self._closing = True
+        await self._publish_queued()
         await self._release([running.context.lease for running in interrupted])
         for task in self._background:
             task.cancel()

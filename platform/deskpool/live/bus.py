@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,18 +65,15 @@ async def publish(kv: redis.Redis, prefix: str, event: LiveEvent) -> str | None:
     return _text(raw)
 
 
-#: XADDs every event its arguments carry (``maxlen``, then per event its field count and
-#: fields) to the stream ``KEYS[1]``, capped as :func:`publish` caps it; returns how many.
+#: XADDs to the stream ``KEYS[1]`` the events of ``ARGV[2]`` (a JSON list of their fields, as
+#: flat name, value lists), capped at ``ARGV[1]`` entries as :func:`publish` caps it; returns
+#: how many it added.
 _XADD_MANY = """
-local added = 0
-local at = 2
-while at <= #ARGV do
-  local count = tonumber(ARGV[at])
-  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(ARGV, at + 1, at + 2 * count))
-  added = added + 1
-  at = at + 1 + 2 * count
+local events = cjson.decode(ARGV[2])
+for _, fields in ipairs(events) do
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(fields))
 end
-return added
+return #events
 """
 _XADD_MANY_SHA = hashlib.sha1(_XADD_MANY.encode()).hexdigest()
 
@@ -88,18 +86,16 @@ async def publish_many(kv: redis.Redis, prefix: str, events: Sequence[LiveEvent]
     """
     if not events:
         return 0
-    args: list[str | int] = [STREAM_LENGTH]
-    for event in events:
-        fields = event.fields()
-        args.append(len(fields))
-        for name, value in fields.items():
-            args += (name, value)
+    batch = json.dumps(
+        [[part for field in event.fields().items() for part in field] for event in events],
+        separators=(",", ":"),
+    )
     key = stream_key(prefix)
     try:
         try:
-            added = await kv.evalsha(_XADD_MANY_SHA, 1, key, *args)
+            added = await kv.evalsha(_XADD_MANY_SHA, 1, key, STREAM_LENGTH, batch)
         except NoScriptError:
-            added = await kv.eval(_XADD_MANY, 1, key, *args)
+            added = await kv.eval(_XADD_MANY, 1, key, STREAM_LENGTH, batch)
     except (RedisError, OSError) as error:
         log.warning("%d live event(s) not published: %s", len(events), error)
         return 0
