@@ -306,6 +306,10 @@ async def _steps(instance: Instance, admin: Any, user: Any, expect: Any) -> None
     await expect(admin.locator('[data-state="connected"]')).to_be_visible(timeout=TIMEOUT)
     await expect(admin.get_by_text("Watching read-only")).to_be_visible()
     assert await _drawn(admin), "the watched desktop's canvases are blank"
+    await admin.locator(".desktop-screen").click()
+    await admin.keyboard.type("typed by the watcher")
+    await asyncio.sleep(1.0)  # what the watcher types never reaches the desktop
+    assert not any("by the watcher" in c.screen.typed for c in _screens(instance))
     await visit(instance, admin, "watching")
     await admin.get_by_role("button", name="Stop watching").click()
     await admin.wait_for_url("**/sessions")

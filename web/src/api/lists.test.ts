@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { countText, FIRST_PAGE_SIZE, grouped, PAGE_SIZE, pageSize } from "./lists";
+import { allPages, countText, FIRST_PAGE_SIZE, grouped, PAGE_SIZE, pageSize } from "./lists";
 
 describe("cursor lists", () => {
   it("asks a small first page, then the API's largest", () => {
@@ -18,5 +18,20 @@ describe("cursor lists", () => {
   it("says when more rows remain", () => {
     expect(countText(1000, true, "pools")).toBe("1,000 pools");
     expect(countText(100, false, "pools")).toBe("100 pools loaded; more load as you scroll");
+  });
+});
+
+describe("allPages", () => {
+  it("follows the cursors to the last page with the largest pages", async () => {
+    const asked: Array<[string | undefined, number]> = [];
+    const items = await allPages(async (cursor, limit) => {
+      asked.push([cursor, limit]);
+      return cursor === undefined ? { items: [1, 2], next: "b" } : { items: [3], next: null };
+    });
+    expect(items).toEqual([1, 2, 3]);
+    expect(asked).toEqual([
+      [undefined, PAGE_SIZE],
+      ["b", PAGE_SIZE],
+    ]);
   });
 });

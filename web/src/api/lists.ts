@@ -47,6 +47,18 @@ export function useCursorList<T>(key: QueryKey, fetchPage: (cursor: string | und
   return { rows, error: query.error, table, complete: query.isSuccess && !query.hasNextPage };
 }
 
+/** Every item of a cursor list, page after page of the API's largest (for totals, not tables). */
+export async function allPages<T>(fetchPage: (cursor: string | undefined, limit: number) => Promise<Page<T>>): Promise<T[]> {
+  const items: T[] = [];
+  let cursor: string | undefined;
+  do {
+    const page = await fetchPage(cursor, PAGE_SIZE);
+    items.push(...page.items);
+    cursor = page.next ?? undefined;
+  } while (cursor !== undefined);
+  return items;
+}
+
 /** 1234567 as "1,234,567" (not toLocaleString: its first call loads locale data, ~50 ms). */
 export function grouped(count: number): string {
   return String(count).replace(/\B(?=(\d{3})+$)/g, ",");

@@ -1,7 +1,11 @@
-/** The dashboard: pool health, desktops by state, failed jobs. */
+/**
+ * The dashboard: desktops by state and open sessions over every pool (all pages of the list),
+ * failed jobs, sessions over the last day, and the pools that are not healthy.
+ */
 import { useQuery } from "@tanstack/react-query";
 import { Link } from "react-router";
 import { unwrap } from "../api/client";
+import { allPages } from "../api/lists";
 import { can } from "../auth/permissions";
 import { Badge } from "../components/Badge";
 import { SessionsChart } from "../components/SessionsChart";
@@ -14,7 +18,9 @@ export function DashboardPage() {
   const pools = useQuery({
     queryKey: ["dashboard", "pools"],
     enabled: can(me, "pools:read"),
-    queryFn: () => unwrap(api.GET("/api/v1/pools", { params: { query: { limit: 500 } } })),
+    queryFn: async () => ({
+      items: await allPages((cursor, limit) => unwrap(api.GET("/api/v1/pools", { params: { query: { limit, cursor } } }))),
+    }),
   });
   const sessions = useQuery({
     queryKey: ["dashboard", "sessions"],
@@ -34,6 +40,8 @@ export function DashboardPage() {
     inSession += pool.counts.in_session;
   }
   const total = Object.values(byState).reduce((a, b) => a + b, 0);
+  const unhealthy = (pools.data?.items ?? []).filter((pool) => pool.health?.status !== "healthy");
+  const healthy = (pools.data?.items.length ?? 0) - unhealthy.length;
   return (
     <section>
       <h1>Dashboard</h1>
@@ -72,8 +80,13 @@ export function DashboardPage() {
       </div>
       {sessions.data ? <SessionsChart sessions={sessions.data.items} /> : null}
       <h2>Pool health</h2>
+      {pools.data ? (
+        <p>
+          {healthy} of {pools.data.items.length} pools healthy{unhealthy.length ? "; the others:" : "."}
+        </p>
+      ) : null}
       <ul className="pool-health">
-        {pools.data?.items.map((pool) => (
+        {unhealthy.map((pool) => (
           <li key={pool.id}>
             <Link to={`/pools/${pool.id}`}>{pool.name}</Link> <Badge value={pool.health?.status ?? "unknown"} />{" "}
             {pool.health?.reasons.join(" ")}
