@@ -13,10 +13,13 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from deskpool import __version__
 from deskpool.errors import StartupError
+
+if TYPE_CHECKING:
+    from deskpool.db.rows import Db
 
 _T = TypeVar("_T")
 
@@ -200,7 +203,7 @@ def cmd_secrets_generate_key(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _with_secrets_table(config: Any, work: Callable[[Any], Awaitable[_T]]) -> _T:
+async def _with_secrets_table(config: Any, work: Callable[[Db], Awaitable[_T]]) -> _T:
     """Run ``work(pool)`` against the database once its schema is known to be current."""
     from deskpool.db import current_pool
 
@@ -268,7 +271,7 @@ def cmd_secrets_rewrap(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    async def work(pool: Any) -> tuple[RewrapTotals, KeyUsage]:
+    async def work(pool: Db) -> tuple[RewrapTotals, KeyUsage]:
         before = KeyUsage.of(await count_by_key_id(pool), store)
         print(
             f"re-wrapping under key id {store.current_key_id}: "

@@ -16,8 +16,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
+from deskpool.db.rows import Db
 from deskpool.secrets import (
-    Database,
     SecretContext,
     SecretDecryptionFailed,
     SecretStore,
@@ -27,7 +27,7 @@ from deskpool.secrets import (
 log = logging.getLogger(__name__)
 
 
-async def count_by_key_id(db: Database) -> dict[str, int]:
+async def count_by_key_id(db: Db) -> dict[str, int]:
     """How many sealed values are under each key id (nothing is decrypted)."""
     rows = await db.fetch(
         "SELECT key_id, count(*) AS n FROM sealed_secrets GROUP BY key_id ORDER BY key_id"
@@ -117,7 +117,7 @@ class RewrapBatch:
 
 
 async def rewrap_batch(
-    db: Database, store: SecretStore, *, batch_size: int, after_id: uuid.UUID | None = None
+    db: Db, store: SecretStore, *, batch_size: int, after_id: uuid.UUID | None = None
 ) -> RewrapBatch:
     """Re-wrap up to ``batch_size`` values not under the current key, after ``after_id``.
 
@@ -178,7 +178,7 @@ class RewrapTotals:
 
 
 async def rewrap_all(
-    db: Database,
+    db: Db,
     store: SecretStore,
     *,
     batch_size: int = 500,

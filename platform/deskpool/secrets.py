@@ -34,9 +34,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from deskpool.config import REDACTED
+from deskpool.db.rows import Db
 from deskpool.errors import DeskpoolError, PayloadTooLarge, ServiceUnavailable, StartupError
 
 if TYPE_CHECKING:
@@ -53,23 +54,6 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 _MAX_NAME = 100
 _MAX_OWNER_ID = 200
 _AD_LABEL = b"deskpool.secret-context.v1"
-
-
-class Database(Protocol):
-    """What the repository functions run SQL on: an asyncpg pool or connection.
-
-    Pass a connection inside a transaction to write a secret atomically with the record that
-    owns it.
-    """
-
-    async def fetch(self, query: str, *args: Any) -> list[Any]:
-        """Rows of ``query``."""
-
-    async def fetchrow(self, query: str, *args: Any) -> Any:
-        """The first row of ``query``, or ``None``."""
-
-    async def fetchval(self, query: str, *args: Any) -> Any:
-        """The first column of the first row of ``query``, or ``None``."""
 
 
 # ------------------------------------------------------------------------------------ errors
@@ -339,7 +323,7 @@ def _plaintext_bytes(plaintext: SecretValue | str) -> bytes:
 
 
 async def put_secrets(
-    db: Database,
+    db: Db,
     store: SecretStore,
     items: Iterable[tuple[SecretContext, SecretValue | str]],
 ) -> int:
@@ -369,7 +353,7 @@ async def put_secrets(
 
 
 async def put_secret(
-    db: Database, store: SecretStore, context: SecretContext, plaintext: SecretValue | str
+    db: Db, store: SecretStore, context: SecretContext, plaintext: SecretValue | str
 ) -> SecretMetadata:
     """Seal ``plaintext`` and store it as ``context``'s secret, replacing any previous one.
 
@@ -387,9 +371,7 @@ async def put_secret(
     return SecretMetadata(is_set=True, changed_at=row["updated_at"])
 
 
-async def get_secret(
-    db: Database, store: SecretStore, context: SecretContext
-) -> SecretValue | None:
+async def get_secret(db: Db, store: SecretStore, context: SecretContext) -> SecretValue | None:
     """Open ``context``'s secret; ``None`` when none is set.
 
     :raises SecretDecryptionFailed: the stored value does not open (see its subclasses).
@@ -406,13 +388,13 @@ async def get_secret(
         ) from None
 
 
-async def secret_metadata(db: Database, context: SecretContext) -> SecretMetadata:
+async def secret_metadata(db: Db, context: SecretContext) -> SecretMetadata:
     """Whether ``context``'s secret is set, and when it last changed (nothing is decrypted)."""
     changed_at = await db.fetchval(f"SELECT updated_at {_OF_CONTEXT}", *context.columns)
     return SecretMetadata(is_set=changed_at is not None, changed_at=changed_at)
 
 
-async def secrets_metadata_of(db: Database, kind: str, owner_id: str) -> dict[str, SecretMetadata]:
+async def secrets_metadata_of(db: Db, kind: str, owner_id: str) -> dict[str, SecretMetadata]:
     """The metadata of every secret one record owns, by field."""
     rows = await db.fetch(
         "SELECT field, updated_at FROM sealed_secrets WHERE kind = $1 AND owner_id = $2",
@@ -422,13 +404,13 @@ async def secrets_metadata_of(db: Database, kind: str, owner_id: str) -> dict[st
     return {row["field"]: SecretMetadata(True, row["updated_at"]) for row in rows}
 
 
-async def delete_secret(db: Database, context: SecretContext) -> bool:
+async def delete_secret(db: Db, context: SecretContext) -> bool:
     """Remove ``context``'s secret; ``False`` when none was set."""
     deleted = await db.fetchval(f"DELETE {_OF_CONTEXT} RETURNING 1", *context.columns)
     return deleted is not None
 
 
-async def delete_secrets_of(db: Database, kind: str, owner_id: str) -> int:
+async def delete_secrets_of(db: Db, kind: str, owner_id: str) -> int:
     """Remove every secret of one record (when the record itself is deleted)."""
     rows = await db.fetch(
         "DELETE FROM sealed_secrets WHERE kind = $1 AND owner_id = $2 RETURNING 1", kind, owner_id
@@ -465,7 +447,7 @@ class OwnedSecret:
 
     async def put(
         self,
-        db: Database,
+        db: Db,
         store: SecretStore,
         owner_id: str | uuid.UUID,
         plaintext: SecretValue | str,
@@ -474,15 +456,15 @@ class OwnedSecret:
         return await put_secret(db, store, self.context(owner_id), plaintext)
 
     async def get(
-        self, db: Database, store: SecretStore, owner_id: str | uuid.UUID
+        self, db: Db, store: SecretStore, owner_id: str | uuid.UUID
     ) -> SecretValue | None:
         """Open the record's secret; ``None`` when none is set (see :func:`get_secret`)."""
         return await get_secret(db, store, self.context(owner_id))
 
-    async def metadata(self, db: Database, owner_id: str | uuid.UUID) -> SecretMetadata:
+    async def metadata(self, db: Db, owner_id: str | uuid.UUID) -> SecretMetadata:
         """Whether the record's secret is set, and when it last changed."""
         return await secret_metadata(db, self.context(owner_id))
 
-    async def delete(self, db: Database, owner_id: str | uuid.UUID) -> int:
+    async def delete(self, db: Db, owner_id: str | uuid.UUID) -> int:
         """Remove every secret of this kind the record has (when it is deleted, or cleared)."""
         return await delete_secrets_of(db, self.kind, str(owner_id))

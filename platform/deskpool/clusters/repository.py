@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncpg
 
-from deskpool.db.rows import fetch_record, lock_clause
+from deskpool.db.rows import Db, fetch_record, lock_clause
 from deskpool.errors import Conflict
 from deskpool.secrets import (
     OwnedSecret,
@@ -157,7 +157,7 @@ async def insert_cluster(
 
 
 async def get_cluster(
-    db: asyncpg.Connection | asyncpg.Pool, cluster_id: uuid.UUID, *, for_update: bool = False
+    db: Db, cluster_id: uuid.UUID, *, for_update: bool = False
 ) -> ClusterRecord | None:
     """The cluster ``cluster_id``, or ``None``; ``for_update`` locks its row."""
     query = f"{_SELECT} WHERE c.id = $1{lock_clause(for_update, 'c')}"
@@ -165,7 +165,7 @@ async def get_cluster(
 
 
 async def list_clusters(
-    db: asyncpg.Connection | asyncpg.Pool,
+    db: Db,
     *,
     limit: int,
     after_name: str | None = None,
@@ -184,7 +184,7 @@ async def list_clusters(
     return [ClusterRecord.from_row(row) for row in rows]
 
 
-async def clusters_by_driver(db: asyncpg.Connection | asyncpg.Pool) -> dict[str, int]:
+async def clusters_by_driver(db: Db) -> dict[str, int]:
     """How many clusters each driver serves."""
     rows = await db.fetch("SELECT driver, count(*) AS n FROM clusters GROUP BY driver")
     return {row["driver"]: int(row["n"]) for row in rows}
@@ -227,7 +227,7 @@ async def delete_cluster(connection: asyncpg.Connection, cluster_id: uuid.UUID) 
 
 
 async def record_check(
-    db: asyncpg.Connection | asyncpg.Pool,
+    db: Db,
     cluster_id: uuid.UUID,
     *,
     ok: bool,
@@ -247,7 +247,7 @@ async def record_check(
     return checked_at
 
 
-async def pools_using_cluster(db: asyncpg.Connection | asyncpg.Pool, cluster_id: uuid.UUID) -> int:
+async def pools_using_cluster(db: Db, cluster_id: uuid.UUID) -> int:
     """How many desktop pools provision on ``cluster_id`` (a cluster in use is not deleted).
 
     Counts rows of ``pools`` whose ``cluster_id`` is this cluster; 0 while the schema has no
@@ -294,9 +294,7 @@ async def delete_credentials(connection: asyncpg.Connection, cluster_id: uuid.UU
     await CREDENTIALS.delete(connection, cluster_id)
 
 
-async def load_credentials(
-    db: asyncpg.Connection | asyncpg.Pool, store: SecretStore, cluster_id: uuid.UUID
-) -> dict[str, str]:
+async def load_credentials(db: Db, store: SecretStore, cluster_id: uuid.UUID) -> dict[str, str]:
     """Open the cluster's credentials; ``{}`` when none are stored.
 
     The plaintexts returned are for building a driver connection (whose ``repr`` redacts them)

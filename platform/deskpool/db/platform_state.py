@@ -10,14 +10,12 @@ from __future__ import annotations
 import base64
 import secrets
 
-import asyncpg
+from deskpool.db.rows import Db
 
 __all__ = ["instance_secret"]
 
 
-async def instance_secret(
-    db: asyncpg.Pool | asyncpg.Connection, name: str, size: int = 32
-) -> bytes:
+async def instance_secret(db: Db, name: str, size: int = 32) -> bytes:
     """The random secret ``name`` of this instance, created on first use.
 
     Every process that asks gets the same bytes: the first one to store its candidate wins.

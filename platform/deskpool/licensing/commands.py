@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+import asyncpg
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
@@ -40,7 +41,7 @@ CLI_ACTOR = Actor.system("system:cli")
 EXIT_FAILED = 1
 
 
-def _with_database(work: Callable[[Any, LicensingContext], Awaitable[_T]]) -> _T:
+def _with_database(work: Callable[[asyncpg.Connection, LicensingContext], Awaitable[_T]]) -> _T:
     """Run ``work(connection, context)`` against the configured, current database."""
     from deskpool.db import connect_pool, schema_status
     from deskpool.errors import SchemaOutOfDate
@@ -92,7 +93,9 @@ def cmd_install(args: argparse.Namespace) -> int:
     """Install the license file ``args.file``."""
     document = Path(args.file).read_text(encoding="utf-8")
 
-    async def work(connection: Any, context: LicensingContext) -> service.LicenseState:
+    async def work(
+        connection: asyncpg.Connection, context: LicensingContext
+    ) -> service.LicenseState:
         return await service.install_license(connection, context, document, CLI_ACTOR)
 
     try:
@@ -113,7 +116,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_remove(args: argparse.Namespace) -> int:
     """Remove the installed license."""
 
-    async def work(connection: Any, context: LicensingContext) -> service.LicenseState:
+    async def work(
+        connection: asyncpg.Connection, context: LicensingContext
+    ) -> service.LicenseState:
         return await service.remove_license(connection, context, CLI_ACTOR)
 
     print_state(_with_database(work))

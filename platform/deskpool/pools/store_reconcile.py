@@ -126,7 +126,7 @@ class ClusterOwners:
 
 
 async def owners_on_clusters(
-    db: asyncpg.Connection | asyncpg.Pool, cluster_ids: Collection[uuid.UUID]
+    db: Db, cluster_ids: Collection[uuid.UUID]
 ) -> dict[uuid.UUID, ClusterOwners]:
     """The pools, desktops and recorded VM ids of each cluster."""
     owners = {cluster_id: ClusterOwners() for cluster_id in cluster_ids}
@@ -146,7 +146,7 @@ async def owners_on_clusters(
 
 
 async def existing_owners(
-    db: asyncpg.Connection | asyncpg.Pool, cluster_id: uuid.UUID, vms: Iterable[ObservedVm]
+    db: Db, cluster_id: uuid.UUID, vms: Iterable[ObservedVm]
 ) -> ClusterOwners:
     """Of what ``vms`` name (pools, desktops on any cluster, their own ids), what exists now."""
     listed = list(vms)

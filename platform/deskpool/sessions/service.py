@@ -26,6 +26,7 @@ from redis.exceptions import RedisError
 
 from deskpool.audit import record_audit_event
 from deskpool.clusters.repository import get_cluster
+from deskpool.db.rows import Db
 from deskpool.drivers import DriverError, deadline_after
 from deskpool.errors import (
     Conflict,
@@ -127,9 +128,7 @@ class DesktopConnection:
 # ------------------------------------------------------------------------------ policies
 
 
-async def pool_policies(
-    db: store.Db, pool_ids: Collection[uuid.UUID]
-) -> dict[uuid.UUID, SessionPolicy]:
+async def pool_policies(db: Db, pool_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, SessionPolicy]:
     """The session policy of each pool (the default for a pool that never set one)."""
     return await store.policies_of(db, pool_ids)
 

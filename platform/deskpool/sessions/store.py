@@ -11,11 +11,11 @@ import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 import asyncpg
 
-from deskpool.db.rows import fetch_record, lock_clause, record_from_row
+from deskpool.db.rows import Db, fetch_record, lock_clause, record_from_row
 from deskpool.sessions.model import (
     DEFAULT_POLICY,
     AfterDisconnect,
@@ -25,19 +25,6 @@ from deskpool.sessions.model import (
     SessionRecord,
 )
 from deskpool.sessions.tunnel import TunnelCounters
-
-
-class Db(Protocol):
-    """A connection or a pool: what the read functions need."""
-
-    async def fetch(self, query: str, *args: Any) -> list[Any]: ...
-
-    async def fetchrow(self, query: str, *args: Any) -> Any: ...
-
-    async def fetchval(self, query: str, *args: Any) -> Any: ...
-
-    async def execute(self, query: str, *args: Any) -> str: ...
-
 
 # ------------------------------------------------------------------------------ policies
 

@@ -62,6 +62,7 @@ from deskpool.api.resources.sessions import (
     connection_view,
 )
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
+from deskpool.db.rows import Db
 from deskpool.errors import InvalidCursor, NotFound
 from deskpool.ids import parse_id
 from deskpool.pools import service, store_desktops, store_entitlements, store_pools
@@ -142,7 +143,7 @@ def pool_view(
     }
 
 
-async def _views(db: Any, records: Sequence[PoolRecord]) -> list[dict[str, Any]]:
+async def _views(db: Db, records: Sequence[PoolRecord]) -> list[dict[str, Any]]:
     counts = await store_pools.pool_counts(db, [record.pool.id for record in records])
     policies = await sessions.pool_policies(db, [record.pool.id for record in records])
     return [
@@ -151,7 +152,7 @@ async def _views(db: Any, records: Sequence[PoolRecord]) -> list[dict[str, Any]]
     ]
 
 
-async def _view(db: Any, record: PoolRecord) -> dict[str, Any]:
+async def _view(db: Db, record: PoolRecord) -> dict[str, Any]:
     return (await _views(db, [record]))[0]
 
 
