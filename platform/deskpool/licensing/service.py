@@ -1,7 +1,8 @@
 """The licensing use cases: install, remove, show the state, check a growth, judge and record.
 
-The API, the CLI, the worker and the pools' reconciliation call these; each validates, changes
-and audits in one transaction on the connection it is given. Growth checks
+The CLI, the worker and the pools' reconciliation call these; each validates, changes and
+audits in one transaction on the connection it is given (the API calls :func:`state_of`,
+:func:`install` and :func:`remove`, which take the connection from the runtime). Growth checks
 (:func:`check_can_create_pool`, :func:`check_can_open_session`, :func:`desktop_headroom`) take
 a transaction-scoped lock, so two transactions never both take the last unit of a limit; call
 them inside the transaction that makes the growth.
@@ -14,7 +15,7 @@ import random
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
@@ -50,6 +51,9 @@ from deskpool.licensing.reporting import (
     retry_delay,
 )
 from deskpool.licensing.watermark import Seen, StoredWatermark, advance, cleared, inspect
+
+if TYPE_CHECKING:
+    from deskpool.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -302,6 +306,27 @@ async def remove_license(
             connection, context, await current_judgement(connection, context), audit=False
         )
     return await license_state(connection, context)
+
+
+# --------------------------------------------------------------------------- with a runtime
+
+
+async def state_of(runtime: Runtime) -> LicenseState:
+    """:func:`license_state` on a connection of ``runtime`` (what ``GET /license`` shows)."""
+    async with runtime.db.acquire() as connection:
+        return await license_state(connection, runtime.licensing)
+
+
+async def install(runtime: Runtime, document: str, actor: Actor) -> LicenseState:
+    """:func:`install_license` on a connection of ``runtime``."""
+    async with runtime.db.acquire() as connection:
+        return await install_license(connection, runtime.licensing, document, actor)
+
+
+async def remove(runtime: Runtime, actor: Actor) -> LicenseState:
+    """:func:`remove_license` on a connection of ``runtime``."""
+    async with runtime.db.acquire() as connection:
+        return await remove_license(connection, runtime.licensing, actor)
 
 
 # --------------------------------------------------------------------------- growth

@@ -9,7 +9,7 @@ from deskpool.api.pagination import Page, decode_cursor, page_schema, paginate
 from deskpool.api.resources.identity_schemas import AuditEventSchema, AuditQuery
 from deskpool.api.routes import ResponseSpec, RouteTable
 from deskpool.audit import AUDIT_FILTERS
-from deskpool.audit import list_audit_events as query_audit_events
+from deskpool.audit_query import list_audit_events as query_audit_events
 from deskpool.errors import InvalidCursor
 
 
@@ -29,8 +29,7 @@ async def list_audit_events(call: Call) -> Page:
     limit = call.query["limit"]
     before = _before(call.query.get("cursor"))
     filters = {name: call.query.get(name) for name in AUDIT_FILTERS}
-    async with call.runtime.db.acquire() as connection:
-        rows = await query_audit_events(connection, before=before, filters=filters, limit=limit + 1)
+    rows = await query_audit_events(call.runtime, before=before, filters=filters, limit=limit + 1)
     return paginate(rows, limit, lambda r: [r["occurred_at"].isoformat(), r["id"]])
 
 

@@ -173,24 +173,17 @@ def state_view(state: service.LicenseState) -> dict[str, Any]:
 
 async def get_license(call: Call) -> dict[str, Any]:
     """``GET /api/v1/license``."""
-    async with call.runtime.db.acquire() as connection:
-        return state_view(await service.license_state(connection, call.runtime.licensing))
+    return state_view(await service.state_of(call.runtime))
 
 
 async def install_license(call: Call) -> dict[str, Any]:
     """``PUT /api/v1/license``."""
-    async with call.runtime.db.acquire() as connection:
-        state = await service.install_license(
-            connection, call.runtime.licensing, call.body["document"], call.actor
-        )
-    return state_view(state)
+    return state_view(await service.install(call.runtime, call.body["document"], call.actor))
 
 
 async def remove_license(call: Call) -> dict[str, Any]:
     """``DELETE /api/v1/license``."""
-    async with call.runtime.db.acquire() as connection:
-        state = await service.remove_license(connection, call.runtime.licensing, call.actor)
-    return state_view(state)
+    return state_view(await service.remove(call.runtime, call.actor))
 
 
 def register(routes: RouteTable) -> None:
