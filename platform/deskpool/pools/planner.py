@@ -1,13 +1,13 @@
 """The pure planner of reconciliation: from a pool's recorded and observed state, decide.
 
-:func:`reconcile` is a pure function. It takes a pool, its desktop records, the VMs the
-hypervisor driver listed on the pool's cluster and the time, and returns a list of *actions*
-(:mod:`deskpool.pools.plan`: frozen dataclasses, each with a human-readable ``reason`` for the
-audit trail). The reconciliation service applies them (through
+:func:`plan_pool` is a pure function. It takes a pool, its desktop records, the VMs the
+hypervisor driver listed on the pool's cluster and the time, and returns a plan: the pool's
+health and counts and a list of *actions* (:mod:`deskpool.pools.plan`: frozen dataclasses,
+each with a human-readable ``reason`` for the audit trail). The reconciliation service
+(:mod:`deskpool.pools.reconciler`) applies them (through
 :func:`~deskpool.pools.plan.desktop_event` and the transitions of :mod:`deskpool.pools.states`,
-or through the driver), and the next pass sees the result.
-:func:`plan_pool` returns the same actions with the pool's health and counts;
-:func:`reconcile_pools` plans a whole batch of pools in one pass over the input.
+or through the driver), and the next pass sees the result. :func:`plan_pools` plans a whole
+batch of pools in one pass over the input.
 
 The rules, in the order they are applied:
 
@@ -113,39 +113,6 @@ class _Look:
     vanished: bool
 
 
-def reconcile(
-    pool: Pool,
-    desktops: Iterable[Desktop],
-    observed_vms: Iterable[ObservedVm] | None,
-    now: datetime,
-    policy: ReconcilePolicy,
-    *,
-    taken_names: Iterable[str] = (),
-    known_orphans: Collection[str] = frozenset(),
-) -> list[Action]:
-    """Return what to do to converge ``pool``; see the module documentation for the rules.
-
-    :param desktops: the pool's desktop records (records of other pools are ignored).
-    :param observed_vms: the VMs listed on the pool's cluster, or ``None`` when they could not
-        be listed. VMs of other pools and untagged VMs may be included; their names count as
-        taken.
-    :param now: the time of the pass (timezone-aware, like the desktops' times).
-    :param taken_names: further names present on the cluster (other pools' desktop records),
-        never given to a new desktop.
-    :param known_orphans: ids of orphan VMs already reported, so they are not reported again.
-    """
-    plan = plan_pool(
-        pool,
-        desktops,
-        observed_vms,
-        now,
-        policy,
-        taken_names=taken_names,
-        known_orphans=known_orphans,
-    )
-    return list(plan.actions)
-
-
 def plan_pool(
     pool: Pool,
     desktops: Iterable[Desktop],
@@ -156,7 +123,17 @@ def plan_pool(
     taken_names: Iterable[str] = (),
     known_orphans: Collection[str] = frozenset(),
 ) -> PoolPlan:
-    """Return the actions of :func:`reconcile` with the pool's health and counts."""
+    """What to do to converge ``pool``, with its health and counts (rules: module docstring).
+
+    :param desktops: the pool's desktop records (records of other pools are ignored).
+    :param observed_vms: the VMs listed on the pool's cluster, or ``None`` when they could not
+        be listed. VMs of other pools and untagged VMs may be included; their names count as
+        taken.
+    :param now: the time of the pass (timezone-aware, like the desktops' times).
+    :param taken_names: further names present on the cluster (other pools' desktop records),
+        never given to a new desktop.
+    :param known_orphans: ids of orphan VMs already reported, so they are not reported again.
+    """
     mine = [desktop for desktop in desktops if desktop.pool_id == pool.id]
     vms = None if observed_vms is None else list(observed_vms)
     taken = {name_key(desktop.name) for desktop in mine}
@@ -165,7 +142,7 @@ def plan_pool(
     return _plan(pool, mine, vms, now, policy, taken, known_orphans)
 
 
-def reconcile_pools(
+def plan_pools(
     pools: Iterable[Pool],
     desktops: Iterable[Desktop],
     observed_vms: Mapping[UUID, Iterable[ObservedVm]],

@@ -10,7 +10,7 @@ A run works in two phases:
 1. *Plan the batch at once.* For the pools the run takes (those reconciled longest ago
    first), load their desktops, then list each cluster's deskpool VMs through its driver,
    **once per cluster** however many of its pools are in the batch, and call the pure
-   :func:`~deskpool.pools.planner.reconcile_pools`. Desktops are read *before* the VMs are
+   :func:`~deskpool.pools.planner.plan_pools`. Desktops are read *before* the VMs are
    listed, so a VM a job records in the meantime is in the listing: a desktop is never
    taken for one whose VM vanished because of the order of two reads. A cluster whose VMs
    cannot be listed (unreachable, driver not installed, credentials that do not open) is
@@ -90,7 +90,7 @@ from deskpool.pools.plan import (
     ReportOrphan,
     desktop_event,
 )
-from deskpool.pools.planner import reconcile_pools
+from deskpool.pools.planner import plan_pools
 from deskpool.pools.provisioning_store import apply_event_if_unchanged, hold_periodic_run
 from deskpool.pools.reconcile_events import action_event, unowned_event
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
@@ -330,7 +330,7 @@ class PoolReconcilerService:
             )
             for cluster_id, vms in observed.items()
         }
-        plans = reconcile_pools(
+        plans = plan_pools(
             pools,
             [desktop for pool_desktops in desktops.values() for desktop in pool_desktops],
             observed,

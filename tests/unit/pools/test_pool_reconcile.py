@@ -1,4 +1,4 @@
-"""Pool reconciliation, rule by rule: size, timeouts, drift, failures, hygiene and health."""
+"""The pure planner, rule by rule: size, timeouts, drift, failures, hygiene and health."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from deskpool.pools.plan import (
     retry_due_at,
     summarize,
 )
-from deskpool.pools.planner import find_unowned_vms, plan_pool, reconcile, reconcile_pools
+from deskpool.pools.planner import find_unowned_vms, plan_pool, plan_pools
 from deskpool.pools.states import Delete, Failed, Refresh, Replace, Retry
 
 S = DesktopState
@@ -82,7 +82,7 @@ def failed(make_desktop: DesktopBuilder, pool: Pool, now: datetime, **overrides:
 
 def test_an_empty_pool_is_filled_to_min_size(make_pool: PoolBuilder, now: datetime) -> None:
     pool = make_pool(min_size=3)
-    actions = reconcile(pool, [], [], now, POLICY)
+    actions = list(plan_pool(pool, [], [], now, POLICY).actions)
     assert actions == [
         CreateDesktop(f"lab-00{n}", f"lab-00{n}: pool lab has 0 desktops and needs 3 (min_size 3)")
         for n in (1, 2, 3)
@@ -98,7 +98,7 @@ def test_spares_are_kept_on_top_of_busy_desktops(
         make_desktop(pool, state=S.IN_USE, assigned_user="bob", in_session=True),
         make_desktop(pool),
     ]
-    actions = reconcile(pool, desktops, observed(desktops, make_vm), now, POLICY)
+    actions = list(plan_pool(pool, desktops, observed(desktops, make_vm), now, POLICY).actions)
     assert actions == [
         CreateDesktop("lab-004", "lab-004: pool lab has 3 desktops and needs 4 (2 busy + 2 spare)")
     ]
@@ -113,7 +113,7 @@ def test_in_flight_and_failed_desktops_count_as_spares(
         make_desktop(pool, state=S.WAITING_FOR_AGENT),
         failed(make_desktop, pool, now, last_failed_at=now),
     ]
-    assert reconcile(pool, desktops, observed(desktops, make_vm), now, POLICY) == []
+    assert list(plan_pool(pool, desktops, observed(desktops, make_vm), now, POLICY).actions) == []
 
 
 def test_growth_stops_at_max_size(
@@ -121,7 +121,7 @@ def test_growth_stops_at_max_size(
 ) -> None:
     pool = make_pool(max_size=4, spare=3)
     desktops = [make_desktop(pool, state=S.IN_USE, assigned_user=f"u{n}") for n in range(3)]
-    actions = reconcile(pool, desktops, observed(desktops, make_vm), now, POLICY)
+    actions = list(plan_pool(pool, desktops, observed(desktops, make_vm), now, POLICY).actions)
     assert actions == [
         CreateDesktop(
             "lab-004",
@@ -139,10 +139,10 @@ def test_desktops_being_deleted_still_count_against_max_size(
         make_desktop(pool, state=S.DELETING),
         failed(make_desktop, pool, now, failed_step=S.DELETING, last_failed_at=now),
     ]
-    actions = reconcile(pool, desktops, observed(desktops, make_vm), now, POLICY)
+    actions = list(plan_pool(pool, desktops, observed(desktops, make_vm), now, POLICY).actions)
     assert actions == []
     desktops.pop()
-    actions = reconcile(pool, desktops, observed(desktops, make_vm), now, POLICY)
+    actions = list(plan_pool(pool, desktops, observed(desktops, make_vm), now, POLICY).actions)
     assert described(actions, desktops) == [("create_desktop", "lab-003")]
 
 
@@ -153,7 +153,7 @@ def test_names_present_on_the_cluster_are_not_reused(
     desktops = [make_desktop(pool, 2)]
     stranger = ObservedVm(vm_id="900", name="LAB-001", power_state=PowerState.STOPPED)
     vms = [*observed(desktops, make_vm), stranger]
-    actions = reconcile(pool, desktops, vms, now, POLICY, taken_names=["lab-004"])
+    actions = list(plan_pool(pool, desktops, vms, now, POLICY, taken_names=["lab-004"]).actions)
     assert [action.name for action in actions if isinstance(action, CreateDesktop)] == [
         "lab-003",
         "lab-005",
@@ -173,7 +173,7 @@ def test_surplus_removes_failed_desktops_first_then_the_newest(
         make_desktop(pool),
         make_desktop(pool, state=S.PROVISIONING),
     ]
-    actions = reconcile(pool, desktops, observed(desktops, make_vm), now, POLICY)
+    actions = list(plan_pool(pool, desktops, observed(desktops, make_vm), now, POLICY).actions)
     # 6 desktops, needs 2: only the free ready and failed ones can go, the in-use and the
     # provisioning one stay (the latter is removed once ready, on a later pass).
     assert described(actions, desktops) == [
@@ -192,7 +192,7 @@ def test_surplus_never_goes_below_min_size(
 ) -> None:
     pool = make_pool(min_size=3, spare=1)
     desktops = [make_desktop(pool) for _ in range(5)]
-    actions = reconcile(pool, desktops, observed(desktops, make_vm), now, POLICY)
+    actions = list(plan_pool(pool, desktops, observed(desktops, make_vm), now, POLICY).actions)
     assert described(actions, desktops) == [
         ("delete_desktop", "lab-005"),
         ("delete_desktop", "lab-004"),
@@ -203,7 +203,7 @@ def test_a_disabled_pool_creates_and_deletes_nothing(
     make_pool: PoolBuilder, make_desktop: DesktopBuilder, make_vm: VmBuilder, now: datetime
 ) -> None:
     small = make_pool(min_size=5, state=PoolState.DISABLED)
-    assert reconcile(small, [], [], now, POLICY) == []
+    assert list(plan_pool(small, [], [], now, POLICY).actions) == []
     big = make_pool(min_size=0, max_size=2, state=PoolState.DISABLED)
     desktops = [
         make_desktop(big),
@@ -212,7 +212,7 @@ def test_a_disabled_pool_creates_and_deletes_nothing(
         failed(make_desktop, big, now),
     ]
     vms = [make_vm(desktop, power_state=PowerState.STOPPED) for desktop in desktops]
-    assert reconcile(big, desktops, vms, now, POLICY) == []
+    assert list(plan_pool(big, desktops, vms, now, POLICY).actions) == []
 
 
 def test_a_draining_pool_deletes_desktops_as_they_become_free(
@@ -228,7 +228,7 @@ def test_a_draining_pool_deletes_desktops_as_they_become_free(
         make_desktop(pool, state=S.STARTING),
         make_desktop(pool, state=S.DELETING),
     ]
-    actions = reconcile(pool, desktops, observed(desktops, make_vm), now, POLICY)
+    actions = list(plan_pool(pool, desktops, observed(desktops, make_vm), now, POLICY).actions)
     assert described(actions, desktops) == [
         ("delete_desktop", "lab-004"),
         ("delete_desktop", "lab-001"),
@@ -265,7 +265,7 @@ def test_a_desktop_stuck_in_a_step_past_its_timeout_fails_there(
         pool, state=state, state_changed_at=on_time.state_changed_at - timedelta(seconds=1)
     )
     desktops = [on_time, late, make_desktop(pool)]
-    actions = reconcile(pool, desktops, observed(desktops, make_vm), now, POLICY)
+    actions = list(plan_pool(pool, desktops, observed(desktops, make_vm), now, POLICY).actions)
     (action,) = [action for action in actions if isinstance(action, TimeOutStep)]
     assert (action.desktop_id, action.step) == (late.id, state)
     assert action.error.startswith("timed out after ")
@@ -281,7 +281,7 @@ def test_ready_and_in_use_desktops_never_time_out(
         make_desktop(pool, state_changed_at=long_ago),
         make_desktop(pool, state=S.IN_USE, assigned_user="ada", state_changed_at=long_ago),
     ]
-    assert reconcile(pool, desktops, observed(desktops, make_vm), now, POLICY) == []
+    assert list(plan_pool(pool, desktops, observed(desktops, make_vm), now, POLICY).actions) == []
 
 
 def test_a_stuck_desktop_is_deleted_when_the_pool_has_too_many(
@@ -292,7 +292,7 @@ def test_a_stuck_desktop_is_deleted_when_the_pool_has_too_many(
         make_desktop(pool),
         make_desktop(pool, state=S.STARTING, state_changed_at=now - timedelta(days=1)),
     ]
-    actions = reconcile(pool, desktops, observed(desktops, make_vm), now, POLICY)
+    actions = list(plan_pool(pool, desktops, observed(desktops, make_vm), now, POLICY).actions)
     assert described(actions, desktops) == [("delete_desktop", "lab-002")]
     assert actions[0].reason.endswith("; it is stuck in starting")
 
@@ -321,7 +321,7 @@ def test_a_free_desktop_whose_vm_vanished_is_replaced(
 ) -> None:
     pool = make_pool(min_size=1)
     desktop = make_desktop(pool)
-    actions = reconcile(pool, [desktop], [], now, POLICY)
+    actions = list(plan_pool(pool, [desktop], [], now, POLICY).actions)
     assert actions == [
         ReplaceDesktop(
             desktop.id, "VM lab-vm-1 of lab-001 vanished from the cluster; provisioning a new one"
@@ -334,7 +334,7 @@ def test_a_non_persistent_desktop_in_use_whose_vm_vanished_is_replaced(
 ) -> None:
     pool = make_pool(min_size=1)
     desktop = make_desktop(pool, state=S.IN_USE, assigned_user="ada", in_session=True)
-    assert described(reconcile(pool, [desktop], [], now, POLICY), [desktop]) == [
+    assert described(list(plan_pool(pool, [desktop], [], now, POLICY).actions), [desktop]) == [
         ("replace_desktop", "lab-001")
     ]
 
@@ -344,7 +344,7 @@ def test_an_owned_desktop_whose_vm_vanished_is_marked_failed(
 ) -> None:
     pool = make_pool(kind=PoolKind.PERSISTENT)
     desktop = make_desktop(pool, assigned_user="ada")
-    actions = reconcile(pool, [desktop], [], now, POLICY)
+    actions = list(plan_pool(pool, [desktop], [], now, POLICY).actions)
     assert actions == [
         MarkVmMissing(
             desktop.id,
@@ -360,7 +360,7 @@ def test_a_disabled_pool_only_marks_vanished_vms(
 ) -> None:
     pool = make_pool(state=PoolState.DISABLED)
     desktop = make_desktop(pool)
-    assert described(reconcile(pool, [desktop], [], now, POLICY), [desktop]) == [
+    assert described(list(plan_pool(pool, [desktop], [], now, POLICY).actions), [desktop]) == [
         ("mark_vm_missing", "lab-001")
     ]
 
@@ -370,7 +370,7 @@ def test_a_draining_pool_deletes_a_free_desktop_whose_vm_vanished(
 ) -> None:
     pool = make_pool(state=PoolState.DRAINING)
     desktop = make_desktop(pool, state=S.IN_USE, assigned_user="ada")
-    actions = reconcile(pool, [desktop], [], now, POLICY)
+    actions = list(plan_pool(pool, [desktop], [], now, POLICY).actions)
     assert described(actions, [desktop]) == [("delete_desktop", "lab-001")]
     assert actions[0].reason.endswith("; its VM lab-vm-1 vanished from the cluster")
 
@@ -383,7 +383,7 @@ def test_in_flight_desktops_are_not_drift(
         make_desktop(pool, state=state)
         for state in (S.STARTING, S.WAITING_FOR_AGENT, S.REFRESHING, S.DELETING)
     ]
-    assert reconcile(pool, desktops, [], now, POLICY) == []
+    assert list(plan_pool(pool, desktops, [], now, POLICY).actions) == []
 
 
 def test_an_unknown_vm_tagged_for_the_pool_is_reported_once(
@@ -393,7 +393,7 @@ def test_an_unknown_vm_tagged_for_the_pool_is_reported_once(
     orphan = ObservedVm(
         vm_id="777", name="lab-009", power_state=PowerState.RUNNING, pool_id=pool.id
     )
-    actions = reconcile(pool, [], [orphan], now, POLICY)
+    actions = list(plan_pool(pool, [], [orphan], now, POLICY).actions)
     assert actions == [
         ReportOrphan(
             "777",
@@ -402,7 +402,7 @@ def test_an_unknown_vm_tagged_for_the_pool_is_reported_once(
             "left as is",
         )
     ]
-    assert reconcile(pool, [], [orphan], now, POLICY, known_orphans={"777"}) == []
+    assert list(plan_pool(pool, [], [orphan], now, POLICY, known_orphans={"777"}).actions) == []
 
 
 def test_orphans_are_deleted_only_when_the_policy_says_so(
@@ -411,11 +411,11 @@ def test_orphans_are_deleted_only_when_the_policy_says_so(
     pool = make_pool()
     orphan = ObservedVm(vm_id="777", name="x", power_state=PowerState.RUNNING, pool_id=pool.id)
     deleting = ReconcilePolicy(delete_orphans=True)
-    (action,) = reconcile(pool, [], [orphan], now, deleting, known_orphans={"777"})
+    (action,) = list(plan_pool(pool, [], [orphan], now, deleting, known_orphans={"777"}).actions)
     assert isinstance(action, DeleteOrphanVm)
     assert action.vm_id == "777"
     disabled = replace(pool, state=PoolState.DISABLED)
-    (action,) = reconcile(disabled, [], [orphan], now, deleting)
+    (action,) = list(plan_pool(disabled, [], [orphan], now, deleting).actions)
     assert isinstance(action, ReportOrphan)
 
 
@@ -428,7 +428,7 @@ def test_vms_deskpool_did_not_tag_or_of_other_pools_are_left_alone(
         ObservedVm(vm_id="2", name="x", power_state=PowerState.RUNNING, pool_id=UUID(int=9)),
         ObservedVm(vm_id="3", name="y", power_state=PowerState.RUNNING, desktop_id=UUID(int=9)),
     ]
-    assert reconcile(pool, [], vms, now, POLICY) == []
+    assert list(plan_pool(pool, [], vms, now, POLICY).actions) == []
 
 
 def test_vms_a_desktop_job_is_working_on_are_not_orphans(
@@ -446,10 +446,10 @@ def test_vms_a_desktop_job_is_working_on_are_not_orphans(
         *observed(desktops, make_vm),
         *(make_vm(desktop, vm_id=f"new-{desktop.name}") for desktop in desktops[:4]),
     ]
-    assert reconcile(pool, desktops, vms, now, POLICY) == []
+    assert list(plan_pool(pool, desktops, vms, now, POLICY).actions) == []
     # a second VM for a desktop nobody works on is a duplicate: an orphan
     duplicate = make_vm(desktops[4], vm_id="dup")
-    actions = reconcile(pool, desktops, [*vms, duplicate], now, POLICY)
+    actions = list(plan_pool(pool, desktops, [*vms, duplicate], now, POLICY).actions)
     assert described(actions, desktops) == [("report_orphan", "lab-005")]
 
 
@@ -480,7 +480,7 @@ def test_a_failed_desktop_is_retried_once_its_backoff_passed(
         make_desktop, pool, now, failure_count=3, last_failed_at=now - timedelta(minutes=2)
     )
     assert retry_due_at(third, POLICY) == now
-    actions = reconcile(pool, [third], observed([third], make_vm), now, POLICY)
+    actions = list(plan_pool(pool, [third], observed([third], make_vm), now, POLICY).actions)
     assert actions == [
         RetryFailed(
             third.id,
@@ -489,7 +489,7 @@ def test_a_failed_desktop_is_retried_once_its_backoff_passed(
         )
     ]
     early = replace(third, last_failed_at=now - timedelta(minutes=2) + timedelta(seconds=1))
-    assert reconcile(pool, [early], observed([early], make_vm), now, POLICY) == []
+    assert list(plan_pool(pool, [early], observed([early], make_vm), now, POLICY).actions) == []
 
 
 def test_retry_due_falls_back_to_when_the_state_changed(
@@ -517,7 +517,7 @@ def test_a_failed_deletion_is_retried_even_in_a_draining_pool(
 ) -> None:
     pool = make_pool(state=PoolState.DRAINING)
     desktop = failed(make_desktop, pool, now, failed_step=S.DELETING, last_error="VM locked")
-    actions = reconcile(pool, [desktop], observed([desktop], make_vm), now, POLICY)
+    actions = list(plan_pool(pool, [desktop], observed([desktop], make_vm), now, POLICY).actions)
     (action,) = actions
     assert isinstance(action, RetryFailed)
     assert "retrying deletion" in action.reason
@@ -528,10 +528,13 @@ def test_a_draining_pool_repairs_what_users_hold(
 ) -> None:
     pool = make_pool(kind=PoolKind.PERSISTENT, state=PoolState.DRAINING)
     desktop = failed(make_desktop, pool, now, assigned_user="ada")
-    actions = reconcile(pool, [desktop], observed([desktop], make_vm), now, POLICY)
+    actions = list(plan_pool(pool, [desktop], observed([desktop], make_vm), now, POLICY).actions)
     assert described(actions, [desktop]) == [("retry_failed", "lab-001")]
     disabled = replace(pool, state=PoolState.DISABLED)
-    assert reconcile(disabled, [desktop], observed([desktop], make_vm), now, POLICY) == []
+    assert (
+        list(plan_pool(disabled, [desktop], observed([desktop], make_vm), now, POLICY).actions)
+        == []
+    )
 
 
 # --------------------------------------------------------------------------- hygiene
@@ -548,7 +551,7 @@ def test_free_desktops_are_refreshed_after_use_or_a_template_change(
         make_desktop(pool, template=None),
         make_desktop(pool),
     ]
-    actions = reconcile(pool, desktops, observed(desktops, make_vm), now, POLICY)
+    actions = list(plan_pool(pool, desktops, observed(desktops, make_vm), now, POLICY).actions)
     assert actions == [
         RefreshDesktop(desktops[0].id, "lab-001 was used since its last refresh and is free"),
         RefreshDesktop(
@@ -569,7 +572,7 @@ def test_free_ready_desktops_are_powered_on(
     ]
     powers = [PowerState.STOPPED, PowerState.PAUSED, PowerState.UNKNOWN, PowerState.STOPPED]
     vms = [make_vm(d, power_state=p) for d, p in zip(desktops, powers, strict=True)]
-    actions = reconcile(pool, desktops, vms, now, POLICY)
+    actions = list(plan_pool(pool, desktops, vms, now, POLICY).actions)
     assert actions == [
         PowerOn(
             desktops[0].id, "lab-vm-1", "lab-001 is a free ready desktop but its VM is stopped"
@@ -687,7 +690,7 @@ def test_a_batch_is_planned_like_each_pool_alone(
     first_vms = observed(desktops[:3], make_vm)
     orphan = ObservedVm(vm_id="o", name="o", power_state=PowerState.RUNNING, pool_id=second.id)
     vms = {first.cluster_id: [*first_vms, orphan], other_cluster: []}
-    plans = reconcile_pools([first, second, third], desktops, vms, now, POLICY)
+    plans = plan_pools([first, second, third], desktops, vms, now, POLICY)
     alone = [
         plan_pool(first, desktops, [*first_vms, orphan], now, POLICY),
         plan_pool(second, desktops, [*first_vms, orphan], now, POLICY),
@@ -702,7 +705,7 @@ def test_pools_of_a_batch_sharing_a_pattern_get_distinct_names(
 ) -> None:
     first = make_pool(min_size=2)
     second = make_pool(id=UUID(int=200), name="lab2", min_size=2)
-    plans = reconcile_pools(
+    plans = plan_pools(
         [first, second],
         [],
         {first.cluster_id: []},
@@ -719,7 +722,7 @@ def test_a_cluster_missing_from_the_batch_could_not_be_listed(
 ) -> None:
     pool = make_pool(min_size=3)
     desktops = [make_desktop(pool)]
-    (plan,) = reconcile_pools([pool], desktops, {}, now, POLICY)
+    (plan,) = plan_pools([pool], desktops, {}, now, POLICY)
     assert plan.actions == ()
     assert "could not be listed" in plan.health.reasons[0]
 
@@ -740,7 +743,7 @@ def test_batches_route_vms_by_id_desktop_tag_and_pool_tag(
         make_vm(desktops[2]),
         ObservedVm(vm_id="lost", name="lab-777", power_state=PowerState.STOPPED, pool_id=pool.id),
     ]
-    first, second = reconcile_pools([pool, other], desktops, {pool.cluster_id: vms}, now, POLICY)
+    first, second = plan_pools([pool, other], desktops, {pool.cluster_id: vms}, now, POLICY)
     assert described(first.actions, desktops) == [("report_orphan", "lab-777")]
     assert second.actions == ()
 
@@ -829,7 +832,7 @@ def test_a_surplus_desktop_whose_vm_vanished_is_deleted_not_replaced(
         make_desktop(pool),
         make_desktop(pool, state=S.IN_USE, assigned_user="ada", in_session=True),
     ]
-    actions = reconcile(pool, desktops, observed(desktops[:1], make_vm), now, POLICY)
+    actions = list(plan_pool(pool, desktops, observed(desktops[:1], make_vm), now, POLICY).actions)
     assert described(actions, desktops) == [("delete_desktop", "lab-002")]
 
 
@@ -839,6 +842,6 @@ def test_desktops_of_other_pools_are_ignored(
     pool = make_pool(min_size=1)
     other = make_pool(id=UUID(int=200), name="dev")
     stranger = make_desktop(other, 1, used_since_refresh=True)
-    actions = reconcile(pool, [stranger], [make_vm(stranger)], now, POLICY)
+    actions = list(plan_pool(pool, [stranger], [make_vm(stranger)], now, POLICY).actions)
     # lab-001 is taken by the other pool's VM on the same cluster
     assert described(actions, []) == [("create_desktop", "lab-002")]

@@ -1,4 +1,4 @@
-"""Reconciliation converges: property checks over many generated pools.
+"""The pure planner converges: property checks over many generated pools.
 
 Each scenario is generated from ``random.Random(seed)``: a pool with random settings and
 state, desktops in every state (some inconsistent with the cluster), VMs that vanished,
@@ -50,7 +50,7 @@ from deskpool.pools.plan import (
     TimeOutStep,
     desktop_event,
 )
-from deskpool.pools.planner import reconcile
+from deskpool.pools.planner import plan_pool
 from deskpool.pools.states import (
     AgentReady,
     Cloned,
@@ -86,13 +86,15 @@ class World:
         return len(self.desktops)
 
     def actions(self) -> list[Action]:
-        return reconcile(
-            self.pool,
-            self.desktops,
-            self.vms,
-            self.now,
-            self.policy,
-            known_orphans=self.known_orphans,
+        return list(
+            plan_pool(
+                self.pool,
+                self.desktops,
+                self.vms,
+                self.now,
+                self.policy,
+                known_orphans=self.known_orphans,
+            ).actions
         )
 
 
