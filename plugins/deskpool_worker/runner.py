@@ -22,12 +22,15 @@ the rest and releases their leases so another worker takes them at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
+
+import asyncpg
 
 from deskpool.jobs import queue
 from deskpool.jobs.context import JobContext
@@ -45,6 +48,7 @@ from deskpool.live.model import LiveEvent
 from deskpool.live.publishers import publish, publish_many
 from deskpool_worker.notifications import JobNotifications
 from deskpool_worker.reconnect import DATABASE_ERRORS, ReconnectBackoff, wait_for_event
+from deskpool_worker.running import RunningJob, describe_error
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime
@@ -63,40 +67,12 @@ CONTENDED_WAIT = 0.05
 #: How long a loop that failed unexpectedly waits before it starts again.
 LOOP_RESTART_DELAY = 1.0
 
-#: The longest error text kept with a failed attempt.
-ERROR_TEXT_LIMIT = 2000
-
 #: How long the live events of recorded completions gather before they are published together.
 PUBLISH_EVERY = 0.02
 
 #: How long finished jobs wait for a claim to carry their completion before they are recorded
 #: alone (only while the claim loop is busy: an idle one lets them be recorded at once).
 COMPLETION_GRACE = 0.05
-
-
-@dataclass
-class RunningJob:
-    """A job this process is running."""
-
-    context: JobContext
-    kind: JobKind
-    started: float
-    task: asyncio.Task[None] | None = None
-    interrupted_by: str | None = None
-
-    def interrupt(self, reason: str) -> None:
-        """Cancel the attempt (``lease_lost`` or ``shutdown``)."""
-        if self.interrupted_by is None:
-            self.interrupted_by = reason
-        self.context.cancelled.set()
-        if self.task is not None:
-            self.task.cancel()
-
-
-def describe_error(error: BaseException) -> str:
-    """The text recorded as a failed attempt's error."""
-    text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-    return text[:ERROR_TEXT_LIMIT]
 
 
 @dataclass
@@ -142,6 +118,7 @@ class JobRunner:
         self._claims_idle = asyncio.Event()
         self._claims_idle.set()
         self._flushing = asyncio.Lock()
+        self._claim_connection: asyncpg.Connection | None = None
         #: Live events of recorded completions, published by their own loop.
         self._unpublished: list[LiveEvent] = []
         self._events_ready = asyncio.Event()
@@ -233,25 +210,37 @@ class JobRunner:
                     self._claims_idle.set()
                     if self._completions:
                         self._completions_ready.set()
+                    await self._put_back_claim_connection()
                 await wait_for_event(self._wake, timeout)
                 self._claims_idle.clear()
         finally:
             self._claims_idle.set()
+            await self._put_back_claim_connection()
+
+    async def _put_back_claim_connection(self) -> None:
+        connection, self._claim_connection = self._claim_connection, None
+        if connection is not None:
+            with contextlib.suppress(*DATABASE_ERRORS):
+                await self.runtime.db.release(connection)
 
     async def _claim(
         self, kinds: list[str], free: int
     ) -> tuple[list[ClaimedJob], float | None, bool]:
         """Claim up to ``free`` jobs, recording the completions waiting with the same statement.
 
-        The jobs start at once (before the connection goes back to the pool), unless the runner
-        is stopping. Returns the claimed jobs, when the next job is due if fewer were claimed
-        than asked (``None``: none is queued), and whether the jobs were started.
+        The jobs start at once, unless the runner is stopping. While jobs keep coming, the loop
+        keeps its connection (no pool reset between claims); a failed one goes back. Returns
+        the claimed jobs, when the next job is due if fewer were claimed than asked (``None``:
+        none is queued), and whether the jobs were started.
         """
         settings = self.settings
         due_in: float | None = None
         async with self._flushing:
             done = dict(self._completions)
-            async with self.runtime.db.acquire() as connection:
+            if self._claim_connection is None:
+                self._claim_connection = await self.runtime.db.acquire()
+            connection = self._claim_connection
+            try:
                 if done:
                     accepted, claimed = await queue.complete_and_claim(
                         connection,
@@ -277,6 +266,9 @@ class JobRunner:
                         self._launch(job)
                 if len(claimed) < free:
                     due_in = await queue.next_due_in(connection, kinds)
+            except BaseException:
+                await self._put_back_claim_connection()
+                raise
         return claimed, due_in, launched
 
     def _launch(self, job: ClaimedJob) -> None:

@@ -20,7 +20,8 @@ from deskpool.jobs.metrics import JobMetrics
 from deskpool.jobs.model import LeaseLost
 from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
 from deskpool_worker.reconnect import DATABASE_ERRORS, ReconnectBackoff, wait_for_event
-from deskpool_worker.runner import CANCEL_GRACE, describe_error
+from deskpool_worker.runner import CANCEL_GRACE
+from deskpool_worker.running import describe_error
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime
