@@ -37,7 +37,7 @@ from tests.conftest import REPO, deskpool_command
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.idp import TestIdentityProvider
-from deskpool.testing.processes import free_port
+from deskpool.testing.processes import free_port, until_ready
 from deskpool.testing.pytest_plugin import fresh_database
 
 CHROMIUM = "/usr/bin/chromium"
@@ -121,18 +121,15 @@ async def instance(
         )
     try:
         async with aiohttp.ClientSession() as session:
-            for _ in range(300):
-                if process.poll() is not None:
-                    pytest.fail(f"deskpool exited early:\n{log.read_text()[-3000:]}")
-                try:
-                    async with session.get(f"http://127.0.0.1:{ports['ops']}/readyz") as ready:
-                        if ready.status == 200:
-                            break
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.1)
-            else:
-                pytest.fail(f"deskpool never became ready:\n{log.read_text()[-3000:]}")
+            try:
+                await until_ready(
+                    session,
+                    f"http://127.0.0.1:{ports['ops']}/readyz",
+                    "deskpool is ready",
+                    exited=lambda: process.poll() is not None,
+                )
+            except AssertionError as failed:
+                pytest.fail(f"{failed}:\n{log.read_text()[-3000:]}")
             # The desktop user has signed in once before (their user record exists).
             token = idp.issue_token(USER[0], email="user@deskpool.test", name=USER[1])
             async with session.get(

@@ -15,7 +15,7 @@ from tests.conftest import REPO, deskpool_command
 
 from deskpool.guacamole.handshake import ClientInfo, perform_handshake
 from deskpool.guacamole.stream import InstructionReader
-from deskpool.testing.processes import free_port
+from deskpool.testing.processes import free_port, until_ready
 from deskpool.testing.tunnels import WebSocketTunnelClient
 
 
@@ -83,14 +83,9 @@ async def test_dev_serves_signs_in_and_seeds_a_simulated_pool(
         api = f"http://127.0.0.1:{ports['api']}"
         headers = {"Authorization": f"Bearer {token}"}
         async with aiohttp.ClientSession() as session:
-            for _ in range(300):
-                try:
-                    async with session.get(f"http://127.0.0.1:{ports['ops']}/readyz") as ready:
-                        if ready.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.05)
+            await until_ready(
+                session, f"http://127.0.0.1:{ports['ops']}/readyz", "deskpool dev is ready"
+            )
             async with session.get(f"{api}/api/v1/me", headers=headers) as me:
                 assert me.status == 200
                 assert (await me.json())["is_platform_admin"]

@@ -9,12 +9,11 @@ import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 
-from deskpool.testing.processes import DeskpoolProcess, free_port, until
+from deskpool.testing.processes import DeskpoolProcess, free_port, until_ready
 
 TESTPLUGIN = {"deskpool.plugins": {"greeter": "deskpool_testplugin"}}
 Run = Callable[..., subprocess.CompletedProcess[str]]
@@ -80,15 +79,11 @@ async def test_api_and_worker_in_one_process_drain_a_request_in_flight_on_sigter
     process, ports = served
     api = f"http://127.0.0.1:{ports['api']}"
     async with aiohttp.ClientSession() as session:
-
-        async def ready() -> dict[str, Any] | None:
-            try:
-                async with session.get(f"http://127.0.0.1:{ports['ops']}/readyz") as response:
-                    return dict(await response.json()) if response.status == 200 else None
-            except aiohttp.ClientConnectionError:
-                return None
-
-        body = await until(ready, f"the process is ready:\n{process.output}")
+        body = await until_ready(
+            session,
+            f"http://127.0.0.1:{ports['ops']}/readyz",
+            f"the process is ready:\n{process.output}",
+        )
         assert body["checks"]["components"]["ok"]
         # A plugin's readiness check (its resource acquired in deskpool_startup).
         assert body["checks"]["testplugin"]["ok"]

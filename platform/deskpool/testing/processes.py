@@ -4,7 +4,8 @@
 its output line by line, and waits until every component logged that it started (or fails with
 the output when the process exits first). :meth:`DeskpoolProcess.watch` waits for a line, so a
 test awaits what the process says instead of sleeping. :func:`free_port` picks a port for a
-listener; :func:`until` waits for a condition a test reads (from the database, a cluster...).
+listener; :func:`until` waits for a condition a test reads (from the database, a cluster...);
+:func:`until_ready` polls a process's readiness endpoint (``/readyz``) until it answers 200.
 
 A deployment of several processes: :func:`deployment_environ` is the environment they share
 (this interpreter's ``PATH``, one database, an OIDC issuer and a bootstrap administrator),
@@ -30,6 +31,8 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 
 def free_port() -> int:
@@ -60,6 +63,35 @@ async def until(
                 await asyncio.sleep(every)
     except TimeoutError:
         raise AssertionError(f"timed out waiting until {what}") from None
+
+
+async def until_ready(
+    session: aiohttp.ClientSession,
+    url: str,
+    what: str = "the process is ready",
+    *,
+    seconds: float = 30,
+    exited: Callable[[], bool] = lambda: False,
+) -> dict[str, Any]:
+    """Poll the readiness endpoint ``url`` until it answers 200, and return its body.
+
+    A refused connection (the process is not listening yet) counts as not ready.
+
+    :param exited: whether the process exited, so that waiting longer is pointless.
+    :raises AssertionError: naming ``what``, when the process exited or ``seconds`` passed first.
+    """
+
+    async def ready() -> dict[str, Any] | None:
+        if exited():
+            raise AssertionError(f"the process exited before {what}")
+        try:
+            async with session.get(url) as response:
+                return dict(await response.json()) if response.status == 200 else None
+        except aiohttp.ClientError:
+            return None
+
+    body: dict[str, Any] = await until(ready, what, seconds, every=0.05)
+    return body
 
 
 class DeskpoolProcess:
