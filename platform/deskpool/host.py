@@ -1,7 +1,7 @@
 """The host: builds a process from the environment and runs its components until a signal.
 
 :func:`bootstrap` loads the plugins a process needs and reads its configuration (the plugins'
-declarations included) once. :func:`serve` opens the runtime, starts the ops listener and the
+declarations included) once. :meth:`Host.run` opens the runtime, starts the ops listener and the
 components in the order named, waits for SIGTERM or SIGINT, then stops the components in
 reverse order, each draining within its own shutdown timeout.
 """
