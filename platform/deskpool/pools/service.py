@@ -6,13 +6,17 @@ Changes take the members of a create or change request as the API's schemas load
 (``PoolCreateSchema``, ``PoolChangeSchema``): a caller outside the API passes the same
 members. A new template or cluster is looked up through the cluster's driver before the
 transaction (:func:`check_template`), so no driver call holds a row lock.
+
+The reads the API renders are here too (:func:`list_pools`, :func:`get_pool`, :func:`show_pools`,
+:func:`list_entitlements`, :func:`list_entitled_pools`, :func:`held_in_pools`), so no handler
+reaches a store.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,13 +27,20 @@ from deskpool.clusters.repository import ClusterRecord, get_cluster
 from deskpool.db.rows import Db
 from deskpool.drivers import DriverError, deadline_after
 from deskpool.drivers import OsType as TemplateOsType
-from deskpool.errors import DeskpoolError, LocatedFieldError, NotFound, ValidationFailed
+from deskpool.errors import (
+    DeskpoolError,
+    InvalidCursor,
+    LocatedFieldError,
+    NotFound,
+    ValidationFailed,
+)
 from deskpool.jobs.model import Job
 from deskpool.licensing.service import check_can_create_pool
-from deskpool.pools import store_entitlements, store_pools
+from deskpool.pools import store_desktops, store_entitlements, store_pools
 from deskpool.pools.desktop_jobs import CLUSTERS, enqueue_orphan_deletion
 from deskpool.pools.model import (
     CloneMode,
+    Desktop,
     OsType,
     Pool,
     PoolKind,
@@ -37,10 +48,19 @@ from deskpool.pools.model import (
     validate_pool,
     validate_pool_change,
 )
+from deskpool.pools.plan import PoolSummary
 from deskpool.pools.reconcile_jobs import enqueue_pool_reconcile
-from deskpool.pools.store_entitlements import Entitlement, SubjectType
+from deskpool.pools.store_entitlements import (
+    Entitlement,
+    EntitlementCursor,
+    SubjectType,
+)
+from deskpool.pools.store_entitlements import (
+    entitlement_cursor as entitlement_cursor,
+)
 from deskpool.pools.store_orphans import OrphanRecord, list_orphans, lock_orphan
-from deskpool.pools.store_pools import DomainJoin, PoolRecord
+from deskpool.pools.store_pools import DomainJoin, PoolCursor, PoolRecord
+from deskpool.pools.store_pools import pool_cursor as pool_cursor
 from deskpool.sessions import service as sessions
 from deskpool.sessions.model import SessionPolicy
 
@@ -444,3 +464,99 @@ async def request_orphan_deletion(
             details["pool_id"] = str(orphan.pool_id)
         await actor.record(connection, "cluster.orphan_delete", CLUSTERS, str(cluster_id), details)
     return job
+
+
+# ---------------------------------------------------------------------------------- reads
+
+
+@dataclass(frozen=True)
+class PoolShown:
+    """A pool with what its view adds to the record: its desktop counts and session policy."""
+
+    record: PoolRecord
+    summary: PoolSummary | None
+    policy: SessionPolicy
+
+
+async def list_pools(
+    runtime: Runtime,
+    *,
+    limit: int,
+    after: PoolCursor | None = None,
+    cluster_id: uuid.UUID | None = None,
+    state: PoolState | None = None,
+) -> list[PoolRecord]:
+    """Pools in name order (without case), after the cursor ``after``, optionally filtered."""
+    return await store_pools.list_pools(
+        runtime.db, limit=limit, after=after, cluster_id=cluster_id, state=state
+    )
+
+
+async def get_pool(runtime: Runtime, pool_id: uuid.UUID) -> PoolRecord:
+    """The pool ``pool_id``; :class:`NotFound` when there is none."""
+    record = await store_pools.get_pool_record(runtime.db, pool_id)
+    if record is None:
+        raise NotFound(f"No pool has the id {pool_id}.")
+    return record
+
+
+async def show_pools(runtime: Runtime, records: Sequence[PoolRecord]) -> list[PoolShown]:
+    """Each of ``records`` with its desktop counts and session policy."""
+    ids = [record.pool.id for record in records]
+    counts = await store_pools.pool_counts(runtime.db, ids)
+    policies = await sessions.pool_policies(runtime.db, ids)
+    return [
+        PoolShown(record, counts.get(record.pool.id), policies[record.pool.id])
+        for record in records
+    ]
+
+
+async def list_entitlements(
+    runtime: Runtime, pool_id: uuid.UUID, *, limit: int, after: EntitlementCursor | None
+) -> list[Entitlement]:
+    """Who may open the pool ``pool_id`` (404 when there is none): groups, then users, by id."""
+    record = await get_pool(runtime, pool_id)
+    if after is not None and after[0] not in {subject.value for subject in SubjectType}:
+        raise InvalidCursor()
+    return await store_entitlements.list_entitlements(
+        runtime.db, record.pool.id, limit=limit, after=after
+    )
+
+
+async def list_entitled_pools(
+    runtime: Runtime,
+    user_id: str | uuid.UUID,
+    group_ids: Iterable[str | uuid.UUID],
+    *,
+    limit: int,
+    after: PoolCursor | None,
+) -> list[PoolRecord]:
+    """The pools a user is entitled to (directly or through a group), in name order."""
+    entitled = await store_entitlements.entitled_pools(runtime.db, user_id, group_ids)
+    if not entitled:
+        return []
+    return await store_pools.list_pools(runtime.db, limit=limit, after=after, pool_ids=entitled)
+
+
+@dataclass(frozen=True)
+class HeldPool:
+    """A pool as a user sees it: its free ready desktops and the desktops the user holds."""
+
+    record: PoolRecord
+    available: int
+    held: list[Desktop]
+
+
+async def held_in_pools(
+    runtime: Runtime, user_id: str | uuid.UUID, records: Sequence[PoolRecord]
+) -> list[HeldPool]:
+    """For each of ``records``: how many desktops are free, and those ``user_id`` holds there."""
+    ids = [record.pool.id for record in records]
+    counts = await store_pools.pool_counts(runtime.db, ids)
+    held: dict[uuid.UUID, list[Desktop]] = {pool_id: [] for pool_id in ids}
+    for desktop in await store_desktops.desktops_held_by(runtime.db, user_id, ids):
+        held[desktop.pool_id].append(desktop)
+    return [
+        HeldPool(record, counts[record.pool.id].available, held[record.pool.id])
+        for record in records
+    ]

@@ -62,10 +62,9 @@ from deskpool.api.resources.sessions import (
     connection_view,
 )
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
-from deskpool.db.rows import Db
-from deskpool.errors import InvalidCursor, NotFound
+from deskpool.errors import NotFound
 from deskpool.ids import parse_id
-from deskpool.pools import service, store_desktops, store_entitlements, store_pools
+from deskpool.pools import service
 from deskpool.pools.allocation import DesktopNotReady, NoDesktopAvailable
 from deskpool.pools.model import (
     Desktop,
@@ -74,7 +73,7 @@ from deskpool.pools.model import (
     PoolState,
 )
 from deskpool.pools.plan import PoolSummary
-from deskpool.pools.store_entitlements import SubjectType
+from deskpool.pools.store_entitlements import Entitlement, SubjectType
 from deskpool.pools.store_pools import PoolRecord
 from deskpool.sessions import service as sessions
 from deskpool.sessions.model import DEFAULT_POLICY, SessionPolicy
@@ -143,17 +142,13 @@ def pool_view(
     }
 
 
-async def _views(db: Db, records: Sequence[PoolRecord]) -> list[dict[str, Any]]:
-    counts = await store_pools.pool_counts(db, [record.pool.id for record in records])
-    policies = await sessions.pool_policies(db, [record.pool.id for record in records])
-    return [
-        pool_view(record, counts.get(record.pool.id), policies[record.pool.id])
-        for record in records
-    ]
+async def _views(call: Call, records: Sequence[PoolRecord]) -> list[dict[str, Any]]:
+    shown = await service.show_pools(call.runtime, records)
+    return [pool_view(pool.record, pool.summary, pool.policy) for pool in shown]
 
 
-async def _view(db: Db, record: PoolRecord) -> dict[str, Any]:
-    return (await _views(db, [record]))[0]
+async def _view(call: Call, record: PoolRecord) -> dict[str, Any]:
+    return (await _views(call, [record]))[0]
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -162,15 +157,6 @@ async def _view(db: Db, record: PoolRecord) -> dict[str, Any]:
 def pool_id_of(call: Call) -> uuid.UUID:
     """The ``{pool_id}`` of the path; anything but a UUID is a 404."""
     return parse_id(call.path_param("pool_id"), "pool")
-
-
-async def existing_pool(call: Call) -> PoolRecord:
-    """The pool addressed by the path, or 404."""
-    pool_id = pool_id_of(call)
-    record = await store_pools.get_pool_record(call.runtime.db, pool_id)
-    if record is None:
-        raise NotFound(f"No pool has the id {pool_id}.")
-    return record
 
 
 def _availability(pool: Pool, held: Sequence[Desktop], available: int) -> str:
@@ -219,15 +205,15 @@ def register(routes: RouteTable) -> None:
 async def list_pools(call: Call) -> Page:
     limit = int(call.query["limit"])
     state = call.query.get("state")
-    records = await store_pools.list_pools(
-        call.runtime.db,
+    records = await service.list_pools(
+        call.runtime,
         limit=limit + 1,
         after=cursor_pair(call.query.get("cursor")),
         cluster_id=call.query.get("cluster_id"),
         state=PoolState(state) if state else None,
     )
-    page = paginate(records, limit, store_pools.pool_cursor)
-    return Page(await _views(call.runtime.db, page.items), page.next)
+    page = paginate(records, limit, service.pool_cursor)
+    return Page(await _views(call, page.items), page.next)
 
 
 @ROUTES.route(
@@ -265,7 +251,7 @@ async def create_pool(call: Call) -> Reply:
     responses={200: ResponseSpec("The pool.", PoolSchema)},
 )
 async def get_pool(call: Call) -> dict[str, Any]:
-    return await _view(call.runtime.db, await existing_pool(call))
+    return await _view(call, await service.get_pool(call.runtime, pool_id_of(call)))
 
 
 @ROUTES.route(
@@ -286,7 +272,7 @@ async def get_pool(call: Call) -> dict[str, Any]:
 )
 async def update_pool(call: Call) -> dict[str, Any]:
     record, check = await service.change_pool(call.runtime, call.actor, pool_id_of(call), call.body)
-    return {**await _view(call.runtime.db, record), "template_check": check.view()}
+    return {**await _view(call, record), "template_check": check.view()}
 
 
 @ROUTES.route(
@@ -341,15 +327,11 @@ async def reconcile_pool(call: Call) -> Reply:
     responses={200: ResponseSpec("A page of entitlements.", page_schema(EntitlementSchema))},
 )
 async def list_pool_entitlements(call: Call) -> Page:
-    record = await existing_pool(call)
     limit = int(call.query["limit"])
-    after = cursor_pair(call.query.get("cursor"))
-    if after is not None and after[0] not in SUBJECT_TYPES:
-        raise InvalidCursor()
-    items = await store_entitlements.list_entitlements(
-        call.runtime.db, record.pool.id, limit=limit + 1, after=after
+    items = await service.list_entitlements(
+        call.runtime, pool_id_of(call), limit=limit + 1, after=cursor_pair(call.query.get("cursor"))
     )
-    page = paginate(items, limit, store_entitlements.entitlement_cursor)
+    page = paginate(items, limit, service.entitlement_cursor)
     return Page([_entitlement_view(item) for item in page.items], page.next)
 
 
@@ -420,25 +402,20 @@ async def revoke_pool_entitlement(call: Call) -> Reply:
 )
 async def list_my_pools(call: Call) -> Page:
     principal = call.caller
-    db = call.runtime.db
     limit = int(call.query["limit"])
-    after = cursor_pair(call.query.get("cursor"))
-    entitled = await store_entitlements.entitled_pools(db, principal.id, principal.group_ids)
-    records = (
-        await store_pools.list_pools(db, limit=limit + 1, after=after, pool_ids=entitled)
-        if entitled
-        else []
+    records = await service.list_entitled_pools(
+        call.runtime,
+        principal.id,
+        principal.group_ids,
+        limit=limit + 1,
+        after=cursor_pair(call.query.get("cursor")),
     )
-    page = paginate(records, limit, store_pools.pool_cursor)
-    ids = [record.pool.id for record in page.items]
-    counts = await store_pools.pool_counts(db, ids)
-    held: dict[uuid.UUID, list[Desktop]] = {pool_id: [] for pool_id in ids}
-    for desktop in await store_desktops.desktops_held_by(db, principal.id, ids):
-        held[desktop.pool_id].append(desktop)
+    page = paginate(records, limit, service.pool_cursor)
     items = []
-    for record in page.items:
+    for shown in await service.held_in_pools(call.runtime, principal.id, page.items):
+        record = shown.record
         pool = record.pool
-        mine = [d for d in held[pool.id] if d.state is not DesktopState.DELETING]
+        mine = [d for d in shown.held if d.state is not DesktopState.DELETING]
         items.append(
             {
                 "id": str(pool.id),
@@ -447,7 +424,7 @@ async def list_my_pools(call: Call) -> Page:
                 "kind": str(pool.kind),
                 "os_type": str(pool.os_type),
                 "state": str(pool.state),
-                "availability": _availability(pool, mine, counts[pool.id].available),
+                "availability": _availability(pool, mine, shown.available),
                 "desktop": (
                     {"id": str(mine[0].id), "name": mine[0].name, "state": str(mine[0].state)}
                     if mine
@@ -496,7 +473,7 @@ async def open_pool_desktop(call: Call) -> dict[str, Any]:
     return connection_view(connection)
 
 
-def _entitlement_view(entitlement: store_entitlements.Entitlement) -> dict[str, Any]:
+def _entitlement_view(entitlement: Entitlement) -> dict[str, Any]:
     return {
         "pool_id": str(entitlement.pool_id),
         "subject_type": str(entitlement.subject_type),
