@@ -12,6 +12,14 @@ from deskpool.audit import AUDIT_FILTERS
 from deskpool.audit_query import list_audit_events as query_audit_events
 from deskpool.errors import InvalidCursor
 
+#: The audit trail.
+ROUTES = RouteTable()
+
+
+def register(routes: RouteTable) -> None:
+    """Add the audit trail."""
+    routes.include(ROUTES)
+
 
 def _before(cursor: str | None) -> tuple[datetime, int] | None:
     after = decode_cursor(cursor)
@@ -24,6 +32,16 @@ def _before(cursor: str | None) -> tuple[datetime, int] | None:
         raise InvalidCursor() from None
 
 
+@ROUTES.route(
+    "GET",
+    "/api/v1/audit-events",
+    summary="List audit events, newest first",
+    tags=("audit",),
+    permission="audit:read",
+    query=AuditQuery,
+    paginated=True,
+    responses={200: ResponseSpec("A page of events.", page_schema(AuditEventSchema))},
+)
 async def list_audit_events(call: Call) -> Page:
     """A page of audit events, newest first."""
     limit = call.query["limit"]
@@ -31,17 +49,3 @@ async def list_audit_events(call: Call) -> Page:
     filters = {name: call.query.get(name) for name in AUDIT_FILTERS}
     rows = await query_audit_events(call.runtime, before=before, filters=filters, limit=limit + 1)
     return paginate(rows, limit, lambda r: [r["occurred_at"].isoformat(), r["id"]])
-
-
-def register(routes: RouteTable) -> None:
-    """Add the audit trail."""
-    routes.route(
-        "GET",
-        "/api/v1/audit-events",
-        summary="List audit events, newest first",
-        tags=("audit",),
-        permission="audit:read",
-        query=AuditQuery,
-        paginated=True,
-        responses={200: ResponseSpec("A page of events.", page_schema(AuditEventSchema))},
-    )(list_audit_events)

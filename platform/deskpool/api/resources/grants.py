@@ -19,7 +19,25 @@ from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.identity import service
 from deskpool.ids import parse_id
 
+#: The grant and binding operations.
+ROUTES = RouteTable()
 
+
+def register(routes: RouteTable) -> None:
+    """Add the grant and binding operations."""
+    routes.include(ROUTES)
+
+
+@ROUTES.route(
+    "GET",
+    "/api/v1/grants",
+    summary="List grants",
+    tags=("roles",),
+    permission="roles:read",
+    query=GrantQuery,
+    paginated=True,
+    responses={200: ResponseSpec("A page of grants.", page_schema(GrantSchema))},
+)
 async def list_grants(call: Call) -> Page:
     """A page of grants by id."""
     limit = call.query["limit"]
@@ -34,6 +52,19 @@ async def list_grants(call: Call) -> Page:
     return paginate(rows, limit, lambda r: r["id"])
 
 
+@ROUTES.route(
+    "POST",
+    "/api/v1/grants",
+    summary="Grant a role or a permission to a user or a group",
+    tags=("roles",),
+    permission="roles:manage",
+    body=GrantCreateSchema,
+    responses={
+        201: ResponseSpec("The grant.", GrantSchema),
+        **problems(forbidden="the grant (the role's permissions, or the permission)"),
+    },
+    operation_id="createGrantOperation",
+)
 async def create_grant(call: Call) -> Reply:
     """Grant a role or a permission to a user or a group."""
     grant = await service.create_grant(
@@ -47,6 +78,17 @@ async def create_grant(call: Call) -> Reply:
     return Reply(grant, 201)
 
 
+@ROUTES.route(
+    "DELETE",
+    "/api/v1/grants/{grant_id}",
+    summary="Revoke a grant",
+    tags=("roles",),
+    permission="roles:manage",
+    responses={
+        204: ResponseSpec("Revoked."),
+        **problems(conflict=f"Refused: {LAST_ADMIN}."),
+    },
+)
 async def delete_grant(call: Call) -> Reply:
     """Revoke a grant."""
     grant_id = parse_id(call.path_param("grant_id"), "grant")
@@ -54,6 +96,16 @@ async def delete_grant(call: Call) -> Reply:
     return Reply(None, 204)
 
 
+@ROUTES.route(
+    "GET",
+    "/api/v1/oidc-group-bindings",
+    summary="List OIDC group claim bindings",
+    tags=("roles",),
+    permission="roles:read",
+    query=PageQuery,
+    paginated=True,
+    responses={200: ResponseSpec("A page of bindings.", page_schema(BindingSchema))},
+)
 async def list_bindings(call: Call) -> Page:
     """A page of OIDC group claim bindings by id."""
     limit = call.query["limit"]
@@ -63,6 +115,18 @@ async def list_bindings(call: Call) -> Page:
     return paginate(rows, limit, lambda r: r["id"])
 
 
+@ROUTES.route(
+    "POST",
+    "/api/v1/oidc-group-bindings",
+    summary="Bind an OIDC group claim value to a local group",
+    tags=("roles",),
+    permission="roles:manage",
+    body=BindingCreateSchema,
+    responses={
+        201: ResponseSpec("The binding.", BindingSchema),
+        **problems(forbidden="the binding (everything the group holds)"),
+    },
+)
 async def create_binding(call: Call) -> Reply:
     """Bind an OIDC group claim value to a local group."""
     binding: dict[str, Any] = await service.create_binding(
@@ -74,82 +138,22 @@ async def create_binding(call: Call) -> Reply:
     return Reply(binding, 201)
 
 
+@ROUTES.route(
+    "DELETE",
+    "/api/v1/oidc-group-bindings/{binding_id}",
+    summary="Delete an OIDC group claim binding",
+    tags=("roles",),
+    permission="roles:manage",
+    responses={
+        204: ResponseSpec("Deleted."),
+        **problems(
+            conflict="The binding comes from AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS "
+            "(`configured_binding`): remove it there."
+        ),
+    },
+)
 async def delete_binding(call: Call) -> Reply:
     """Delete an OIDC group claim binding."""
     binding_id = parse_id(call.path_param("binding_id"), "binding")
     await service.delete_binding(call.runtime, call.actor, binding_id)
     return Reply(None, 204)
-
-
-def register(routes: RouteTable) -> None:
-    """Add the grant and binding operations."""
-    routes.route(
-        "GET",
-        "/api/v1/grants",
-        summary="List grants",
-        tags=("roles",),
-        permission="roles:read",
-        query=GrantQuery,
-        paginated=True,
-        responses={200: ResponseSpec("A page of grants.", page_schema(GrantSchema))},
-    )(list_grants)
-    routes.route(
-        "POST",
-        "/api/v1/grants",
-        summary="Grant a role or a permission to a user or a group",
-        tags=("roles",),
-        permission="roles:manage",
-        body=GrantCreateSchema,
-        responses={
-            201: ResponseSpec("The grant.", GrantSchema),
-            **problems(forbidden="the grant (the role's permissions, or the permission)"),
-        },
-        operation_id="createGrantOperation",
-    )(create_grant)
-    routes.route(
-        "DELETE",
-        "/api/v1/grants/{grant_id}",
-        summary="Revoke a grant",
-        tags=("roles",),
-        permission="roles:manage",
-        responses={
-            204: ResponseSpec("Revoked."),
-            **problems(conflict=f"Refused: {LAST_ADMIN}."),
-        },
-    )(delete_grant)
-    routes.route(
-        "GET",
-        "/api/v1/oidc-group-bindings",
-        summary="List OIDC group claim bindings",
-        tags=("roles",),
-        permission="roles:read",
-        query=PageQuery,
-        paginated=True,
-        responses={200: ResponseSpec("A page of bindings.", page_schema(BindingSchema))},
-    )(list_bindings)
-    routes.route(
-        "POST",
-        "/api/v1/oidc-group-bindings",
-        summary="Bind an OIDC group claim value to a local group",
-        tags=("roles",),
-        permission="roles:manage",
-        body=BindingCreateSchema,
-        responses={
-            201: ResponseSpec("The binding.", BindingSchema),
-            **problems(forbidden="the binding (everything the group holds)"),
-        },
-    )(create_binding)
-    routes.route(
-        "DELETE",
-        "/api/v1/oidc-group-bindings/{binding_id}",
-        summary="Delete an OIDC group claim binding",
-        tags=("roles",),
-        permission="roles:manage",
-        responses={
-            204: ResponseSpec("Deleted."),
-            **problems(
-                conflict="The binding comes from AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS "
-                "(`configured_binding`): remove it there."
-            ),
-        },
-    )(delete_binding)

@@ -26,6 +26,14 @@ from deskpool.licensing.model import (
     format_instant,
 )
 
+#: The license operations.
+ROUTES = RouteTable()
+
+
+def register(routes: RouteTable) -> None:
+    """Add the license operations."""
+    routes.include(ROUTES)
+
 
 def _counts(description: str, *, nullable: bool) -> fields.Dict:
     return fields.Dict(
@@ -171,61 +179,60 @@ def state_view(state: service.LicenseState) -> dict[str, Any]:
     }
 
 
+#: What every license operation answers.
+_STATE = {200: ResponseSpec("The license state.", LicenseStateSchema)}
+
+
+@ROUTES.route(
+    "GET",
+    "/api/v1/license",
+    summary="Show the license state",
+    description=(
+        "The edition and limits in force, usage against them, the installed license with "
+        "its expiry and grace period, the expiry watermark, the build's integrity and the "
+        "last activation report. Without a license the free edition's limits apply."
+    ),
+    tags=("license",),
+    permission="license:read",
+    responses=_STATE,
+)
 async def get_license(call: Call) -> dict[str, Any]:
     """``GET /api/v1/license``."""
     return state_view(await service.state_of(call.runtime))
 
 
+@ROUTES.route(
+    "PUT",
+    "/api/v1/license",
+    summary="Install a license",
+    description=(
+        "Installs the vendor's signed license document, replacing any installed one. A "
+        "refused document is 422 with its own code: `license_malformed`, "
+        "`license_modified` (changed after signing), `license_other_product`, "
+        "`license_forged` (not signed by a vendor key of this build) or `license_expired`."
+    ),
+    tags=("license",),
+    permission="license:manage",
+    body=LicenseInstallSchema,
+    responses=_STATE,
+)
 async def install_license(call: Call) -> dict[str, Any]:
     """``PUT /api/v1/license``."""
     return state_view(await service.install(call.runtime, call.body["document"], call.actor))
 
 
+@ROUTES.route(
+    "DELETE",
+    "/api/v1/license",
+    summary="Remove the license",
+    description=(
+        "The free edition's limits apply from now on; nothing that exists is deleted, "
+        "powered off or disconnected. Without an installed license it changes nothing."
+    ),
+    tags=("license",),
+    permission="license:manage",
+    responses=_STATE,
+)
 async def remove_license(call: Call) -> dict[str, Any]:
     """``DELETE /api/v1/license``."""
     return state_view(await service.remove(call.runtime, call.actor))
-
-
-def register(routes: RouteTable) -> None:
-    """Add the license operations."""
-    state = {200: ResponseSpec("The license state.", LicenseStateSchema)}
-    routes.route(
-        "GET",
-        "/api/v1/license",
-        summary="Show the license state",
-        description=(
-            "The edition and limits in force, usage against them, the installed license with "
-            "its expiry and grace period, the expiry watermark, the build's integrity and the "
-            "last activation report. Without a license the free edition's limits apply."
-        ),
-        tags=("license",),
-        permission="license:read",
-        responses=state,
-    )(get_license)
-    routes.route(
-        "PUT",
-        "/api/v1/license",
-        summary="Install a license",
-        description=(
-            "Installs the vendor's signed license document, replacing any installed one. A "
-            "refused document is 422 with its own code: `license_malformed`, "
-            "`license_modified` (changed after signing), `license_other_product`, "
-            "`license_forged` (not signed by a vendor key of this build) or `license_expired`."
-        ),
-        tags=("license",),
-        permission="license:manage",
-        body=LicenseInstallSchema,
-        responses=state,
-    )(install_license)
-    routes.route(
-        "DELETE",
-        "/api/v1/license",
-        summary="Remove the license",
-        description=(
-            "The free edition's limits apply from now on; nothing that exists is deleted, "
-            "powered off or disconnected. Without an installed license it changes nothing."
-        ),
-        tags=("license",),
-        permission="license:manage",
-        responses=state,
-    )(remove_license)

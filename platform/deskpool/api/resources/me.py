@@ -17,6 +17,15 @@ from deskpool.permissions import PermissionCatalog
 ME_BODIES_KEPT = 10_000
 
 
+#: ``/api/v1/me`` and ``/api/v1/permissions``.
+ROUTES = RouteTable()
+
+
+def register(routes: RouteTable) -> None:
+    """Add ``/api/v1/me`` and ``/api/v1/permissions``."""
+    routes.include(ROUTES)
+
+
 class MeRenderer:
     """Renders the body of ``/api/v1/me`` once per principal.
 
@@ -41,6 +50,24 @@ class MeRenderer:
         return web.Response(body=body, content_type="application/json")
 
 
+#: The one renderer of ``/api/v1/me`` of this process.
+_RENDERER = MeRenderer()
+
+
+@ROUTES.route(
+    "GET",
+    "/api/v1/me",
+    summary="The caller: identity, groups, roles and effective permissions",
+    tags=("me",),
+    permission=None,
+    authenticated=True,
+    responses={200: ResponseSpec("The caller.", MeSchema)},
+)
+async def get_me(call: Call) -> web.Response:
+    """The caller, rendered once per principal (:class:`MeRenderer`)."""
+    return await _RENDERER.get_me(call)
+
+
 def _me(principal: Principal) -> dict[str, Any]:
     return {
         "id": principal.id,
@@ -55,6 +82,14 @@ def _me(principal: Principal) -> dict[str, Any]:
     }
 
 
+@ROUTES.route(
+    "GET",
+    "/api/v1/permissions",
+    summary="The permission catalog",
+    tags=("roles",),
+    permission="roles:read",
+    responses={200: ResponseSpec("Every permission.", PermissionListSchema)},
+)
 async def list_permissions(call: Call) -> dict[str, Any]:
     """Every permission of the catalog."""
     items = []
@@ -62,24 +97,3 @@ async def list_permissions(call: Call) -> dict[str, Any]:
         resource, _, action = name.partition(":")
         items.append({"name": name, "resource": resource, "action": action})
     return {"items": items}
-
-
-def register(routes: RouteTable) -> None:
-    """Add ``/api/v1/me`` and ``/api/v1/permissions``."""
-    routes.route(
-        "GET",
-        "/api/v1/me",
-        summary="The caller: identity, groups, roles and effective permissions",
-        tags=("me",),
-        permission=None,
-        authenticated=True,
-        responses={200: ResponseSpec("The caller.", MeSchema)},
-    )(MeRenderer().get_me)
-    routes.route(
-        "GET",
-        "/api/v1/permissions",
-        summary="The permission catalog",
-        tags=("roles",),
-        permission="roles:read",
-        responses={200: ResponseSpec("Every permission.", PermissionListSchema)},
-    )(list_permissions)

@@ -14,7 +14,25 @@ from deskpool.api.resources.identity_schemas import (
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.identity import service
 
+#: The role operations.
+ROUTES = RouteTable()
 
+
+def register(routes: RouteTable) -> None:
+    """Add the role operations."""
+    routes.include(ROUTES)
+
+
+@ROUTES.route(
+    "GET",
+    "/api/v1/roles",
+    summary="List roles (built-in and custom)",
+    tags=("roles",),
+    permission="roles:read",
+    query=PageQuery,
+    paginated=True,
+    responses={200: ResponseSpec("A page of roles.", page_schema(RoleSchema))},
+)
 async def list_roles(call: Call) -> Page:
     """A page of roles by key."""
     limit = call.query["limit"]
@@ -24,6 +42,18 @@ async def list_roles(call: Call) -> Page:
     return paginate(roles, limit, lambda role: role.key)
 
 
+@ROUTES.route(
+    "POST",
+    "/api/v1/roles",
+    summary="Create a custom role",
+    tags=("roles",),
+    permission="roles:manage",
+    body=RoleCreateSchema,
+    responses={
+        201: ResponseSpec("The new role.", RoleSchema),
+        **problems(forbidden="the role (every permission it carries)"),
+    },
+)
 async def create_role(call: Call) -> Reply:
     """Create a custom role."""
     role = await service.create_role(
@@ -36,11 +66,34 @@ async def create_role(call: Call) -> Reply:
     return Reply(role, 201)
 
 
+@ROUTES.route(
+    "GET",
+    "/api/v1/roles/{role_key}",
+    summary="Get a role",
+    tags=("roles",),
+    permission="roles:read",
+    responses={200: ResponseSpec("The role.", RoleSchema)},
+)
 async def get_role(call: Call) -> service.RoleView:
     """One role."""
     return await service.get_role(call.runtime.db, call.path_param("role_key"))
 
 
+@ROUTES.route(
+    "PATCH",
+    "/api/v1/roles/{role_key}",
+    summary="Change a custom role",
+    tags=("roles",),
+    permission="roles:manage",
+    body=RoleChangeSchema,
+    responses={
+        200: ResponseSpec("The role.", RoleSchema),
+        **problems(
+            forbidden="the permissions added to the role",
+            conflict=f"The role is built in, or {LAST_ADMIN}.",
+        ),
+    },
+)
 async def update_role(call: Call) -> service.RoleView:
     """Change a custom role."""
     return await service.update_role(
@@ -52,67 +105,18 @@ async def update_role(call: Call) -> service.RoleView:
     )
 
 
+@ROUTES.route(
+    "DELETE",
+    "/api/v1/roles/{role_key}",
+    summary="Delete a custom role (its grants go with it)",
+    tags=("roles",),
+    permission="roles:manage",
+    responses={
+        204: ResponseSpec("Deleted."),
+        **problems(conflict=f"The role is built in, or {LAST_ADMIN}."),
+    },
+)
 async def delete_role(call: Call) -> Reply:
     """Delete a custom role and its grants."""
     await service.delete_role(call.runtime, call.actor, call.path_param("role_key"))
     return Reply(None, 204)
-
-
-def register(routes: RouteTable) -> None:
-    """Add the role operations."""
-    routes.route(
-        "GET",
-        "/api/v1/roles",
-        summary="List roles (built-in and custom)",
-        tags=("roles",),
-        permission="roles:read",
-        query=PageQuery,
-        paginated=True,
-        responses={200: ResponseSpec("A page of roles.", page_schema(RoleSchema))},
-    )(list_roles)
-    routes.route(
-        "POST",
-        "/api/v1/roles",
-        summary="Create a custom role",
-        tags=("roles",),
-        permission="roles:manage",
-        body=RoleCreateSchema,
-        responses={
-            201: ResponseSpec("The new role.", RoleSchema),
-            **problems(forbidden="the role (every permission it carries)"),
-        },
-    )(create_role)
-    routes.route(
-        "GET",
-        "/api/v1/roles/{role_key}",
-        summary="Get a role",
-        tags=("roles",),
-        permission="roles:read",
-        responses={200: ResponseSpec("The role.", RoleSchema)},
-    )(get_role)
-    routes.route(
-        "PATCH",
-        "/api/v1/roles/{role_key}",
-        summary="Change a custom role",
-        tags=("roles",),
-        permission="roles:manage",
-        body=RoleChangeSchema,
-        responses={
-            200: ResponseSpec("The role.", RoleSchema),
-            **problems(
-                forbidden="the permissions added to the role",
-                conflict=f"The role is built in, or {LAST_ADMIN}.",
-            ),
-        },
-    )(update_role)
-    routes.route(
-        "DELETE",
-        "/api/v1/roles/{role_key}",
-        summary="Delete a custom role (its grants go with it)",
-        tags=("roles",),
-        permission="roles:manage",
-        responses={
-            204: ResponseSpec("Deleted."),
-            **problems(conflict=f"The role is built in, or {LAST_ADMIN}."),
-        },
-    )(delete_role)

@@ -17,7 +17,25 @@ from deskpool.api.routes import ResponseSpec, RouteTable
 from deskpool.identity import service
 from deskpool.ids import parse_id
 
+#: The user operations.
+ROUTES = RouteTable()
 
+
+def register(routes: RouteTable) -> None:
+    """Add the user operations."""
+    routes.include(ROUTES)
+
+
+@ROUTES.route(
+    "GET",
+    "/api/v1/users",
+    summary="List users",
+    tags=("users",),
+    permission="users:read",
+    query=UserQuery,
+    paginated=True,
+    responses={200: ResponseSpec("A page of users.", page_schema(UserSchema))},
+)
 async def list_users(call: Call) -> Page:
     """A page of users by id."""
     limit = call.query["limit"]
@@ -31,50 +49,36 @@ async def list_users(call: Call) -> Page:
     return paginate(rows, limit, lambda r: r["id"])
 
 
+@ROUTES.route(
+    "GET",
+    "/api/v1/users/{user_id}",
+    summary="Get a user",
+    tags=("users",),
+    permission="users:read",
+    responses={200: ResponseSpec("The user.", UserSchema)},
+)
 async def get_user(call: Call) -> dict[str, Any]:
     """One user."""
     return await service.get_user(call.runtime.db, parse_id(call.path_param("user_id"), "user"))
 
 
+@ROUTES.route(
+    "PATCH",
+    "/api/v1/users/{user_id}",
+    summary="Disable or enable a user",
+    tags=("users",),
+    permission="users:manage",
+    body=UserChangeSchema,
+    responses={
+        200: ResponseSpec("The user.", UserSchema),
+        **problems(
+            forbidden="enabling the user (everything the user holds)",
+            conflict=f"Refused: {LAST_ADMIN}, or the caller would disable its own account "
+            "(`cannot_disable_self`).",
+        ),
+    },
+)
 async def update_user(call: Call) -> dict[str, Any]:
     """Disable or enable a user."""
     user_id = parse_id(call.path_param("user_id"), "user")
     return await service.set_user_disabled(call.runtime, call.actor, user_id, call.body["disabled"])
-
-
-def register(routes: RouteTable) -> None:
-    """Add the user operations."""
-    routes.route(
-        "GET",
-        "/api/v1/users",
-        summary="List users",
-        tags=("users",),
-        permission="users:read",
-        query=UserQuery,
-        paginated=True,
-        responses={200: ResponseSpec("A page of users.", page_schema(UserSchema))},
-    )(list_users)
-    routes.route(
-        "GET",
-        "/api/v1/users/{user_id}",
-        summary="Get a user",
-        tags=("users",),
-        permission="users:read",
-        responses={200: ResponseSpec("The user.", UserSchema)},
-    )(get_user)
-    routes.route(
-        "PATCH",
-        "/api/v1/users/{user_id}",
-        summary="Disable or enable a user",
-        tags=("users",),
-        permission="users:manage",
-        body=UserChangeSchema,
-        responses={
-            200: ResponseSpec("The user.", UserSchema),
-            **problems(
-                forbidden="enabling the user (everything the user holds)",
-                conflict=f"Refused: {LAST_ADMIN}, or the caller would disable its own account "
-                "(`cannot_disable_self`).",
-            ),
-        },
-    )(update_user)
