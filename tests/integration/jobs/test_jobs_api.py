@@ -26,7 +26,7 @@ from deskpool.runtime import Runtime
 @pytest.fixture
 def operations() -> dict[str, Operation]:
     routes = RouteTable()
-    jobs_resource.register(routes)
+    routes.include(jobs_resource.ROUTES)
     return {operation.operation_id: operation for operation in routes.operations()}
 
 

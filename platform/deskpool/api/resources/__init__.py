@@ -1,4 +1,4 @@
-"""The built-in REST resources, each a module that adds its operations to the route table."""
+"""The built-in REST resources: each module declares its operations on its own ``ROUTES`` table."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from types import ModuleType
 
 from deskpool.api.routes import RouteTable
 
-#: The names of the built-in resource modules of this package; each has a ``register(routes)``.
+#: The names of the built-in resource modules of this package; each has a ``ROUTES`` table.
 NAMES = (
     "audit_events",
     "clusters",
@@ -35,4 +35,4 @@ def resources() -> list[ModuleType]:
 def register(routes: RouteTable) -> None:
     """Add every built-in operation to ``routes``."""
     for resource in resources():
-        resource.register(routes)
+        routes.include(resource.ROUTES)

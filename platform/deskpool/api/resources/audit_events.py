@@ -16,11 +16,6 @@ from deskpool.errors import InvalidCursor
 ROUTES = RouteTable()
 
 
-def register(routes: RouteTable) -> None:
-    """Add the audit trail."""
-    routes.include(ROUTES)
-
-
 def _before(cursor: str | None) -> tuple[datetime, int] | None:
     after = decode_cursor(cursor)
     if after is None:

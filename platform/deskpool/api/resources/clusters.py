@@ -61,11 +61,6 @@ T = TypeVar("T")
 ROUTES = RouteTable()
 
 
-def register(routes: RouteTable) -> None:
-    """Add the cluster operations and ``GET /api/v1/setup``."""
-    routes.include(ROUTES)
-
-
 # ---------------------------------------------------------------------------------- views
 
 

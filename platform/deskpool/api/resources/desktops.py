@@ -49,11 +49,6 @@ _DESKTOP_STATES = [state.value for state in DesktopState]
 ROUTES = RouteTable()
 
 
-def register(routes: RouteTable) -> None:
-    """Add the desktop operations."""
-    routes.include(ROUTES)
-
-
 # ---------------------------------------------------------------------------------- schemas
 
 

@@ -25,11 +25,6 @@ from deskpool.drivers import FieldKind
 ROUTES = RouteTable()
 
 
-def register(routes: RouteTable) -> None:
-    """Add ``GET /api/v1/drivers``."""
-    routes.include(ROUTES)
-
-
 class ConnectionFieldSchema(Schema):
     """One field of a driver's connection form."""
 

@@ -53,11 +53,6 @@ def _format(entry_id: str, event_type: str, data: object) -> bytes:
 ROUTES = RouteTable()
 
 
-def register(routes: RouteTable) -> None:
-    """Declare ``GET /api/v1/events``."""
-    routes.include(ROUTES)
-
-
 @ROUTES.route(
     "GET",
     "/api/v1/events",

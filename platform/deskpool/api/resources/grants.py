@@ -23,11 +23,6 @@ from deskpool.ids import parse_id
 ROUTES = RouteTable()
 
 
-def register(routes: RouteTable) -> None:
-    """Add the grant and binding operations."""
-    routes.include(ROUTES)
-
-
 @ROUTES.route(
     "GET",
     "/api/v1/grants",

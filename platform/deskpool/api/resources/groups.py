@@ -22,11 +22,6 @@ from deskpool.ids import parse_id
 ROUTES = RouteTable()
 
 
-def register(routes: RouteTable) -> None:
-    """Add the group operations."""
-    routes.include(ROUTES)
-
-
 @ROUTES.route(
     "GET",
     "/api/v1/groups",

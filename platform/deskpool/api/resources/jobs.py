@@ -25,11 +25,6 @@ _STATES = [state.value for state in JobState]
 ROUTES = RouteTable()
 
 
-def register(routes: RouteTable) -> None:
-    """Add the job operations."""
-    routes.include(ROUTES)
-
-
 class JobAttemptErrorSchema(Schema):
     """A failed attempt of a job."""
 

@@ -30,11 +30,6 @@ from deskpool.licensing.model import (
 ROUTES = RouteTable()
 
 
-def register(routes: RouteTable) -> None:
-    """Add the license operations."""
-    routes.include(ROUTES)
-
-
 def _counts(description: str, *, nullable: bool) -> fields.Dict:
     return fields.Dict(
         keys=fields.String(validate=validate.OneOf(["desktops", "pools", "sessions"])),

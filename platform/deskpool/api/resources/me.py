@@ -21,11 +21,6 @@ ME_BODIES_KEPT = 10_000
 ROUTES = RouteTable()
 
 
-def register(routes: RouteTable) -> None:
-    """Add ``/api/v1/me`` and ``/api/v1/permissions``."""
-    routes.include(ROUTES)
-
-
 class MeRenderer:
     """Renders the body of ``/api/v1/me`` once per principal.
 

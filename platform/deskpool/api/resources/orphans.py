@@ -96,11 +96,6 @@ def _vm_id(call: Call) -> str:
 ROUTES = RouteTable()
 
 
-def register(routes: RouteTable) -> None:
-    """Add the orphan operations."""
-    routes.include(ROUTES)
-
-
 @ROUTES.route(
     "GET",
     "/api/v1/clusters/{cluster_id}/orphans",

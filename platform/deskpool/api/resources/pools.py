@@ -186,11 +186,6 @@ def _retry_after(call: Call) -> str:
 ROUTES = RouteTable()
 
 
-def register(routes: RouteTable) -> None:
-    """Add the pool, entitlement and "my pools" operations."""
-    routes.include(ROUTES)
-
-
 @ROUTES.route(
     "GET",
     "/api/v1/pools",

@@ -18,11 +18,6 @@ from deskpool.identity import service
 ROUTES = RouteTable()
 
 
-def register(routes: RouteTable) -> None:
-    """Add the role operations."""
-    routes.include(ROUTES)
-
-
 @ROUTES.route(
     "GET",
     "/api/v1/roles",

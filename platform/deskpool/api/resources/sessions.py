@@ -324,11 +324,6 @@ def _session_id(call: Call) -> uuid.UUID:
 ROUTES = RouteTable()
 
 
-def register(routes: RouteTable) -> None:
-    """Add the session operations and the caller's own."""
-    routes.include(ROUTES)
-
-
 @ROUTES.route(
     "GET",
     "/api/v1/sessions",

@@ -21,11 +21,6 @@ from deskpool.ids import parse_id
 ROUTES = RouteTable()
 
 
-def register(routes: RouteTable) -> None:
-    """Add the user operations."""
-    routes.include(ROUTES)
-
-
 @ROUTES.route(
     "GET",
     "/api/v1/users",
