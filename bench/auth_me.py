@@ -13,8 +13,9 @@ Two comparisons:
    many-users runs evict; the hit share is printed.
 2. **many users**: ``--users`` tokens of as many distinct users (signed in once beforehand, so
    the users exist), rotated by a wrk Lua script so consecutive requests never repeat a token
-   until all were used. With more users than the token cache and the principal cache hold
-   (10,000 each), every request **misses both**: the signature is verified and the principal
+   until all were used, each run continuing where deskpool's previous one stopped. With more
+   users than the token cache and the principal cache hold (10,000 each), every request
+   **misses both**: the signature is verified and the principal
    is loaded from PostgreSQL. The principal cache's hit/miss counters (deskpool's
    ``/metrics``) are read around each run and the hit share is printed. The bare handler gets
    the same script (it ignores the header).
@@ -69,11 +70,13 @@ app.router.add_get("/api/v1/me", handler)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
 """
 
-#: wrk script rotating over the tokens in a file, one global sequence per wrk thread.
+#: wrk script rotating over the tokens in a file, one global sequence per wrk thread, starting
+#: where the previous run stopped (a run that started over would find the tokens it used last
+#: in the caches: they keep the 10,000 most recent).
 ROTATE = """
 local tokens = {}
 for line in io.lines("%s") do tokens[#tokens + 1] = line end
-local next_token = 0
+local next_token = %d
 request = function()
   next_token = next_token %% #tokens + 1
   return wrk.format("GET", nil, {["Authorization"] = "Bearer " .. tokens[next_token]})
@@ -135,6 +138,8 @@ def parse_wrk(output: str, url: str) -> dict[str, float]:
         r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output
     )
     rate = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    requests = re.search(r"(\d+) requests in", output)
+    assert requests, output
     p50 = re.search(r"^\s+50%\s+(\S+)", output, re.MULTILINE)
     p99 = re.search(r"^\s+99%\s+(\S+)", output, re.MULTILINE)
     assert rate, output
@@ -145,6 +150,7 @@ def parse_wrk(output: str, url: str) -> dict[str, float]:
         "p50": milliseconds(p50.group(1)),
         "p99": milliseconds(p99.group(1)),
         "errors": sum(int(count) for count in errors.groups()) if errors else 0,
+        "requests": int(requests.group(1)),
     }
 
 
@@ -308,7 +314,6 @@ def main() -> None:
             )
             (scratch / "tokens").write_text("\n".join(tokens) + "\n")
             rotate = scratch / "rotate.lua"
-            rotate.write_text(ROTATE % (scratch / "tokens"))
 
             bench = Bench(
                 args, database.rsplit("/", 1)[-1], f"http://127.0.0.1:{metrics_port}/metrics"
@@ -332,6 +337,16 @@ def main() -> None:
             )
             header = ["-H", f"Authorization: Bearer {token}"]
             script = ["-s", str(rotate)]
+            sent = 0
+
+            def cold_run(side: str, number: int, url: str, deskpool: bool) -> Run:
+                nonlocal sent
+                rotate.write_text(ROTATE % (scratch / "tokens", sent % args.users))
+                run = bench.run(side, number, url, script, deskpool)
+                requests = int(run.figures.pop("requests"))
+                if deskpool:  # only deskpool's own requests move its caches
+                    sent += requests
+                return run
 
             def out(line: str) -> None:
                 print(line, file=sys.stderr, flush=True)
@@ -339,8 +354,8 @@ def main() -> None:
             for number in range(1, args.runs + 1):
                 print_run(warm, bench.run("deskpool", number, api_url, header, True, token), out)
                 print_run(warm, bench.run("bare aiohttp", number, bare_url, header, False), out)
-                print_run(cold, bench.run("deskpool", number, api_url, script, True), out)
-                print_run(cold, bench.run("bare aiohttp", number, bare_url, script, False), out)
+                print_run(cold, cold_run("deskpool", number, api_url, True), out)
+                print_run(cold, cold_run("bare aiohttp", number, bare_url, False), out)
             print()
             print(warm.table())
             print()
