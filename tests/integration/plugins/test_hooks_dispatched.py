@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 import pytest
+from stevedore import ExtensionManager
 from tests.conftest import install_fake_distribution
 
 from deskpool import hookspecs
@@ -62,12 +63,16 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
     site = install_fake_distribution(
         tmp_path_factory.mktemp("site"), "deskpool-hookprobe", ["deskpool_hookprobe"], ENTRY_POINTS
     )
+    # stevedore keeps each group's entry points for the life of the process: forget what an
+    # earlier test of this process listed, before the probe is installed and after it is gone.
+    ExtensionManager.ENTRY_POINT_CACHE.clear()
     sys.path.insert(0, str(site))
     try:
         yield importlib.import_module("deskpool_hookprobe")
     finally:
         sys.path.remove(str(site))
         sys.modules.pop("deskpool_hookprobe", None)
+        ExtensionManager.ENTRY_POINT_CACHE.clear()
 
 
 @pytest.fixture
