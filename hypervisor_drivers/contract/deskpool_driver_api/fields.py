@@ -240,7 +240,11 @@ def declaration_problems(fields: Iterable[ConnectionField]) -> list[str]:
         if field.kind in _RANGED:
             if any(b is not None and not _finite_number(b) for b in bounds):
                 problems.append(f"{where}: minimum and maximum must be numbers")
-            elif None not in bounds and field.minimum > field.maximum:  # type: ignore[operator]
+            elif (
+                field.minimum is not None
+                and field.maximum is not None
+                and field.minimum > field.maximum
+            ):
                 problems.append(f"{where}: the minimum is above the maximum")
         elif bounds != (None, None):
             problems.append(f"{where}: only integer and number fields have bounds")
