@@ -7,6 +7,19 @@ caller already holds every permission it confers. ``platform:admin`` is held onl
 admins, so only a platform admin can confer it, or anything that carries it. Refusals are 403
 with the code ``escalation_denied`` and the missing permissions in ``missing_permissions``.
 
+**Desktops are handed out by those who may manage pools.** A change that gives anyone access
+to a pool's desktops (a member added to a group entitled to a pool, a claim bound to such a
+group, a user entitled directly or through a group enabled again, an entitlement created)
+confers ``pools:manage`` on top of what it confers otherwise: a holder of ``groups:manage`` or
+``roles:manage`` alone cannot give a desktop to anyone, themselves included. A role change
+that gives pool access gives ``pools:manage`` itself, so it is covered by the rule above.
+
+**Only a platform admin takes from a platform admin.** Disabling a user who holds
+``platform:admin`` through the database, removing them from a group, revoking any grant they
+(or a group they are a member of) hold, deleting such a group, changing or deleting a role
+they hold or that carries ``platform:admin``, or deleting a claim binding to a group that
+carries it, requires ``platform:admin``: 403 ``escalation_denied`` naming it.
+
 **The instance keeps a platform admin.** A change that would leave no enabled user holding
 ``platform:admin`` through the database (a grant to the user, or to a group the user is a
 member of) is refused with 409 ``last_platform_admin``. Admins by an OIDC claim (a group
@@ -53,6 +66,20 @@ class EscalationDenied(Forbidden):
         )
 
 
+class AdminProtected(EscalationDenied):
+    """The change takes from a holder of ``platform:admin``, and the caller is not one."""
+
+    def __init__(self, what: str, resource_type: str) -> None:
+        Forbidden.__init__(
+            self,
+            f"You cannot {what}: it takes from a holder of {PLATFORM_ADMIN}, and only a holder "
+            f"of {PLATFORM_ADMIN} may do that.",
+            extra={"missing_permissions": [PLATFORM_ADMIN]},
+        )
+        self.missing = [PLATFORM_ADMIN]
+        self.resource_type = resource_type
+
+
 class LastPlatformAdmin(Conflict):
     """The change would leave no enabled platform admin."""
 
@@ -96,6 +123,15 @@ def conferred_by_grants(grants: Iterable[Grant], roles: Mapping[str, Role]) -> f
     return resolve_permissions(grants, (), roles).permissions
 
 
+#: What access to a pool's desktops confers: only who may manage pools hands it out.
+POOL_ACCESS = "pools:manage"
+
+
+def with_pool_access(conferred: frozenset[str], gives_pool_access: bool) -> frozenset[str]:
+    """What a change confers when it also gives access to pools (``pools:manage`` added)."""
+    return conferred | {POOL_ACCESS} if gives_pool_access else conferred
+
+
 def missing_permissions(held: EffectivePermissions, conferred: Iterable[str]) -> list[str]:
     """The permissions of ``conferred`` that ``held`` lacks, sorted.
 
@@ -122,6 +158,18 @@ def check_escalation(
     missing = missing_permissions(held, conferred)
     if missing:
         raise EscalationDenied(missing, what, resource_type)
+
+
+def check_takes_from_admin(
+    held: EffectivePermissions | None, takes_from_admin: bool, what: str, resource_type: str
+) -> None:
+    """Refuse a change that takes from a platform admin unless the caller is one.
+
+    :param held: what the caller holds; ``None`` for the platform itself (not limited).
+    :raises AdminProtected: naming ``platform:admin`` as missing.
+    """
+    if held is not None and takes_from_admin and not held.is_platform_admin:
+        raise AdminProtected(what, resource_type)
 
 
 def check_admins_remain(before: int, after: int, what: str) -> None:

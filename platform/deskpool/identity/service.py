@@ -29,7 +29,11 @@ from deskpool.permissions import (
     Role,
     builtin_roles,
 )
-from deskpool.pools.store_entitlements import SubjectType, revoke_subject_entitlements
+from deskpool.pools.store_entitlements import (
+    SubjectType,
+    entitled_anywhere,
+    revoke_subject_entitlements,
+)
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime
@@ -83,6 +87,33 @@ async def _check_escalation(
         rules.check_escalation(held, conferred, what, resource_type)
 
 
+async def _check_takes_from_admin(
+    connection: asyncpg.Connection,
+    actor: Actor,
+    what: str,
+    resource_type: str,
+    *,
+    users: Sequence[uuid.UUID] = (),
+    groups: Sequence[uuid.UUID] = (),
+    role_key: str | None = None,
+    carries_admin: bool = False,
+) -> None:
+    """Refuse a change that takes from a holder of ``platform:admin`` unless the actor is one.
+
+    Called before the change: afterwards, the holder may hold it no more.
+    """
+    held = await _held(connection, actor)
+    if held is None or held.is_platform_admin:
+        return
+    concerned = carries_admin
+    if not concerned:
+        roles = await store_roles.role_definitions(connection)
+        concerned = await store_roles.concerns_admin(
+            connection, rules.admin_role_keys(roles), users=users, groups=groups, role_key=role_key
+        )
+    rules.check_takes_from_admin(held, concerned, what, resource_type)
+
+
 async def _admins(connection: asyncpg.Connection) -> int:
     roles = await store_roles.role_definitions(connection)
     return await store_roles.count_enabled_admins(connection, rules.admin_role_keys(roles))
@@ -134,18 +165,28 @@ async def set_user_disabled(
     :raises NotFound: no such user.
     :raises CannotDisableSelf: the actor disables itself.
     :raises LastPlatformAdmin: disabling the last enabled platform admin.
-    :raises EscalationDenied: enabling a user who holds what the actor does not.
+    :raises EscalationDenied: enabling a user who holds what the actor does not (``pools:manage``
+        when the user is entitled to a pool, directly or through a group); disabling a platform
+        admin when the actor is none.
     """
     if disabled and actor.principal is not None and actor.principal.id == str(user_id):
         raise rules.CannotDisableSelf()
     async with _changing(runtime, actor) as connection:
         current = found(await store.get_user(connection, user_id), "user", user_id)
+        if disabled and not current["disabled"]:
+            await _check_takes_from_admin(
+                connection, actor, "disable this user", "users", users=[user_id]
+            )
         if not disabled and current["disabled"]:
+            group_ids = await store.member_group_ids(connection, user_id)
             user_grants, group_grants = await store_roles.grants_of(
-                connection, str(user_id), await store.member_group_ids(connection, user_id)
+                connection, str(user_id), group_ids
             )
             roles = await store_roles.role_definitions(connection)
-            conferred = rules.conferred_by_grants([*user_grants, *group_grants], roles)
+            conferred = rules.with_pool_access(
+                rules.conferred_by_grants([*user_grants, *group_grants], roles),
+                await entitled_anywhere(connection, user_id, group_ids),
+            )
             await _check_escalation(connection, actor, conferred, "enable this user", "users")
         async with _keeping_an_admin(connection, "disable this user"):
             user = await store.set_user_disabled(connection, user_id, disabled)
@@ -212,9 +253,15 @@ async def delete_group(runtime: Runtime, actor: Actor, group_id: uuid.UUID) -> N
     """Delete a group with its members, grants, bindings and pool entitlements.
 
     :raises NotFound: no such group.
+    :raises EscalationDenied: it holds ``platform:admin`` or has a member who does, and the
+        actor is no platform admin.
     :raises LastPlatformAdmin: its members would take the last platform admin with them.
     """
     async with _changing(runtime, actor) as connection:
+        found(await store.get_group(connection, group_id), "group", group_id)
+        await _check_takes_from_admin(
+            connection, actor, "delete this group", "groups", groups=[group_id]
+        )
         async with _keeping_an_admin(connection, "delete this group"):
             key = found(await store.delete_group(connection, group_id), "group", group_id)
             await store_roles.delete_subject_grants(connection, "group", group_id)
@@ -237,7 +284,8 @@ async def add_group_member(
     """Make a user a member of a group (nothing happens when it already is).
 
     :raises NotFound: no such group or user.
-    :raises EscalationDenied: the group holds what the actor does not.
+    :raises EscalationDenied: the group holds what the actor does not, or it is entitled to a
+        pool and the actor does not hold ``pools:manage``.
     """
     async with _changing(runtime, actor) as connection:
         found(await store.get_group(connection, group_id), "group", group_id)
@@ -245,7 +293,10 @@ async def add_group_member(
         if await store.is_member(connection, group_id, user_id):
             return
         # Checked before the change: a caller adding itself must not hold it by then.
-        conferred = await _group_confers(connection, group_id)
+        conferred = rules.with_pool_access(
+            await _group_confers(connection, group_id),
+            await entitled_anywhere(connection, None, [group_id]),
+        )
         await _check_escalation(
             connection, actor, conferred, "add a member to this group", "groups"
         )
@@ -261,9 +312,15 @@ async def remove_group_member(
     """Remove a user from a group.
 
     :raises NotFound: the user is not a member.
+    :raises EscalationDenied: the user holds ``platform:admin`` and the actor does not.
     :raises LastPlatformAdmin: the membership made the last platform admin.
     """
     async with _changing(runtime, actor) as connection:
+        if not await store.is_member(connection, group_id, user_id):
+            raise NotFound("That user is not a member of that group.")
+        await _check_takes_from_admin(
+            connection, actor, "remove this member", "groups", users=[user_id]
+        )
         async with _keeping_an_admin(connection, "remove this member"):
             if not await store.remove_member(connection, group_id, user_id):
                 raise NotFound("That user is not a member of that group.")
@@ -362,6 +419,8 @@ async def update_role(
     :raises NotFound: no such role.
     :raises EscalationDenied: it gains a permission the actor does not hold (whoever holds
         the role, or claims it in a token, would hold it too).
+    :raises EscalationDenied: it loses permissions while it carries ``platform:admin`` or a
+        platform admin holds it, and the actor is no platform admin.
     :raises LastPlatformAdmin: it loses ``platform:admin`` that the last admins held by it.
     """
     _custom(key, "changed")
@@ -374,6 +433,15 @@ async def update_role(
         )
         added = frozenset(wanted or ()) - current.permissions
         await _check_escalation(connection, actor, added, f"add permissions to the role {key!r}")
+        if wanted is not None and current.permissions - frozenset(wanted):
+            await _check_takes_from_admin(
+                connection,
+                actor,
+                f"take permissions from the role {key!r}",
+                "roles",
+                role_key=key,
+                carries_admin=PLATFORM_ADMIN in current.permissions,
+            )
         async with _keeping_an_admin(connection, f"remove {PLATFORM_ADMIN} from the role {key!r}"):
             row = await store_roles.update_role(connection, key, description, wanted)
         assert row is not None
@@ -388,10 +456,23 @@ async def delete_role(runtime: Runtime, actor: Actor, key: str) -> None:
 
     :raises Conflict: the role is built in.
     :raises NotFound: no such role.
+    :raises EscalationDenied: it carries ``platform:admin`` or a platform admin holds it, and
+        the actor is no platform admin.
     :raises LastPlatformAdmin: the last platform admins held ``platform:admin`` by it.
     """
     _custom(key, "deleted")
     async with _changing(runtime, actor) as connection:
+        current = found(
+            (await store_roles.role_definitions(connection)).get(key), "role", repr(key), "key"
+        )
+        await _check_takes_from_admin(
+            connection,
+            actor,
+            f"delete the role {key!r}",
+            "roles",
+            role_key=key,
+            carries_admin=PLATFORM_ADMIN in current.permissions,
+        )
         async with _keeping_an_admin(connection, f"delete the role {key!r}"):
             if not await store_roles.delete_role(connection, key):
                 raise NotFound(f"No role has the key {key!r}.")
@@ -477,9 +558,22 @@ async def delete_grant(runtime: Runtime, actor: Actor, grant_id: uuid.UUID) -> N
     """Revoke a grant.
 
     :raises NotFound: no such grant.
+    :raises EscalationDenied: its subject holds ``platform:admin`` (a group: or has a member
+        who does) and the actor does not.
     :raises LastPlatformAdmin: it made the last enabled platform admin.
     """
     async with _changing(runtime, actor) as connection:
+        held = found(await store_roles.get_grant(connection, grant_id), "grant", grant_id)
+        subject = uuid.UUID(str(held["subject_id"]))
+        by_user = held["subject_type"] == "user"
+        await _check_takes_from_admin(
+            connection,
+            actor,
+            "revoke this grant",
+            "roles",
+            users=[subject] if by_user else [],
+            groups=[] if by_user else [subject],
+        )
         async with _keeping_an_admin(connection, "revoke this grant"):
             grant = found(await store_roles.delete_grant(connection, grant_id), "grant", grant_id)
         await actor.record(
@@ -514,12 +608,16 @@ async def create_binding(
 
     :raises Conflict: no such group, or the binding exists.
     :raises EscalationDenied: the group holds what the actor does not (everyone whose token
-        carries the value would hold it).
+        carries the value would hold it), or it is entitled to a pool and the actor does not
+        hold ``pools:manage``.
     """
     async with _changing(runtime, actor) as connection:
         if await store.get_group(connection, group_id) is None:
             raise Conflict(f"No group has the id {group_id}.")
-        conferred = await _group_confers(connection, group_id)
+        conferred = rules.with_pool_access(
+            await _group_confers(connection, group_id),
+            await entitled_anywhere(connection, None, [group_id]),
+        )
         await _check_escalation(connection, actor, conferred, "bind a claim to this group")
         binding_id = await store.insert_binding(connection, claim_value, group_id)
         if binding_id is None:
@@ -548,6 +646,7 @@ async def delete_binding(runtime: Runtime, actor: Actor, binding_id: uuid.UUID) 
 
     :raises NotFound: no such binding.
     :raises ConfiguredBinding: it comes from ``AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS``.
+    :raises EscalationDenied: its group carries ``platform:admin`` and the actor does not.
     """
     async with _changing(runtime, actor) as connection:
         binding = found(await store.get_binding(connection, binding_id), "binding", binding_id)
@@ -556,6 +655,14 @@ async def delete_binding(runtime: Runtime, actor: Actor, binding_id: uuid.UUID) 
                 "This binding comes from AUTH_BOOTSTRAP_OIDC_GROUP_BINDINGS; remove it from that "
                 "setting and restart the API to delete it."
             )
+        group_id = uuid.UUID(str(binding["group_id"]))
+        await _check_takes_from_admin(
+            connection,
+            actor,
+            "delete this binding",
+            "roles",
+            carries_admin=PLATFORM_ADMIN in await _group_confers(connection, group_id),
+        )
         await store.delete_binding(connection, binding_id)
         await actor.record(
             connection,

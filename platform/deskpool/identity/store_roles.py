@@ -134,6 +134,12 @@ async def insert_grant(
     return plain(row)
 
 
+async def get_grant(connection: asyncpg.Connection, grant_id: uuid.UUID) -> dict[str, Any] | None:
+    """One grant; ``None`` when there is none."""
+    row = await connection.fetchrow("SELECT * FROM grants WHERE id = $1", grant_id)
+    return None if row is None else plain(row)
+
+
 async def delete_grant(
     connection: asyncpg.Connection, grant_id: uuid.UUID
 ) -> dict[str, Any] | None:
@@ -184,6 +190,22 @@ async def group_grants(connection: asyncpg.Connection, group_id: uuid.UUID) -> l
     return [_grant(row) for row in rows]
 
 
+#: The users holding ``platform:admin`` through the database ($1 the permission, $2 the keys of
+#: the roles carrying it): a grant to the user, or to a group the user is a member of.
+_ADMINS = """
+    admin_grants AS (
+        SELECT subject_type, subject_id FROM grants
+         WHERE permission = $1 OR role_key = ANY($2::text[])
+    ),
+    admins AS (
+        SELECT subject_id AS user_id FROM admin_grants WHERE subject_type = 'user'
+        UNION
+        SELECT m.user_id FROM admin_grants a JOIN group_members m ON m.group_id = a.subject_id
+         WHERE a.subject_type = 'group'
+    )
+"""
+
+
 async def count_enabled_admins(connection: asyncpg.Connection, admin_roles: Sequence[str]) -> int:
     """How many enabled users hold ``platform:admin`` through the database.
 
@@ -192,20 +214,52 @@ async def count_enabled_admins(connection: asyncpg.Connection, admin_roles: Sequ
     stored, so admins by a claim are not counted.
     """
     count: int = await connection.fetchval(
-        """
-        WITH admin_grants AS (
-            SELECT subject_type, subject_id FROM grants
-             WHERE permission = $1 OR role_key = ANY($2::text[])
-        )
-        SELECT count(*) FROM users u
-         WHERE NOT u.disabled
-           AND (EXISTS (SELECT 1 FROM admin_grants a
-                         WHERE a.subject_type = 'user' AND a.subject_id = u.id)
-                OR EXISTS (SELECT 1 FROM admin_grants a
-                             JOIN group_members m ON m.group_id = a.subject_id
-                            WHERE a.subject_type = 'group' AND m.user_id = u.id))
+        f"""
+        WITH {_ADMINS}
+        SELECT count(*) FROM users u JOIN admins a ON a.user_id = u.id WHERE NOT u.disabled
         """,
         PLATFORM_ADMIN,
         list(admin_roles),
     )
     return count
+
+
+async def concerns_admin(
+    connection: asyncpg.Connection,
+    admin_roles: Sequence[str],
+    *,
+    users: Sequence[uuid.UUID] = (),
+    groups: Sequence[uuid.UUID] = (),
+    role_key: str | None = None,
+) -> bool:
+    """Whether a holder of ``platform:admin`` through the database is concerned by a change.
+
+    Concerned are: the ``users``; the members of the ``groups``, and the groups themselves when
+    they hold ``platform:admin`` (members or not: a claim binding makes claimants of them); the
+    holders of the role ``role_key`` (by a grant to them or to a group they are a member of).
+    Enabled or disabled users alike.
+    """
+    found: bool = await connection.fetchval(
+        f"""
+        WITH {_ADMINS},
+        concerned AS (
+            SELECT unnest($3::uuid[]) AS user_id
+            UNION
+            SELECT user_id FROM group_members WHERE group_id = ANY($4::uuid[])
+            UNION
+            SELECT subject_id FROM grants WHERE subject_type = 'user' AND role_key = $5
+            UNION
+            SELECT m.user_id FROM grants g JOIN group_members m ON m.group_id = g.subject_id
+             WHERE g.subject_type = 'group' AND g.role_key = $5
+        )
+        SELECT EXISTS (SELECT 1 FROM admins JOIN concerned USING (user_id))
+            OR EXISTS (SELECT 1 FROM admin_grants
+                        WHERE subject_type = 'group' AND subject_id = ANY($4::uuid[]))
+        """,
+        PLATFORM_ADMIN,
+        list(admin_roles),
+        list(users),
+        list(groups),
+        role_key,
+    )
+    return found

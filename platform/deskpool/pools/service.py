@@ -34,6 +34,7 @@ from deskpool.errors import (
     NotFound,
     ValidationFailed,
 )
+from deskpool.identity import rules
 from deskpool.jobs.model import Job
 from deskpool.licensing.service import check_can_create_pool
 from deskpool.pools import store_desktops, store_entitlements, store_pools
@@ -404,7 +405,18 @@ async def grant_entitlement(
     subject_type: SubjectType,
     subject_id: uuid.UUID,
 ) -> tuple[Entitlement, bool]:
-    """Entitle a user or group to a pool; answer the entitlement and whether it is new."""
+    """Entitle a user or group to a pool; answer the entitlement and whether it is new.
+
+    :raises EscalationDenied: the actor does not hold ``pools:manage`` (checked here as well as
+        on the route: an entitlement hands out desktops, see :mod:`deskpool.identity.rules`).
+    """
+    principal = actor.principal
+    rules.check_escalation(
+        None if principal is None else principal.effective,
+        {rules.POOL_ACCESS},
+        "entitle anyone to a pool",
+        "pools",
+    )
     async with runtime.db.acquire() as connection, connection.transaction():
         if not await store_pools.pool_exists(connection, pool_id):
             raise NotFound(f"No pool has the id {pool_id}.")

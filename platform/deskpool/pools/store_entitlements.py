@@ -174,6 +174,23 @@ async def entitled_pools(
     return {row["pool_id"] for row in rows}
 
 
+async def entitled_anywhere(
+    db: Db, user_id: str | uuid.UUID | None, group_ids: Iterable[str | uuid.UUID]
+) -> bool:
+    """Whether the user (if any) or one of ``group_ids`` is entitled to at least one pool."""
+    found = await db.fetchval(
+        """
+        SELECT true FROM pool_entitlements
+         WHERE (subject_type = 'user' AND subject_id = $1)
+            OR (subject_type = 'group' AND subject_id = ANY($2::uuid[]))
+         LIMIT 1
+        """,
+        None if user_id is None else as_uuid(user_id),
+        _uuids(group_ids),
+    )
+    return bool(found)
+
+
 async def is_entitled(
     db: Db, pool_id: uuid.UUID, user_id: str | uuid.UUID, group_ids: Iterable[str | uuid.UUID]
 ) -> bool:

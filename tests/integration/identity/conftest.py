@@ -9,6 +9,9 @@ from typing import Any
 
 import pytest
 
+from deskpool.identity.principal import Principal
+from deskpool.permissions import EffectivePermissions
+
 PROBLEM = "application/problem+json"
 
 
@@ -102,6 +105,22 @@ class Directory:
         status, body = await self.call(person, "GET", "/api/v1/me")
         assert status == 200, body
         return dict(body)
+
+
+def principal_of(me: dict[str, Any], *permissions: str) -> Principal:
+    """The principal of the user ``me`` (``GET /api/v1/me``) holding exactly ``permissions``."""
+    return Principal(
+        id=me["id"],
+        issuer=me["issuer"],
+        subject=me["subject"],
+        email=None,
+        display_name=None,
+        disabled=False,
+        groups=(),
+        claimed_groups=(),
+        claimed_roles=(),
+        effective=EffectivePermissions(frozenset(permissions)),
+    )
 
 
 @pytest.fixture

@@ -13,13 +13,11 @@ import uuid
 from typing import Any
 
 import pytest
-from tests.integration.identity.conftest import Directory, Person
+from tests.integration.identity.conftest import Directory, Person, principal_of
 
 from deskpool.actor import Actor
 from deskpool.identity import service
-from deskpool.identity.principal import Principal
 from deskpool.identity.rules import EscalationDenied
-from deskpool.permissions import EffectivePermissions
 from deskpool.testing.pytest_plugin import served
 
 
@@ -211,18 +209,7 @@ async def test_the_rule_is_in_the_service_not_only_the_api(
 ) -> None:
     roles_manager = await directory.person(permissions=["roles:manage"])
     me = await directory.me(roles_manager)
-    caller = Principal(
-        id=me["id"],
-        issuer=me["issuer"],
-        subject=me["subject"],
-        email=None,
-        display_name=None,
-        disabled=False,
-        groups=(),
-        claimed_groups=(),
-        claimed_roles=(),
-        effective=EffectivePermissions(frozenset(me["permissions"])),
-    )
+    caller = principal_of(me, *me["permissions"])
     with pytest.raises(EscalationDenied) as refused:
         await service.create_grant(
             directory.runtime,

@@ -80,17 +80,28 @@ async def test_the_last_direct_admin(lone: Directory) -> None:
     assert status == 409
     assert body["code"] == "cannot_disable_self"
 
+    # Who is no platform admin may not disable one at all (issue 21 §3).
     helpdesk = await lone.person(permissions=["users:manage"])
     root_path = f"/api/v1/users/{root.id}"
-    assert_last_admin(*await lone.call(helpdesk, "PATCH", root_path, {"disabled": True}))
+    status, body = await lone.call(helpdesk, "PATCH", root_path, {"disabled": True})
+    assert (status, body["code"]) == (403, "escalation_denied"), body
+    assert body["missing_permissions"] == ["platform:admin"]
+    # An admin by a token claim is not counted: it may not disable the last one.
+    group, _ = await admins_group(lone)
+    await lone.runtime.db.execute(
+        "INSERT INTO oidc_group_bindings (claim_value, group_id) VALUES ('idp-root', $1)",
+        uuid.UUID(group),
+    )
+    claimant = await lone.person(groups=["idp-root"])
+    assert_last_admin(*await lone.call(claimant, "PATCH", root_path, {"disabled": True}))
     assert (await lone.me(root))["is_platform_admin"]
 
     # With a second admin, either may go; then the other is the last.
     second = await lone.person(roles=["platform_admin"])
-    status, _ = await lone.call(helpdesk, "PATCH", root_path, {"disabled": True})
+    status, _ = await lone.call(claimant, "PATCH", root_path, {"disabled": True})
     assert status == 200
     second_path = f"/api/v1/users/{second.id}"
-    assert_last_admin(*await lone.call(helpdesk, "PATCH", second_path, {"disabled": True}))
+    assert_last_admin(*await lone.call(claimant, "PATCH", second_path, {"disabled": True}))
     (second_grant,) = await grant_ids(lone, second.id)
     assert_last_admin(*await lone.call(second, "DELETE", f"/api/v1/grants/{second_grant}"))
     # A disabled admin does not count: enabling root again lets second's grant go.

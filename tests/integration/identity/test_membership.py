@@ -39,14 +39,22 @@ async def a_pool(directory: Directory) -> Pool:
         return (await store_pools.create_pool(connection, pool_model(cluster))).pool
 
 
-async def entitle(directory: Directory, admin: Person, pool: Pool, group: str) -> None:
+async def entitle(
+    directory: Directory,
+    caller: Person,
+    pool: Pool,
+    subject: str,
+    subject_type: str = "group",
+    expected: int = 201,
+) -> None:
+    """``caller`` entitles the group (or user) ``subject`` to ``pool``; answered ``expected``."""
     status, body = await directory.call(
-        admin,
+        caller,
         "POST",
         f"/api/v1/pools/{pool.id}/entitlements",
-        {"subject_type": "group", "subject_id": group},
+        {"subject_type": subject_type, "subject_id": subject},
     )
-    assert status == 201, body
+    assert status == expected, body
 
 
 async def offered(directory: Directory, person: Person, pool: Pool, expected: bool) -> bool:
