@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -35,14 +36,33 @@ async def test_idle_timeout_of_the_pool_policy(gateway: GatewayHarness) -> None:
     assert await gateway.broker.wait_ended(session_id) is SessionEndReason.IDLE_TIMEOUT
 
 
-async def test_typing_keeps_a_session_from_idling(gateway: GatewayHarness) -> None:
-    token = gateway.broker.issue(idle_timeout=0.5)
+async def test_typing_keeps_a_session_from_idling(
+    gateway: GatewayHarness, desktop_daemon: DesktopDaemonSimulator
+) -> None:
+    idle_timeout = 0.5
+    token = gateway.broker.issue(idle_timeout=idle_timeout)
     client = await gateway.open(token)
     await client.until("sync")
-    for _ in range(6):
-        await client.send("key", 97, 1)
-        await asyncio.sleep(0.15)
-    assert not client.ws.closed
+    screen = desktop_daemon.connections[gateway.connection_of(token)].screen
+    # Type for three idle timeouts, each key a round trip: the daemon draws it and ends the frame
+    # with a sync, which the tunnel delivers; a close from the gateway raises TunnelClosed.
+    typed = ""
+    typing_until = time.monotonic() + 3 * idle_timeout
+    while time.monotonic() < typing_until:
+        key = "abc"[len(typed) % 3]
+        await client.send("key", ord(key), 1)
+        await client.send("key", ord(key), 0)
+        typed += key
+        async with asyncio.timeout(10):
+            await client.until("sync")
+            while screen.typed != typed:
+                await client.until("sync")
+        with contextlib.suppress(TimeoutError):  # a pause spent reading what the tunnel sends
+            async with asyncio.timeout(idle_timeout / 4):
+                while True:
+                    await client.read()
+    assert screen.typed == typed
+    assert gateway.broker.grant_of(token).session_id not in gateway.broker.ended
     await client.ws.close()
 
 
