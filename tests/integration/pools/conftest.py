@@ -1,5 +1,8 @@
 """Fixtures of the pool tests: database connections, cluster records, pools and callers.
 
+Desktops a test opens have VMs on a simulated cluster (:func:`ready_desktops`), so opening
+one asks the simulator driver where it is shown, as in production.
+
 The repository tests run on the run's shared database with unique names (a pool per test on
 a cluster of its own), so they never see each other's rows. The API tests seal domain-join
 passwords, so they run on a database of the module's own with a master key (as the cluster
@@ -13,17 +16,18 @@ import secrets
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import asyncpg
 import pytest
 from tests.integration.seed import seed_user
 
+from deskpool.clusters.repository import get_cluster
 from deskpool.pools import store_desktops, store_pools
 from deskpool.pools.model import DesktopState, OsType, Pool, PoolKind
 from deskpool.runtime import Runtime
-from deskpool.sessions import service
-from deskpool.sessions.tunnel import DesktopTarget
+from deskpool.testing.processes import until
 from deskpool.testing.pytest_plugin import connected, opened_runtime
 
 MakePool = Callable[..., Awaitable[Pool]]
@@ -102,6 +106,41 @@ async def add_desktops(
     return ids
 
 
+async def simulated_vms(runtime: Runtime, cluster_id: uuid.UUID, names: list[str]) -> list[str]:
+    """Clone and start one VM of ``ubuntu-22.04`` per name on a simulated cluster.
+
+    Returns their ids once each guest agent answers (a desktop is shown from then on).
+    """
+    record = await get_cluster(runtime.db, cluster_id)
+    assert record is not None
+    async with runtime.drivers.open(record) as driver:
+        template = next(t for t in await driver.list_templates() if t.name == "ubuntu-22.04")
+        ids = []
+        for name in names:
+            vm = await driver.clone(template.id, name=name, desktop_id=str(uuid.uuid4()))
+            await driver.start(vm.id)
+            ids.append(vm.id)
+        for vm_id in ids:
+            await until(partial(driver.agent_ping, vm_id), f"the guest agent of {vm_id} answers")
+    return ids
+
+
+async def ready_desktops(runtime: Runtime, pool: Pool, count: int) -> list[uuid.UUID]:
+    """``count`` ready desktops of ``pool`` (stored, on a simulated cluster), each with a VM."""
+    names = [f"s{secrets.token_hex(3)}-{n}" for n in range(count)]
+    vm_ids = await simulated_vms(runtime, pool.cluster_id, names)
+    async with runtime.db.acquire() as connection:
+        desktops = await store_desktops.insert_desktops(connection, pool, names)
+        for desktop, vm_id in zip(desktops, vm_ids, strict=True):
+            await connection.execute(
+                "UPDATE desktops SET state = 'ready', vm_id = $2, template = $3 WHERE id = $1",
+                desktop.id,
+                vm_id,
+                pool.template,
+            )
+    return [desktop.id for desktop in desktops]
+
+
 async def add_user(connection: asyncpg.Connection) -> str:
     """A new user's id."""
     user_id = await connection.fetchval(
@@ -152,23 +191,6 @@ def pools_environ(sealing_environ: dict[str, str]) -> dict[str, str]:
 
 #: The gateway tunnel URL the pool API tests hand out with connection tokens.
 TUNNEL_URL = "wss://gateway.deskpool.test/tunnel"
-
-#: Where the pool API tests' desktops are shown (their VMs exist in no simulator).
-STATIC_TARGET = DesktopTarget("vnc", "192.0.2.10", 5900, {"password": "not-a-real-one"})
-
-
-@pytest.fixture(autouse=True)
-def static_desktop_targets(monkeypatch: pytest.MonkeyPatch) -> DesktopTarget:
-    """Resolve every desktop to :data:`STATIC_TARGET` instead of asking its cluster's driver.
-
-    The desktops of these tests are rows without VMs; the session tests resolve real ones.
-    """
-
-    async def resolve(*args: Any) -> DesktopTarget:
-        return STATIC_TARGET
-
-    monkeypatch.setattr(service, "resolve_target", resolve)
-    return STATIC_TARGET
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from tests.integration.pools.conftest import TUNNEL_URL, Caller, add_desktops, pool_model
+from tests.integration.pools.conftest import TUNNEL_URL, Caller, pool_model, ready_desktops
 
 from deskpool.pools import store_pools
 from deskpool.pools.model import DesktopState, Pool, PoolKind, PoolState
@@ -24,14 +24,14 @@ MakeApiPool = Callable[..., Awaitable[Pool]]
 
 @pytest.fixture
 def api_pool(pools_runtime: Runtime, api_cluster: NewCluster) -> MakeApiPool:
-    """``await api_pool(ready=0, **fields)``: a stored pool with ``ready`` ready desktops."""
+    """``await api_pool(ready=0, **fields)``: a stored pool with ``ready`` desktops (real VMs)."""
 
     async def make(ready: int = 0, **overrides: Any) -> Pool:
         cluster_id = uuid.UUID(await api_cluster())
+        pool = pool_model(cluster_id, template="ubuntu-22.04", **overrides)
         async with pools_runtime.db.acquire() as connection:
-            record = await store_pools.create_pool(connection, pool_model(cluster_id, **overrides))
-            if ready:
-                await add_desktops(connection, record.pool, ready)
+            record = await store_pools.create_pool(connection, pool)
+        await ready_desktops(pools_runtime, record.pool, ready)
         return record.pool
 
     return make

@@ -8,9 +8,7 @@ simulator driver where it is shown, as in production.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import secrets
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,10 +24,10 @@ from tests.integration.pools.conftest import (  # noqa: F401 (fixtures)
     pool_model,
     pools_environ,
     pools_runtime,
+    ready_desktops,
 )
 
-from deskpool.clusters.repository import get_cluster
-from deskpool.pools import store_desktops, store_pools
+from deskpool.pools import store_pools
 from deskpool.pools.model import DesktopState, Pool, PoolKind
 from deskpool.runtime import Runtime
 from deskpool.sessions import store
@@ -54,25 +52,6 @@ class Estate:
     admin: Caller
 
 
-async def _vm_ids(runtime: Runtime, cluster_id: uuid.UUID, names: list[str]) -> list[str]:
-    """Clone, start and wait for the guest agent of one simulated VM per name."""
-    record = await get_cluster(runtime.db, cluster_id)
-    assert record is not None
-    async with runtime.drivers.open(record) as driver:
-        template = next(t for t in await driver.list_templates() if t.name == "ubuntu-22.04")
-        ids = []
-        for name in names:
-            vm = await driver.clone(template.id, name=name, desktop_id=str(uuid.uuid4()))
-            await driver.start(vm.id)
-            ids.append(vm.id)
-        for vm_id in ids:
-            for _ in range(500):  # the simulated agent answers after ~20 ms
-                if await driver.agent_ping(vm_id):
-                    break
-                await asyncio.sleep(0.01)
-    return ids
-
-
 @pytest.fixture
 def estate(
     pools_runtime: Runtime,  # noqa: F811 (the imported fixture)
@@ -84,20 +63,11 @@ def estate(
     async def make(ready: int = 1, policy: SessionPolicy | None = None, **overrides: Any) -> Estate:
         cluster_id = uuid.UUID(await api_cluster(desktop={"host": CONSOLE_HOST, "port": VNC_PORT}))
         pool = pool_model(cluster_id, template="ubuntu-22.04", **overrides)
-        names = [f"s{secrets.token_hex(3)}-{n}" for n in range(ready)]
-        vm_ids = await _vm_ids(pools_runtime, cluster_id, names)
         async with pools_runtime.db.acquire() as connection:
             record = await store_pools.create_pool(connection, pool)
-            desktops = await store_desktops.insert_desktops(connection, record.pool, names)
-            for desktop, vm_id in zip(desktops, vm_ids, strict=True):
-                await connection.execute(
-                    "UPDATE desktops SET state = 'ready', vm_id = $2, template = 'ubuntu-22.04' "
-                    "WHERE id = $1",
-                    desktop.id,
-                    vm_id,
-                )
             if policy is not None:
                 await store.put_policy(connection, pool.id, policy)
+        desktops = await ready_desktops(pools_runtime, record.pool, ready)
         user = await new_caller()
         admin = await new_caller("sessions:manage", "sessions:read")
         async with pools_runtime.db.acquire() as connection:
@@ -107,7 +77,7 @@ def estate(
                 pool.id,
                 user.id,
             )
-        return Estate(record.pool, [d.id for d in desktops], user, admin)
+        return Estate(record.pool, desktops, user, admin)
 
     return make
 
