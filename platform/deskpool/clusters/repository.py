@@ -248,20 +248,7 @@ async def record_check(
 
 
 async def pools_using_cluster(db: Db, cluster_id: uuid.UUID) -> int:
-    """How many desktop pools provision on ``cluster_id`` (a cluster in use is not deleted).
-
-    Counts rows of ``pools`` whose ``cluster_id`` is this cluster; 0 while the schema has no
-    such table or column (the pools migration adds them).
-    """
-    has_column = await db.fetchval(
-        """
-        SELECT true FROM information_schema.columns
-         WHERE table_schema = current_schema() AND table_name = 'pools'
-           AND column_name = 'cluster_id'
-        """
-    )
-    if not has_column:
-        return 0
+    """How many desktop pools provision on ``cluster_id`` (a cluster in use is not deleted)."""
     count: int = await db.fetchval("SELECT count(*) FROM pools WHERE cluster_id = $1", cluster_id)
     return count
 

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from tests.integration.clusters.conftest import Callers
+from tests.integration.pools.conftest import pool_body
+from tests.integration.seed import seed_user
 
-from deskpool.clusters import driver_manager_for, repository
+from deskpool.clusters import driver_manager_for
 from deskpool.runtime import Runtime
 from deskpool.testing.certificates import self_signed
 
 PROBLEM = "application/problem+json"
 CLUSTERS = "/api/v1/clusters"
+POOLS = "/api/v1/pools"
 
 
 def simulator_cluster(name: str = "lab", **changes: Any) -> dict[str, Any]:
@@ -505,23 +509,35 @@ async def test_a_cluster_whose_driver_is_not_installed(
 
 
 async def test_a_cluster_in_use_by_pools_is_not_deleted(
-    client: Any, callers: Callers, clusters_runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+    client: Any,
+    callers: Callers,
+    clusters_runtime: Runtime,
+    identity_provider: Any,
+    bearer: Callable[..., dict[str, str]],
 ) -> None:
     created = await create(client, callers.manager, simulator_cluster())
-    cluster_id = uuid.UUID(created["id"])
-    assert await repository.pools_using_cluster(clusters_runtime.db, cluster_id) == 0
+    cluster = f"{CLUSTERS}/{created['id']}"
+    subject = f"pools-{uuid.uuid4().hex[:8]}"
+    await seed_user(clusters_runtime, identity_provider.issuer_url, subject, "pools:manage")
+    pools_manager = bearer(subject)
+    pools = []
+    for _ in range(2):
+        made = await client.post(POOLS, json=pool_body(created["id"]), headers=pools_manager)
+        assert made.status == 201, await made.text()
+        pools.append((await made.json())["id"])
 
-    async def two_pools(db: Any, wanted: uuid.UUID) -> int:
-        return 2 if wanted == cluster_id else 0
-
-    monkeypatch.setattr(repository, "pools_using_cluster", two_pools)
-    refused = await client.delete(f"{CLUSTERS}/{cluster_id}", headers=callers.manager)
+    refused = await client.delete(cluster, headers=callers.manager)
     assert refused.status == 409
     problem = await refused.json()
     assert problem["code"] == "cluster_in_use"
     assert problem["pools"] == 2
-    still = await client.get(f"{CLUSTERS}/{cluster_id}", headers=callers.reader)
-    assert still.status == 200
+    assert (await client.get(cluster, headers=callers.reader)).status == 200
+
+    # Once no pool provisions on it, the cluster is deleted.
+    for pool_id in pools:
+        assert (await client.delete(f"{POOLS}/{pool_id}", headers=pools_manager)).status == 204
+    assert (await client.delete(cluster, headers=callers.manager)).status == 204
+    assert (await client.get(cluster, headers=callers.reader)).status == 404
 
 
 async def test_setup_says_whether_a_cluster_is_connected(
