@@ -12,6 +12,9 @@ What a client gets for a request that cannot be served as sent:
 - a body that is not valid JSON (syntax, charset): 400 (``bad_request``); nested too deeply or
   holding text that is not text: 400 (``json_too_deep``, ``invalid_text``; see
   :mod:`deskpool.api.inputs`);
+- a boolean field given anything but JSON ``true`` or ``false`` (``0``, ``"true"``, ``"yes"``,
+  which marshmallow's ``Boolean`` would take): 422 (``validation_failed``), for every boolean of
+  every body, nested ones included (:func:`boolean_errors`);
 - a missing body, unknown fields, wrong types, missing required fields, values out of range:
   422 (``validation_failed``) whose ``errors`` list every invalid field with a JSON pointer
   (RFC 6901) and its location. Body fields are pointed to from the body's root (``/name``,
@@ -28,7 +31,7 @@ from typing import Any, NoReturn
 from aiohttp import hdrs, web
 from aiohttp.http_exceptions import ContentEncodingError
 from aiohttp.web_protocol import RequestPayloadError
-from marshmallow import Schema, ValidationError, validate
+from marshmallow import Schema, ValidationError, fields, validate
 from webargs import core
 from webargs.aiohttpparser import AIOHTTPParser
 
@@ -71,6 +74,50 @@ def field_errors(messages: Any, location: str) -> list[FieldError]:
     if location == "json":
         return list(_field_errors(messages, "", BODY))
     return list(_field_errors(messages, f"/{_escape(location)}", location))
+
+
+def _field_boolean_errors(
+    field: fields.Field[Any], value: Any, pointer: str
+) -> Iterator[FieldError]:
+    if value is None:
+        return  # marshmallow decides on null (allow_none)
+    if isinstance(field, fields.Boolean):
+        if not isinstance(value, bool):
+            yield LocatedFieldError(pointer, "Not a valid boolean: give true or false.")
+    elif isinstance(field, fields.Nested):
+        nested = field.schema
+        if isinstance(value, list) and field.many:
+            for index, item in enumerate(value):
+                yield from boolean_errors(nested, item, f"{pointer}/{index}")
+        else:
+            yield from boolean_errors(nested, value, pointer)
+    elif isinstance(field, fields.List) and isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _field_boolean_errors(field.inner, item, f"{pointer}/{index}")
+    elif isinstance(field, fields.Tuple) and isinstance(value, list):
+        for index, (inner, item) in enumerate(zip(field.tuple_fields, value, strict=False)):
+            yield from _field_boolean_errors(inner, item, f"{pointer}/{index}")
+    elif isinstance(field, fields.Dict) and isinstance(value, Mapping) and field.value_field:
+        for key, item in value.items():
+            yield from _field_boolean_errors(
+                field.value_field, item, f"{pointer}/{_escape(str(key))}"
+            )
+
+
+def boolean_errors(schema: Schema, data: Any, pointer: str = "") -> Iterator[FieldError]:
+    """Every boolean field of ``schema`` that ``data`` gives as anything but ``true``/``false``.
+
+    marshmallow's ``Boolean`` takes ``0``, ``1``, ``"true"``, ``"off"`` and the like; the API
+    takes JSON booleans only. Checked on the decoded body before the schema loads it, for every
+    boolean of every schema, nested and listed ones included. Other wrong types are left to the
+    schema.
+    """
+    if not isinstance(data, Mapping):
+        return
+    for name, field in schema.load_fields.items():
+        key = field.data_key or name
+        if key in data:
+            yield from _field_boolean_errors(field, data[key], f"{pointer}/{_escape(key)}")
 
 
 #: Content codings a request body may arrive in, besides ``identity``.
@@ -151,7 +198,11 @@ class DeskpoolParser(AIOHTTPParser):
             text = raw.decode(req.charset or "utf-8")
         except (UnicodeDecodeError, LookupError):
             raise BadRequest("The request body is not text in its declared charset.") from None
-        return read_json(text)
+        data = read_json(text)
+        errors = list(boolean_errors(schema, data))
+        if errors:
+            raise ValidationFailed(errors)
+        return data
 
     def handle_error(
         self,

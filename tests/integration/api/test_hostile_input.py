@@ -283,3 +283,84 @@ async def test_every_body_is_refused_in_a_coding_it_does_not_match(hostile: Host
             if response.status != status or json.loads(text).get("code") != code:
                 failures.append(f"{operation.operation_id} {encoding}: {response.status} {text}")
     assert failures == [], "\n".join(failures)
+
+
+def boolean_fields(schema: Any) -> Iterator[tuple[str, Any]]:
+    """(pointer, body) for every boolean a client sends in ``schema``, nested ones included.
+
+    ``body`` holds just the path to that boolean, whose value is the placeholder ``...``.
+    """
+    from marshmallow import fields
+
+    instance = schema() if isinstance(schema, type) else schema
+    for name, field in instance.fields.items():
+        if field.dump_only:
+            continue
+        key = field.data_key or name
+        inner, many = field, False
+        if isinstance(field, fields.List):
+            inner, many = field.inner, True
+        if isinstance(inner, fields.Nested):
+            many = many or inner.many
+            for pointer, body in boolean_fields(inner.schema):
+                yield (
+                    (f"/{key}/0{pointer}", {key: [body]})
+                    if many
+                    else (
+                        f"/{key}{pointer}",
+                        {key: body},
+                    )
+                )
+        elif isinstance(inner, fields.Boolean):
+            yield (f"/{key}/0", {key: [...]}) if many else (f"/{key}", {key: ...})
+
+
+def with_value(body: Any, value: Any) -> Any:
+    if body is ...:
+        return value
+    if isinstance(body, list):
+        return [with_value(item, value) for item in body]
+    return {key: with_value(item, value) for key, item in body.items()}
+
+
+async def test_every_boolean_of_every_body_takes_only_true_or_false(hostile: Hostile) -> None:
+    """``{"disabled": 0}`` and its kind are 422 at the boolean's pointer, on every operation."""
+    failures, checked = [], 0
+    for operation in hostile.operations:
+        if operation.body is None:
+            continue
+        for pointer, body in boolean_fields(operation.body):
+            for value in (0, 1, "true", "false", "yes", [], {}):
+                checked += 1
+                response = await hostile.client.request(
+                    operation.method,
+                    fill_path(operation, {}),
+                    json=with_value(body, value),
+                    headers=hostile.headers,
+                )
+                text = await response.text()
+                if response.status != 422 or response.content_type != PROBLEM:
+                    failures.append(f"{operation.operation_id} {pointer}={value!r}: {text[:200]}")
+                    continue
+                problem = json.loads(text)
+                pointers = [error["pointer"] for error in problem["errors"]]
+                if problem["code"] != "validation_failed" or pointer not in pointers:
+                    failures.append(f"{operation.operation_id} {pointer}={value!r}: {text[:200]}")
+    assert failures == [], "\n".join(failures)
+    # PATCH /users/{id} {"disabled"} and the clusters' TLS "verify" (created and changed).
+    assert checked >= 7 * 3
+
+
+async def test_a_json_boolean_passes_the_boolean_check(hostile: Hostile) -> None:
+    me = await hostile.client.get("/api/v1/me", headers=hostile.headers)
+    user = (await me.json())["id"]
+    for value in (0, "false", None):
+        response = await hostile.client.patch(
+            f"/api/v1/users/{user}", json={"disabled": value}, headers=hostile.headers
+        )
+        assert response.status == 422, await response.text()
+    response = await hostile.client.patch(
+        f"/api/v1/users/{user}", json={"disabled": False}, headers=hostile.headers
+    )
+    assert response.status == 200, await response.text()
+    assert (await response.json())["disabled"] is False
