@@ -113,7 +113,11 @@ def route_template(request: web.Request) -> str:
 
 @web.middleware
 async def request_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Give the request an id, then log one line and record metrics when it is answered."""
+    """Give the request an id, then log one line and record metrics when it is answered.
+
+    The status logged and counted is the one sent: a response's, or an HTTP exception's (a
+    redirect raised as ``web.HTTPTemporaryRedirect``); 500 only when nothing answered.
+    """
     supplied = request.headers.get("X-Request-Id", "")
     request_id = supplied if _REQUEST_ID.match(supplied) else uuid.uuid4().hex
     request[REQUEST_ID_KEY] = request_id
@@ -126,6 +130,12 @@ async def request_middleware(request: web.Request, handler: Handler) -> web.Stre
             response.headers["X-Request-Id"] = request_id
             add_rate_limit_headers(request, response)
         return response
+    except web.HTTPException as answer:
+        # What the problem middleware lets through (a redirect, below 400) is an answer that
+        # aiohttp sends, not a failure: it is logged and counted with its own status.
+        status = answer.status
+        answer.headers["X-Request-Id"] = request_id
+        raise
     finally:
         elapsed = time.perf_counter() - started
         route = route_template(request)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from tests.integration.api.extra_operations import PROBLEM, ApiClientFactory
 
+from deskpool.api.app import RUNTIME_KEY
 from deskpool.api.docs import MINIMUM_MAJOR, find_swagger_ui
 
 ISSUER = "http://127.0.0.1:9/realms/deskpool"  # loopback; nothing listens there
@@ -102,3 +103,23 @@ async def test_the_oauth2_redirect_page_is_served_locally(api_client: Any) -> No
     response = await api_client.get("/docs/oauth2-redirect.html")
     assert response.status == 200
     assert response.content_type == "text/html"
+
+
+async def test_the_discovery_redirect_is_logged_and_counted_as_a_307(
+    make_api_client: ApiClientFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An aiohttp redirect raised as an exception is what it is in the log and metrics, not 500."""
+    client = await make_api_client(AUTH_OIDC_ISSUER_URL=ISSUER, AUTH_OIDC_AUDIENCE="deskpool")
+    route = "/docs/openid-configuration"
+    with caplog.at_level("INFO", logger="deskpool.api.access"):
+        redirect = await client.get(route, allow_redirects=False, headers={"X-Request-Id": "r307"})
+    assert redirect.status == 307
+    assert redirect.headers["X-Request-Id"] == "r307"
+    (line,) = [r for r in caplog.records if r.name == "deskpool.api.access"]
+    assert (line.route, line.status, line.request_id) == (route, 307, "r307")  # type: ignore[attr-defined]
+    metrics = client.app[RUNTIME_KEY].metrics
+    counted = {"route": route, "method": "GET"}
+    assert metrics.get_sample_value("deskpool_http_requests_total", {**counted, "status": "307"})
+    assert not metrics.get_sample_value(
+        "deskpool_http_requests_total", {**counted, "status": "500"}
+    )
