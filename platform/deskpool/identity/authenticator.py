@@ -96,6 +96,9 @@ class Authenticator:
         self.provider = provider
         self.config = runtime.config
         self._cache: OrderedDict[_CacheKey, tuple[float, Principal]] = OrderedDict()
+        # Grows with every clear: a principal resolved while a change was announced may be
+        # from before the change, and is not cached.
+        self._generation = 0
         self._listener: asyncio.Task[None] | None = None
         self.metrics = AuthMetrics(runtime.metrics)
 
@@ -120,7 +123,8 @@ class Authenticator:
         await self.provider.close()
 
     def clear(self) -> None:
-        """Forget every cached principal."""
+        """Forget every cached principal (and any being resolved now)."""
+        self._generation += 1
         self._cache.clear()
 
     async def _listen(self) -> None:
@@ -180,11 +184,15 @@ class Authenticator:
             self.metrics.cache_hit.inc()
         else:
             self.metrics.cache_miss.inc()
+            generation = self._generation
             principal = await self._resolve(verified)
-            self._cache[key] = (now, principal)
-            self._cache.move_to_end(key)
-            while len(self._cache) > PRINCIPAL_CACHE_SIZE:
-                self._cache.popitem(last=False)
+            # Cached only when committed (_resolve returns after the commit) and no change
+            # was announced meanwhile.
+            if generation == self._generation:
+                self._cache[key] = (now, principal)
+                self._cache.move_to_end(key)
+                while len(self._cache) > PRINCIPAL_CACHE_SIZE:
+                    self._cache.popitem(last=False)
         if principal.disabled:
             self.metrics.outcome["disabled"].inc()
             raise Forbidden("This account is disabled.")

@@ -13,9 +13,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+import asyncpg
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from deskpool import __version__
+from deskpool.db.after_commit import AfterCommit
 from deskpool.licensing import keys
 from deskpool.licensing.manifest import (
     ManifestCheck,
@@ -69,8 +71,11 @@ class LicensingContext:
         self.clock = clock
         self.trusted = trusted
         self.version = version
-        #: The highest watermark this process read or wrote (to see it move backwards).
+        #: The highest watermark this process read or wrote (to see it move backwards); only
+        #: what was committed (see :meth:`remember`).
         self.seen: Seen | None = None
+        #: Holds what this process remembers until the transaction it was read in commits.
+        self.commits = AfterCommit()
         self._build: ManifestCheck | None = None
 
     @classmethod
@@ -91,10 +96,19 @@ class LicensingContext:
         """The clock's time."""
         return self.clock()
 
-    def remember(self, seq: int, instant: datetime | None) -> None:
-        """Remember a trusted watermark read or written (the highest seen is kept)."""
+    def remember(self, connection: asyncpg.Connection, seq: int, instant: datetime | None) -> None:
+        """Remember a trusted watermark read or written on ``connection`` (the highest is kept).
+
+        Only once it is committed: in a transaction of :attr:`commits`, when that commits; in a
+        transaction opened elsewhere, never (whether it commits is not known here). A watermark
+        remembered from a transaction that rolled back would make the stored one look moved
+        backwards, which is evidence that the license expired.
+        """
         if instant is None:
             return
+        self.commits.apply(connection, lambda: self._keep(seq, instant))
+
+    def _keep(self, seq: int, instant: datetime) -> None:
         if self.seen is not None:
             seq, instant = max(seq, self.seen.seq), max(instant, self.seen.instant)
         self.seen = Seen(seq, instant)

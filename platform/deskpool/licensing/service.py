@@ -132,10 +132,16 @@ async def _read(
     row, installation = snapshot.watermark, snapshot.installation
     view = inspect(row, context.watermark_keys, instance, _floor(installation, context))
     if row is not None and view.trusted:
-        context.remember(row.seq, row.instant)
-    if context.metrics is not None:
-        context.metrics.observe_watermark(view)
+        context.remember(connection, row.seq, row.instant)
+    metrics = context.metrics
+    if metrics is not None:
+        _show(connection, context, lambda: metrics.observe_watermark(view))
     return installation, view
+
+
+def _show(connection: asyncpg.Connection, context: LicensingContext, change: Any) -> None:
+    """Update a metric with what was read on ``connection`` (once it is committed)."""
+    context.commits.apply(connection, change, foreign="apply")
 
 
 def _installed_license(
@@ -152,10 +158,11 @@ def _installed_license(
 async def current_judgement(connection: asyncpg.Connection, context: LicensingContext) -> Judgement:
     """Judge the installed license now (the limits in force)."""
     installation, watermark = await _read(connection, context)
-    return _judge(context, installation, watermark)
+    return _judge(connection, context, installation, watermark)
 
 
 def _judge(
+    connection: asyncpg.Connection,
     context: LicensingContext,
     installation: store.Installation | None,
     watermark: WatermarkView,
@@ -168,18 +175,20 @@ def _judge(
         build=context.check_build().state,
         invalid_reason=invalid,
     )
-    if context.metrics is not None:
-        context.metrics.observe(judgement)
+    metrics = context.metrics
+    if metrics is not None:
+        _show(connection, context, lambda: metrics.observe(judgement))
     return judgement
 
 
 async def license_state(connection: asyncpg.Connection, context: LicensingContext) -> LicenseState:
     """The license state, usage, watermark, build integrity and last activation report."""
     installation, watermark = await _read(connection, context)
-    judgement = _judge(context, installation, watermark)
+    judgement = _judge(connection, context, installation, watermark)
     usage = await store.usage(connection)
-    if context.metrics is not None:
-        context.metrics.observe(judgement, usage)
+    metrics = context.metrics
+    if metrics is not None:
+        _show(connection, context, lambda: metrics.observe(judgement, usage))
     return LicenseState(
         judgement=judgement,
         usage=usage,
@@ -202,31 +211,38 @@ async def record_judgement(
     """Record ``judgement`` as the deployment's state; audit it when it changed.
 
     Returns whether it changed. Any number of processes may call it: a change is recorded (and
-    audited) once.
+    audited) once, in one transaction; it is counted and logged once that commits.
     """
-    previous = await store.get_judged(connection)
     status, edition = judgement.status.value, judgement.edition.value
-    if (previous.status, previous.edition) == (status, edition):
-        return False
-    if not await store.set_judged(connection, status, edition, previous):
-        return False
-    if audit:
-        details = {
-            "license_id": judgement.license.id if judgement.license else None,
-            "from": {"status": previous.status, "edition": previous.edition},
-            "to": {"status": status, "edition": edition},
-            "reasons": list(judgement.reasons),
-        }
-        await _record(connection, actor, "license.state_change", details)
+    async with context.commits.transaction(connection):
+        previous = await store.get_judged(connection)
+        if (previous.status, previous.edition) == (status, edition):
+            return False
+        if not await store.set_judged(connection, status, edition, previous):
+            return False
+        if audit:
+            details = {
+                "license_id": judgement.license.id if judgement.license else None,
+                "from": {"status": previous.status, "edition": previous.edition},
+                "to": {"status": status, "edition": edition},
+                "reasons": list(judgement.reasons),
+            }
+            await _record(connection, actor, "license.state_change", details)
+        context.commits.apply(connection, lambda: _changed(context, judgement))
+    return True
+
+
+def _changed(context: LicensingContext, judgement: Judgement) -> None:
+    """Count and log a recorded change of state (after it was committed)."""
+    status = judgement.status.value
     if context.metrics is not None:
         context.metrics.changes.labels(status).inc()
     log.info(
         "license state: %s (%s edition)%s",
         status,
-        edition,
+        judgement.edition.value,
         "".join(f"; {reason}" for reason in judgement.reasons),
     )
-    return True
 
 
 # --------------------------------------------------------------------------- install, remove
@@ -248,7 +264,7 @@ async def install_license(
         details = {"code": refused.code, "detail": refused.detail}
         await _record(connection, actor, "license.install", details, "failure")
         raise
-    async with connection.transaction():
+    async with context.commits.transaction(connection):
         # The watermark is persisted before the installation, whose time is its floor.
         await persist_watermark(connection, context)
         previous = await store.get_installation(connection)
@@ -282,7 +298,7 @@ async def _clear_evidence_before(
     instance = await store.instance_id(connection)
     following = cleared(row, context.now(), context.watermark_keys, instance)
     await store.write_watermark(connection, following)
-    context.remember(following.seq, following.instant)
+    context.remember(connection, following.seq, following.instant)
     log.warning(
         "license %s was issued after the watermark evidence (%s); the evidence is cleared",
         license.id,
@@ -297,7 +313,7 @@ async def remove_license(
 
     Removing when none is installed changes nothing and records nothing.
     """
-    async with connection.transaction():
+    async with context.commits.transaction(connection):
         removed = await store.delete_installation(connection)
         if removed is None:
             return await license_state(connection, context)
@@ -338,8 +354,9 @@ async def _growth(
     await store.lock_growth(connection)
     judgement = await current_judgement(connection, context)
     usage = await store.usage(connection)
-    if context.metrics is not None:
-        context.metrics.observe(judgement, usage)
+    metrics = context.metrics
+    if metrics is not None:
+        _show(connection, context, lambda: metrics.observe(judgement, usage))
     return judgement, usage
 
 
@@ -405,9 +422,11 @@ async def persist_watermark(
     """Persist the highest time seen; record and audit evidence of tampering once.
 
     Safe with any number of workers at once: the row is locked while it is advanced, and the
-    stored instant only ever grows (``GREATEST``). Returns what the stored row was worth.
+    stored instant only ever grows (``GREATEST``). Returns what the stored row was worth. The
+    process remembers the new watermark only once it is committed (nested in the caller's
+    transaction: once that commits).
     """
-    async with connection.transaction():
+    async with context.commits.transaction(connection):
         instance = await store.instance_id(connection)
         row = await store.get_watermark(connection, for_update=True)
         # The highest time seen: this process's clock and the database's.
@@ -424,8 +443,8 @@ async def persist_watermark(
                 {"detail": view.detail, "watermark": _instant(following.instant)},
                 "failure",
             )
-    context.remember(following.seq, following.instant)
-    if context.metrics is not None:
+        context.remember(connection, following.seq, following.instant)
+    if context.metrics is not None and not connection.is_in_transaction():
         await _read(connection, context)
     return view
 

@@ -9,6 +9,7 @@ does not trust it.
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -56,6 +57,12 @@ class TestVendor:
     def issue(self, **overrides: Any) -> str:
         """A signed license document (see :meth:`claims` for the defaults)."""
         return sign_document(self.private_key, self.claims(**overrides))
+
+    @staticmethod
+    def id_of(document: str) -> str:
+        """The license id a document names."""
+        license_id: str = json.loads(document)["license"]["id"]
+        return license_id
 
     def pem(self) -> bytes:
         """The private key as PKCS#8 PEM (what ``manifest build --key`` reads)."""
