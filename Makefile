@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # deskpool requires) and the drivers: installed editable with deskpool, in one resolution.
 DRIVERS := $(wildcard hypervisor_drivers/*/pyproject.toml)
 
-.PHONY: run test test-deploy setup services browser podman lint docs openapi clean console console-test
+.PHONY: run test test-deploy setup services browser x11 podman lint docs openapi clean console console-test
 
 # The console (web/): its dependencies from package-lock.json, then a build when a source,
 # the lock file or the OpenAPI document (its generated types) changed.
@@ -52,6 +52,10 @@ services:
 browser:
 	@bash scripts/ensure-browser.sh
 
+# Xvfb, x11vnc and xterm: the real X and VNC servers of the VNC bridge tests.
+x11:
+	@bash scripts/ensure-x11.sh
+
 # The main job: `deskpool dev` migrates, then runs every component in one process with the
 # simulator driver and a development identity provider, and prints where everything is.
 run: setup services console
@@ -59,7 +63,7 @@ run: setup services console
 	@set -a && . ./.run/dev.env && set +a && exec $(BIN)/deskpool dev
 
 # The whole test suite, lint and type checks included, through tox.
-test: setup services browser console console-test
+test: setup services browser x11 console console-test
 	$(BIN)/tox run -e lint,tests
 
 # The deployment: the Helm chart and the composition validated, then the image built with podman

@@ -1,20 +1,26 @@
-"""``python -m deskpool.desktopd [HOST:PORT]``: run the desktop daemon simulator alone."""
+"""``python -m deskpool.desktopd [--bridge-vnc NETWORK]... [HOST:PORT]``: run the simulator alone.
+
+``--bridge-vnc`` (repeatable) names a network whose VNC servers are real: a ``vnc`` connection
+to an IP address in it shows that server through the VNC bridge (:mod:`deskpool.desktopd.vnc`)
+instead of the simulated desktop. A development and test bridge; production runs guacd.
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import logging
-import sys
 
 from deskpool.config import parse_host_port
 from deskpool.desktopd.daemon import DesktopDaemonSimulator
+from deskpool.desktopd.vnc import VncBridge
 
 
-async def serve(address: str) -> None:
+async def serve(address: str, bridge: VncBridge) -> None:
     """Listen on ``address`` until interrupted."""
     where = parse_host_port(address)
-    daemon = DesktopDaemonSimulator(where.host, where.port)
+    daemon = DesktopDaemonSimulator(where.host, where.port, vnc_bridge=bridge)
     await daemon.start()
     print(f"desktop daemon simulator listening on {daemon.address}", flush=True)
     try:
@@ -24,11 +30,24 @@ async def serve(address: str) -> None:
 
 
 def main() -> None:
-    """Parse the one optional argument and serve."""
+    """Parse the arguments and serve."""
+    parser = argparse.ArgumentParser(prog="python -m deskpool.desktopd", description=__doc__)
+    parser.add_argument("address", nargs="?", default="127.0.0.1:4822", help="HOST:PORT")
+    parser.add_argument(
+        "--bridge-vnc",
+        action="append",
+        default=[],
+        metavar="NETWORK",
+        help="bridge the real VNC servers at IP addresses in NETWORK (e.g. 127.0.0.0/8)",
+    )
+    args = parser.parse_args()
+    try:
+        bridge = VncBridge.of(args.bridge_vnc)
+    except ValueError as error:
+        parser.error(str(error))
     logging.basicConfig(level=logging.INFO)
-    address = sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:4822"
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(address))
+        asyncio.run(serve(args.address, bridge))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ It behaves as guacd 1.6.0 does where a client can tell:
   ``connect`` carried one value per argument (closing otherwise, as guacd does);
 - a connection without a ``hostname`` fails as guacd's VNC plugin fails to reach its server:
   ``error "Unable to connect to VNC server." 519`` then ``disconnect``;
+- a ``vnc`` connection whose ``hostname`` the simulator was told to bridge (``vnc_bridge``, see
+  :mod:`deskpool.desktopd.vnc`) shows that real VNC server instead of the simulated desktop;
 - then it draws its own desktop (:mod:`deskpool.desktopd.screen`) with ``img`` streams of PNG
   (``blob`` chunks of at most 6048 bytes, then ``end``), ends each frame with
   ``sync,timestamp,frames``, echoes typed keys, follows the mouse, and sends ``nop`` when it has
@@ -23,16 +25,18 @@ It behaves as guacd 1.6.0 does where a client can tell:
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from deskpool.desktopd.frames import DesktopConnection
 from deskpool.desktopd.protocols import PROTOCOL_ARGS, PROTOCOL_VERSION
 from deskpool.desktopd.screen import Box, DesktopScreen
+from deskpool.desktopd.vnc import BridgeFailed, VncBridge, bridge_vnc
 from deskpool.guacamole import Instruction, ProtocolError, Status, encode
 from deskpool.guacamole.stream import InstructionReader, StreamClosed
 
@@ -42,19 +46,8 @@ log = logging.getLogger(__name__)
 
 #: ``GUACD_TIMEOUT``: how long guacd waits for each instruction, in seconds.
 GUACD_TIMEOUT = 15.0
-#: ``GUAC_SOCKET_KEEP_ALIVE_INTERVAL``: silence after which guacd sends ``nop``.
-KEEP_ALIVE_INTERVAL = 5.0
-#: ``GUAC_PROTOCOL_BLOB_MAX_LENGTH``: the most bytes in one ``blob``.
-BLOB_MAX_LENGTH = 6048
 #: Shortest time between two frames drawn for input.
 FRAME_INTERVAL = 0.04
-#: ``GUAC_COMP_OVER``: draw normally.
-COMPOSITE_OVER = 14
-
-
-def now_ms() -> int:
-    """guacd's timestamps: milliseconds since the epoch."""
-    return int(time.time() * 1000)
 
 
 @dataclass(eq=False)
@@ -80,40 +73,36 @@ class SimulatedUser:
 
 
 @dataclass(eq=False)
-class SimulatedConnection:
-    """A guacd connection (a ``guac_client``): one desktop shared by its users."""
+class SimulatedConnection(DesktopConnection):
+    """A guacd connection (a ``guac_client``) showing the simulator's own desktop."""
 
-    id: str
-    protocol: str
     screen: DesktopScreen
-    users: list[SimulatedUser] = field(default_factory=list)
-    last_sent_timestamp: int = 0
     dirty: list[Box] = field(default_factory=list)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    renderer: asyncio.Task[None] | None = None
-    stream_index: int = 0
 
-    async def broadcast(self, text: str) -> None:
-        """Send ``text`` to every user still connected."""
-        users = [user for user in self.users if not user.closed]
-        await asyncio.gather(*(user.send(text) for user in users))
-
-    def frame(self, boxes: list[Box]) -> str:
+    def frame(self, boxes: Iterable[Box]) -> str:
         """The instructions that draw ``boxes`` and end the frame."""
-        parts: list[str] = []
-        for box in boxes:
-            region = self.screen.region(box)
-            self.stream_index = (self.stream_index + 1) % 64
-            index = self.stream_index
-            parts.append(encode("img", index, COMPOSITE_OVER, 0, "image/png", region.x, region.y))
-            data = region.png
-            for start in range(0, len(data), BLOB_MAX_LENGTH):
-                chunk = base64.b64encode(data[start : start + BLOB_MAX_LENGTH]).decode()
-                parts.append(encode("blob", index, chunk))
-            parts.append(encode("end", index))
-        self.last_sent_timestamp = now_ms()
-        parts.append(encode("sync", self.last_sent_timestamp, 1))
-        return "".join(parts)
+        parts = [self.image(r.x, r.y, r.png) for r in map(self.screen.region, boxes)]
+        return "".join(parts) + self.end_frame()
+
+    def welcome(self) -> str:
+        """The desktop's name and size, and the whole desktop."""
+        screen = self.screen
+        return (
+            encode("name", screen.vm_name)
+            + encode("size", 0, screen.width, screen.height)
+            + self.frame([(0, 0, screen.width, screen.height)])
+        )
+
+    def input(self, opcode: str, args: tuple[str, ...]) -> None:
+        """Echo keys, follow the mouse, resize."""
+        screen = self.screen
+        numbers = [int(arg) for arg in args if arg.lstrip("-").isdigit()]
+        if opcode == "key" and len(numbers) >= 2:
+            self.mark(screen.key(numbers[0], numbers[1] == 1))
+        elif opcode == "mouse" and len(numbers) >= 3:
+            self.mark(*screen.mouse(numbers[0], numbers[1], numbers[2]))
+        elif opcode == "size" and len(numbers) >= 2:
+            self.mark(screen.resize(*_size(args)))
 
     def mark(self, *boxes: Box | None) -> None:
         """Schedule ``boxes`` for the next frame."""
@@ -131,8 +120,7 @@ class SimulatedConnection:
                 self.dirty.append(self.screen.tick(time.time()))
             boxes, self.dirty = self.dirty, []
             await self.broadcast(self.frame(boxes))
-            quiet = [u for u in self.users if time.monotonic() - u.last_write > KEEP_ALIVE_INTERVAL]
-            await asyncio.gather(*(user.send(encode("nop")) for user in quiet))
+            await self.keep_alive()
             await asyncio.sleep(FRAME_INTERVAL)
 
 
@@ -150,13 +138,23 @@ class DesktopDaemonSimulator:
     :param host: address to listen on.
     :param port: port to listen on (0: any free port; see :attr:`port`).
     :param user_timeout: seconds a user may stay silent (guacd: 15).
+    :param vnc_bridge: the VNC servers to bridge instead of drawing a simulated desktop (none
+        by default; see :class:`deskpool.desktopd.vnc.VncBridge`).
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, user_timeout: float = 15.0):
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        user_timeout: float = 15.0,
+        vnc_bridge: VncBridge | None = None,
+    ):
         self.host = host
         self.port = port
         self.user_timeout = user_timeout
-        self.connections: dict[str, SimulatedConnection] = {}
+        self.vnc_bridge = vnc_bridge or VncBridge()
+        self.connections: dict[str, DesktopConnection] = {}
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         #: The instructions of the latest handshakes, as received (for tests and diagnosis).
@@ -217,6 +215,7 @@ class DesktopDaemonSimulator:
             if not connection.users:
                 self.connections.pop(connection.id, None)
                 connection.changed.set()
+                await connection.close()
 
     async def _read(self, instructions: InstructionReader, seen: list[Instruction]) -> Instruction:
         async with asyncio.timeout(GUACD_TIMEOUT):
@@ -226,12 +225,12 @@ class DesktopDaemonSimulator:
 
     async def _handshake(
         self, instructions: InstructionReader, writer: asyncio.StreamWriter, seen: list[Instruction]
-    ) -> tuple[SimulatedConnection, SimulatedUser]:
+    ) -> tuple[DesktopConnection, SimulatedUser]:
         select = await self._read(instructions, seen)
         if select.opcode != "select" or len(select.args) != 1:
             raise HandshakeFailed("expected select with one argument")
         identifier = select.args[0]
-        existing: SimulatedConnection | None = None
+        existing: DesktopConnection | None = None
         if identifier.startswith("$"):
             existing = self.connections.get(identifier)
             if existing is None:
@@ -276,22 +275,23 @@ class DesktopDaemonSimulator:
                     )
                     + encode("disconnect"),
                 )
-            screen = DesktopScreen(width, height, values["hostname"], user_name, protocol)
-            connection = SimulatedConnection(connection_id, protocol, screen)
+            if protocol == "vnc" and self.vnc_bridge.covers(values["hostname"]):
+                try:
+                    connection = await bridge_vnc(connection_id, values)
+                except BridgeFailed as failed:
+                    raise HandshakeFailed(str(failed), failed.reply) from failed
+            else:
+                screen = DesktopScreen(width, height, values["hostname"], user_name, protocol)
+                connection = SimulatedConnection(connection_id, protocol, screen=screen)
             self.connections[connection_id] = connection
         connection.users.append(user)
-        screen = connection.screen
-        await user.send(
-            encode("name", screen.vm_name)
-            + encode("size", 0, screen.width, screen.height)
-            + connection.frame([(0, 0, screen.width, screen.height)])
-        )
+        await user.send(connection.welcome())
         if connection.renderer is None or connection.renderer.done():
             connection.renderer = asyncio.create_task(connection.render())
         return connection, user
 
     async def _user_loop(
-        self, instructions: InstructionReader, connection: SimulatedConnection, user: SimulatedUser
+        self, instructions: InstructionReader, connection: DesktopConnection, user: SimulatedUser
     ) -> None:
         while not user.closed:
             try:
@@ -312,19 +312,8 @@ class DesktopDaemonSimulator:
                 ):
                     break
             elif not user.read_only:
-                self._input(connection, opcode, args)
+                connection.input(opcode, args)
         await user.send(encode("disconnect"))
-
-    @staticmethod
-    def _input(connection: SimulatedConnection, opcode: str, args: tuple[str, ...]) -> None:
-        screen = connection.screen
-        numbers = [int(arg) for arg in args if arg.lstrip("-").isdigit()]
-        if opcode == "key" and len(numbers) >= 2:
-            connection.mark(screen.key(numbers[0], numbers[1] == 1))
-        elif opcode == "mouse" and len(numbers) >= 3:
-            connection.mark(*screen.mouse(numbers[0], numbers[1], numbers[2]))
-        elif opcode == "size" and len(numbers) >= 2:
-            connection.mark(screen.resize(*_size(args)))
 
 
 def _size(args: tuple[str, ...]) -> tuple[int, int]:

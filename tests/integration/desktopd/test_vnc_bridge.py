@@ -1,0 +1,261 @@
+"""The simulator's VNC bridge against a real X server served by a real VNC server (x11vnc).
+
+Xvfb shows a blue root window and an xterm; x11vnc serves it with and without a VNC password.
+A client speaking guacd's protocol to the simulator draws what it receives (``size``, PNG
+``img`` streams, ``copy``) on a canvas of its own: the canvas becomes the screen ``xwd`` reads,
+pixel for pixel. Keys it types reach the xterm once its pointer is over it (the X server gives
+the keyboard to the window under the pointer), and a wrong password ends cleanly as guacd ends
+it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import io
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageChops
+
+from deskpool.desktopd import DesktopDaemonSimulator
+from deskpool.desktopd.rfb import CopyRect, Update
+from deskpool.desktopd.vnc import BridgedConnection, VncBridge
+from deskpool.guacamole import Instruction, Status, encode
+from deskpool.guacamole.handshake import ClientInfo, perform_handshake
+from deskpool.guacamole.stream import InstructionReader, StreamClosed
+from deskpool.testing.processes import until
+from deskpool.testing.x11 import ROOT_COLOUR, VncServer, XDisplay, vnc_server, x_display
+
+INFO = ClientInfo(width=1024, height=768, dpi=96, timezone="UTC", name="Ada Lovelace")
+PASSWORD = "s3cret-pw"
+#: The xterm's place on the screen: away from the pointer's start at 0,0.
+XTERM_AT = (200, 150)
+
+
+class Canvas:
+    """What a Guacamole client draws from the instructions of layer 0."""
+
+    def __init__(self) -> None:
+        self.image = Image.new("RGB", (1, 1))
+        self.streams: dict[str, tuple[int, int, list[bytes]]] = {}
+        self.copies = 0
+        self.last_sync = ""
+
+    def apply(self, instruction: Instruction) -> None:
+        opcode, args = instruction
+        if opcode == "size" and args[0] == "0":
+            resized = Image.new("RGB", (int(args[1]), int(args[2])))
+            resized.paste(self.image, (0, 0))
+            self.image = resized
+        elif opcode == "img":
+            assert args[1:4] == ("14", "0", "image/png"), args
+            self.streams[args[0]] = (int(args[4]), int(args[5]), [])
+        elif opcode == "blob":
+            self.streams[args[0]][2].append(base64.b64decode(args[1]))
+        elif opcode == "end":
+            x, y, chunks = self.streams.pop(args[0])
+            self.image.paste(Image.open(io.BytesIO(b"".join(chunks))).convert("RGB"), (x, y))
+        elif opcode == "copy":
+            sx, sy, w, h, mode, dst, dx, dy = map(int, args[1:])
+            assert (args[0], mode, dst) == ("0", 14, 0), args
+            self.image.paste(self.image.crop((sx, sy, sx + w, sy + h)), (dx, dy))
+            self.copies += 1
+        elif opcode == "sync":
+            self.last_sync = args[0]
+
+
+class Viewer:
+    """A guacd client of the simulator: it draws, acknowledges frames, and can type."""
+
+    def __init__(self, reader: InstructionReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.canvas = Canvas()
+        self.received: list[Instruction] = []
+        self.synced = asyncio.Event()
+        self.ended = asyncio.Event()
+
+    async def follow(self) -> None:
+        with contextlib.suppress(StreamClosed, ConnectionError):
+            while True:
+                instruction = await self.reader.read()
+                self.received.append(instruction)
+                self.canvas.apply(instruction)
+                if instruction.opcode == "sync":
+                    await self.send("sync", instruction.args[0])
+                    self.synced.set()
+        self.ended.set()
+
+    async def send(self, opcode: str, *args: object) -> None:
+        self.writer.write(encode(opcode, *args).encode())
+        await self.writer.drain()
+
+    async def type(self, text: str) -> None:
+        for character in text:
+            keysym = 0xFF0D if character == "\n" else ord(character)
+            await self.send("key", keysym, 1)
+            await self.send("key", keysym, 0)
+
+
+@contextlib.asynccontextmanager
+async def viewing(
+    daemon: DesktopDaemonSimulator, server: VncServer, password: str = ""
+) -> AsyncIterator[Viewer]:
+    reader, writer = await asyncio.open_connection(daemon.host, daemon.port)
+    instructions = InstructionReader(reader)
+    target = {"hostname": "127.0.0.1", "port": str(server.port), "password": password}
+    await perform_handshake(instructions, writer, "vnc", target, INFO, within=10)
+    viewer = Viewer(instructions, writer)
+    following = asyncio.create_task(viewer.follow())
+    try:
+        yield viewer
+    finally:
+        writer.close()
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+
+
+@pytest.fixture
+async def bridging_daemon() -> AsyncIterator[DesktopDaemonSimulator]:
+    daemon = DesktopDaemonSimulator("127.0.0.1", 0, vnc_bridge=VncBridge.loopback())
+    await daemon.start()
+    try:
+        yield daemon
+    finally:
+        await daemon.stop()
+
+
+@pytest.fixture
+async def display(tmp_path: Path) -> AsyncIterator[XDisplay]:
+    async with x_display(640, 480) as display:
+        yield display
+
+
+async def xterm_reading_a_line(display: XDisplay, into: Path) -> None:
+    """An xterm that shows a banner and writes the line typed into it to ``into``, mapped."""
+    script = f'echo DESKPOOL VNC BRIDGE; read line; printf %s "$line" > {into}; exec sleep 600'
+    x, y = XTERM_AT
+    display.spawn("xterm", "-geometry", f"40x8+{x}+{y}", "-e", "sh", "-c", script)
+
+    async def mapped() -> bool:
+        return b"xterm" in (await display.run("xwininfo", "-root", "-children")).lower()
+
+    await until(mapped, "the xterm is on the screen", seconds=60, every=0.2)
+
+
+async def canvas_shows_the_screen(viewer: Viewer, display: XDisplay) -> None:
+    async def same() -> bool:
+        screen = await display.screenshot()
+        picture = viewer.canvas.image
+        return picture.size == screen.size and not ImageChops.difference(picture, screen).getbbox()
+
+    await until(same, "the bridged picture is the X screen", seconds=60, every=0.2)
+
+
+async def test_the_bridge_shows_the_x_screen_and_types_into_it(
+    bridging_daemon: DesktopDaemonSimulator, display: XDisplay, tmp_path: Path
+) -> None:
+    typed = tmp_path / "typed.txt"
+    await xterm_reading_a_line(display, typed)
+    async with vnc_server(display) as server, viewing(bridging_daemon, server) as viewer:
+        await canvas_shows_the_screen(viewer, display)
+        assert viewer.received[0] == Instruction("size", ("0", "640", "480"))
+        assert viewer.canvas.image.getpixel((5, 5)) == ROOT_COLOUR
+        await viewer.synced.wait()  # input only after the first frame was acknowledged
+        await viewer.send("mouse", XTERM_AT[0] + 60, XTERM_AT[1] + 40, 0)
+        await viewer.type("hello from deskpool\n")
+        await until(
+            lambda: asyncio.to_thread(lambda: typed.exists() and typed.read_text()),
+            "the typed line reached the xterm",
+            seconds=60,
+            every=0.2,
+        )
+        assert typed.read_text() == "hello from deskpool"
+        await canvas_shows_the_screen(viewer, display)
+
+
+async def test_vnc_authentication_with_the_right_password(
+    bridging_daemon: DesktopDaemonSimulator, display: XDisplay
+) -> None:
+    async with (
+        vnc_server(display, password=PASSWORD) as server,
+        viewing(bridging_daemon, server, PASSWORD) as viewer,
+    ):
+        await canvas_shows_the_screen(viewer, display)
+        assert viewer.canvas.image.getcolors() == [(640 * 480, ROOT_COLOUR)]
+
+
+async def test_a_copy_rect_becomes_a_copy_that_draws_what_the_bridge_holds(
+    bridging_daemon: DesktopDaemonSimulator, display: XDisplay, tmp_path: Path
+) -> None:
+    await xterm_reading_a_line(display, tmp_path / "unused.txt")
+    async with vnc_server(display) as server, viewing(bridging_daemon, server) as viewer:
+        await canvas_shows_the_screen(viewer, display)
+        (connection,) = bridging_daemon.connections.values()
+        assert isinstance(connection, BridgedConnection)
+        # x11vnc sends no CopyRect without a window manager: the bridge applies one as a
+        # server's, and the client's canvas follows the instructions it yields.
+        canvas = Canvas()
+        canvas.image = connection.framebuffer.copy()
+        text = connection.apply(Update((CopyRect(20, 20, 200, 60, *XTERM_AT),)))
+        stream = asyncio.StreamReader()
+        stream.feed_data(text.encode())
+        stream.feed_eof()
+        instructions = InstructionReader(stream)
+        with contextlib.suppress(StreamClosed):
+            while True:
+                canvas.apply(await instructions.read())
+        assert canvas.copies == 1
+        assert not ImageChops.difference(canvas.image, connection.framebuffer).getbbox()
+        assert connection.framebuffer.crop((20, 20, 220, 80)) != Image.new(
+            "RGB", (200, 60), ROOT_COLOUR
+        )
+
+
+@pytest.mark.parametrize("password", ["wrong-password", ""])
+async def test_a_refused_password_ends_as_guacd_ends_it(
+    bridging_daemon: DesktopDaemonSimulator, display: XDisplay, password: str
+) -> None:
+    async with (
+        vnc_server(display, password=PASSWORD) as server,
+        viewing(bridging_daemon, server, password) as viewer,
+    ):
+        async with asyncio.timeout(30):
+            await viewer.ended.wait()
+        status = str(int(Status.UPSTREAM_NOT_FOUND))
+        assert viewer.received == [
+            Instruction("error", ("Unable to connect to VNC server.", status)),
+            Instruction("disconnect", ()),
+        ]
+    assert not bridging_daemon.connections
+
+
+async def test_unbridged_hosts_still_get_the_simulated_desktop(
+    bridging_daemon: DesktopDaemonSimulator,
+) -> None:
+    reader, writer = await asyncio.open_connection(bridging_daemon.host, bridging_daemon.port)
+    instructions = InstructionReader(reader)
+    try:
+        target = {"hostname": "demo-01", "port": "5900", "password": ""}
+        await perform_handshake(instructions, writer, "vnc", target, INFO, within=10)
+        async with asyncio.timeout(10):
+            first = await instructions.read()
+        assert first == Instruction("name", ("demo-01",))
+    finally:
+        writer.close()
+
+
+def test_which_hosts_are_bridged() -> None:
+    bridge = VncBridge.of(["127.0.0.0/8", "fd00::/8"])
+    assert bridge.covers("127.0.0.1")
+    assert bridge.covers("localhost")
+    assert bridge.covers("[fd00::5]")
+    assert not bridge.covers("10.0.0.1")
+    assert not bridge.covers("demo-01")
+    assert not VncBridge().covers("127.0.0.1")
+    with pytest.raises(ValueError):
+        VncBridge.of(["not-a-network"])
