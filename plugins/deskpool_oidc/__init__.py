@@ -96,8 +96,9 @@ def deskpool_declare_settings(registry: SettingRegistry) -> None:
             parse_bool,
             "false",
             "Accept bearer tokens that look like ID tokens (`nonce`, `at_hash`, `c_hash`, "
-            "`s_hash`, Keycloak's `typ: ID`). Only for issuers whose access tokens are ID tokens "
-            "(Dex); see docs/operators/identity.md.",
+            "`s_hash`, Keycloak's `typ: ID`) or are not recognisably access tokens (not typed "
+            "`at+jwt`, none of `scope`, `scp`, `client_id`, `roles`). Only for issuers whose "
+            "access tokens are ID tokens (Dex); see docs/operators/identity.md.",
             type_name="boolean",
         ),
     )

@@ -17,10 +17,13 @@ its JWK Set; while the issuer cannot be reached it keeps retrying with exponenti
   explicitly typed as another kind of JWT (``logout+jwt``, ``dpop+jwt``...; RFC 8725 §3.11) is
   not, and neither is one that carries what only ID tokens carry (:data:`ID_TOKEN_CLAIMS`:
   ``nonce``, ``at_hash``, ``c_hash``, ``s_hash``) or an issuer's own ID-token marker (Keycloak's
-  ``typ: ID`` claim). An ID token is issued *to a client* as proof of a sign-in, and its
-  audience is that client, not this API; accepting it would let anything that ever held a
-  console ID token call the API. ``AUTH_OIDC_ACCEPT_ID_TOKENS`` turns that refusal off for
-  issuers whose access tokens are ID tokens (Dex), see ``docs/operators/identity.md``.
+  ``typ: ID`` claim); a token neither typed ``at+jwt`` nor carrying an access-token claim
+  (:data:`ACCESS_TOKEN_CLAIMS`: ``scope``, ``scp``, ``client_id``, ``roles``) is not one either
+  (an ID token of a code flow without ``nonce`` and ``at_hash``). An ID token is issued *to a
+  client* as proof of a sign-in, and its audience is that client, not this API; accepting it
+  would let anything that ever held a console ID token call the API.
+  ``AUTH_OIDC_ACCEPT_ID_TOKENS`` turns that refusal off for issuers whose access tokens are ID
+  tokens (Dex), see ``docs/operators/identity.md``.
 
 A verified token is cached in the process until it expires, keyed by the SHA-256 of the token,
 so verifying it again costs a hash and a dictionary lookup.
