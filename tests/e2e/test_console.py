@@ -304,9 +304,15 @@ async def _steps(instance: Instance, admin: Any, user: Any, expect: Any) -> None
     await expect(admin.get_by_text("Watching read-only")).to_be_visible()
     assert await _drawn(admin), "the watched desktop's canvases are blank"
     await admin.locator(".desktop-screen").click()
+    (desktop,) = _screens(instance)
+    watcher = desktop.users[-1]  # the owner's tunnel joined first
     await admin.keyboard.type("typed by the watcher")
-    await asyncio.sleep(1.0)  # what the watcher types never reaches the desktop
-    assert not any("by the watcher" in c.screen.typed for c in _screens(instance))
+    # The daemon acknowledges the watcher's keys: it read them before the watcher's sync of a
+    # frame drawn after they were typed. The desktop shows none of them.
+    typed_before = desktop.last_sent_timestamp
+    await _until(lambda: watcher.acknowledged > typed_before)
+    assert "by the watcher" not in desktop.screen.typed
+    assert "hello from e2e" in desktop.screen.typed
     await visit(instance, admin, "watching")
     await admin.get_by_role("button", name="Stop watching").click()
     await admin.wait_for_url("**/sessions")

@@ -59,6 +59,9 @@ class SimulatedUser:
     name: str
     last_write: float = field(default_factory=time.monotonic)
     closed: bool = False
+    #: The timestamp of the latest frame this user acknowledged with ``sync``: everything the
+    #: user sent before that ``sync`` has been read (and applied, unless read-only).
+    acknowledged: int = 0
 
     async def send(self, text: str) -> None:
         """Write ``text`` and wait for the socket to take it."""
@@ -311,6 +314,7 @@ class DesktopDaemonSimulator:
                     or int(args[0]) > connection.last_sent_timestamp
                 ):
                     break
+                user.acknowledged = int(args[0])
             elif not user.read_only:
                 connection.input(opcode, args)
         await user.send(encode("disconnect"))

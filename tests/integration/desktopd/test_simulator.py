@@ -21,6 +21,7 @@ from deskpool.guacamole.handshake import (
     perform_handshake,
 )
 from deskpool.guacamole.stream import InstructionReader, StreamClosed
+from deskpool.testing import processes
 
 
 @contextlib.asynccontextmanager
@@ -97,10 +98,17 @@ async def test_typing_is_echoed_and_joining_read_only_sees_the_same_desktop(
                 joined, join_writer, done.connection_id, {"read-only": "true"}, INFO, within=5
             )
             assert shadow.connection_id == done.connection_id
-            await until(joined, "sync")
-            join_writer.write(encode("key", ord("x"), 1).encode())
+            (frame,) = (await until(joined, "sync"))[-1].args[:1]
+            # The daemon reads the read-only user's key, then its acknowledgement of a frame.
+            join_writer.write((encode("key", ord("x"), 1) + encode("sync", frame)).encode())
+            shadow_user = connection.users[-1]
+
+            async def acknowledged() -> bool:
+                return shadow_user.acknowledged == int(frame)
+
+            await processes.until(acknowledged, "the daemon read the read-only user's sync")
+            assert connection.screen.typed == "h"
             writer.write(encode("key", ord("i"), 1).encode())
-            await until(joined, "sync")
             await until(reader, "sync")
         assert connection.screen.typed == "hi"
 

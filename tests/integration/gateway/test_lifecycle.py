@@ -15,6 +15,7 @@ from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import Instruction, Status, encode
 from deskpool.guacamole.stream import InstructionReader
 from deskpool.sessions.tunnel import SessionEndReason
+from deskpool.testing.processes import until
 from deskpool_gateway import supervisor
 
 
@@ -159,17 +160,24 @@ async def test_an_administrator_shadows_a_session_read_only(
     shadow = await gateway.open(
         gateway.broker.issue(join_connection_id=connection_id, read_only=True)
     )
-    await shadow.until("sync")
+    frame = (await shadow.until("sync"))[-1].args[0]
     join = desktop_daemon.handshakes[-1]
     assert join[0] == Instruction("select", (connection_id,))
+    connection = desktop_daemon.connections[connection_id]
+    watcher = connection.users[-1]
+    # The daemon reads the watcher's key, then the watcher's acknowledgement of a frame.
     await shadow.send("key", ord("x"), 1)
+    await shadow.send("sync", frame)
+
+    async def acknowledged() -> bool:
+        return watcher.acknowledged == int(frame)
+
+    await until(acknowledged, "the daemon read the watcher's sync")
+    assert connection.screen.typed == ""
     await owner.send("key", ord("y"), 1)
-    screen = desktop_daemon.connections[connection_id].screen
-    for _ in range(5):
-        await owner.until("sync")
-        if screen.typed:
-            break
-    assert screen.typed == "y"
+    async with asyncio.timeout(10):
+        while connection.screen.typed != "y":
+            await owner.until("sync")
     await shadow.ws.close()
     await owner.ws.close()
 
