@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # deskpool requires) and the drivers: installed editable with deskpool, in one resolution.
 DRIVERS := $(wildcard hypervisor_drivers/*/pyproject.toml)
 
-.PHONY: run test test-deploy setup services browser x11 podman lint docs openapi clean console console-test
+.PHONY: run test test-deploy setup services libvirt browser x11 podman lint docs openapi clean console console-test
 
 # The console (web/): its dependencies from package-lock.json, then a build when a source,
 # the lock file or the OpenAPI document (its generated types) changed.
@@ -18,7 +18,8 @@ WEB_STAMP := web/node_modules/.installed
 WEB_SOURCES := $(shell find web/src web/public -type f 2>/dev/null) web/index.html \
   web/package.json web/vite.config.ts web/tsconfig.json api/openapi/openapi.yaml
 
-$(STAMP): pyproject.toml $(DRIVERS)
+# The libvirt driver's binding (libvirt-python) builds against libvirt-dev: libvirt first.
+$(STAMP): pyproject.toml $(DRIVERS) | libvirt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "deskpool needs Python 3.11 or newer"; exit 1; }
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || \
@@ -49,6 +50,11 @@ console-test: $(WEB_STAMP)
 services:
 	@bash scripts/ensure-services.sh
 
+# QEMU and libvirt's daemons (and libvirt-dev for the binding), for the libvirt driver's tests
+# against real VMs and `make run`.
+libvirt:
+	@bash scripts/ensure-libvirt.sh
+
 browser:
 	@bash scripts/ensure-browser.sh
 
@@ -58,12 +64,12 @@ x11:
 
 # The main job: `deskpool dev` migrates, then runs every component in one process with the
 # simulator driver and a development identity provider, and prints where everything is.
-run: setup services console
+run: setup services libvirt console
 	@bash scripts/dev-env.sh
 	@set -a && . ./.run/dev.env && set +a && exec $(BIN)/deskpool dev
 
 # The whole test suite, lint and type checks included, through tox.
-test: setup services browser x11 console console-test
+test: setup services libvirt browser x11 console console-test
 	$(BIN)/tox run -e lint,tests
 
 # The deployment: the Helm chart and the composition validated, then the image built with podman

@@ -14,7 +14,7 @@ import pytest
 
 from deskpool.testing.processes import deskpool_command
 
-pytest_plugins = ["tests.secret_leak_guard"]
+pytest_plugins = ["tests.secret_leak_guard", "deskpool.testing.libvirt.fixtures"]
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO = Path(__file__).parent.parent

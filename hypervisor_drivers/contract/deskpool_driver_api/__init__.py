@@ -32,6 +32,9 @@ from deskpool_driver_api.context import (
     DriverCall,
     DriverCallObserver,
     DriverContext,
+    VmEvent,
+    VmEventKind,
+    VmEventSink,
     deadline_after,
     remaining_time,
 )
@@ -87,7 +90,7 @@ from deskpool_driver_api.shared_state import (
 )
 
 #: The version of the contract this package defines (while 0.x, a minor version may change it).
-CONTRACT_VERSION = "0.3"
+CONTRACT_VERSION = "0.3"  # 0.3.1 added VM events (optional)
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -135,6 +138,9 @@ __all__ = [
     "TransientDriverError",
     "Unsupported",
     "VirtualMachine",
+    "VmEvent",
+    "VmEventKind",
+    "VmEventSink",
     "VmNotFound",
     "VmNotRunning",
     "connection_problems",

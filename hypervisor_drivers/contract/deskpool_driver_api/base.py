@@ -422,7 +422,29 @@ class HypervisorDriver(abc.ABC):
 
         return await self._call("desktop_endpoint", deadline, body)
 
+    @final
+    async def watch_events(self, *, deadline: float | None = None) -> None:
+        """Start reporting VM events to ``context.events`` (``capabilities.vm_events``).
+
+        Connects to the hypervisor if needed and returns once events flow; they keep flowing
+        (the driver reconnecting as needed) until :meth:`close`. Idempotent.
+
+        :raises Unsupported: the driver does not report events.
+        :raises ClusterUnreachable: the hypervisor cannot be reached now (call again later).
+        """
+        self._require(self.capabilities.vm_events, "VM events")
+        await self._call("watch_events", deadline, self.do_watch_events)
+
     # ------------------------------------------------------------------ what a driver implements
+
+    async def do_watch_events(self) -> None:
+        """Subscribe to the hypervisor's VM events (``capabilities.vm_events``); idempotent.
+
+        Report each to ``self.context.events`` (when it is not ``None``) as a
+        :class:`~deskpool_driver_api.VmEvent`, calling ``vm_event`` on the event loop this
+        coroutine runs on, never from another thread directly.
+        """
+        raise Unsupported(f"the {self.name} driver does not report VM events")
 
     @abc.abstractmethod
     async def do_check_connection(self) -> ClusterInfo:

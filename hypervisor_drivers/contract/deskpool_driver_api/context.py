@@ -9,6 +9,7 @@ its own waits, and :func:`run_call`, the one path every public call of
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -63,6 +64,44 @@ class DriverCall:
     outcome: str
 
 
+class VmEventKind(enum.StrEnum):
+    """What happened to a VM, as a driver that watches its hypervisor reports it."""
+
+    STARTED = "started"
+    STOPPED = "stopped"
+    #: The VM no longer exists (deleted or undefined).
+    REMOVED = "removed"
+
+
+@dataclass(frozen=True)
+class VmEvent:
+    """A change of one VM the hypervisor told the driver about (contract 0.3.1).
+
+    :param cluster_id: the cluster whose driver saw it (``context.cluster_id``).
+    :param vm_id: the VM's id, as :meth:`~deskpool_driver_api.HypervisorDriver.get_vm` takes.
+    :param kind: what happened.
+    :param node: the node it happened on, when known.
+    """
+
+    cluster_id: str
+    vm_id: str
+    kind: VmEventKind
+    node: str | None = None
+
+
+class VmEventSink(Protocol):
+    """Receives the VM events of drivers declaring ``capabilities.vm_events``.
+
+    A driver calls :meth:`vm_event` on the event loop its calls run on (from another thread:
+    through ``loop.call_soon_threadsafe``), for VMs whether deskpool owns them or not; the
+    platform checks ownership itself.
+    """
+
+    def vm_event(self, event: VmEvent) -> None:
+        """Take ``event``; must not raise and must not block."""
+        ...
+
+
 class DriverCallObserver(Protocol):
     """Receives every finished driver call (the platform times them into metrics)."""
 
@@ -82,6 +121,8 @@ class DriverContext:
     :param clock: wall-clock time in seconds (:func:`time.time`); a driver that stores
         timestamps in shared state reads this so other processes agree and tests can move time.
     :param observer: told about every finished call, or ``None``.
+    :param events: told about VM events by a driver declaring ``capabilities.vm_events``
+        (from contract 0.3.1), or ``None``.
     """
 
     shared_state: SharedState
@@ -89,6 +130,7 @@ class DriverContext:
     owner_tag: str = DEFAULT_OWNER_TAG
     clock: Callable[[], float] = field(default=time.time)
     observer: DriverCallObserver | None = None
+    events: VmEventSink | None = None
 
 
 async def run_call(

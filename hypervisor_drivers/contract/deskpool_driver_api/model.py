@@ -65,6 +65,9 @@ class DriverCapabilities:
         as a preference), the driver's default first.
     :param node_selection: a clone can be placed on a chosen node.
     :param storage_selection: a full clone can be placed on a chosen storage.
+    :param vm_events: the driver watches its hypervisor and reports VMs that start, stop or
+        disappear to ``context.events`` as they do (contract 0.3.1), once
+        :meth:`~deskpool_driver_api.HypervisorDriver.watch_events` was called.
     """
 
     linked_clone: bool = False
@@ -74,6 +77,7 @@ class DriverCapabilities:
     desktop_protocols: tuple[DesktopProtocol, ...] = ()
     node_selection: bool = False
     storage_selection: bool = False
+    vm_events: bool = False
 
 
 @dataclass(frozen=True, repr=False)

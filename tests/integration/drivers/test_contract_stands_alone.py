@@ -31,7 +31,9 @@ def imported_by(statement: str) -> list[str]:
     return [line.rsplit("|", 1)[1].strip() for line in lines[1:]]
 
 
-@pytest.mark.parametrize("module", ["deskpool_driver_api", "deskpool_driver_api.conformance"])
+@pytest.mark.parametrize(
+    "module", ["deskpool_driver_api", "deskpool_driver_api.conformance", "deskpool_driver_libvirt"]
+)
 def test_importing_the_contract_loads_nothing_of_the_platform(module: str) -> None:
     modules = imported_by(f"import {module}")
     assert module in modules
