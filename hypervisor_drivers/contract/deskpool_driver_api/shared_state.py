@@ -14,6 +14,8 @@ Failures of the store itself surface as
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import secrets
 import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -73,16 +75,24 @@ class SharedState(Protocol):
         ...
 
 
+#: How often a waiter retries a held lock whose release it was not told of, at most.
+LOCK_RETRY_SECONDS = 0.02
+
+
 class InMemorySharedState:
     """:class:`SharedState` in one process's memory, for unit tests and single-process use.
 
-    Lock ``ttl`` is not enforced (a holder in the same process cannot die without its
-    event loop).
+    It behaves as the platform's Redis implementation does where a driver can tell (one
+    contract suite runs against both): every operation is a suspension point, as a round trip
+    is, so a caller can be cancelled there (an operation cancelled before it ran did not
+    happen); values and locks expire after their ``ttl``; a lock is the key ``lock:NAME``
+    holding a random token, taken only while absent and released only by the holder of that
+    token (a holder whose lock expired and was taken by another releases nothing).
     """
 
     def __init__(self) -> None:
         self._values: dict[str, tuple[bytes, float | None]] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._released = asyncio.Event()
 
     def _live(self, key: str) -> bytes | None:
         item = self._values.get(key)
@@ -100,42 +110,66 @@ class InMemorySharedState:
         else:
             self._values[key] = (bytes(value), time.monotonic() + ttl if ttl else None)
 
+    def _swap(
+        self, key: str, expected: bytes | None, value: bytes | None, ttl: float | None
+    ) -> bool:
+        if self._live(key) != expected:
+            return False
+        self._store(key, value, ttl)
+        return True
+
     async def get(self, key: str) -> bytes | None:
         """The value stored under ``key``, or ``None``."""
+        await asyncio.sleep(0)
         return self._live(key)
 
     async def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
         """Store ``value`` under ``key``."""
+        await asyncio.sleep(0)
         self._store(key, value, ttl)
 
     async def delete(self, key: str) -> None:
         """Remove ``key``."""
+        await asyncio.sleep(0)
         self._values.pop(key, None)
 
     async def compare_and_set(
         self, key: str, expected: bytes | None, value: bytes | None, *, ttl: float | None = None
     ) -> bool:
         """Replace ``key``'s value if it is still ``expected``."""
-        if self._live(key) != expected:
-            return False
-        self._store(key, value, ttl)
-        return True
+        await asyncio.sleep(0)
+        return self._swap(key, expected, value, ttl)
 
     def lock(
         self, name: str, *, ttl: float = 30.0, wait: float = 10.0
     ) -> AbstractAsyncContextManager[None]:
-        """A lock named ``name`` within this process."""
-        return self._hold(name, wait)
+        """A lock named ``name`` within this process (expires after ``ttl``)."""
+        return self._hold(name, ttl, wait)
+
+    def _release(self, key: str, token: bytes) -> None:
+        if self._swap(key, token, None, None):
+            self._released.set()
+            self._released = asyncio.Event()
 
     @asynccontextmanager
-    async def _hold(self, name: str, wait: float) -> AsyncIterator[None]:
-        lock = self._locks.setdefault(name, asyncio.Lock())
+    async def _hold(self, name: str, ttl: float, wait: float) -> AsyncIterator[None]:
+        key = f"lock:{name}"
+        token = secrets.token_hex(16).encode()
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + wait
         try:
-            async with asyncio.timeout(wait):
-                await lock.acquire()
-        except TimeoutError:
-            raise DriverBusy(f"shared lock {name!r} is held elsewhere") from None
+            await asyncio.sleep(0)
+            while not self._swap(key, None, token, max(ttl, 0.001)):
+                left = give_up - loop.time()
+                if left <= 0:
+                    raise DriverBusy(f"shared lock {name!r} is held elsewhere")
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(LOCK_RETRY_SECONDS, left)):
+                        await self._released.wait()
+        except BaseException:
+            self._release(key, token)
+            raise
         try:
             yield
         finally:
-            lock.release()
+            self._release(key, token)

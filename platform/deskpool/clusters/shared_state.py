@@ -58,6 +58,11 @@ return 0
 LOCK_RETRY_SECONDS = 0.02
 
 
+def _milliseconds(ttl: float | None) -> int | None:
+    """A ``ttl`` in whole milliseconds, at least 1 (Redis refuses 0); ``None`` for none."""
+    return max(1, int(ttl * 1000)) if ttl else None
+
+
 def _as_bytes(value: Any) -> bytes | None:
     if value is None or isinstance(value, bytes):
         return value
@@ -105,7 +110,7 @@ class RedisSharedState:
 
     async def set(self, key: str, value: bytes, *, ttl: float | None = None) -> None:
         """Store ``value`` under ``key``."""
-        px = int(ttl * 1000) if ttl else None
+        px = _milliseconds(ttl)
         await self._run("writing driver state", self.client.set(self._key(key), value, px=px))
 
     async def delete(self, key: str) -> None:
@@ -121,7 +126,7 @@ class RedisSharedState:
             expected or b"",
             "0" if value is None else "1",
             value or b"",
-            str(int(ttl * 1000)) if ttl else "0",
+            str(_milliseconds(ttl) or 0),
         ]
         replaced = await self._run(
             "updating driver state", self._compare_and_set(keys=[self._key(key)], args=args)
@@ -149,7 +154,7 @@ class RedisSharedState:
         try:
             while not await self._run(
                 f"taking driver lock {name!r}",
-                self.client.set(key, token, nx=True, px=max(1, int(ttl * 1000))),
+                self.client.set(key, token, nx=True, px=_milliseconds(ttl) or 1),
             ):
                 left = give_up - loop.time()
                 if left <= 0:
