@@ -91,7 +91,16 @@ def print_state(state: service.LicenseState) -> None:
 
 def cmd_install(args: argparse.Namespace) -> int:
     """Install the license file ``args.file``."""
-    document = Path(args.file).read_text(encoding="utf-8")
+    try:
+        document = Path(args.file).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = (
+            (error.strerror or type(error).__name__)
+            if isinstance(error, OSError)
+            else "it is not UTF-8 text"
+        )
+        print(f"deskpool: cannot read the license file {args.file}: {reason}", file=sys.stderr)
+        return EXIT_FAILED
 
     async def work(
         connection: asyncpg.Connection, context: LicensingContext

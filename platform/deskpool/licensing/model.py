@@ -301,14 +301,21 @@ def verify_document(text: str, trusted: Mapping[str, Ed25519PublicKey]) -> Licen
     :raises LicenseOtherProduct: the license names another product.
     :raises LicenseForged: the signature is not by one of ``trusted``.
     """
-    if len(text.encode()) > MAX_DOCUMENT_BYTES:
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_DOCUMENT_BYTES:
         raise LicenseMalformed(f"A license document is at most {MAX_DOCUMENT_BYTES} bytes.")
     try:
         document = json.loads(text)
     except ValueError:
         raise LicenseMalformed("The license document is not JSON.") from None
     claims = _claims_of(document)
-    body = canonical(claims)
+    try:
+        body = canonical(claims)
+        canonical(document)
+    except UnicodeEncodeError:
+        # JSON may escape half of a UTF-16 pair (``\ud800``); no text of a license holds one.
+        raise LicenseMalformed(
+            "The license document holds text that is not valid Unicode (a lone surrogate)."
+        ) from None
     if hashlib.sha256(body).hexdigest() != document["sha256"]:
         raise LicenseModified(
             "A field of the license was changed after it was signed; install the document "

@@ -18,7 +18,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from deskpool.licensing import keys
-from deskpool.licensing.model import PRODUCT, format_instant, sign_document
+from deskpool.licensing.model import (
+    MAX_DOCUMENT_BYTES,
+    PRODUCT,
+    format_instant,
+    sign_document,
+)
 
 
 class TestVendor:
@@ -63,6 +68,21 @@ class TestVendor:
         """The license id a document names."""
         license_id: str = json.loads(document)["license"]["id"]
         return license_id
+
+    def unreadable(self) -> dict[str, str]:
+        r"""Signed documents that are still not licenses, by what is wrong with them.
+
+        ``lone surrogate``: the licensee holds an escaped half of a UTF-16 pair (``\\ud800``),
+        which no Unicode text holds; ``oversized``: a good license padded with whitespace to
+        beyond :data:`~deskpool.licensing.model.MAX_DOCUMENT_BYTES`.
+        """
+        surrogate = json.loads(self.issue())
+        surrogate["license"]["licensee"] = "Example \ud800 Org"
+        good = self.issue()
+        return {
+            "lone surrogate": json.dumps(surrogate),
+            "oversized": good + " " * (MAX_DOCUMENT_BYTES + 1 - len(good.encode())),
+        }
 
     def pem(self) -> bytes:
         """The private key as PKCS#8 PEM (what ``manifest build --key`` reads)."""

@@ -102,6 +102,17 @@ def test_each_refusal_has_its_own_code(vendor: TestVendor) -> None:
     assert all(error.value.status == 422 for error in (modified, forged, other, malformed, expired))
 
 
+def test_a_lone_surrogate_or_an_oversized_document_is_malformed(vendor: TestVendor) -> None:
+    unreadable = vendor.unreadable()
+    assert "\\ud800" in unreadable["lone surrogate"]
+    with pytest.raises(LicenseMalformed, match="not valid Unicode"):
+        verify_document(unreadable["lone surrogate"], trusted(vendor))
+    with pytest.raises(LicenseMalformed, match="at most 16384 bytes"):
+        verify_document(unreadable["oversized"], trusted(vendor))
+    # The oversized one is a good license but for its padding.
+    assert verify_document(unreadable["oversized"].rstrip() + "\n", trusted(vendor))
+
+
 def test_the_build_keys_are_the_vendors_and_no_setting_adds_one(
     monkeypatch: pytest.MonkeyPatch, vendor: TestVendor
 ) -> None:

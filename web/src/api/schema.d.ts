@@ -1681,7 +1681,7 @@ export interface components {
             instance_id: string;
         };
         LicenseInstall: {
-            /** @description The license file's content, exactly as the vendor sent it. */
+            /** @description The license file's content, exactly as the vendor sent it. A document that is not a license, or is over 16384 bytes, is refused with `license_malformed`. */
             document: string;
         };
         GroupRef: {

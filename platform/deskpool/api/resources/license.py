@@ -117,8 +117,11 @@ class LicenseInstallSchema(Schema):
 
     document = fields.String(
         required=True,
-        validate=validate.Length(min=1, max=MAX_DOCUMENT_BYTES),
-        metadata={"description": "The license file's content, exactly as the vendor sent it."},
+        metadata={
+            "description": "The license file's content, exactly as the vendor sent it. A "
+            f"document that is not a license, or is over {MAX_DOCUMENT_BYTES} bytes, is "
+            "refused with `license_malformed`."
+        },
     )
 
 
