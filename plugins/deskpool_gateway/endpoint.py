@@ -33,7 +33,7 @@ from deskpool.guacamole import Status
 from deskpool.guacamole.handshake import ClientInfo, HandshakeError, perform_handshake
 from deskpool.guacamole.stream import InstructionReader
 from deskpool.sessions.tunnel import SessionEndReason, TokenRejected, TunnelCounters, TunnelGrant
-from deskpool_gateway.relay import Tunnel
+from deskpool_gateway.relay import DISCONNECT, Tunnel
 
 if TYPE_CHECKING:
     from deskpool_gateway.supervisor import TunnelSupervisor
@@ -212,6 +212,7 @@ async def _open(
             )
         except HandshakeError as error:
             log.warning("tunnel %s: handshake failed: %s", grant.session_id, error)
+            writer.write(DISCONNECT)
             writer.close()
             status, cause = error.status, _cause(error.status)
         else:
@@ -225,6 +226,8 @@ async def _open(
                 metrics,
                 idle_timeout=settings.effective_limit(settings.idle_timeout, grant.idle_timeout),
                 max_duration=settings.effective_limit(settings.max_duration, grant.max_duration),
+                first_frame_timeout=settings.first_frame_timeout,
+                held_input_limit=settings.held_input_limit,
             )
             tunnel.leftover = instructions.detach()
             await supervisor.connected(tunnel, handshake.connection_id)

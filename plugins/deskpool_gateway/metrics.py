@@ -26,7 +26,8 @@ class GatewayMetrics:
             "deskpool_gateway_handshake_failures",
             "Tunnels refused or failed before relaying, by cause (origin, no_token, "
             "bad_request, too_many, shutting_down, token_<reason>, daemon_unreachable, "
-            "daemon_timeout, daemon_refused, daemon_protocol).",
+            "daemon_timeout, daemon_refused, daemon_protocol, daemon_first_frame, "
+            "held_input_overflow).",
             ["reason"],
             registry=registry,
         )

@@ -8,10 +8,15 @@ daemon down through TCP, and nothing piles up here.
 
 Browser to daemon: each message is checked against guacd's parser limits; tunnel-internal
 instructions (opcode ``""``) never reach the daemon: ``ping`` is echoed back, the rest dropped.
-Writes wait for the daemon socket to drain before the next message is read.
+Until the daemon drew its first frame, input is held, and a read-only tunnel's input is dropped
+(:mod:`deskpool_gateway.input`). Writes wait for the daemon socket to drain before the next
+message is read.
 
-A tunnel ends once, with a Guacamole status (the WebSocket close code and reason) and a
-:class:`~deskpool.sessions.tunnel.SessionEndReason` for the session record.
+A daemon that completes the handshake but draws nothing within ``GATEWAY_FIRST_FRAME_TIMEOUT``
+ends the tunnel with ``UPSTREAM_TIMEOUT``. A tunnel ends once, with a Guacamole status (the
+WebSocket close code and reason) and a :class:`~deskpool.sessions.tunnel.SessionEndReason` for
+the session record; however it ends, the daemon is sent ``disconnect`` before its socket is
+closed (guacd otherwise keeps the remote connection open for seconds).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from aiohttp import WSMsgType, web
 from deskpool.guacamole import INTERNAL_OPCODE, InstructionParser, ProtocolError, Status, encode
 from deskpool.guacamole.instruction import Utf8Decoder
 from deskpool.sessions.tunnel import SessionEndReason, TunnelCounters, TunnelGrant
+from deskpool_gateway.input import BrowserInput, HeldInputOverflow, has_sync
 
 if TYPE_CHECKING:
     from deskpool_gateway.metrics import GatewayMetrics
@@ -40,6 +46,8 @@ log = logging.getLogger(__name__)
 READ_SIZE = 65536
 #: Instructions from the browser that are not user input (the idle timeout ignores them).
 NOT_INPUT = frozenset({"sync", "nop", "ack", INTERNAL_OPCODE})
+#: What the daemon is sent before its socket is closed.
+DISCONNECT = encode("disconnect").encode()
 
 
 def _first_opcode(text: str) -> str:
@@ -67,6 +75,10 @@ class Tunnel:
     metrics: GatewayMetrics
     idle_timeout: float | None = None
     max_duration: float | None = None
+    #: Seconds the daemon has to draw its first frame (``None``: no limit).
+    first_frame_timeout: float | None = None
+    #: Most characters of input held until then.
+    held_input_limit: int = 262144
     counters: TunnelCounters = field(default_factory=TunnelCounters)
     opened: float = field(default_factory=time.monotonic)
     #: Monotonic times of the last message from each side (for the receive timeouts).
@@ -78,7 +90,12 @@ class Tunnel:
     end_reason: SessionEndReason | None = None
     #: What the handshake read past ``ready``: the browser gets it right after the UUID.
     leftover: str = ""
+    input: BrowserInput = field(init=False)
     _closing: asyncio.Task[None] | None = None
+    _first_frame_timer: asyncio.TimerHandle | None = None
+
+    def __post_init__(self) -> None:
+        self.input = BrowserInput(read_only=self.grant.read_only, limit=self.held_input_limit)
 
     @property
     def session_id(self) -> str:
@@ -90,9 +107,18 @@ class Tunnel:
         """Whether the tunnel is ending or has ended."""
         return self.status is not None
 
+    @property
+    def up(self) -> bool:
+        """Whether the daemon has drawn its first frame (input is no longer held)."""
+        return self.input.up
+
     async def run(self) -> None:
         """Relay until either side ends or :meth:`close` is called."""
         self.counters.last_activity = time.time()
+        if self.first_frame_timeout:
+            self._first_frame_timer = asyncio.get_running_loop().call_later(
+                self.first_frame_timeout, self._no_first_frame
+            )
         to_browser = asyncio.create_task(self._daemon_to_browser(self.leftover))
         try:
             await self._browser_to_daemon()
@@ -103,15 +129,45 @@ class Tunnel:
                 await to_browser
             if self._closing is not None:
                 await self._closing
-            self.writer.close()
+            self._hang_up()
 
     def close(self, status: Status, reason: SessionEndReason) -> None:
         """End the tunnel with ``status`` (the first call wins); returns at once."""
         if self.status is not None:
             return
         self.status, self.end_reason = status, reason
-        self.writer.close()
+        self._hang_up()
         self._closing = asyncio.create_task(self._close_websocket(status))
+
+    def _hang_up(self) -> None:
+        """Send the daemon ``disconnect`` (after what was written, flushed), then close."""
+        if self._first_frame_timer is not None:
+            self._first_frame_timer.cancel()
+        if not self.writer.is_closing():
+            self.writer.write(DISCONNECT)
+            self.writer.close()
+
+    def _no_first_frame(self) -> None:
+        if self.up or self.ended:
+            return
+        log.warning(
+            "tunnel %s: the desktop daemon drew nothing within %g s",
+            self.session_id,
+            self.first_frame_timeout,
+        )
+        self.metrics.refused("daemon_first_frame")
+        self.close(Status.UPSTREAM_TIMEOUT, SessionEndReason.DAEMON_ERROR)
+
+    def _daemon_up(self) -> None:
+        """The daemon drew its first frame: forward what the browser sent meanwhile."""
+        if self._first_frame_timer is not None:
+            self._first_frame_timer.cancel()
+        held = self.input.release()
+        if held and not self.writer.is_closing():
+            data = held.encode()
+            self.counters.bytes_to_desktop += len(data)
+            self.metrics.bytes_to_desktop.inc(len(data))
+            self.writer.write(data)
 
     async def _close_websocket(self, status: Status) -> None:
         with contextlib.suppress(ConnectionError, RuntimeError):
@@ -124,6 +180,8 @@ class Tunnel:
         try:
             await send(encode(INTERNAL_OPCODE, self.session_id))
             text = parser.feed(leftover)
+            if text and has_sync(text):
+                self._daemon_up()
             if text:
                 await send(text)
             read, decode, feed = self.reader.read, self.decoder.decode, parser.feed
@@ -136,6 +194,8 @@ class Tunnel:
                 counters.bytes_to_browser += len(data)
                 bytes_out.inc(len(data))
                 text = feed(decode(data))
+                if not self.input.up and text and has_sync(text):
+                    self._daemon_up()
                 if text:
                     await send(text)
         except ProtocolError as error:
@@ -167,6 +227,9 @@ class Tunnel:
                     text = await self._internal(text)
                     if not text:
                         continue
+                text = self.input.admit(text)
+                if not text:
+                    continue
                 if _first_opcode(text) not in NOT_INPUT:
                     self.last_input = now
                     counters.last_activity = time.time()
@@ -178,6 +241,10 @@ class Tunnel:
         except ProtocolError as error:
             log.info("tunnel %s: refused browser input: %s", self.session_id, error)
             self.close(error.status, SessionEndReason.CLIENT_CLOSED)
+        except HeldInputOverflow as error:
+            log.info("tunnel %s: refused browser input: %s", self.session_id, error)
+            self.metrics.refused("held_input_overflow")
+            self.close(Status.CLIENT_OVERRUN, SessionEndReason.CLIENT_CLOSED)
         except (ConnectionError, RuntimeError) as error:
             log.debug("tunnel %s: relay to the daemon stopped: %s", self.session_id, error)
             self.close(Status.UPSTREAM_ERROR, SessionEndReason.DAEMON_ERROR)

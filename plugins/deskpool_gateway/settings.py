@@ -3,7 +3,8 @@
 The gateway declares SPEC.md's ``GATEWAY_ADDR``, ``DESKTOPD_ADDRESS`` and ``DESKTOPD_LOG_LEVEL``
 (``GATEWAY_PUBLIC_WS_URL`` is the platform's: the API hands it out) and what SPEC.md leaves to
 the implementation: allowed browser origins, the operator-wide idle and session-length ceilings,
-the daemon handshake deadline, the per-process tunnel limit, the drain deadline at SIGTERM and
+the daemon handshake and first-frame deadlines, the input held while the daemon connects, the
+per-process tunnel limit, the drain deadline at SIGTERM and
 the session lease.
 """
 
@@ -102,6 +103,25 @@ def declare_settings(registry: SettingRegistry) -> None:
         "duration",
     )
     add(
+        "GATEWAY_FIRST_FRAME_TIMEOUT",
+        parse_duration,
+        "5s",
+        "How long the desktop daemon has, after the handshake, to draw its first frame (its "
+        "first `sync`); a daemon that draws nothing by then ends the tunnel with "
+        "`UPSTREAM_TIMEOUT` (514). Raise it for remote desktops slow to answer (an RDP host "
+        "with slow logons). `0s`: no limit (a silent daemon is still closed after 15 s).",
+        "duration",
+    )
+    add(
+        "GATEWAY_HELD_INPUT_LIMIT",
+        parse_int(1024, 16 * 1024 * 1024),
+        "262144",
+        "Most characters of browser input (size, keys, mouse, clipboard, file streams) the "
+        "gateway holds while the desktop daemon connects, to forward once it drew its first "
+        "frame; more ends the tunnel with `CLIENT_OVERRUN` (781).",
+        "integer",
+    )
+    add(
         "GATEWAY_MAX_TUNNELS",
         parse_int(1, 1_000_000),
         "5000",
@@ -160,6 +180,8 @@ class GatewaySettings:
     idle_timeout: float | None
     max_duration: float | None
     handshake_timeout: float
+    first_frame_timeout: float | None
+    held_input_limit: int
     max_tunnels: int
     shutdown_timeout: float
     lease: float
@@ -189,6 +211,8 @@ class GatewaySettings:
             idle_timeout=idle or None,
             max_duration=longest or None,
             handshake_timeout=config.duration("GATEWAY_HANDSHAKE_TIMEOUT"),
+            first_frame_timeout=config.duration("GATEWAY_FIRST_FRAME_TIMEOUT") or None,
+            held_input_limit=config["GATEWAY_HELD_INPUT_LIMIT"],
             max_tunnels=config["GATEWAY_MAX_TUNNELS"],
             shutdown_timeout=config.duration("GATEWAY_SHUTDOWN_TIMEOUT"),
             lease=config.duration("GATEWAY_LEASE_DURATION"),

@@ -13,6 +13,12 @@ It behaves as guacd 1.6.0 does where a client can tell:
   ``error "Unable to connect to VNC server." 519`` then ``disconnect``;
 - a ``vnc`` connection whose ``hostname`` the simulator was told to bridge (``vnc_bridge``, see
   :mod:`deskpool.desktopd.vnc`) shows that real VNC server instead of the simulated desktop;
+- its remote desktop client then connects, which takes ``connect_delay`` seconds (and waits
+  for :attr:`DesktopDaemonSimulator.connect_gate`, which tests may clear to hold every new
+  connection before its first frame); a ``size`` or any input that arrives before the first
+  ``sync`` kills the connection as it kills guacd 1.6.0's (a segfault of the connection's
+  process in libvncclient): no more output, ever, while the socket stays open, as guacd's parent
+  process keeps it, until the peer closes it; only ``nop``, ``sync`` and ``disconnect`` are safe;
 - then it draws its own desktop (:mod:`deskpool.desktopd.screen`) with ``img`` streams of PNG
   (``blob`` chunks of at most 6048 bytes, then ``end``), ends each frame with
   ``sync,timestamp,frames``, echoes typed keys, follows the mouse, and sends ``nop`` when it has
@@ -20,6 +26,10 @@ It behaves as guacd 1.6.0 does where a client can tell:
 - a user who sends nothing for 15 s gets ``error "User is not responding." 776``; a ``sync``
   acknowledging a frame never sent, or ``disconnect``, ends that user with ``disconnect``;
 - read-only users (``read-only`` = ``true``) see everything and change nothing.
+
+Every user is kept in :attr:`DesktopDaemonSimulator.users` with the instructions it sent after
+the handshake, whether it sent ``disconnect`` and whether its connection crashed, so tests can
+check what reached the daemon.
 """
 
 from __future__ import annotations
@@ -48,6 +58,8 @@ log = logging.getLogger(__name__)
 GUACD_TIMEOUT = 15.0
 #: Shortest time between two frames drawn for input.
 FRAME_INTERVAL = 0.04
+#: What guacd 1.6.0 handles safely before the connection's first frame.
+SAFE_BEFORE_FIRST_FRAME = frozenset({"nop", "sync", "disconnect"})
 
 
 @dataclass(eq=False)
@@ -57,15 +69,24 @@ class SimulatedUser:
     writer: asyncio.StreamWriter
     read_only: bool
     name: str
+    connection_id: str = ""
     last_write: float = field(default_factory=time.monotonic)
     closed: bool = False
     #: The timestamp of the latest frame this user acknowledged with ``sync``: everything the
     #: user sent before that ``sync`` has been read (and applied, unless read-only).
     acknowledged: int = 0
+    #: Every instruction received after the handshake, in order.
+    received: list[Instruction] = field(default_factory=list)
+    #: Whether the user has been sent its first frame (its first ``sync``).
+    drawn: bool = False
+    #: Whether the user sent ``disconnect``.
+    disconnected: bool = False
+    #: Whether its connection crashed (input before the first frame).
+    crashed: bool = False
 
     async def send(self, text: str) -> None:
-        """Write ``text`` and wait for the socket to take it."""
-        if self.closed:
+        """Write ``text`` and wait for the socket to take it (nothing once crashed)."""
+        if self.closed or self.crashed:
             return
         self.writer.write(text.encode())
         self.last_write = time.monotonic()
@@ -143,6 +164,8 @@ class DesktopDaemonSimulator:
     :param user_timeout: seconds a user may stay silent (guacd: 15).
     :param vnc_bridge: the VNC servers to bridge instead of drawing a simulated desktop (none
         by default; see :class:`deskpool.desktopd.vnc.VncBridge`).
+    :param connect_delay: seconds a new connection takes before its first frame (guacd's VNC
+        or RDP client connecting); input before it kills the connection, as in guacd 1.6.0.
     """
 
     def __init__(
@@ -152,12 +175,20 @@ class DesktopDaemonSimulator:
         *,
         user_timeout: float = 15.0,
         vnc_bridge: VncBridge | None = None,
+        connect_delay: float = 0.1,
     ):
         self.host = host
         self.port = port
         self.user_timeout = user_timeout
         self.vnc_bridge = vnc_bridge or VncBridge()
+        #: Seconds a new connection's remote desktop client takes to connect (then it draws).
+        self.connect_delay = connect_delay
+        #: New connections draw their first frame only while it is set (it is, by default).
+        self.connect_gate = asyncio.Event()
+        self.connect_gate.set()
         self.connections: dict[str, DesktopConnection] = {}
+        #: The latest users, handshake done (for tests and diagnosis).
+        self.users: deque[SimulatedUser] = deque(maxlen=100)
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
         #: The instructions of the latest handshakes, as received (for tests and diagnosis).
@@ -210,15 +241,40 @@ class DesktopDaemonSimulator:
                 writer.write(failed.reply.encode())
                 await writer.drain()
             return
+        self.users.append(user)
+        connecting = None if user.drawn else asyncio.create_task(self._connect(connection, user))
         try:
             await self._user_loop(instructions, connection, user)
         finally:
+            if connecting is not None:
+                connecting.cancel()
             user.closed = True
-            connection.users.remove(user)
+            if user in connection.users:
+                connection.users.remove(user)
             if not connection.users:
                 self.connections.pop(connection.id, None)
                 connection.changed.set()
                 await connection.close()
+
+    def user_of(self, connection_id: str) -> SimulatedUser:
+        """The first user of ``connection_id`` (its owner) among the latest users."""
+        return next(user for user in self.users if user.connection_id == connection_id)
+
+    async def _connect(self, connection: DesktopConnection, user: SimulatedUser) -> None:
+        """The new connection's remote desktop client connects, then it draws its first frame."""
+        await asyncio.sleep(self.connect_delay)
+        await self.connect_gate.wait()
+        if not user.crashed:
+            await self._draw_first_frame(connection, user)
+
+    @staticmethod
+    async def _draw_first_frame(connection: DesktopConnection, user: SimulatedUser) -> None:
+        """``user`` joins the users frames are sent to, with the whole desktop as one frame."""
+        connection.users.append(user)
+        user.drawn = True
+        await user.send(connection.welcome())
+        if connection.renderer is None or connection.renderer.done():
+            connection.renderer = asyncio.create_task(connection.render())
 
     async def _read(self, instructions: InstructionReader, seen: list[Instruction]) -> Instruction:
         async with asyncio.timeout(GUACD_TIMEOUT):
@@ -264,7 +320,9 @@ class DesktopDaemonSimulator:
             raise HandshakeFailed("connect did not carry one value per argument")
         values = dict(zip(names, instruction.args[1:], strict=True))
         user_name = (info.get("name") or ("",))[0] or values.get("username", "")
-        user = SimulatedUser(writer, values.get("read-only") == "true", user_name)
+        user = SimulatedUser(
+            writer, values.get("read-only") == "true", user_name, connection_id=connection_id
+        )
         width, height = _size(info.get("size", ()))
         connection = existing
         if connection is None:
@@ -287,10 +345,8 @@ class DesktopDaemonSimulator:
                 screen = DesktopScreen(width, height, values["hostname"], user_name, protocol)
                 connection = SimulatedConnection(connection_id, protocol, screen=screen)
             self.connections[connection_id] = connection
-        connection.users.append(user)
-        await user.send(connection.welcome())
-        if connection.renderer is None or connection.renderer.done():
-            connection.renderer = asyncio.create_task(connection.render())
+        else:  # a join: the connection is up, its display is sent at once
+            await self._draw_first_frame(connection, user)
         return connection, user
 
     async def _user_loop(
@@ -304,9 +360,14 @@ class DesktopDaemonSimulator:
                 code = int(Status.CLIENT_TIMEOUT)
                 await user.send(encode("error", "User is not responding.", code))
                 break
+            user.received.append(instruction)
             opcode, args = instruction
             if opcode == "disconnect":
+                user.disconnected = True
                 break
+            if not user.drawn and opcode not in SAFE_BEFORE_FIRST_FRAME:
+                await self._crash(instructions, connection, user, opcode)
+                return
             if opcode == "sync":
                 if (
                     not args
@@ -318,6 +379,28 @@ class DesktopDaemonSimulator:
             elif not user.read_only:
                 connection.input(opcode, args)
         await user.send(encode("disconnect"))
+
+    async def _crash(
+        self,
+        instructions: InstructionReader,
+        connection: DesktopConnection,
+        user: SimulatedUser,
+        opcode: str,
+    ) -> None:
+        """Die as guacd 1.6.0's connection process dies; the socket stays open, silent."""
+        log.warning(
+            "desktop daemon simulator: %r before connection %s drew its first frame: the "
+            "connection crashed (guacd 1.6.0 segfaults here)",
+            opcode,
+            connection.id,
+        )
+        user.crashed = True
+        self.connections.pop(connection.id, None)
+        with contextlib.suppress(StreamClosed):
+            while True:
+                instruction = await instructions.read()
+                user.received.append(instruction)
+                user.disconnected = user.disconnected or instruction.opcode == "disconnect"
 
 
 def _size(args: tuple[str, ...]) -> tuple[int, int]:

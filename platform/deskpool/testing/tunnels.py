@@ -197,14 +197,34 @@ class WebSocketTunnelClient:
                         self.uuid = instruction.args[0]
                     else:
                         self.internal.append(instruction)
-                message = await self.ws.receive()
-                if message.type is aiohttp.WSMsgType.TEXT:
-                    self.messages.append(message.data)
-                    self._queue += self._parser.feed_instructions(message.data)
-                    continue
-                if message.type is aiohttp.WSMsgType.CLOSE:
-                    await self.ws.close()
-                raise TunnelClosed(self.ws.close_code, str(message.extra or ""))
+                await self._receive()
+
+    async def tunnel_id(self, within: float = 10.0) -> str:
+        """The tunnel's UUID, the first instruction of an open tunnel (what follows is kept).
+
+        :raises TunnelClosed: the gateway closed the tunnel instead.
+        """
+        async with asyncio.timeout(within):
+            while self.uuid is None:
+                first = self._queue[0] if self._queue else None
+                if first is None:
+                    await self._receive()
+                elif first.opcode == INTERNAL_OPCODE and len(first.args) == 1:
+                    self._queue.pop(0)
+                    self.uuid = first.args[0]
+                else:
+                    raise AssertionError(f"the tunnel began with {first.opcode!r}, not its UUID")
+        return self.uuid
+
+    async def _receive(self) -> None:
+        message = await self.ws.receive()
+        if message.type is aiohttp.WSMsgType.TEXT:
+            self.messages.append(message.data)
+            self._queue += self._parser.feed_instructions(message.data)
+            return
+        if message.type is aiohttp.WSMsgType.CLOSE:
+            await self.ws.close()
+        raise TunnelClosed(self.ws.close_code, str(message.extra or ""))
 
     async def until(self, opcode: str, within: float = 10.0) -> list[Instruction]:
         """Every instruction up to and including the next ``opcode``."""

@@ -6,7 +6,7 @@ import asyncio
 import base64
 import contextlib
 import io
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from PIL import Image
@@ -198,3 +198,84 @@ async def test_a_daemon_without_version_gets_no_timezone_or_name() -> None:
     assert "timezone" not in sent
     assert "4.name" not in sent
     assert sent.endswith(encode("connect", "h", ""))
+
+
+@pytest.mark.parametrize(
+    "early",
+    [encode("size", 1280, 800), encode("mouse", 10, 20, 0), encode("key", ord("a"), 1)],
+    ids=["size", "mouse", "key"],
+)
+async def test_input_before_the_first_frame_kills_the_connection_silently(
+    desktop_daemon: DesktopDaemonSimulator, early: str
+) -> None:
+    """What guacd 1.6.0 does, and what the gateway's holding prevents: no gateway here."""
+    desktop_daemon.connect_gate.clear()  # the remote desktop has not connected yet
+    async with daemon_socket(desktop_daemon) as (reader, writer):
+        done = await perform_handshake(reader, writer, "vnc", TARGET, INFO, within=5)
+        writer.write((encode("nop") + early).encode())
+        await writer.drain()
+        user = desktop_daemon.user_of(done.connection_id)
+        await until_true(lambda: user.crashed, "the connection crashed")
+        assert done.connection_id not in desktop_daemon.connections
+        assert not user.writer.is_closing()  # guacd's parent keeps the socket open
+        # The remote desktop connects now, but the connection is dead: nothing is drawn.
+        desktop_daemon.connect_gate.set()
+        writer.write(encode("disconnect").encode())
+        await writer.drain()
+        await until_true(lambda: user.disconnected, "the daemon recorded disconnect")
+        writer.write_eof()
+        after_ready = await everything_until_closed(reader)
+    assert after_ready == []  # not even its own disconnect
+    opcodes = [i.opcode for i in user.received]
+    assert opcodes == ["nop", Instruction.parse(early).opcode, "disconnect"]
+
+
+async def test_the_same_input_after_the_first_frame_is_handled(
+    desktop_daemon: DesktopDaemonSimulator,
+) -> None:
+    desktop_daemon.connect_gate.clear()
+    async with daemon_socket(desktop_daemon) as (reader, writer):
+        done = await perform_handshake(reader, writer, "vnc", TARGET, INFO, within=5)
+        desktop_daemon.connect_gate.set()
+        await until(reader, "sync")
+        writer.write((encode("size", 1280, 800) + encode("key", ord("a"), 1)).encode())
+        frame = await until(reader, "sync")
+        user = desktop_daemon.user_of(done.connection_id)
+        assert not user.crashed
+        await until_true(
+            lambda: desktop_daemon.connections[done.connection_id].screen.typed == "a", "typed"
+        )
+        assert desktop_daemon.connections[done.connection_id].screen.width == 1280
+        assert frame[-1].opcode == "sync"
+
+
+async def test_the_daemon_records_disconnect(desktop_daemon: DesktopDaemonSimulator) -> None:
+    async with daemon_socket(desktop_daemon) as (reader, writer):
+        done = await perform_handshake(reader, writer, "vnc", TARGET, INFO, within=5)
+        await until(reader, "sync")
+        user = desktop_daemon.user_of(done.connection_id)
+        assert not user.disconnected
+        writer.write(encode("disconnect").encode())
+        await until(reader, "disconnect")
+    assert user.disconnected
+    assert user.received[-1] == Instruction("disconnect")
+
+
+async def everything_until_closed(reader: InstructionReader) -> list[Instruction]:
+    """Every instruction the daemon sends until it closes the socket."""
+    received: list[Instruction] = []
+    async with asyncio.timeout(10):
+        while True:
+            try:
+                received.append(await reader.read())
+            except StreamClosed:
+                return received
+
+
+async def until_true(condition: Callable[[], bool], what: str) -> None:
+    """Wait (a generous deadline) until the simulator's state satisfies ``condition``."""
+
+    async def check() -> bool:
+        return condition()
+
+    await processes.until(check, what, seconds=10)

@@ -43,6 +43,15 @@ class GatewayHarness:
         await client.until("sync")
         return client, token
 
+    async def watched(self) -> tuple[WebSocketTunnelClient, str, WebSocketTunnelClient]:
+        """``(owner, connection_id, watcher)``: a session past a ``sync``, joined read-only."""
+        owner, owner_token = await self.synced()
+        connection_id = self.connection_of(owner_token)
+        watcher = await self.open(
+            self.broker.issue(join_connection_id=connection_id, read_only=True)
+        )
+        return owner, connection_id, watcher
+
     def connection_of(self, token: str) -> str:
         """The desktop daemon's connection id of the session ``token`` opened."""
         return self.broker.connected[self.broker.grant_of(token).session_id]

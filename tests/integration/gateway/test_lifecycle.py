@@ -155,11 +155,7 @@ async def test_a_silent_daemon_is_an_upstream_timeout(
 async def test_an_administrator_shadows_a_session_read_only(
     gateway: GatewayHarness, desktop_daemon: DesktopDaemonSimulator
 ) -> None:
-    owner, owner_token = await gateway.synced()
-    connection_id = gateway.connection_of(owner_token)
-    shadow = await gateway.open(
-        gateway.broker.issue(join_connection_id=connection_id, read_only=True)
-    )
+    owner, connection_id, shadow = await gateway.watched()
     frame = (await shadow.until("sync"))[-1].args[0]
     join = desktop_daemon.handshakes[-1]
     assert join[0] == Instruction("select", (connection_id,))
