@@ -291,11 +291,14 @@ async def _steps(instance: Instance, admin: Any, user: Any, expect: Any) -> None
     await user.keyboard.type("hello from e2e")
     await _until(lambda: any("hello from e2e" in c.screen.typed for c in _screens(instance)))
     assert await _drawn(user), "the desktop's canvases are blank"
+    await _fits(user)
     await visit(instance, user, "desktop")
 
     # 6. The administrator sees the session, watches it read-only and disconnects it; the user
     # sees it, reconnects, and logs off.
     await admin.get_by_role("link", name="Sessions").click()
+    # The watcher's window is smaller than the user's desktop: it must see all of it, scaled.
+    await admin.set_viewport_size({"width": 1000, "height": 640})
     watch = admin.get_by_role("button", name="Watch")
     await expect(watch).to_have_count(1, timeout=TIMEOUT)
     await expect(watch).to_be_enabled(timeout=TIMEOUT)
@@ -303,6 +306,10 @@ async def _steps(instance: Instance, admin: Any, user: Any, expect: Any) -> None
     await expect(admin.locator('[data-state="connected"]')).to_be_visible(timeout=TIMEOUT)
     await expect(admin.get_by_text("Watching read-only")).to_be_visible()
     assert await _drawn(admin), "the watched desktop's canvases are blank"
+    shown = await _fits(admin)
+    assert shown["remote"][0] > shown["view"][0], shown  # scaled down to fit, not cut off
+    await admin.set_viewport_size({"width": 900, "height": 560})  # and it follows the window
+    await _fits(admin, width=900)
     await admin.locator(".desktop-screen").click()
     (desktop,) = _screens(instance)
     watcher = desktop.users[-1]  # the owner's tunnel joined first
@@ -360,6 +367,36 @@ async def _drawn(page: Any) -> bool:
             return True
         await asyncio.sleep(0.1)
     return False
+
+
+#: The desktop view's size, the size the remote display is shown at, and the remote display's.
+DISPLAY_SIZES = """() => {
+  const view = document.querySelector('.desktop-screen');
+  const shown = view.firstElementChild.getBoundingClientRect();
+  const canvases = [...view.querySelectorAll('canvas')];
+  return {
+    view: [view.clientWidth, view.clientHeight],
+    shown: [shown.width, shown.height],
+    remote: [Math.max(...canvases.map((c) => c.width)), Math.max(...canvases.map((c) => c.height))],
+  };
+}"""
+
+
+async def _fits(page: Any, *, width: int | None = None) -> dict[str, Any]:
+    """Wait until the remote display fits the view (whole, filling one side); its sizes.
+
+    :param width: the view's width to wait for (after a resize of the window).
+    """
+    sizes: dict[str, Any] = {}
+    for _ in range(100):
+        sizes = await page.evaluate(DISPLAY_SIZES)
+        (view_w, view_h), (shown_w, shown_h) = sizes["view"], sizes["shown"]
+        whole = 0 < shown_w <= view_w + 0.5 and 0 < shown_h <= view_h + 0.5
+        filled = shown_w >= view_w - 1 or shown_h >= view_h - 1
+        if whole and filled and (width is None or view_w == width):
+            return sizes
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the remote display does not fit the view: {sizes}")
 
 
 def _screens(instance: Instance) -> list[Any]:

@@ -2,20 +2,33 @@
  * The desktop's remote display through the gateway, with guacamole-common-js 1.6 (loaded only
  * here, as its own chunk). The gateway's tunnel is a WebSocket; the connect data carries the
  * single-use token and the size of the browser's window.
+ *
+ * The remote display is scaled to fit the view (a desktop larger than the window is shown
+ * whole), and follows the window's resizes. A new size is asked of the desktop only once the
+ * client is connected (the desktop drew its first frame): guacd 1.6.0 crashes the connection
+ * when a size reaches it earlier (the gateway holds such input too, for any client).
  */
 
 export type DesktopState = "connecting" | "waiting" | "connected" | "disconnected" | "error";
 
 export interface DesktopCallbacks {
-  onState: (state: DesktopState, detail?: string) => void;
+  /** `code` is the Guacamole status of an error (514: the desktop did not answer in time). */
+  onState: (state: DesktopState, detail?: string, code?: number) => void;
   onClipboard: (text: string) => void;
 }
 
 export interface DesktopHandle {
   disconnect: () => void;
   ctrlAltDel: () => void;
+  /** The view is now `width` x `height`: fit the display, and ask the desktop for that size. */
   resize: (width: number, height: number) => void;
   sendClipboard: (text: string) => void;
+}
+
+/** The scale at which a `width` x `height` display fits a `viewWidth` x `viewHeight` view. */
+export function fitScale(width: number, height: number, viewWidth: number, viewHeight: number): number | null {
+  if (width <= 0 || height <= 0 || viewWidth <= 0 || viewHeight <= 0) return null;
+  return Math.min(viewWidth / width, viewHeight / height);
 }
 
 /** X11 keysyms of the keys in Ctrl+Alt+Del. */
@@ -56,20 +69,43 @@ export async function openDesktop(
   const element: HTMLElement = display.getElement();
   container.replaceChildren(element);
   let closed = false;
+  let connected = false;
+  // The size the desktop was asked for last (the connect data's, then each resize's).
+  let asked = { width: Math.round(container.clientWidth), height: Math.round(container.clientHeight) };
+
+  const fit = () => {
+    const scale = fitScale(display.getWidth(), display.getHeight(), container.clientWidth, container.clientHeight);
+    if (scale !== null) display.scale(scale);
+  };
+  display.onresize = fit;
+  const askSize = (width: number, height: number) => {
+    width = Math.round(width);
+    height = Math.round(height);
+    if (options.readOnly || !connected || width <= 0 || height <= 0) return;
+    if (width === asked.width && height === asked.height) return;
+    asked = { width, height };
+    client.sendSize(width, height);
+  };
 
   client.onstatechange = (state: number) => {
     // Guacamole.Client.State: 0 idle, 1 connecting, 2 waiting, 3 connected, 4 disconnecting, 5 disconnected
     if (state === 1) callbacks.onState("connecting");
     else if (state === 2) callbacks.onState("waiting");
-    else if (state === 3) callbacks.onState("connected");
-    else if (state === 5 && !closed) {
+    else if (state === 3) {
+      // The desktop drew its first frame: now it may be resized (to the view's size of now).
+      connected = true;
+      fit();
+      askSize(container.clientWidth, container.clientHeight);
+      callbacks.onState("connected");
+    } else if (state === 5 && !closed) {
       closed = true;
       callbacks.onState("disconnected");
     }
   };
   const failed = (status: { code?: number; message?: string }) => {
+    if (closed) return;
     closed = true;
-    callbacks.onState("error", status?.message || `status ${status?.code ?? "unknown"}`);
+    callbacks.onState("error", status?.message || `status ${status?.code ?? "unknown"}`, status?.code);
   };
   client.onerror = failed;
   tunnel.onerror = failed;
@@ -98,7 +134,7 @@ export async function openDesktop(
   }
 
   callbacks.onState("connecting");
-  client.connect(connectData(token, container.clientWidth, container.clientHeight));
+  client.connect(connectData(token, asked.width, asked.height));
 
   return {
     disconnect: () => {
@@ -113,9 +149,11 @@ export async function openDesktop(
       for (const keysym of CTRL_ALT_DEL) client.sendKeyEvent(1, keysym);
       for (const keysym of [...CTRL_ALT_DEL].reverse()) client.sendKeyEvent(0, keysym);
     },
-    // The session's owner sets its size; a viewer sees it scaled as it is.
+    // Everyone sees the display fitted to the view; only the session's owner, once
+    // connected, sets the desktop's size.
     resize: (width, height) => {
-      if (!options.readOnly) client.sendSize(Math.round(width), Math.round(height));
+      fit();
+      askSize(width, height);
     },
     sendClipboard: (text) => {
       const stream = client.createClipboardStream("text/plain");

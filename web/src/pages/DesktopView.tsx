@@ -3,6 +3,8 @@
  * resizing with the window, the connection's state, reconnecting with a fresh token after a
  * drop, disconnecting (the pool's policy decides when the user is logged off) and logging off
  * (at once). An administrator watching a session (`?watch=<session id>`) sees it read-only.
+ * A desktop that does not draw in time (status 514 before it was connected) is reconnected
+ * once by itself before the error is shown.
  */
 import { useCallback, useEffect, useRef, useState } from "react";
 import { Link, useLocation, useNavigate, useParams, useSearchParams } from "react-router";
@@ -12,6 +14,9 @@ import type { DesktopHandle, DesktopState } from "../desktop/guacamole";
 import { useSession } from "../session";
 
 type Connection = Schemas["Connection"];
+
+/** Guacamole status UPSTREAM_TIMEOUT: the desktop did not answer (or draw) in time. */
+const UPSTREAM_TIMEOUT = 514;
 
 const LABEL: Record<DesktopState | "idle", string> = {
   idle: "Not connected",
@@ -37,11 +42,18 @@ export function DesktopViewPage() {
   const [showClipboard, setShowClipboard] = useState(false);
   const first = useRef<Connection | null>((location.state as { connection?: Connection } | null)?.connection ?? null);
 
-  const connect = useCallback(async () => {
+  // Which connection attempt is current (callbacks of older ones are ignored), and whether
+  // the current one is already the automatic retry.
+  const attempt = useRef(0);
+  const retried = useRef(false);
+
+  const connect = useCallback(async (retry = false) => {
     handle.current?.disconnect();
     handle.current = null;
+    const current = ++attempt.current;
+    if (!retry) retried.current = false;
     setState("connecting");
-    setDetail("");
+    setDetail(retry ? "the desktop did not answer in time, trying again" : "");
     try {
       // The token of the page that opened the desktop once; a fresh one for every reconnect.
       let connection = first.current;
@@ -58,9 +70,17 @@ export function DesktopViewPage() {
         connection = opened.connection;
       }
       const { openDesktop } = await import("../desktop/guacamole");
-      if (!screen.current) return;
+      if (!screen.current || current !== attempt.current) return;
+      let drawn = false;
       handle.current = await openDesktop(screen.current, connection.url, connection.token, {
-        onState: (next, why) => {
+        onState: (next, why, code) => {
+          if (current !== attempt.current) return;
+          if (next === "connected") drawn = true;
+          if (next === "error" && code === UPSTREAM_TIMEOUT && !drawn && !retried.current) {
+            retried.current = true;
+            void connect(true);
+            return;
+          }
           setState(next);
           setDetail(why ?? "");
         },
@@ -68,6 +88,7 @@ export function DesktopViewPage() {
       }, { readOnly: Boolean(watching) });
       screen.current.focus();
     } catch (error) {
+      if (current !== attempt.current) return;
       setState("error");
       setDetail(describeError(error));
     }
@@ -76,6 +97,7 @@ export function DesktopViewPage() {
   useEffect(() => {
     void connect();
     return () => {
+      attempt.current += 1;
       handle.current?.disconnect();
       handle.current = null;
     };
