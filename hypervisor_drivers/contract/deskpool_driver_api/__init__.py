@@ -3,7 +3,7 @@
 This is the distribution ``deskpool-driver-api``. It stands alone: importing it loads neither
 the platform (``deskpool``) nor Redis, aiohttp, stevedore or the configuration, so a driver
 distribution depends on it alone and states which contract it implements through the version
-it requires (``deskpool-driver-api>=0.3,<0.4``; :data:`CONTRACT_VERSION` is this one's).
+it requires (``deskpool-driver-api>=0.4,<0.5``; :data:`CONTRACT_VERSION` is this one's).
 
 A hypervisor driver is a separate distribution that declares an entry point in the group
 ``deskpool.hypervisor_drivers`` naming a module; that module implements the
@@ -20,7 +20,8 @@ A hypervisor driver is a separate distribution that declares an entry point in t
         registry.add("acme", AcmeDriver)
 
 Everything a driver needs is exported here: the base class and its context, the declaration
-of its connection fields (:class:`ConnectionField`, new in 0.3), the values that
+of its connection fields (:class:`ConnectionField`, new in 0.3; its secret options, new in
+0.4), the values that
 cross the contract, the error hierarchy, ownership tags, the shared-state protocol (and an
 in-memory implementation) and deadline helpers. ``docs/drivers.md`` is the guide;
 :mod:`deskpool_driver_api.conformance` is the test suite every driver must pass. The platform
@@ -65,6 +66,9 @@ from deskpool_driver_api.fields import (
     FieldProblem,
     connection_problems,
     declaration_problems,
+    merge_secret_options,
+    secret_option_pointers,
+    split_secret_options,
 )
 from deskpool_driver_api.model import (
     REDACTED,
@@ -90,7 +94,7 @@ from deskpool_driver_api.shared_state import (
 )
 
 #: The version of the contract this package defines (while 0.x, a minor version may change it).
-CONTRACT_VERSION = "0.3"  # 0.3.1 added VM events (optional)
+CONTRACT_VERSION = "0.4"  # 0.3.1 added VM events (optional); 0.4 secret options
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -147,5 +151,8 @@ __all__ = [
     "deadline_after",
     "declaration_problems",
     "hookimpl",
+    "merge_secret_options",
     "remaining_time",
+    "secret_option_pointers",
+    "split_secret_options",
 ]

@@ -7,6 +7,15 @@ sealed in the connection's ``credentials``, write-only, never shown back) or an 
 declaration to the console, which renders a form from it, and checks what an administrator
 sends against it (:func:`connection_problems`) before the driver's own validation runs.
 
+**Secret options** (new in 0.4). An option may be a secret too while the driver reads it among
+its options: a token it compares, a password inside a ``json`` option. ``sealed=True`` makes
+the whole option secret (a string kind); ``sealed_keys`` names the keys of a ``json`` option's
+object value that are (``("password",)`` for ``{"host": ..., "password": ...}``). The platform
+keeps their values sealed like credentials, apart from the stored options, never shows them
+back, and marks them write-only in its document; the driver still finds them in
+``connection.options`` (:func:`split_secret_options` and :func:`merge_secret_options` are how
+the platform takes them out and puts them back; :func:`secret_option_pointers` names them).
+
 The endpoint and the TLS settings (verification, CA certificate, pinned fingerprint) belong to
 every connection and are not declared here.
 
@@ -47,6 +56,9 @@ __all__ = [
     "FieldProblem",
     "connection_problems",
     "declaration_problems",
+    "merge_secret_options",
+    "secret_option_pointers",
+    "split_secret_options",
     "value_problem",
 ]
 
@@ -90,6 +102,10 @@ class ConnectionField:
     :param minimum: the least value of an ``integer`` or ``number`` field (inclusive).
     :param maximum: the greatest value of an ``integer`` or ``number`` field (inclusive).
     :param placeholder: an example shown in the empty input (``deskpool@pve!deskpool``).
+    :param sealed: an option (not a credential) whose whole value is a secret: sealed at rest,
+        write-only, read by the driver in ``options``; a string kind, without a default.
+    :param sealed_keys: for a ``json`` option whose value is an object: the keys of that
+        object whose values are secrets, kept like a ``sealed`` option's.
     """
 
     name: str
@@ -103,6 +119,8 @@ class ConnectionField:
     minimum: float | None = None
     maximum: float | None = None
     placeholder: str = ""
+    sealed: bool = False
+    sealed_keys: tuple[str, ...] = ()
 
     @property
     def location(self) -> str:
@@ -113,6 +131,18 @@ class ConnectionField:
     def pointer(self) -> str:
         """The JSON pointer of the value in a cluster's body (``/credentials/token_id``)."""
         return f"/{self.location}/{_escape(self.name)}"
+
+    @property
+    def secret_pointers(self) -> tuple[str, ...]:
+        """The JSON pointers, into ``options``, of this option's secret values.
+
+        None for a credential: credentials are secret as a whole.
+        """
+        if self.secret:
+            return ()
+        if self.sealed:
+            return (f"/{_escape(self.name)}",)
+        return tuple(f"/{_escape(self.name)}/{_escape(key)}" for key in self.sealed_keys)
 
     def as_json(self) -> dict[str, Any]:
         """The declaration as JSON (what the platform lists to the console)."""
@@ -129,6 +159,8 @@ class ConnectionField:
             "minimum": self.minimum,
             "maximum": self.maximum,
             "placeholder": self.placeholder,
+            "sealed": self.sealed,
+            "sealed_keys": list(self.sealed_keys),
         }
 
 
@@ -225,8 +257,25 @@ def declaration_problems(fields: Iterable[ConnectionField]) -> list[str]:
             continue
         if field.secret and field.kind not in CREDENTIAL_KINDS:
             problems.append(f"{where}: a credential is a string, not {field.kind.value}")
-        if field.kind is FieldKind.SECRET and not field.secret:
-            problems.append(f"{where}: a secret input must be a credential (secret=True)")
+        if field.kind is FieldKind.SECRET and not (field.secret or field.sealed):
+            problems.append(
+                f"{where}: a secret input must be a credential (secret=True) or a sealed option"
+            )
+        if field.sealed:
+            if field.secret:
+                problems.append(f"{where}: a credential is sealed already; sealed is for options")
+            if field.kind not in CREDENTIAL_KINDS:
+                problems.append(f"{where}: a sealed option is a string, not {field.kind.value}")
+            if field.default is not None:
+                problems.append(f"{where}: a sealed option has no default")
+        if field.sealed_keys:
+            keys = field.sealed_keys
+            if field.kind is not FieldKind.JSON or field.secret or field.sealed:
+                problems.append(f"{where}: only a json option (not sealed) has sealed keys")
+            if not all(isinstance(key, str) and FIELD_NAME.fullmatch(key) for key in keys):
+                problems.append(f"{where}: sealed keys are 1 to 100 letters, digits, '_.-'")
+            elif len(set(keys)) != len(keys):
+                problems.append(f"{where}: sealed keys repeat")
         if field.secret and field.default is not None:
             problems.append(f"{where}: a credential has no default")
         if field.kind is FieldKind.CHOICE:
@@ -290,3 +339,56 @@ def connection_problems(
             if reason is not None:
                 problems.append(FieldProblem(field.pointer, reason))
     return problems
+
+
+def secret_option_pointers(fields: Iterable[ConnectionField]) -> tuple[str, ...]:
+    """The JSON pointers, into ``options``, of every secret option value ``fields`` declare."""
+    return tuple(pointer for field in fields for pointer in field.secret_pointers)
+
+
+def split_secret_options(
+    fields: Iterable[ConnectionField], options: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``options`` without its secret values, and those values by JSON pointer.
+
+    A ``sealed`` option is taken out whole; a ``sealed_keys`` key is taken out of its ``json``
+    option's object (the rest of the object stays). What is not there is not in the second
+    mapping; a value of ``None`` is kept as ``None`` (the platform reads it as "remove").
+    ``options`` itself is not changed.
+    """
+    plain = dict(options)
+    secrets: dict[str, Any] = {}
+    for field in fields:
+        if field.secret or field.name not in plain:
+            continue
+        if field.sealed:
+            secrets[f"/{_escape(field.name)}"] = plain.pop(field.name)
+        elif field.sealed_keys and isinstance(plain[field.name], Mapping):
+            value = dict(plain[field.name])
+            for key in field.sealed_keys:
+                if key in value:
+                    secrets[f"/{_escape(field.name)}/{_escape(key)}"] = value.pop(key)
+            plain[field.name] = value
+    return plain, secrets
+
+
+def _unescape(segment: str) -> str:
+    return segment.replace("~1", "/").replace("~0", "~")
+
+
+def merge_secret_options(options: Mapping[str, Any], secrets: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with the secret values of ``secrets`` (by JSON pointer) put back.
+
+    A key of a ``json`` option goes back only into an object that is there (an option
+    removed since takes its secret keys with it); ``None`` values are left out.
+    """
+    merged = dict(options)
+    for pointer, value in secrets.items():
+        if value is None:
+            continue
+        segments = [_unescape(part) for part in pointer.split("/")[1:]]
+        if len(segments) == 1:
+            merged[segments[0]] = value
+        elif len(segments) == 2 and isinstance(merged.get(segments[0]), Mapping):
+            merged[segments[0]] = {**merged[segments[0]], segments[1]: value}
+    return merged

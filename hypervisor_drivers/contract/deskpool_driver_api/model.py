@@ -92,6 +92,9 @@ class ClusterConnection:
     :param fingerprint: SHA-256 fingerprint of the server certificate to pin (hex, colons
         optional); when set the chain is not verified, only the pin.
     :param options: driver-specific settings, documented by each driver.
+    :param secret_options: the JSON pointers into ``options`` of the values the driver
+        declares secret (``/required_token``, ``/desktop/password``; new in 0.4): never shown
+        in ``repr``.
     """
 
     endpoint: str
@@ -100,17 +103,31 @@ class ClusterConnection:
     ca_cert: str | None = None
     fingerprint: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    secret_options: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "credentials", _frozen_mapping(self.credentials))
         object.__setattr__(self, "options", _frozen_mapping(self.options))
+        object.__setattr__(self, "secret_options", tuple(self.secret_options))
+
+    def _shown_options(self) -> dict[str, Any]:
+        shown = dict(self.options)
+        for pointer in self.secret_options:
+            name, _, key = pointer[1:].partition("/")
+            name = name.replace("~1", "/").replace("~0", "~")
+            key = key.replace("~1", "/").replace("~0", "~")
+            if not key and name in shown:
+                shown[name] = REDACTED
+            elif key and isinstance(shown.get(name), Mapping) and key in shown[name]:
+                shown[name] = {**shown[name], key: REDACTED}
+        return shown
 
     def __repr__(self) -> str:
         return (
             f"ClusterConnection(endpoint={self.endpoint!r}, "
             f"credentials={_redacted(self.credentials)}, tls_verify={self.tls_verify!r}, "
             f"ca_cert={'<pem>' if self.ca_cert else None!r}, fingerprint={self.fingerprint!r}, "
-            f"options={dict(self.options)!r})"
+            f"options={self._shown_options()!r})"
         )
 
     __str__ = __repr__

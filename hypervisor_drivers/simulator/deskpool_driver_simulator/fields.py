@@ -106,14 +106,19 @@ CONNECTION_FIELDS: tuple[ConnectionField, ...] = (
     ConnectionField(
         "required_token",
         "Required token",
-        help="When set, the token credential must equal it (to try a refused connection).",
+        FieldKind.SECRET,
+        sealed=True,
+        help="When set, the token credential must equal it (to try a refused connection). "
+        "A secret: kept sealed, never shown back.",
     ),
     ConnectionField(
         "desktop",
         "Desktop",
         FieldKind.JSON,
+        sealed_keys=("password",),
         help='Where every VM\'s desktop is: {"protocol": "vnc"|"rdp", "host", "port", '
-        '"username", "password", "parameters"}; by default the desktop daemon simulator\'s.',
+        '"username", "password", "parameters"}; by default the desktop daemon simulator\'s. '
+        "Its password is a secret: kept sealed, never shown back.",
     ),
     ConnectionField(
         "seed",

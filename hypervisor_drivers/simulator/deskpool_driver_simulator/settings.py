@@ -162,7 +162,7 @@ class SimulatorSettings:
     templates: tuple[TemplateSpec, ...] = ()
     timings: Timings = Timings()
     faults: Faults = Faults()
-    required_token: str | None = None
+    required_token: str | None = field(default=None, repr=False)  # a secret option
     desktop: DesktopSpec = DesktopSpec()
     seed: int | None = None
     cluster_name: str = "simulator"

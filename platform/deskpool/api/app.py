@@ -43,6 +43,7 @@ from deskpool.api.resources import events
 from deskpool.api.routes import Operation, Reply, RouteTable
 from deskpool.api.security import AUTHENTICATOR_KEY, authenticate, install_authentication
 from deskpool.api.validation import DeskpoolParser, check_body_size, parse_body, parse_query
+from deskpool.clusters import service as clusters_service
 from deskpool.live.bus import LiveHub
 from deskpool.outages import DATABASE, outage_of
 from deskpool.runtime import Runtime
@@ -288,6 +289,21 @@ def create_app(runtime: Runtime) -> web.Application:
         await limiter.close()
 
     app.on_cleanup.append(close_limiter)
+
+    async def seal_secret_options(app: web.Application) -> None:
+        # Secret option values stored in plain text before the driver contract 0.4.
+        try:
+            sealed = await clusters_service.seal_plain_secret_options(runtime)
+        except Exception as error:  # the API serves all the same; the next start tries again
+            startup_log.warning(
+                "could not seal secret cluster options stored in plain text: %s",
+                type(error).__name__,
+            )
+            return
+        if sealed:
+            startup_log.info("sealed the secret options of %d cluster(s)", sealed)
+
+    app.on_startup.append(seal_secret_options)
     hub = LiveHub(runtime.kv, config["KVSTORE_KEY_PREFIX"])
     app[events.HUB_KEY] = hub
 

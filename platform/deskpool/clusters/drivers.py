@@ -24,7 +24,12 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from redis.exceptions import RedisError
 
-from deskpool.clusters.repository import ClusterRecord, ConnectionSettings, load_credentials
+from deskpool.clusters.repository import (
+    ClusterRecord,
+    ConnectionSettings,
+    load_credentials,
+    load_secret_options,
+)
 from deskpool.clusters.shared_state import RedisSharedState
 from deskpool.drivers import (
     ClusterConnection,
@@ -33,6 +38,8 @@ from deskpool.drivers import (
     DriverContext,
     DriverError,
     HypervisorDriver,
+    merge_secret_options,
+    secret_option_pointers,
 )
 from deskpool.errors import ServiceUnavailable
 from deskpool.registry import Registry
@@ -178,8 +185,13 @@ class DriverManager:
         cluster_id: uuid.UUID | str,
         settings: ConnectionSettings,
         credentials: Mapping[str, str],
+        secret_options: Mapping[str, Any] | None = None,
     ) -> HypervisorDriver:
         """A driver for these settings and credentials (no I/O; close it when done).
+
+        ``secret_options`` (JSON pointer -> value) go back into the options the driver reads
+        (:func:`deskpool_driver_api.merge_secret_options`); the connection's ``repr`` hides
+        every value the driver declares secret.
 
         Building one and closing it is how a driver checks settings and credentials without
         connecting.
@@ -187,15 +199,16 @@ class DriverManager:
         :raises DriverNotInstalled: ``driver`` is not installed.
         :raises DriverConfigurationError: the driver refuses the settings or credentials.
         """
+        driver_class = self.driver_class(driver)
         connection = ClusterConnection(
             endpoint=settings.endpoint,
             credentials=credentials,
             tls_verify=settings.tls_verify,
             ca_cert=settings.ca_certificate,
             fingerprint=settings.fingerprint,
-            options=settings.options,
+            options=merge_secret_options(settings.options, secret_options or {}),
+            secret_options=secret_option_pointers(driver_class.connection_fields),
         )
-        driver_class = self.driver_class(driver)
         context = self.context_for(cluster_id)
         try:
             return driver_class(connection, context)
@@ -220,7 +233,12 @@ class DriverManager:
         credentials: dict[str, str] = {}
         if record.credentials.is_set:
             credentials = await load_credentials(self.runtime.db, self.secret_store, record.id)
-        return self.build(record.driver, record.id, record.settings, credentials)
+        secret_options: dict[str, Any] = {}
+        if record.secret_options.is_set:
+            secret_options = await load_secret_options(
+                self.runtime.db, self.secret_store, record.id
+            )
+        return self.build(record.driver, record.id, record.settings, credentials, secret_options)
 
     @asynccontextmanager
     async def open(self, record: ClusterRecord) -> AsyncIterator[HypervisorDriver]:

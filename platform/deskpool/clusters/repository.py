@@ -6,6 +6,11 @@ whatever the driver asks for) sealed by the secret store into ``sealed_secrets``
 :func:`credentials_context`; what is read back with a record is only
 :class:`~deskpool.secrets.SecretMetadata` (set or not, and when it last changed). Writes take a
 connection, so the API writes a record, its credentials and its audit event in one transaction.
+
+The values of the options a driver declares secret (``ConnectionField.sealed`` and
+``sealed_keys``, driver contract 0.4) are kept the same way: one JSON document of those values
+by JSON pointer into the options (``{"/required_token": ..., "/desktop/password": ...}``),
+sealed under :func:`secret_options_context`; the ``options`` column holds the rest.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ CREDENTIALS = OwnedSecret("cluster.credentials", "values")
 CREDENTIALS_KIND = CREDENTIALS.kind
 #: The field the credentials document is sealed under.
 CREDENTIALS_FIELD = CREDENTIALS.field
+#: The secret values of a cluster's options, by JSON pointer, sealed under the cluster's id.
+SECRET_OPTIONS = OwnedSecret("cluster.secret_options", "values")
 
 
 class ClusterNameTaken(Conflict):
@@ -50,6 +57,11 @@ def credentials_context(cluster_id: uuid.UUID | str) -> SecretContext:
     return CREDENTIALS.context(cluster_id)
 
 
+def secret_options_context(cluster_id: uuid.UUID | str) -> SecretContext:
+    """The secret context the secret values of a cluster's options are sealed for."""
+    return SECRET_OPTIONS.context(cluster_id)
+
+
 @dataclass(frozen=True)
 class ConnectionSettings:
     """How to reach a cluster, credentials aside (what a driver's connection is built from).
@@ -58,7 +70,8 @@ class ConnectionSettings:
     :param tls_verify: verify the server certificate.
     :param ca_certificate: PEM text of the CA to trust instead of the system's.
     :param fingerprint: the pinned SHA-256 fingerprint (``AB:CD:...``), if any.
-    :param options: driver-specific settings.
+    :param options: driver-specific settings (without the values its driver declares secret,
+        which are sealed apart; see :func:`load_secret_options`).
     """
 
     endpoint: str
@@ -66,6 +79,10 @@ class ConnectionSettings:
     ca_certificate: str | None = None
     fingerprint: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: What a record without secret option values says about them.
+NOT_SET = SecretMetadata(is_set=False)
 
 
 @dataclass(frozen=True)
@@ -82,6 +99,7 @@ class ClusterRecord:
     last_check_at: datetime | None = None
     last_check_ok: bool | None = None
     last_check_error: str | None = None
+    secret_options: SecretMetadata = NOT_SET
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> ClusterRecord:
@@ -105,15 +123,20 @@ class ClusterRecord:
             last_check_at=row["last_check_at"],
             last_check_ok=row["last_check_ok"],
             last_check_error=row["last_check_error"],
+            secret_options=SecretMetadata(
+                is_set=row["secret_options_changed_at"] is not None,
+                changed_at=row["secret_options_changed_at"],
+            ),
         )
 
 
 # The metadata of the sealed credentials comes with each record (one query for a whole page);
 # nothing sealed is read here.
 _SELECT = f"""
-SELECT c.*, s.updated_at AS credentials_changed_at
+SELECT c.*, s.updated_at AS credentials_changed_at, o.updated_at AS secret_options_changed_at
   FROM clusters AS c
   {CREDENTIALS.metadata_join("c.id::text", "s")}
+  {SECRET_OPTIONS.metadata_join("c.id::text", "o")}
 """
 
 
@@ -184,6 +207,11 @@ async def list_clusters(
     return [ClusterRecord.from_row(row) for row in rows]
 
 
+async def cluster_ids(db: Db) -> list[uuid.UUID]:
+    """The id of every cluster."""
+    return [row["id"] for row in await db.fetch("SELECT id FROM clusters ORDER BY id")]
+
+
 async def clusters_by_driver(db: Db) -> dict[str, int]:
     """How many clusters each driver serves."""
     rows = await db.fetch("SELECT driver, count(*) AS n FROM clusters GROUP BY driver")
@@ -223,6 +251,7 @@ async def delete_cluster(connection: asyncpg.Connection, cluster_id: uuid.UUID) 
         "DELETE FROM clusters WHERE id = $1 RETURNING true", cluster_id
     )
     await CREDENTIALS.delete(connection, cluster_id)
+    await SECRET_OPTIONS.delete(connection, cluster_id)
     return bool(deleted)
 
 
@@ -303,5 +332,47 @@ async def load_credentials(db: Db, store: SecretStore, cluster_id: uuid.UUID) ->
     ):
         raise SecretDecryptionFailed(
             f"The stored credential {context} is not a credentials document.", context=context
+        )
+    return document
+
+
+# --------------------------------------------------------------------------- secret options
+
+
+async def store_secret_options(
+    connection: asyncpg.Connection,
+    store: SecretStore,
+    cluster_id: uuid.UUID,
+    values: Mapping[str, Any],
+) -> None:
+    """Seal ``values`` (JSON pointer -> value) as the cluster's secret options; none removes them.
+
+    :raises SecretsUnavailable: values are given and no master key is configured (a 503).
+    """
+    if not values:
+        await SECRET_OPTIONS.delete(connection, cluster_id)
+        return
+    document = json.dumps(dict(values), sort_keys=True)
+    await SECRET_OPTIONS.put(connection, store, cluster_id, SecretValue(document))
+
+
+async def load_secret_options(db: Db, store: SecretStore, cluster_id: uuid.UUID) -> dict[str, Any]:
+    """Open the cluster's secret option values, by JSON pointer; ``{}`` when none are stored.
+
+    :raises SecretDecryptionFailed: the sealed document does not open or is not such a document.
+    """
+    context = secret_options_context(cluster_id)
+    sealed = await SECRET_OPTIONS.get(db, store, cluster_id)
+    if sealed is None:
+        return {}
+    try:
+        document = json.loads(sealed.reveal())
+    except ValueError:
+        document = None
+    if not isinstance(document, dict) or not all(
+        isinstance(key, str) and key.startswith("/") for key in document
+    ):
+        raise SecretDecryptionFailed(
+            f"The stored secret {context} is not a document of secret options.", context=context
         )
     return document

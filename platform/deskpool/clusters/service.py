@@ -6,8 +6,11 @@ create or change request as the API's schemas load them (``ClusterCreateSchema``
 ``ClusterChangeSchema``): a caller outside the API passes the same members. The driver checks
 new settings and credentials before anything is stored, first against the connection fields
 it declares (a mismatch is a 422 pointing at the member); credentials never reach the audit
-trail. Reads that ask the cluster itself (a check, its nodes, its templates) wait at most
-:data:`DRIVER_CALL_TIMEOUT` seconds.
+trail. The option values a driver declares secret (contract 0.4) arrive among the options and
+are sealed apart from them like credentials (:func:`_split_options`); a change that gives the
+options again keeps a stored secret value it does not name (the API never shows it back), and
+one given as ``null`` is removed. Reads that ask the cluster itself (a check, its nodes, its
+templates) wait at most :data:`DRIVER_CALL_TIMEOUT` seconds.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from deskpool.drivers import (
     Template,
     connection_problems,
     deadline_after,
+    merge_secret_options,
+    split_secret_options,
 )
 from deskpool.errors import (
     Conflict,
@@ -121,6 +126,33 @@ def _settings(body: Mapping[str, Any], current: ConnectionSettings) -> Connectio
         fingerprint=tls.get("fingerprint", current.fingerprint),
         options=body.get("options", current.options),
     )
+
+
+def _declared(manager: DriverManager, driver: str) -> tuple[ConnectionField, ...]:
+    """The connection fields ``driver`` declares; none when it is not installed."""
+    if not manager.is_installed(driver):
+        return ()
+    return tuple(manager.driver_class(driver).connection_fields)
+
+
+def _split_options(
+    declared: tuple[ConnectionField, ...],
+    options: Mapping[str, Any],
+    stored: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What to store of ``options``: the plain options, and the secret values by pointer.
+
+    ``stored`` (a change) are the secret values stored now: those ``options`` do not name are
+    kept when their option is still there; a value given as ``None`` is removed.
+    """
+    plain, given = split_secret_options(declared, options)
+    secrets = {
+        pointer: value
+        for pointer, value in (stored or {}).items()
+        if pointer not in given and merge_secret_options(plain, {pointer: value}) != plain
+    }
+    secrets.update({pointer: value for pointer, value in given.items() if value is not None})
+    return plain, secrets
 
 
 def _check_declared(
@@ -250,9 +282,13 @@ async def create_cluster(runtime: Runtime, actor: Actor, body: Mapping[str, Any]
     cluster_id = uuid.uuid4()
     settings = _settings(body, ConnectionSettings(endpoint=body["endpoint"]))
     credentials = body.get("credentials") or {}
-    _check_declared(manager, driver, _plain(credentials), settings.options)
+    plain, secret_options = _split_options(_declared(manager, driver), settings.options)
+    settings = replace(settings, options=plain)
+    _check_declared(
+        manager, driver, _plain(credentials), merge_secret_options(plain, secret_options)
+    )
     # Building a driver checks the settings and credentials, without connecting.
-    await manager.build(driver, cluster_id, settings, _plain(credentials)).close()
+    await manager.build(driver, cluster_id, settings, _plain(credentials), secret_options).close()
     async with runtime.db.acquire() as connection, connection.transaction():
         await repository.insert_cluster(
             connection, cluster_id=cluster_id, name=body["name"], driver=driver, settings=settings
@@ -260,6 +296,10 @@ async def create_cluster(runtime: Runtime, actor: Actor, body: Mapping[str, Any]
         if credentials:
             await repository.store_credentials(
                 connection, manager.secret_store, cluster_id, credentials
+            )
+        if secret_options:
+            await repository.store_secret_options(
+                connection, manager.secret_store, cluster_id, secret_options
             )
         await actor.record(
             connection,
@@ -271,6 +311,7 @@ async def create_cluster(runtime: Runtime, actor: Actor, body: Mapping[str, Any]
                 "driver": driver,
                 "endpoint": settings.endpoint,
                 "credentials_set": bool(credentials),
+                "secret_options": sorted(secret_options),
             },
         )
         record = await repository.get_cluster(connection, cluster_id)
@@ -284,9 +325,10 @@ async def change_cluster(
     """Change a cluster with a change request's members; what is absent stays as it is.
 
     ``tls`` members replace the stored ones one by one, ``options`` and ``credentials`` whole;
-    ``credentials: None`` removes them. A change to how the cluster is reached is checked by
-    its driver first, when the driver is installed: against the fields it declares, then by
-    building it.
+    ``credentials: None`` removes them. Secret option values the new ``options`` do not name
+    are kept (a ``null`` one is removed), see :func:`_split_options`. A change to how the
+    cluster is reached is checked by its driver first, when the driver is installed: against
+    the fields it declares, then by building it.
 
     :raises NotFound: there is no such cluster.
     :raises ValidationFailed: new credentials or options do not match the declared fields.
@@ -301,14 +343,29 @@ async def change_cluster(
             "cluster",
             cluster_id,
         )
+        stored_secrets: dict[str, Any] = {}
+        if record.secret_options.is_set:
+            stored_secrets = await repository.load_secret_options(
+                connection, manager.secret_store, cluster_id
+            )
         settings = _settings(body, record.settings)
-        reach_changed = replaces_credentials or settings != record.settings
+        secret_options = stored_secrets
+        if "options" in body:
+            plain, secret_options = _split_options(
+                _declared(manager, record.driver), settings.options, stored_secrets
+            )
+            settings = replace(settings, options=plain)
+        reach_changed = (
+            replaces_credentials or settings != record.settings or secret_options != stored_secrets
+        )
         if reach_changed and manager.is_installed(record.driver):
             _check_declared(
                 manager,
                 record.driver,
                 _plain(body["credentials"]) if replaces_credentials else None,
-                settings.options if "options" in body else None,
+                merge_secret_options(settings.options, secret_options)
+                if "options" in body
+                else None,
             )
             if replaces_credentials:
                 credentials = _plain(body["credentials"])
@@ -318,10 +375,16 @@ async def change_cluster(
                 )
             else:
                 credentials = {}
-            await manager.build(record.driver, cluster_id, settings, credentials).close()
+            await manager.build(
+                record.driver, cluster_id, settings, credentials, secret_options
+            ).close()
         await repository.update_cluster(
             connection, cluster_id, name=body.get("name", record.name), settings=settings
         )
+        if secret_options != stored_secrets:
+            await repository.store_secret_options(
+                connection, manager.secret_store, cluster_id, secret_options
+            )
         if replaces_credentials:
             if body["credentials"]:
                 await repository.store_credentials(
@@ -341,11 +404,73 @@ async def change_cluster(
                     if replaces_credentials
                     else "unchanged"
                 ),
+                "secret_options": sorted(secret_options),
             },
         )
         updated = await repository.get_cluster(connection, cluster_id)
     assert updated is not None
     return updated
+
+
+#: The actor of sealing secret option values found in plain text (stored before contract 0.4).
+SEAL_ACTOR = Actor.system("system:seal-secret-options")
+
+
+async def seal_plain_secret_options(runtime: Runtime) -> int:
+    """Seal the secret option values stored in plain text, from before the driver contract 0.4.
+
+    Run at the API's start: every cluster whose stored ``options`` hold a value its (installed)
+    driver now declares secret has it moved into its sealed secret options (a value sealed
+    since wins over the plain one), one transaction and one audit event
+    (``cluster.secret_options_sealed``) per cluster. A SQL migration cannot do this: sealing
+    needs the secret store's key, which the database never sees. Until it has run, responses
+    leave such values out all the same (:func:`visible_options`).
+
+    :returns: how many clusters were changed.
+    :raises SecretsUnavailable: such a value is found and no master key is configured.
+    """
+    manager = driver_manager_for(runtime)
+    sealed = 0
+    for cluster_id in await repository.cluster_ids(runtime.db):
+        async with runtime.db.acquire() as connection, connection.transaction():
+            record = await repository.get_cluster(connection, cluster_id, for_update=True)
+            if record is None:
+                continue
+            plain, found_plain = split_secret_options(
+                _declared(manager, record.driver), record.settings.options
+            )
+            found_plain = {key: value for key, value in found_plain.items() if value is not None}
+            if not found_plain:
+                continue
+            stored: dict[str, Any] = {}
+            if record.secret_options.is_set:
+                stored = await repository.load_secret_options(
+                    connection, manager.secret_store, cluster_id
+                )
+            await repository.store_secret_options(
+                connection, manager.secret_store, cluster_id, {**found_plain, **stored}
+            )
+            await repository.update_cluster(
+                connection,
+                cluster_id,
+                name=record.name,
+                settings=replace(record.settings, options=plain),
+            )
+            await SEAL_ACTOR.record(
+                connection,
+                "cluster.secret_options_sealed",
+                "clusters",
+                str(cluster_id),
+                {"secret_options": sorted(found_plain)},
+            )
+            sealed += 1
+    return sealed
+
+
+def visible_options(manager: DriverManager, record: ClusterRecord) -> dict[str, Any]:
+    """The options of ``record`` that may be shown: never a value its driver declares secret."""
+    plain, _ = split_secret_options(_declared(manager, record.driver), record.settings.options)
+    return plain
 
 
 async def delete_cluster(runtime: Runtime, actor: Actor, cluster_id: uuid.UUID) -> None:

@@ -347,12 +347,20 @@ async def test_drivers_list_their_declared_fields(
         "minimum": None,
         "maximum": None,
         "placeholder": "",
+        "sealed": False,
+        "sealed_keys": [],
     }
     assert fields["request_timeout"]["default"] == 30.0
     assert fields["request_timeout"]["secret"] is False
     simulator = next(driver for driver in page["items"] if driver["name"] == "simulator")
     nodes = next(field for field in simulator["fields"] if field["name"] == "nodes")
     assert (nodes["kind"], nodes["default"]) == ("list", ["sim-node-1", "sim-node-2"])
+    by_name = {field["name"]: field for field in simulator["fields"]}
+    assert (by_name["required_token"]["sealed"], by_name["required_token"]["secret"]) == (
+        True,
+        False,
+    )
+    assert by_name["desktop"]["sealed_keys"] == ["password"]
 
     first = await client.get("/api/v1/drivers?limit=1", headers=callers.manager)
     first_page = await first.json()

@@ -7,12 +7,16 @@ from typing import Any
 import pytest
 
 from deskpool_driver_api import (
+    ClusterConnection,
     ConnectionField,
     DriverConfigurationError,
     FieldKind,
     FieldProblem,
     connection_problems,
     declaration_problems,
+    merge_secret_options,
+    secret_option_pointers,
+    split_secret_options,
 )
 from deskpool_driver_api.conformance_fields import wrong_values
 from deskpool_driver_proxmox import ProxmoxDriver
@@ -140,6 +144,8 @@ def test_as_json_lists_every_attribute() -> None:
         "minimum",
         "maximum",
         "placeholder",
+        "sealed",
+        "sealed_keys",
     }
 
 
@@ -158,3 +164,84 @@ def test_the_simulator_accepts_every_option_it_declares() -> None:
     with pytest.raises(DriverConfigurationError, match="unknown option") as refused:
         SimulatorSettings.from_options(dict.fromkeys([*declared, "not-declared"], None))
     assert all(f"unknown option {name!r}" not in str(refused.value) for name in declared)
+
+
+# ------------------------------------------------------------------ secret options (0.4)
+
+SEALED = (
+    ConnectionField("required_token", "Required token", FieldKind.SECRET, sealed=True),
+    ConnectionField("desktop", "Desktop", FieldKind.JSON, sealed_keys=("password", "api.key")),
+    ConnectionField("nodes", "Nodes", FieldKind.LIST),
+    ConnectionField("token", "Token", FieldKind.SECRET, secret=True),
+)
+
+
+def test_sealed_options_are_declared_well_formed() -> None:
+    assert declaration_problems(SEALED) == []
+    assert secret_option_pointers(SEALED) == (
+        "/required_token",
+        "/desktop/password",
+        "/desktop/api.key",
+    )
+    assert SEALED[0].as_json()["sealed"] is True
+    assert SEALED[1].as_json()["sealed_keys"] == ["password", "api.key"]
+
+
+@pytest.mark.parametrize(
+    ("field", "problem"),
+    [
+        (ConnectionField("x", "X", FieldKind.SECRET, secret=True, sealed=True), "sealed already"),
+        (ConnectionField("x", "X", FieldKind.INTEGER, sealed=True), "a sealed option is a string"),
+        (ConnectionField("x", "X", sealed=True, default="d"), "a sealed option has no default"),
+        (ConnectionField("x", "X", FieldKind.LIST, sealed_keys=("k",)), "only a json option"),
+        (ConnectionField("x", "X", FieldKind.JSON, sealed_keys=("k", "k")), "sealed keys repeat"),
+        (ConnectionField("x", "X", FieldKind.JSON, sealed_keys=("",)), "sealed keys are 1 to"),
+        (ConnectionField("x", "X", FieldKind.SECRET), "a secret input must be a credential"),
+    ],
+)
+def test_malformed_sealed_declarations_are_named(field: ConnectionField, problem: str) -> None:
+    problems = declaration_problems([field])
+    assert any(problem in text for text in problems), problems
+
+
+def test_split_takes_secret_values_out_and_merge_puts_them_back() -> None:
+    options = {
+        "required_token": "t0k3n",
+        "desktop": {"host": "h", "password": "pw", "api.key": "x"},
+        "nodes": ["n1"],
+    }
+    plain, secrets = split_secret_options(SEALED, options)
+    assert plain == {"desktop": {"host": "h"}, "nodes": ["n1"]}
+    assert secrets == {
+        "/required_token": "t0k3n",
+        "/desktop/password": "pw",
+        "/desktop/api.key": "x",
+    }
+    assert options["desktop"]["password"] == "pw"  # the input is not changed
+    assert merge_secret_options(plain, secrets) == options
+    # A json option that is gone takes its secret keys with it; None values stay out.
+    assert merge_secret_options({"nodes": []}, secrets) == {"nodes": [], "required_token": "t0k3n"}
+    assert merge_secret_options({}, {"/required_token": None}) == {}
+    # A null secret value is reported as such (the platform removes it); absent ones are not.
+    assert split_secret_options(SEALED, {"required_token": None}) == ({}, {"/required_token": None})
+    assert split_secret_options(SEALED, {"desktop": "not an object"}) == (
+        {"desktop": "not an object"},
+        {},
+    )
+
+
+def test_a_connections_repr_hides_secret_option_values() -> None:
+    connection = ClusterConnection(
+        endpoint="sim://",
+        options={"required_token": "t0k3n", "desktop": {"host": "h", "password": "pw"}},
+        secret_options=secret_option_pointers(SEALED),
+    )
+    shown = repr(connection)
+    assert "t0k3n" not in shown
+    assert "pw" not in shown
+    assert "'host': 'h'" in shown
+
+
+def test_the_simulator_declares_its_token_and_desktop_password_secret() -> None:
+    pointers = secret_option_pointers(SimulatorDriver.connection_fields)
+    assert pointers == ("/required_token", "/desktop/password")

@@ -1278,10 +1278,13 @@ export interface components {
             driver_status: "installed" | "not_installed";
             endpoint: string;
             tls: components["schemas"]["Tls"];
+            /** @description The driver's options, without the values it declares secret (its fields' `sealed` and `sealed_keys` in `GET /api/v1/drivers`): those are write-only. */
             options: {
                 [key: string]: unknown;
             };
             credentials: components["schemas"]["SecretStatus"];
+            /** @description Whether values of options the driver declares secret are stored (sealed, never shown back), and when they last changed. */
+            secret_options: components["schemas"]["SecretStatus"];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1320,7 +1323,7 @@ export interface components {
                 [key: string]: string;
             };
             tls?: components["schemas"]["TlsInput"];
-            /** @description Driver-specific settings: the fields its entry of `GET /api/v1/drivers` does not mark `secret`. */
+            /** @description Driver-specific settings: the fields its entry of `GET /api/v1/drivers` does not mark `secret`. The values of the options it marks `sealed`, and of the `sealed_keys` of a `json` option, are write-only: sealed at rest like credentials and never returned. A change that gives the options again keeps a stored secret value it leaves out; give it as `null` to remove it. */
             options?: {
                 [key: string]: unknown;
             };
@@ -1333,7 +1336,7 @@ export interface components {
                 [key: string]: string;
             } | null;
             tls?: components["schemas"]["TlsInput"];
-            /** @description Driver-specific settings: the fields its entry of `GET /api/v1/drivers` does not mark `secret`. */
+            /** @description Driver-specific settings: the fields its entry of `GET /api/v1/drivers` does not mark `secret`. The values of the options it marks `sealed`, and of the `sealed_keys` of a `json` option, are write-only: sealed at rest like credentials and never returned. A change that gives the options again keeps a stored secret value it leaves out; give it as `null` to remove it. */
             options?: {
                 [key: string]: unknown;
             };
@@ -1528,6 +1531,10 @@ export interface components {
             maximum: number | null;
             /** @description An example value. */
             placeholder: string;
+            /** @description An option whose value is a secret: write-only (sent in `options`, sealed at rest like a credential, never shown back). */
+            sealed: boolean;
+            /** @description For a `json` option: the keys of its object value that are secrets, write-only like a `sealed` option. */
+            sealed_keys: string[];
         };
         Driver: {
             /** @description What a cluster's `driver` names it by. */

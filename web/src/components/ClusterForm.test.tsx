@@ -35,6 +35,7 @@ const CLUSTER: Schemas["Cluster"] = {
   tls: { verify: true, ca_certificate: null, fingerprint: "AB:CD" },
   options: { request_timeout: 12 },
   credentials: { set: true, changed_at: "2026-11-23T00:00:00Z" },
+  secret_options: { set: false, changed_at: null },
   created_at: "2026-11-23T00:00:00Z",
   updated_at: "2026-11-23T00:00:00Z",
   last_check_at: null,

@@ -93,3 +93,36 @@ describe("what the inputs send", () => {
     });
   });
 });
+
+describe("secret options", () => {
+  const simulator: Driver = {
+    name: "simulator",
+    title: "Simulator",
+    endpoint_help: "",
+    fields: [
+      field("required_token", { label: "Required token", kind: "secret", sealed: true }),
+      field("desktop", { label: "Desktop", kind: "json", sealed_keys: ["password"] }),
+    ],
+  };
+
+  it("are password inputs that say how to keep the stored value, and name write-only keys", () => {
+    const html = renderToStaticMarkup(
+      <DriverFields
+        driver={simulator}
+        values={initialValues(simulator.fields, { desktop: { host: "h" } })}
+        onChange={() => undefined}
+        errors={{}}
+        editing
+      />,
+    );
+    expect(html).toMatch(/<input[^>]*type="password"[^>]*placeholder="leave empty to keep"/);
+    expect(html).toContain("Write-only: leave empty to keep the stored value.");
+    expect(html).toContain("Write-only keys (never shown back): password.");
+  });
+
+  it("are sent among the options when typed, and left out when not", () => {
+    const typed = collect(simulator.fields, { required_token: "t0k3n", desktop: "" }, true);
+    expect(typed.options).toEqual({ required_token: "t0k3n" });
+    expect(collect(simulator.fields, { required_token: "", desktop: "" }, true).options).toEqual({});
+  });
+});

@@ -4,8 +4,10 @@
  * Credentials (`secret: true`) are write-only: their inputs start empty, a `secret` kind is a
  * password input, and when a cluster is edited an empty credential keeps the stored ones.
  * Options start from the cluster's value or the declared default; only values that differ
- * from the default are sent. Errors are keyed like the API's field errors
- * (`credentials.token_id`, `options.nodes`), so a 422 lands next to its field.
+ * from the default are sent. A secret option (`sealed`, or the `sealed_keys` of a `json` one)
+ * is never shown back: its input starts empty, and when a cluster is edited an empty one keeps
+ * the stored value (the API keeps what the options leave out). Errors are keyed like the API's
+ * field errors (`credentials.token_id`, `options.nodes`), so a 422 lands next to its field.
  */
 import type { ReactNode } from "react";
 import type { Schemas } from "../api/client";
@@ -110,6 +112,8 @@ function Hint({ field, editing }: { field: ConnectionField; editing: boolean }):
   const parts = [field.help];
   if (field.kind === "list") parts.push("One per line.");
   if (field.secret && editing) parts.push("Leave empty to keep the stored credentials.");
+  if (field.sealed && editing) parts.push("Write-only: leave empty to keep the stored value.");
+  if (field.sealed_keys.length) parts.push(`Write-only keys (never shown back): ${field.sealed_keys.join(", ")}.`);
   return parts.filter(Boolean).join(" ") || undefined;
 }
 
@@ -128,7 +132,7 @@ function FieldInput({
 }) {
   const hint = Hint({ field, editing });
   const text = typeof value === "string" ? value : "";
-  const placeholder = field.secret && editing ? "leave empty to keep" : field.placeholder || undefined;
+  const placeholder = (field.secret || field.sealed) && editing ? "leave empty to keep" : field.placeholder || undefined;
   switch (field.kind) {
     case "boolean":
       return (

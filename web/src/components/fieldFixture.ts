@@ -14,6 +14,8 @@ export function field(name: string, change: Partial<ConnectionField> = {}): Conn
     minimum: null,
     maximum: null,
     placeholder: "",
+    sealed: false,
+    sealed_keys: [],
     ...change,
   };
 }

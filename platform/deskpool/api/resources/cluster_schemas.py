@@ -120,7 +120,10 @@ def _options_field(**kwargs: Any) -> fields.Dict:
         metadata={
             "description": (
                 "Driver-specific settings: the fields its entry of `GET /api/v1/drivers` "
-                "does not mark `secret`."
+                "does not mark `secret`. The values of the options it marks `sealed`, and of "
+                "the `sealed_keys` of a `json` option, are write-only: sealed at rest like "
+                "credentials and never returned. A change that gives the options again keeps "
+                "a stored secret value it leaves out; give it as `null` to remove it."
             ),
             "propertyNames": {"minLength": 1, "maxLength": 100},
         },
@@ -203,8 +206,26 @@ class ClusterSchema(Schema):
     )
     endpoint = fields.String(required=True)
     tls = fields.Nested(TlsSchema, required=True)
-    options = fields.Dict(required=True)
+    options = fields.Dict(
+        required=True,
+        metadata={
+            "description": (
+                "The driver's options, without the values it declares secret (its fields' "
+                "`sealed` and `sealed_keys` in `GET /api/v1/drivers`): those are write-only."
+            )
+        },
+    )
     credentials = fields.Nested(SecretStatusSchema, required=True)
+    secret_options = fields.Nested(
+        SecretStatusSchema,
+        required=True,
+        metadata={
+            "description": (
+                "Whether values of options the driver declares secret are stored (sealed, "
+                "never shown back), and when they last changed."
+            )
+        },
+    )
     created_at = fields.AwareDateTime(required=True)
     updated_at = fields.AwareDateTime(required=True)
     last_check_at = fields.AwareDateTime(

@@ -65,6 +65,25 @@ class ConnectionFieldSchema(Schema):
     minimum = fields.Float(required=True, allow_none=True)
     maximum = fields.Float(required=True, allow_none=True)
     placeholder = fields.String(required=True, metadata={"description": "An example value."})
+    sealed = fields.Boolean(
+        required=True,
+        metadata={
+            "description": (
+                "An option whose value is a secret: write-only (sent in `options`, sealed at "
+                "rest like a credential, never shown back)."
+            )
+        },
+    )
+    sealed_keys = fields.List(
+        fields.String(),
+        required=True,
+        metadata={
+            "description": (
+                "For a `json` option: the keys of its object value that are secrets, "
+                "write-only like a `sealed` option."
+            )
+        },
+    )
 
 
 class DriverSchema(Schema):
