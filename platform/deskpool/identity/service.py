@@ -21,6 +21,7 @@ from deskpool.actor import Actor
 from deskpool.errors import Conflict, FieldError, NotFound, ValidationFailed, found
 from deskpool.identity import rules, store, store_roles
 from deskpool.identity.authenticator import identity_changed
+from deskpool.identity.refusals import audited_refusals
 from deskpool.identity.sign_in import resolve_effective
 from deskpool.permissions import (
     PLATFORM_ADMIN,
@@ -46,21 +47,13 @@ async def _changing(runtime: Runtime, actor: Actor) -> AsyncIterator[asyncpg.Con
     A change refused by the escalation rule is rolled back, then recorded as a denied
     ``access.escalation_denied`` event in a transaction of its own.
     """
-    try:
-        async with runtime.db.acquire() as connection, connection.transaction():
-            await store.lock_identity(connection)
-            yield connection
-    except rules.EscalationDenied as refusal:
-        async with runtime.db.acquire() as connection:
-            await actor.record(
-                connection,
-                "access.escalation_denied",
-                refusal.resource_type,
-                None,
-                {"missing_permissions": refusal.missing, "detail": refusal.detail},
-                outcome="denied",
-            )
-        raise
+    async with (
+        audited_refusals(runtime, actor),
+        runtime.db.acquire() as connection,
+        connection.transaction(),
+    ):
+        await store.lock_identity(connection)
+        yield connection
     await identity_changed(runtime)
 
 

@@ -17,7 +17,9 @@ import asyncpg
 
 from deskpool.actor import Actor
 from deskpool.errors import Conflict, LocatedFieldError, ValidationFailed, found
+from deskpool.identity import rules
 from deskpool.identity import store as identity_store
+from deskpool.identity.refusals import audited_refusals
 from deskpool.jobs import queue
 from deskpool.jobs.model import Job, JobState
 from deskpool.pools import store_desktops, store_pools
@@ -34,6 +36,7 @@ from deskpool.pools.states import (
     can_take,
 )
 from deskpool.pools.store_desktops import DesktopCursor, DesktopRecord
+from deskpool.pools.store_entitlements import is_entitled
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime
@@ -241,6 +244,10 @@ async def assign_desktop(
     :raises PoolNotPersistent: its pool is not persistent.
     :raises ValidationFailed: there is no such user (``/user_id``).
     :raises IllegalTransition: it belongs to another user, or is being deleted.
+    :raises EscalationDenied: the user is not entitled to the desktop's pool (directly or
+        through a group they are a member of) and the actor does not hold ``pools:manage``:
+        the assignment would hand out a desktop of the pool (see
+        :mod:`deskpool.identity.rules`).
     """
 
     async def assigned(
@@ -250,9 +257,20 @@ async def assign_desktop(
             raise ValidationFailed(
                 [LocatedFieldError("/user_id", f"No user has the id {user_id}.")]
             )
+        principal = actor.principal
+        if principal is not None and not principal.may(rules.POOL_ACCESS):
+            groups = await identity_store.member_group_ids(connection, user_id)
+            entitled = await is_entitled(connection, desktop.pool_id, user_id, groups)
+            rules.check_escalation(
+                principal.effective,
+                () if entitled else {rules.POOL_ACCESS},
+                "assign this desktop to a user who is not entitled to its pool",
+                "desktops",
+            )
         return Assigned(str(user_id)), {"user_id": str(user_id)}
 
-    return await _change_assignment(runtime, actor, desktop_id, assigned, "desktop.assign")
+    async with audited_refusals(runtime, actor):
+        return await _change_assignment(runtime, actor, desktop_id, assigned, "desktop.assign")
 
 
 async def unassign_desktop(runtime: Runtime, actor: Actor, desktop_id: uuid.UUID) -> DesktopRecord:

@@ -35,6 +35,7 @@ from deskpool.errors import (
     ValidationFailed,
 )
 from deskpool.identity import rules
+from deskpool.identity.refusals import audited_refusals
 from deskpool.jobs.model import Job
 from deskpool.licensing.service import check_can_create_pool
 from deskpool.pools import store_desktops, store_entitlements, store_pools
@@ -411,12 +412,13 @@ async def grant_entitlement(
         on the route: an entitlement hands out desktops, see :mod:`deskpool.identity.rules`).
     """
     principal = actor.principal
-    rules.check_escalation(
-        None if principal is None else principal.effective,
-        {rules.POOL_ACCESS},
-        "entitle anyone to a pool",
-        "pools",
-    )
+    async with audited_refusals(runtime, actor):
+        rules.check_escalation(
+            None if principal is None else principal.effective,
+            {rules.POOL_ACCESS},
+            "entitle anyone to a pool",
+            "pools",
+        )
     async with runtime.db.acquire() as connection, connection.transaction():
         if not await store_pools.pool_exists(connection, pool_id):
             raise NotFound(f"No pool has the id {pool_id}.")

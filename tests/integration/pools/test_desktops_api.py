@@ -145,6 +145,7 @@ async def test_assignment_in_a_persistent_pool(
     manager = await new_caller("desktops:manage")
     alice, bob = await new_caller(), await new_caller()
     pool = await api_pool(kind=PoolKind.PERSISTENT)
+    await entitle(pools_runtime, pool, alice, bob)
     (desktop_id,) = await desktops_in(pools_runtime, pool, 1)
     url = f"{DESKTOPS}/{desktop_id}/assignment"
 
@@ -167,6 +168,73 @@ async def test_assignment_in_a_persistent_pool(
             "SELECT action FROM audit_events WHERE resource_id = $1 ORDER BY id", desktop_id
         )
     assert [row["action"] for row in rows] == ["desktop.assign", "desktop.unassign"]
+
+
+async def entitle(runtime: Runtime, pool: Pool, *users: Caller, group: str | None = None) -> None:
+    """Entitle ``users`` (and ``group``) to ``pool``, as a holder of ``pools:manage`` would."""
+    subjects = [("user", uuid.UUID(user.id)) for user in users]
+    subjects += [("group", uuid.UUID(group))] if group else []
+    async with runtime.db.acquire() as connection:
+        for subject_type, subject_id in subjects:
+            await connection.execute(
+                "INSERT INTO pool_entitlements (pool_id, subject_type, subject_id) "
+                "VALUES ($1, $2, $3)",
+                pool.id,
+                subject_type,
+                subject_id,
+            )
+
+
+async def test_assigning_a_desktop_to_someone_not_entitled_needs_pools_manage(
+    client: Any, new_caller: NewCaller, api_pool: MakeApiPool, pools_runtime: Runtime
+) -> None:
+    """A desktop assigned is a desktop handed out: only who may manage pools hands one out."""
+    manager = await new_caller("desktops:manage")
+    pool = await api_pool(kind=PoolKind.PERSISTENT)
+    first, second = await desktops_in(pools_runtime, pool, 2)
+    outsider = await new_caller()
+    for who in (manager, outsider):  # herself included
+        refused = await client.put(
+            f"{DESKTOPS}/{first}/assignment", json={"user_id": who.id}, headers=manager.headers
+        )
+        assert refused.status == 403, await refused.text()
+        problem = await refused.json()
+        assert (problem["code"], problem["missing_permissions"]) == (
+            "escalation_denied",
+            ["pools:manage"],
+        )
+    async with pools_runtime.db.acquire() as connection:
+        assert (
+            await connection.fetchval(
+                "SELECT assigned_user FROM desktops WHERE id = $1", uuid.UUID(first)
+            )
+            is None
+        )
+        denied = await connection.fetchval(
+            "SELECT count(*) FROM audit_events WHERE action = 'access.escalation_denied' "
+            "AND actor = $1 AND outcome = 'denied'",
+            manager.id,
+        )
+    assert denied == 2
+
+    # Entitled through a group she is a member of: the assignment is the manager's to make.
+    async with pools_runtime.db.acquire() as connection:
+        group = await connection.fetchval(
+            "INSERT INTO groups (key, name) VALUES ($1, $1) RETURNING id::text",
+            f"g-{uuid.uuid4().hex[:8]}",
+        )
+    await entitle(pools_runtime, pool, group=group)
+    member = await new_caller(groups=[group])
+    assigned = await client.put(
+        f"{DESKTOPS}/{first}/assignment", json={"user_id": member.id}, headers=manager.headers
+    )
+    assert assigned.status == 200, await assigned.text()
+    # Who may manage pools assigns anyone.
+    both = await new_caller("desktops:manage", "pools:manage")
+    assigned = await client.put(
+        f"{DESKTOPS}/{second}/assignment", json={"user_id": outsider.id}, headers=both.headers
+    )
+    assert assigned.status == 200, await assigned.text()
 
 
 async def test_assignment_is_refused_in_a_non_persistent_pool(

@@ -268,7 +268,7 @@ export interface paths {
         get?: never;
         /**
          * Assign a desktop of a persistent pool to a user
-         * @description The user gets this desktop every time they open the pool. 409 `pool_not_persistent` in other pools; 409 `illegal_transition` when it belongs to another user (remove the assignment first) or is being deleted; 422 `/user_id` for an unknown user.
+         * @description The user gets this desktop every time they open the pool. 409 `pool_not_persistent` in other pools; 409 `illegal_transition` when it belongs to another user (remove the assignment first) or is being deleted; 422 `/user_id` for an unknown user. Assigning it to a user who is not entitled to its pool (directly or through a group membership) hands out a desktop: it needs `pools:manage` as well (403 `escalation_denied`).
          *
          *     Requires the permission `desktops:manage` (or `platform:admin`).
          */
