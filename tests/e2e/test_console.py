@@ -11,9 +11,12 @@ axe-core: no serious or critical violation.
 2. on the empty instance the setup wizard connects a simulated cluster and creates a pool;
 3. the pool page shows its desktops becoming ready without a reload;
 4. the administrator creates a group, adds a user and entitles the group to the pool;
-5. that user signs in, sees only My desktops, opens a desktop and sees it echo what is typed;
-6. the administrator watches the session read-only, then disconnects it; the user sees it,
-   reconnects, and logs off;
+5. that user signs in, sees only My desktops, opens a desktop (whose first attempt draws
+   nothing: the view tries once more by itself) and sees it echo what is typed, fitted to the
+   view;
+6. the administrator watches the session read-only from a smaller window (the desktop fitted
+   to it), then disconnects it; the user sees it, reconnects to a desktop that draws nothing
+   (one automatic retry, then the error), reconnects again, and logs off;
 7. signing out ends the session at the issuer.
 """
 
@@ -110,6 +113,7 @@ async def instance(
         "WEB_PUBLIC_OIDC_CLIENT_ID": "deskpool-console",
         "WEB_PUBLIC_OIDC_SCOPE": "openid profile email offline_access",
         "GATEWAY_PUBLIC_WS_URL": f"ws://127.0.0.1:{ports['gateway']}/websocket-tunnel",
+        "GATEWAY_FIRST_FRAME_TIMEOUT": "3s",
         "DESKTOPD_ADDRESS": daemon.address,
         "WORKER_POLL_INTERVAL": "1s",
         "POOL_RECONCILE_INTERVAL": "2s",
@@ -285,7 +289,15 @@ async def _steps(instance: Instance, admin: Any, user: Any, expect: Any) -> None
     links = await user.get_by_role("navigation", name="Main").get_by_role("link").all_inner_texts()
     assert links == ["My desktops"]
     await visit(instance, user, "my-desktops")
+    # The desktop's first attempt draws nothing (its remote desktop does not connect): the
+    # gateway ends it with 514 after GATEWAY_FIRST_FRAME_TIMEOUT, telling the daemon, and the
+    # view tries once more by itself, which draws.
+    before = list(instance.daemon.users)
+    instance.daemon.connect_gate.clear()
     await user.get_by_role("button", name="Open e2e-pool").click()
+    first = (await _attempts(instance, before, 2))[0]
+    instance.daemon.connect_gate.set()
+    await _until(lambda: first.disconnected)
     await expect(user.locator('[data-state="connected"]')).to_be_visible(timeout=TIMEOUT)
     await user.locator(".desktop-screen").click()
     await user.keyboard.type("hello from e2e")
@@ -335,6 +347,14 @@ async def _steps(instance: Instance, admin: Any, user: Any, expect: Any) -> None
     overlay = user.locator(".desktop-overlay")
     await expect(overlay).to_be_visible(timeout=TIMEOUT)
     await visit(instance, user, "desktop-disconnected")
+    # Reconnecting to a desktop that never draws: one automatic retry, then the error.
+    before = list(instance.daemon.users)
+    instance.daemon.connect_gate.clear()
+    await overlay.get_by_role("button", name="Reconnect").click()
+    await expect(overlay).to_contain_text("514", timeout=TIMEOUT)
+    assert len(_new_users(instance, before)) == 2
+    instance.daemon.connect_gate.set()
+    await visit(instance, user, "desktop-timed-out")
     await overlay.get_by_role("button", name="Reconnect").click()
     await expect(user.locator('[data-state="connected"]')).to_be_visible(timeout=TIMEOUT)
     await visit(instance, user, "desktop-reconnected")
@@ -397,6 +417,17 @@ async def _fits(page: Any, *, width: int | None = None) -> dict[str, Any]:
             return sizes
         await asyncio.sleep(0.1)
     raise AssertionError(f"the remote display does not fit the view: {sizes}")
+
+
+def _new_users(instance: Instance, before: list[Any]) -> list[Any]:
+    """The daemon's users (not watchers) that joined since ``before``, oldest first."""
+    return [u for u in instance.daemon.users if not u.read_only and u not in before]
+
+
+async def _attempts(instance: Instance, before: list[Any], count: int) -> list[Any]:
+    """Wait until ``count`` connections were opened since ``before``; their daemon users."""
+    await _until(lambda: len(_new_users(instance, before)) >= count)
+    return _new_users(instance, before)
 
 
 def _screens(instance: Instance) -> list[Any]:
