@@ -30,6 +30,7 @@ from deskpool.config_values import parse_duration as parse_duration
 from deskpool.config_values import parse_host_port as parse_host_port
 from deskpool.config_values import parse_int as parse_int
 from deskpool.config_values import parse_list as parse_list
+from deskpool.config_values import parse_listen_address as parse_listen_address
 from deskpool.config_values import parse_master_key as parse_master_key
 from deskpool.config_values import parse_url as parse_url
 from deskpool.config_values import redact_url_password as redact_url_password
@@ -360,11 +361,22 @@ def declare_core_settings(registry: SettingRegistry) -> None:
     )
     general.add(
         "METRICS_ADDR",
-        parse_host_port,
+        parse_listen_address,
         "0.0.0.0:9090",
         "Ops listener for `/metrics`, `/healthz` and `/readyz`, shared by the api and worker.",
         type_name="host:port",
         empty_disables=True,
+    )
+    general.add(
+        "LISTEN_ADDRESSES_FILE",
+        str,
+        "",
+        "When set, the process writes to this file, once all its components started, a JSON "
+        "object of the address each of its listeners bound, by name (`api`, `gateway`, `web`, "
+        '`ops`...: `{"api": "127.0.0.1:41873"}`). A listen address with port 0 '
+        "(`API_ADDR=127.0.0.1:0`) binds a free port the system picks; this file, and the "
+        "listener's `listening on` log line, say which.",
+        type_name="path",
     )
 
     plugins = registry.section("Plugins")

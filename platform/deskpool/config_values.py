@@ -32,6 +32,7 @@ __all__ = [
     "parse_host_port",
     "parse_int",
     "parse_list",
+    "parse_listen_address",
     "parse_master_key",
     "parse_url",
     "redact_url_password",
@@ -90,14 +91,23 @@ def is_loopback_host(host: str) -> bool:
 
 def parse_host_port(text: str) -> HostPort:
     """Parse ``host:port`` (IPv6 hosts in brackets)."""
+    return _host_port(text, lowest=1)
+
+
+def parse_listen_address(text: str) -> HostPort:
+    """Parse a listen address ``host:port``; port 0 asks for any free port."""
+    return _host_port(text, lowest=0)
+
+
+def _host_port(text: str, *, lowest: int) -> HostPort:
     raw = text.strip()
     match = re.fullmatch(r"\[([0-9a-fA-F:.]+)\]:(\d{1,5})|([^:\s\[\]]+):(\d{1,5})", raw)
     if not match:
         raise vol.Invalid(f"expected host:port, got {raw!r}")
     host = match.group(1) or match.group(3)
     port = int(match.group(2) or match.group(4))
-    if not 0 < port < 65536:
-        raise vol.Invalid(f"port {port} is out of range 1-65535")
+    if not lowest <= port < 65536:
+        raise vol.Invalid(f"port {port} is out of range {lowest}-65535")
     return HostPort(host, port)
 
 

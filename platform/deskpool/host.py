@@ -4,19 +4,27 @@
 declarations included) once. :meth:`Host.run` opens the runtime, starts the ops listener and the
 components in the order named, waits for SIGTERM or SIGINT, then stops the components in
 reverse order, each draining within its own shutdown timeout.
+
+Once every component started, the addresses the listeners bound (a port picked by the system
+when one asked for port 0) are written as JSON to ``LISTEN_ADDRESSES_FILE`` when it is set
+(:meth:`Host.bound_addresses`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from deskpool import __version__
 from deskpool.config import Config, load_config
 from deskpool.errors import StartupError
+from deskpool.listener import HttpListenerComponent
 from deskpool.log import configure_logging
 from deskpool.ops import OpsListener
 from deskpool.plugins import PluginHost, PluginSelection, load_plugins
@@ -90,10 +98,13 @@ class Host:
     """Runs the components of one process.
 
     :param process: what :func:`bootstrap` returned.
+    :param also_bound: addresses of listeners the process runs besides its components (the
+        development issuer of ``deskpool dev``...), by name, for :meth:`bound_addresses`.
     """
 
-    def __init__(self, process: Process) -> None:
+    def __init__(self, process: Process, also_bound: Mapping[str, str] | None = None) -> None:
         self.process = process
+        self.also_bound = dict(also_bound or {})
         self.runtime = Runtime(process.config, process.plugins)
         self.ops = OpsListener(self.runtime)
         self.stopping = asyncio.Event()
@@ -110,9 +121,28 @@ class Host:
                 await component.start()
                 self._started.append(component)
                 log.info("component %s started", component.name)
+            self._write_addresses()
         except BaseException:
             await self.stop()
             raise
+
+    def bound_addresses(self) -> dict[str, str]:
+        """The address each started listener bound (``host:port``), by name."""
+        bound = {} if self.ops.bound is None else {"ops": str(self.ops.bound)}
+        for component in self._started:
+            if isinstance(component, HttpListenerComponent) and component.runner is not None:
+                bound[component.name] = str(component.bound)
+        return {**bound, **self.also_bound}
+
+    def _write_addresses(self) -> None:
+        """Write :meth:`bound_addresses` to ``LISTEN_ADDRESSES_FILE`` (whole, or not at all)."""
+        target = self.process.config["LISTEN_ADDRESSES_FILE"]
+        if not target:
+            return
+        path = Path(target)
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        partial.write_text(json.dumps(self.bound_addresses()))
+        partial.replace(path)
 
     async def stop(self) -> None:
         """Stop the components in reverse order, then the ops listener and the runtime."""

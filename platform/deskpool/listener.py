@@ -32,11 +32,11 @@ from aiohttp.http_exceptions import ContentEncodingError, HttpProcessingError, L
 from aiohttp.web_protocol import RequestPayloadError
 
 from deskpool.api.problems import problem_document
-from deskpool.config import Setting, SettingRegistry, parse_duration, parse_int
+from deskpool.config import HostPort, Setting, SettingRegistry, parse_duration, parse_int
 from deskpool.errors import BadRequest, DeskpoolError, UnsupportedMediaType
 
 if TYPE_CHECKING:
-    from deskpool.config import Config, HostPort
+    from deskpool.config import Config
     from deskpool.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -335,6 +335,12 @@ class ListenerRunner(web.AppRunner):
         )
 
 
+def bound_address(runner: web.AppRunner) -> HostPort:
+    """The address ``runner`` listens on: the port the system picked when asked for port 0."""
+    host, port = runner.addresses[0][:2]
+    return HostPort(str(host), int(port))
+
+
 async def start_listener(
     app: web.Application,
     address: HostPort,
@@ -396,6 +402,13 @@ class HttpListenerComponent(ABC):
         """The runner serving the application while started (its ``addresses`` are bound)."""
         return self._runner
 
+    @property
+    def bound(self) -> HostPort:
+        """The address bound while started (:attr:`address`, with the port picked for 0)."""
+        if self._runner is None:
+            raise RuntimeError(f"the {self.name} listener is not started")
+        return bound_address(self._runner)
+
     async def start(self) -> None:
         """Build the application and bind the address."""
         self._runner = await start_listener(
@@ -406,7 +419,7 @@ class HttpListenerComponent(ABC):
             shutdown_timeout=self.shutdown_timeout,
         )
         self._started = True
-        log.info("%s listening on http://%s", self.name, self.address)
+        log.info("%s listening on http://%s", self.name, self.bound)
 
     async def stop(self) -> None:
         """Stop accepting, let in-flight requests drain within the timeout, then close."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from deskpool.listener import ConnectionLimits, start_listener
+from deskpool.listener import ConnectionLimits, bound_address, start_listener
 from deskpool.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -91,6 +91,11 @@ class OpsListener:
         """The runner serving the ops application while started."""
         return self._runner
 
+    @property
+    def bound(self) -> HostPort | None:
+        """The address bound while started (the port picked for 0); ``None`` otherwise."""
+        return bound_address(self._runner) if self._runner is not None else None
+
     async def start(self) -> None:
         """Bind the listener, unless disabled."""
         if self.address is None:
@@ -103,7 +108,7 @@ class OpsListener:
             limits=ConnectionLimits.from_config(self.runtime.config),
             shutdown_timeout=2,
         )
-        log.info("ops listener on http://%s (/healthz /readyz /metrics)", self.address)
+        log.info("ops listener on http://%s (/healthz /readyz /metrics)", self.bound)
 
     async def stop(self) -> None:
         """Close the listener."""

@@ -27,6 +27,7 @@ from deskpool.config import (
     parse_host_port,
     parse_int,
     parse_list,
+    parse_listen_address,
 )
 
 __all__ = ["GatewaySettings", "declare_settings", "origin_of"]
@@ -52,7 +53,9 @@ def declare_settings(registry: SettingRegistry) -> None:
     def add(name: str, parse: Callable[[str], Any], default: str, text: str, kind: str) -> None:
         section.add(name, parse, default, text, type_name=kind)
 
-    add("GATEWAY_ADDR", parse_host_port, "0.0.0.0:8081", "Gateway listen address.", "host:port")
+    add(
+        "GATEWAY_ADDR", parse_listen_address, "0.0.0.0:8081", "Gateway listen address.", "host:port"
+    )
     add(
         "DESKTOPD_ADDRESS",
         parse_host_port,

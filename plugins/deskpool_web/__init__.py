@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from deskpool.config import HostPort, SettingRegistry, parse_host_port, parse_url
+from deskpool.config import HostPort, SettingRegistry, parse_listen_address, parse_url
 from deskpool.listener import HttpListenerComponent
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
@@ -183,7 +183,7 @@ def deskpool_declare_settings(registry: SettingRegistry) -> None:
     )
     web.add(
         "WEB_ADDR",
-        parse_host_port,
+        parse_listen_address,
         "127.0.0.1:8082",
         "Listen address of the web console component.",
         type_name="host:port",

@@ -119,6 +119,17 @@ def test_metrics_addr_empty_disables_but_unset_takes_the_default() -> None:
     assert load()["METRICS_ADDR"] == HostPort("0.0.0.0", 9090)
 
 
+def test_a_listen_address_may_ask_for_any_port_a_connect_address_may_not() -> None:
+    config = load(API_ADDR="127.0.0.1:0", METRICS_ADDR="[::1]:0", GATEWAY_ADDR="0.0.0.0:0")
+    assert config["API_ADDR"] == HostPort("127.0.0.1", 0)
+    assert config["METRICS_ADDR"] == HostPort("::1", 0)
+    assert config["GATEWAY_ADDR"] == HostPort("0.0.0.0", 0)
+    with pytest.raises(ConfigError, match="KVSTORE_ADDR"):
+        load(KVSTORE_ADDR="127.0.0.1:0")
+    with pytest.raises(ConfigError, match="API_ADDR"):
+        load(API_ADDR="127.0.0.1:65536")
+
+
 def test_redis_addr_is_an_alias_of_kvstore_addr() -> None:
     config = load_config(
         core_settings(), {"DATABASE_URL": REQUIRED["DATABASE_URL"], "REDIS_ADDR": "cache:6380"}

@@ -9,7 +9,13 @@ from __future__ import annotations
 from aiohttp import web
 
 from deskpool.api.app import create_app
-from deskpool.config import HostPort, SettingRegistry, parse_duration, parse_host_port, parse_int
+from deskpool.config import (
+    HostPort,
+    SettingRegistry,
+    parse_duration,
+    parse_int,
+    parse_listen_address,
+)
 from deskpool.listener import HttpListenerComponent
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
@@ -48,7 +54,7 @@ def deskpool_declare_settings(registry: SettingRegistry) -> None:
     api = registry.section("General, API and ops", owner="api")
     api.add(
         "API_ADDR",
-        parse_host_port,
+        parse_listen_address,
         "127.0.0.1:8080",
         "API listen address. Use 0.0.0.0:8080 in a container.",
         type_name="host:port",
