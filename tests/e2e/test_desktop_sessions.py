@@ -34,8 +34,8 @@ from tests.secret_leak_guard import LeakGuard
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.processes import (
+    ANY_PORT,
     DeskpoolProcess,
-    free_port,
     listening,
     running,
     until,
@@ -69,7 +69,7 @@ def environ(
     """The environment every process shares."""
     return quick_deployment(
         ADMIN,
-        API_ADDR=f"127.0.0.1:{free_port()}",
+        API_ADDR=ANY_PORT,
         SECRETS_MASTER_KEY=leak_guard.master_key(),
         GATEWAY_PUBLIC_WS_URL=PUBLIC_URL,
         DESKTOPD_ADDRESS=desktop_daemon.address,
@@ -99,7 +99,7 @@ async def db(module_database_url: str) -> AsyncIterator[asyncpg.Connection]:
 
 def tunnel_url(process: DeskpoolProcess) -> str:
     """Where a gateway process listens (a load balancer would stand at ``PUBLIC_URL``)."""
-    return f"ws://{process.env['GATEWAY_ADDR']}/websocket-tunnel"
+    return f"{process.url('gateway', 'ws')}/websocket-tunnel"
 
 
 async def test_a_desktop_session_from_opening_to_logoff_across_two_gateways(
@@ -108,7 +108,7 @@ async def test_a_desktop_session_from_opening_to_logoff_across_two_gateways(
     identity_provider: TestIdentityProvider,
     db: asyncpg.Connection,
 ) -> None:
-    api = f"http://{environ['API_ADDR']}/api/v1"
+    api = f"{processes['api'].url('api')}/api/v1"
     admin = {"Authorization": f"Bearer {identity_provider.issue_token(ADMIN)}"}
     user = {"Authorization": f"Bearer {identity_provider.issue_token(USER)}"}
     async with aiohttp.ClientSession() as http:

@@ -15,17 +15,16 @@ from tests.integration.gateway.conftest import gateway_environ
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import Status
-from deskpool.testing.processes import free_port
+from deskpool.testing.processes import ANY_PORT
 from deskpool.testing.tunnels import WebSocketTunnelClient
 
 
 async def test_sigterm_drains_open_tunnels_then_closes_them(
     desktop_daemon: DesktopDaemonSimulator,
 ) -> None:
-    port = free_port()
     env = {
         **gateway_environ(desktop_daemon.address),
-        "GATEWAY_ADDR": f"127.0.0.1:{port}",
+        "GATEWAY_ADDR": ANY_PORT,
         "GATEWAY_SHUTDOWN_TIMEOUT": "2s",
         "PATH": os.environ["PATH"],
     }
@@ -42,9 +41,9 @@ async def test_sigterm_drains_open_tunnels_then_closes_them(
     try:
         line = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
         assert line.startswith("ready "), line
-        token = line.split()[1]
+        _, token, address = line.split()
         async with aiohttp.ClientSession() as session:
-            url = f"ws://127.0.0.1:{port}/websocket-tunnel"
+            url = f"ws://{address}/websocket-tunnel"
             client = await WebSocketTunnelClient.connect(session, url, {"token": token})
             await client.until("sync")
             process.send_signal(signal.SIGTERM)

@@ -36,8 +36,8 @@ from deskpool.pools.model import DesktopState
 from deskpool.runtime import Runtime
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.processes import (
+    ANY_PORT,
     DeskpoolProcess,
-    free_port,
     running,
     until,
 )
@@ -66,7 +66,7 @@ def environ(
     """The environment every process of the test shares."""
     return quick_deployment(
         ADMIN,
-        API_ADDR=f"127.0.0.1:{free_port()}",
+        API_ADDR=ANY_PORT,
         POOL_FAILURE_BACKOFF="1s",
         WORKER_LEASE_DURATION="2s",
         GUEST_AGENT_WAIT_TIMEOUT=f"{AGENT_TIMEOUT_SECONDS}s",
@@ -114,7 +114,7 @@ async def test_a_windows_pool_converges_and_repairs_itself(
     db: asyncpg.Connection,
     hands: Runtime,
 ) -> None:
-    api = f"http://{environ['API_ADDR']}/api/v1"
+    api = f"{processes['api'].url('api')}/api/v1"
     headers = {"Authorization": f"Bearer {identity_provider.issue_token(ADMIN)}"}
     async with aiohttp.ClientSession(headers=headers) as http:
         async with http.post(

@@ -13,7 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from deskpool.testing.processes import DeskpoolProcess, free_port, until_ready
+from deskpool.testing.processes import ANY_PORT, DeskpoolProcess, until_ready
 
 TESTPLUGIN = {"deskpool.plugins": {"greeter": "deskpool_testplugin"}}
 Run = Callable[..., subprocess.CompletedProcess[str]]
@@ -51,22 +51,21 @@ def test_run_refuses_to_start_when_the_schema_is_behind(
 @pytest.fixture
 async def served(
     deskpool_environ: dict[str, str], plugin_site: Callable[..., Path]
-) -> AsyncIterator[tuple[DeskpoolProcess, dict[str, int]]]:
+) -> AsyncIterator[DeskpoolProcess]:
     site = plugin_site("deskpool-testplugin", ["deskpool_testplugin"], TESTPLUGIN)
-    ports = {"api": free_port(), "ops": free_port()}
     env = {
         **deskpool_environ,
         "PATH": os.environ["PATH"],
         "PYTHONPATH": str(site),
-        "API_ADDR": f"127.0.0.1:{ports['api']}",
-        "METRICS_ADDR": f"127.0.0.1:{ports['ops']}",
+        "API_ADDR": ANY_PORT,
+        "METRICS_ADDR": ANY_PORT,
         "API_SHUTDOWN_TIMEOUT": "10s",
         "WORKER_SHUTDOWN_TIMEOUT": "5s",
         "WORKER_POLL_INTERVAL": "1s",
     }
     process = DeskpoolProcess(["api", "worker"], env)
     try:
-        yield await process.start(), ports
+        yield await process.start()
     finally:
         process.kill()
         if process.process is not None:
@@ -74,14 +73,14 @@ async def served(
 
 
 async def test_api_and_worker_in_one_process_drain_a_request_in_flight_on_sigterm(
-    served: tuple[DeskpoolProcess, dict[str, int]],
+    served: DeskpoolProcess,
 ) -> None:
-    process, ports = served
-    api = f"http://127.0.0.1:{ports['api']}"
+    process = served
+    api = process.url("api")
     async with aiohttp.ClientSession() as session:
         body = await until_ready(
             session,
-            f"http://127.0.0.1:{ports['ops']}/readyz",
+            f"{process.url('ops')}/readyz",
             f"the process is ready:\n{process.output}",
         )
         assert body["checks"]["components"]["ok"]

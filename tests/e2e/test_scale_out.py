@@ -98,7 +98,7 @@ class Api:
 
     def __init__(self, http: aiohttp.ClientSession, process: DeskpoolProcess, token: str) -> None:
         self.http = http
-        self.base = f"http://{process.env['API_ADDR']}/api/v1"
+        self.base = f"{process.url('api')}/api/v1"
         self.headers = {"Authorization": f"Bearer {token}"}
 
     async def status(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
@@ -189,7 +189,7 @@ async def test_two_apis_three_workers_two_gateways_share_the_work_and_lose_nothi
 
         # A session opened through api-a and gateway-a is disconnected through api-b.
         opened = await user_a("POST", f"/me/pools/{pool_id}/desktop")
-        gateway_a = f"ws://{processes['gateway-a'].env['GATEWAY_ADDR']}/websocket-tunnel"
+        gateway_a = f"{processes['gateway-a'].url('gateway', 'ws')}/websocket-tunnel"
         client = await WebSocketTunnelClient.connect(
             http, gateway_a, {"token": opened["connection"]["token"]}
         )

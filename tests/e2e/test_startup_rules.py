@@ -22,7 +22,7 @@ import pytest
 from tests.secret_leak_guard import LeakGuard
 
 from deskpool.secrets import SecretContext, put_secrets
-from deskpool.testing.processes import DeskpoolProcess, free_port
+from deskpool.testing.processes import ANY_PORT, DeskpoolProcess
 from deskpool_envelope.store import EnvelopeSecretStore, MasterKey
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
@@ -148,7 +148,7 @@ async def test_during_a_rotation_window_the_api_and_worker_start_and_say_what_is
         "DATABASE_URL": isolated_database_url,
         "SECRETS_MASTER_KEY": new,
         "SECRETS_MASTER_KEY_PREVIOUS": old,
-        "API_ADDR": f"127.0.0.1:{free_port()}",
+        "API_ADDR": ANY_PORT,
         "WORKER_SHUTDOWN_TIMEOUT": "5s",
     }
     process = await DeskpoolProcess(["api", "worker"], env).start(within=60)

@@ -2,10 +2,13 @@
 
 :class:`DeskpoolProcess` starts ``deskpool run COMPONENT...`` with a given environment, collects
 its output line by line, and waits until every component logged that it started (or fails with
-the output when the process exits first). :meth:`DeskpoolProcess.watch` waits for a line, so a
-test awaits what the process says instead of sleeping. :func:`free_port` picks a port for a
-listener; :func:`until` waits for a condition a test reads (from the database, a cluster...);
-:func:`until_ready` polls a process's readiness endpoint (``/readyz``) until it answers 200.
+the output when the process exits first); then :attr:`DeskpoolProcess.addresses` holds what its
+listeners bound, read from the ``LISTEN_ADDRESSES_FILE`` it wrote, so a listener given port 0
+(``API_ADDR=127.0.0.1:0``) is found without a port picked in advance (which another process
+could take first). :meth:`DeskpoolProcess.watch` waits for a line, so a test awaits what the
+process says instead of sleeping. :func:`until` waits for a condition a test reads (from the
+database, a cluster...); :func:`until_ready` polls a process's readiness endpoint (``/readyz``)
+until it answers 200.
 
 A deployment of several processes: :func:`deployment_environ` is the environment they share
 (this interpreter's ``PATH``, one database, an OIDC issuer and a bootstrap administrator),
@@ -17,29 +20,43 @@ Example::
     env = deployment_environ(deskpool_environ, database_url, identity_provider, admin="root")
     async with running({"api": listening(["api"], env, "API_ADDR"),
                         "worker": DeskpoolProcess(["worker"], env)}) as processes:
-        ...
+        api = processes["api"].url("api")  # http://127.0.0.1:<the port it bound>
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+#: A listen address on loopback whose port the system picks when the listener binds.
+ANY_PORT = "127.0.0.1:0"
+
 
 def free_port() -> int:
-    """A TCP port of 127.0.0.1 that is free now (bind it soon: another process may take it)."""
+    """A TCP port of 127.0.0.1 that is free now, for a program that cannot bind port 0 itself.
+
+    Another process may take it before the program binds it: a deskpool listener is given
+    :data:`ANY_PORT` instead, and reports the port it bound.
+    """
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _read_addresses(path: Path) -> dict[str, str] | None:
+    """The ``LISTEN_ADDRESSES_FILE`` at ``path`` once written (it is replaced whole)."""
+    return dict(json.loads(path.read_text())) if path.exists() else None
 
 
 def deskpool_command() -> list[str]:
@@ -108,6 +125,8 @@ class DeskpoolProcess:
         self.components = list(components)
         self.env = dict(env)
         self.cwd = cwd
+        #: What the process's listeners bound, by name (``{"api": "127.0.0.1:41873"}``).
+        self.addresses: dict[str, str] = {}
         self.lines: list[str] = []
         self.watched: dict[str, asyncio.Event] = {}
         self.process: asyncio.subprocess.Process | None = None
@@ -119,17 +138,25 @@ class DeskpoolProcess:
         assert self.process is not None
         return self.process.pid
 
+    def url(self, listener: str, scheme: str = "http") -> str:
+        """``scheme://host:port`` of a listener the process bound (``"api"``, ``"ops"``...)."""
+        return f"{scheme}://{self.addresses[listener]}"
+
     @property
     def output(self) -> str:
         """Everything the process wrote so far."""
         return "\n".join(self.lines)
 
     async def start(self, within: float = 30) -> DeskpoolProcess:
-        """Start the process; return once every component logged ``component NAME started``.
+        """Start the process; return once every component started and its addresses are known.
 
         :raises AssertionError: with the output, when the process exits before that.
         """
         started = [self.watch(f"component {name} started") for name in self.components]
+        if not self.env.get("LISTEN_ADDRESSES_FILE"):
+            folder = tempfile.mkdtemp(prefix="deskpool-addresses-")
+            self.env["LISTEN_ADDRESSES_FILE"] = str(Path(folder) / "addresses.json")
+        written = Path(self.env["LISTEN_ADDRESSES_FILE"])
         self.process = await asyncio.create_subprocess_exec(
             *deskpool_command(),
             "run",
@@ -147,6 +174,17 @@ class DeskpoolProcess:
         if not all_started.done():
             all_started.cancel()
             raise AssertionError(f"{self.components} exited before starting:\n{self.output}")
+
+        async def addresses() -> list[dict[str, str]]:
+            if self._reader is not None and self._reader.done():
+                raise AssertionError(f"{self.components} exited:\n{self.output}")
+            found = _read_addresses(written)
+            return [] if found is None else [found]  # a process without listeners writes {}
+
+        try:
+            (self.addresses,) = await until(addresses, f"{self.components} wrote {written}", within)
+        except AssertionError as missing:
+            raise AssertionError(f"{missing}:\n{self.output}") from None
         return self
 
     def watch(self, text: str) -> asyncio.Event:
@@ -239,11 +277,12 @@ def deployment_environ(
 
 
 def listening(components: Sequence[str], env: Mapping[str, str], setting: str) -> DeskpoolProcess:
-    """A process of ``components`` listening on a free port of 127.0.0.1 of its own.
+    """A process of ``components`` listening on a port of 127.0.0.1 the system picks.
 
-    :param setting: the listener's setting (``API_ADDR``, ``GATEWAY_ADDR``).
+    :param setting: the listener's setting (``API_ADDR``, ``GATEWAY_ADDR``); the address it
+        bound is in the started process's :attr:`~DeskpoolProcess.addresses`.
     """
-    return DeskpoolProcess(components, {**env, setting: f"127.0.0.1:{free_port()}"})
+    return DeskpoolProcess(components, {**env, setting: ANY_PORT})
 
 
 @contextlib.asynccontextmanager

@@ -12,7 +12,7 @@ import pytest
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.host import bootstrap
 from deskpool.runtime import Runtime
-from deskpool.testing.processes import free_port
+from deskpool.testing.processes import ANY_PORT
 from deskpool.testing.tunnels import InMemorySessionBroker, WebSocketTunnelClient
 from deskpool_gateway import GatewayComponent
 
@@ -63,7 +63,7 @@ def gateway_environ(daemon_address: str, **overrides: str) -> dict[str, str]:
         "DATABASE_URL": "postgresql://deskpool@127.0.0.1:5432/unused",
         "KVSTORE_ADDR": "127.0.0.1:6379",
         "SECRETS_MASTER_KEY": "A" * 43 + "=",
-        "GATEWAY_ADDR": f"127.0.0.1:{free_port()}",
+        "GATEWAY_ADDR": ANY_PORT,
         "DESKTOPD_ADDRESS": daemon_address,
         "GATEWAY_PUBLIC_WS_URL": "wss://gateway.example.com/websocket-tunnel",
         "API_CORS_ALLOWED_ORIGINS": ORIGIN,
@@ -89,7 +89,7 @@ async def start_gateway(
                 Runtime(process.config, process.plugins), broker_factory=lambda _: broker
             )
             await component.start()
-            address = component.address
+            address = component.bound
             harness = GatewayHarness(component, broker, session, f"ws://{address}/websocket-tunnel")
             started.append(harness)
             return harness

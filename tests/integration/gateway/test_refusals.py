@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +12,6 @@ from tests.integration.gateway.conftest import GatewayHarness
 
 from deskpool.guacamole import Status, encode
 from deskpool.sessions.tunnel import DesktopTarget, SessionEndReason
-from deskpool.testing.processes import free_port
 
 
 async def refused_with(harness: GatewayHarness, token: str, **options: Any) -> Status:
@@ -123,9 +123,12 @@ async def test_too_many_tunnels(start_gateway: Callable[..., Any]) -> None:
 async def test_a_daemon_that_is_down_is_upstream_not_found(
     start_gateway: Callable[..., Any],
 ) -> None:
-    harness: GatewayHarness = await start_gateway(DESKTOPD_ADDRESS=f"127.0.0.1:{free_port()}")
-    token = harness.broker.issue()
-    assert await refused_with(harness, token) is Status.UPSTREAM_NOT_FOUND
+    with socket.socket() as held:  # bound, never listening: connections to it are refused
+        held.bind(("127.0.0.1", 0))
+        port = held.getsockname()[1]
+        harness: GatewayHarness = await start_gateway(DESKTOPD_ADDRESS=f"127.0.0.1:{port}")
+        token = harness.broker.issue()
+        assert await refused_with(harness, token) is Status.UPSTREAM_NOT_FOUND
     session_id = harness.broker.grant_of(token).session_id
     assert await harness.broker.wait_ended(session_id) is SessionEndReason.DAEMON_ERROR
 

@@ -18,7 +18,7 @@ from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import Instruction, Status
 from deskpool.runtime import Runtime
 from deskpool.sessions.tunnel import SessionEndReason
-from deskpool.testing.processes import free_port
+from deskpool.testing.processes import ANY_PORT
 from deskpool.testing.pytest_plugin import opened_runtime
 from deskpool.testing.tunnels import WebSocketTunnelClient
 from deskpool_gateway import GatewayComponent
@@ -36,11 +36,15 @@ async def test_a_desktop_opened_through_the_api_is_shown_and_disconnected(
     place = await estate()
     opened = await open_desktop(client, place)
     token = opened["connection"]["token"]
-    address = f"127.0.0.1:{free_port()}"
-    environ = {**pools_environ, "GATEWAY_ADDR": address, "DESKTOPD_ADDRESS": desktop_daemon.address}
+    environ = {
+        **pools_environ,
+        "GATEWAY_ADDR": ANY_PORT,
+        "DESKTOPD_ADDRESS": desktop_daemon.address,
+    }
     async with opened_runtime(environ, ("gateway",)) as runtime:
         gateway = GatewayComponent(runtime)
         await gateway.start()
+        address = gateway.bound
         try:
             async with aiohttp.ClientSession() as session:
                 tunnel = await WebSocketTunnelClient.connect(
