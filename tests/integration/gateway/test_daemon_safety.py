@@ -200,8 +200,8 @@ async def _admin_disconnect(client: WebSocketTunnelClient, harness: GatewayHarne
     harness.broker.request_disconnect(uuid.UUID(client.uuid))
 
 
-async def _idle(client: WebSocketTunnelClient, harness: GatewayHarness) -> None:
-    pass  # the grant's idle timeout (0.5 s) ends it
+async def _limit(client: WebSocketTunnelClient, harness: GatewayHarness) -> None:
+    pass  # the grant's idle timeout or maximum duration (1.5 s) ends it
 
 
 async def _shutdown(client: WebSocketTunnelClient, harness: GatewayHarness) -> None:
@@ -215,10 +215,11 @@ async def _shutdown(client: WebSocketTunnelClient, harness: GatewayHarness) -> N
         (_binary_message, SessionEndReason.CLIENT_CLOSED),
         (_malformed_input, SessionEndReason.CLIENT_CLOSED),
         (_admin_disconnect, SessionEndReason.ADMIN_DISCONNECT),
-        (_idle, SessionEndReason.IDLE_TIMEOUT),
+        (_limit, SessionEndReason.IDLE_TIMEOUT),
+        (_limit, SessionEndReason.MAX_DURATION),
         (_shutdown, SessionEndReason.GATEWAY_SHUTDOWN),
     ],
-    ids=["browser-closes", "binary", "malformed", "admin", "idle", "shutdown"],
+    ids=["browser-closes", "binary", "malformed", "admin", "idle", "max-duration", "shutdown"],
 )
 async def test_the_daemon_is_sent_disconnect_however_the_tunnel_ends(
     start_gateway: Callable[..., Awaitable[GatewayHarness]],
@@ -227,8 +228,11 @@ async def test_the_daemon_is_sent_disconnect_however_the_tunnel_ends(
     reason: SessionEndReason,
 ) -> None:
     harness = await start_gateway(GATEWAY_SHUTDOWN_TIMEOUT="100ms")
-    idle = {"idle_timeout": 0.5} if reason is SessionEndReason.IDLE_TIMEOUT else {}
-    client, token = await harness.synced(**idle)
+    limits = {
+        SessionEndReason.IDLE_TIMEOUT: {"idle_timeout": 1.5},
+        SessionEndReason.MAX_DURATION: {"max_duration": 1.5},
+    }
+    client, token = await harness.synced(**limits.get(reason, {}))
     user = await owner_of(harness, desktop_daemon, token)
     await end(client, harness)
     session_id = harness.broker.grant_of(token).session_id
