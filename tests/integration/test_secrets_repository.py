@@ -260,18 +260,23 @@ async def api_for(
     """``await api_for(**environ)``: a test client of the API on this test's database."""
     from deskpool.api.app import create_app
 
-    opened: list[Runtime] = []
+    opened: list[tuple[Runtime, Any]] = []
 
     async def make(**environ: str) -> Any:
         process = make_config(DATABASE_URL=isolated_database_url, **environ)
         process.plugins.pm.register(CredentialRoutes())
         runtime = Runtime(process.config, process.plugins)
         await runtime.open()
-        opened.append(runtime)
-        return await aiohttp_client(create_app(runtime))
+        client = await aiohttp_client(create_app(runtime))
+        opened.append((runtime, client))
+        return client
 
     yield make
-    for runtime in opened:
+    # Each client (and so its application, the authenticator's listener included) closes
+    # before the runtime it uses; left to aiohttp_client's own teardown, the client would
+    # close after the runtime, and that teardown hung under load.
+    for runtime, client in opened:
+        await client.close()
         await runtime.close()
 
 
