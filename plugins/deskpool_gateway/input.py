@@ -7,8 +7,10 @@
 even while its VNC or RDP client is still connecting; a ``size`` or a ``mouse`` then crashes
 the connection's process (libvncclient has no client yet), and guacd's parent keeps the socket
 open, silent. So until the daemon shows the connection is up, with its first ``sync`` after
-``ready``, the gateway holds everything the browser sends except keep-alives (``nop``) and
-``disconnect``, then forwards it in the order it came. What it holds is bounded
+``ready``, the gateway holds everything the browser sends except keep-alives (``nop``),
+``disconnect`` and the answers to the daemon's ``required`` (the ``argv`` streams that carry
+credentials the remote desktop asks for while it connects: their ``argv``, ``blob`` and ``end``),
+then forwards what it held in the order it came. What it holds is bounded
 (``GATEWAY_HELD_INPUT_LIMIT`` bytes): more ends the tunnel with ``CLIENT_OVERRUN``. This holds
 for any client, not only the console.
 
@@ -21,7 +23,7 @@ daemon.
 
 from __future__ import annotations
 
-from deskpool.guacamole import InstructionParser
+from deskpool.guacamole import Instruction, InstructionParser
 
 __all__ = ["PASS_EARLY", "READ_ONLY_ALLOWED", "BrowserInput", "HeldInputOverflow", "has_sync"]
 
@@ -51,7 +53,7 @@ class BrowserInput:
     :param limit: the most characters held until the daemon is up.
     """
 
-    __slots__ = ("_held", "_held_size", "limit", "read_only", "up")
+    __slots__ = ("_argv_streams", "_held", "_held_size", "limit", "read_only", "up")
 
     def __init__(self, *, read_only: bool, limit: int) -> None:
         self.read_only = read_only
@@ -60,6 +62,8 @@ class BrowserInput:
         self.up = False
         self._held: list[str] = []
         self._held_size = 0
+        #: Indexes of the browser's ``argv`` streams (answers to ``required``) while not up.
+        self._argv_streams: set[str] = set()
 
     @property
     def held(self) -> int:
@@ -81,7 +85,7 @@ class BrowserInput:
             if self.read_only and opcode not in READ_ONLY_ALLOWED:
                 continue
             encoded = instruction.encode()
-            if self.up or opcode in PASS_EARLY:
+            if self.up or opcode in PASS_EARLY or self._answers_required(instruction):
                 now.append(encoded)
                 continue
             self._held_size += len(encoded)
@@ -89,6 +93,19 @@ class BrowserInput:
                 raise HeldInputOverflow(f"more than {self.limit} characters of input held")
             self._held.append(encoded)
         return "".join(now)
+
+    def _answers_required(self, instruction: Instruction) -> bool:
+        """Whether ``instruction`` belongs to an ``argv`` stream (guacd takes them early)."""
+        opcode, args = instruction
+        if not args:
+            return False
+        if opcode == "argv":
+            self._argv_streams.add(args[0])
+            return True
+        if opcode == "end" and args[0] in self._argv_streams:
+            self._argv_streams.discard(args[0])
+            return True
+        return opcode == "blob" and args[0] in self._argv_streams
 
     def release(self) -> str:
         """The daemon is up: everything held, in order; nothing is held from now on."""
