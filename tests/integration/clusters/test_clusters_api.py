@@ -140,7 +140,9 @@ async def test_deleting_a_cluster_deletes_its_credentials_and_driver_state(
     assert await other.get("cluster") == b"{}"
 
 
-async def test_permissions(client: Any, callers: Callers) -> None:
+async def test_reading_needs_clusters_read_and_changing_needs_clusters_manage(
+    client: Any, callers: Callers
+) -> None:
     created = await create(client, callers.manager, simulator_cluster())
     one = f"{CLUSTERS}/{created['id']}"
     reads = [("GET", CLUSTERS), ("GET", one), ("GET", f"{one}/nodes"), ("GET", f"{one}/templates")]

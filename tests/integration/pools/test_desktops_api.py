@@ -252,7 +252,7 @@ async def test_assignment_is_refused_in_a_non_persistent_pool(
         assert (await response.json())["code"] == "pool_not_persistent"
 
 
-async def test_permissions(
+async def test_pools_manage_cannot_list_desktops_and_desktops_read_cannot_act_on_one(
     client: Any, new_caller: NewCaller, api_pool: MakeApiPool, pools_runtime: Runtime
 ) -> None:
     reader, nobody = await new_caller("desktops:read"), await new_caller("pools:manage")

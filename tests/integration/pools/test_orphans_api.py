@@ -114,7 +114,7 @@ async def test_delete_of_an_unknown_orphan_or_cluster_is_404(
         assert await connection.fetchval("SELECT count(*) FROM jobs") == 0
 
 
-async def test_permissions(
+async def test_orphans_need_a_signed_in_caller_and_a_reader_may_not_delete_one(
     client: Any, new_caller: NewCaller, api_cluster: NewCluster, pools_runtime: Runtime
 ) -> None:
     reader = await new_caller("clusters:read")

@@ -254,7 +254,9 @@ async def test_creating_changing_and_asking_enqueue_a_reconciliation(
     assert changed["state"] == "queued"
 
 
-async def test_permissions(client: Any, new_caller: NewCaller, api_cluster: NewCluster) -> None:
+async def test_pools_read_reads_but_cannot_change_and_bad_ids_or_cursors_are_refused(
+    client: Any, new_caller: NewCaller, api_cluster: NewCluster
+) -> None:
     manager, reader = await new_caller("pools:manage"), await new_caller("pools:read")
     nobody = await new_caller()
     created = await create(client, manager, pool_body(await api_cluster()))
