@@ -1,0 +1,59 @@
+"""The planner refreshes used desktops and powers free ones on."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder, VmBuilder
+from tests.unit.pools.planning import POLICY, observed
+
+from deskpool.pools.model import (
+    PoolKind,
+    PowerState,
+)
+from deskpool.pools.plan import (
+    PowerOn,
+    RefreshDesktop,
+)
+from deskpool.pools.planner import plan_pool
+
+
+def test_free_desktops_are_refreshed_after_use_or_a_template_change(
+    make_pool: PoolBuilder, make_desktop: DesktopBuilder, make_vm: VmBuilder, now: datetime
+) -> None:
+    pool = make_pool(kind=PoolKind.PERSISTENT, template="tpl-v2", spare=4)
+    desktops = [
+        make_desktop(pool, used_since_refresh=True),
+        make_desktop(pool, template="tpl-v1"),
+        make_desktop(pool, template="tpl-v1", assigned_user="ada"),
+        make_desktop(pool, template=None),
+        make_desktop(pool),
+    ]
+    actions = list(plan_pool(pool, desktops, observed(desktops, make_vm), now, POLICY).actions)
+    assert actions == [
+        RefreshDesktop(desktops[0].id, "lab-001 was used since its last refresh and is free"),
+        RefreshDesktop(
+            desktops[1].id, "lab-002 was built from template tpl-v1; pool lab now uses tpl-v2"
+        ),
+    ]
+
+
+def test_free_ready_desktops_are_powered_on(
+    make_pool: PoolBuilder, make_desktop: DesktopBuilder, make_vm: VmBuilder, now: datetime
+) -> None:
+    pool = make_pool(kind=PoolKind.PERSISTENT, spare=3)
+    desktops = [
+        make_desktop(pool),
+        make_desktop(pool),
+        make_desktop(pool),
+        make_desktop(pool, assigned_user="ada"),
+    ]
+    powers = [PowerState.STOPPED, PowerState.PAUSED, PowerState.UNKNOWN, PowerState.STOPPED]
+    vms = [make_vm(d, power_state=p) for d, p in zip(desktops, powers, strict=True)]
+    actions = list(plan_pool(pool, desktops, vms, now, POLICY).actions)
+    assert actions == [
+        PowerOn(
+            desktops[0].id, "lab-vm-1", "lab-001 is a free ready desktop but its VM is stopped"
+        ),
+        PowerOn(desktops[1].id, "lab-vm-2", "lab-002 is a free ready desktop but its VM is paused"),
+    ]
