@@ -223,6 +223,8 @@ async def latency(relays: list[Relay], count: int) -> dict[str, list[float]]:
                 await perform_handshake(
                     instructions, writer, "vnc", target, ClientInfo(), within=10
                 )
+                while (await instructions.read()).opcode != "sync":  # the first frame
+                    pass
 
                 async def tcp_trip(
                     n: int,

@@ -3,11 +3,13 @@
 Each runs as its own process (``python bench/gateway_servers.py ROLE PORT [DAEMON_PORT]``) and
 prints ``ready`` once it listens.
 
-- ``daemon``: guacd's side of the handshake (``args`` with ``VERSION_1_5_0``, ``ready``), then
-  what the ``hostname`` argument asks for: ``flood:N`` sends N bytes of a realistic display
-  stream (PNG ``img`` streams of 6048-byte blobs plus small drawing instructions, ``sync`` per
-  frame) as fast as the peer takes them, then hangs up; ``echo`` answers each ``key`` with
-  ``sync`` carrying the key's first argument; ``idle`` sends ``nop`` every 5 s as guacd does.
+- ``daemon``: guacd's side of the handshake (``args`` with ``VERSION_1_5_0``, ``ready``), a
+  first frame (a ``sync``: the gateway holds input until then, and ends a tunnel whose daemon
+  draws nothing), then what the ``hostname`` argument asks for: ``flood:N`` sends N bytes of
+  a realistic display stream (PNG ``img`` streams of 6048-byte blobs plus small drawing
+  instructions, ``sync`` per frame) as fast as the peer takes them, then hangs up; ``echo``
+  answers each ``key`` with ``sync`` carrying the key's first argument; ``idle`` sends ``nop``
+  every 5 s as guacd does.
 - ``deskpool``: the real gateway component with a broker that grants any token (the token is
   the daemon mode), so token redemption costs nothing on either side of the comparison.
 - ``relay``: a plain asyncio TCP relay to the daemon, the floor a relay in Python can reach.
@@ -53,6 +55,10 @@ def display_frame(seed: int = 1) -> bytes:
     return "".join(parts).encode()
 
 
+#: The timestamp of the daemon's first frame (never a key's number).
+FIRST_FRAME = 1700000000000
+
+
 async def serve_daemon(port: int) -> None:
     """The fake guacd."""
     frame = display_frame()
@@ -66,6 +72,7 @@ async def serve_daemon(port: int) -> None:
                 pass
             values = dict(zip(VNC_ARG_NAMES, connect.args[1:], strict=False))
             writer.write(encode("ready", f"${uuid.uuid4()}").encode())
+            writer.write(encode("sync", FIRST_FRAME, 1).encode())
             mode = values.get("hostname", "idle")
             if mode.startswith("flood:"):
                 remaining = int(mode.split(":")[1])
