@@ -35,6 +35,7 @@ from deskpool.plugins import hookimpl
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
 from deskpool.registry import Registry
 from deskpool.runtime import ComponentFactory, Runtime
+from deskpool.vm_events.watcher import REFRESH_SECONDS, VmEventWatcher
 from deskpool_worker import pools, sessions
 from deskpool_worker.runner import JobRunner, RunnerSettings
 from deskpool_worker.scheduler import PeriodicScheduler
@@ -90,6 +91,9 @@ class WorkerComponent:
         self.scheduler = PeriodicScheduler(
             runtime, tasks, self.metrics, worker_id=self.worker_id, lease=lease
         )
+        #: Every worker watches the VM events of the clusters that report them.
+        self.vm_events = VmEventWatcher(runtime)
+        self._watching: asyncio.Task[None] | None = None
         self._started = False
 
     @property
@@ -101,6 +105,7 @@ class WorkerComponent:
         """Start the job runner and the periodic scheduler."""
         await self.runner.start()
         await self.scheduler.start()
+        self._watching = asyncio.create_task(self._watch_vm_events(), name="vm-events")
         self._started = True
         log.info(
             "worker %s: %d job kind(s) (%s), %d periodic task(s) (%s), concurrency %d",
@@ -116,7 +121,24 @@ class WorkerComponent:
         """Stop claiming; drain within ``WORKER_SHUTDOWN_TIMEOUT``; release what is left."""
         self._started = False
         timeout = self.runtime.config.duration("WORKER_SHUTDOWN_TIMEOUT")
+        if self._watching is not None:
+            self._watching.cancel()
+            await asyncio.gather(self._watching, return_exceptions=True)
+            self._watching = None
         await asyncio.gather(self.runner.stop(timeout), self.scheduler.stop(timeout))
+        await self.vm_events.close()
+
+    async def _watch_vm_events(self) -> None:
+        """Refresh the VM event watchers (every ``POOL_RECONCILE_INTERVAL``, 5 s at most)."""
+        interval = min(self.runtime.config.duration("POOL_RECONCILE_INTERVAL"), REFRESH_SECONDS)
+        while True:
+            try:
+                await self.vm_events.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # the database went away: try again next time
+                log.warning("refreshing the VM event watchers failed: %s", type(error).__name__)
+            await asyncio.sleep(interval)
 
 
 def periodic_task(registered: object) -> PeriodicTask:

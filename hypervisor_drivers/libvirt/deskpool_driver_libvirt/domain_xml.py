@@ -230,6 +230,7 @@ def clone_xml(
     tags: Iterable[str],
     volumes: Mapping[str, VolumeRef],
     cloning: bool,
+    uuid: str | None = None,
 ) -> str:
     """The XML of a new domain cloned from ``template_xml`` (its inactive XML).
 
@@ -239,6 +240,7 @@ def clone_xml(
     :param volumes: the new volume of each disk, by target device; every disk of the
         template must have one.
     :param cloning: mark the clone as unfinished (its volumes are made after it is defined).
+    :param uuid: the new domain's UUID; libvirt makes one when ``None``.
     :raises XmlProblem: a disk has no new volume.
     """
     root = copy.deepcopy(_parse(template_xml))
@@ -250,6 +252,11 @@ def clone_xml(
     if name_element is None:
         name_element = ET.SubElement(root, "name")
     name_element.text = name
+    if uuid is not None:
+        uuid_element = ET.Element("uuid")
+        uuid_element.text = uuid
+        root.insert(list(root).index(name_element) + 1, uuid_element)
+        name_element = uuid_element
     described = ET.Element("description")
     described.text = description
     root.insert(list(root).index(name_element) + 1, described)

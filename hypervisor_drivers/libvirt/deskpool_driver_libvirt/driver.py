@@ -13,15 +13,19 @@ Templates are domains carrying deskpool's metadata element with ``template="yes"
 (:mod:`deskpool_driver_libvirt.domain_xml`), their disks volumes of a libvirt storage pool.
 A template's id is its domain's UUID, and so is a desktop's: libvirt never reuses one.
 
-Clones: the new domain is *defined first*, with its ownership tags, the names of the volumes
-it is about to get and a mark of an unfinished clone in its metadata; then each volume is
-made (a qcow2 backed by the template's volume for a linked clone, ``virStorageVolCreateXMLFrom``
-for a full one), then the mark is removed. Whenever the clone is interrupted (a cancelled
-call, a killed worker, a failed copy), what exists is a tagged domain naming every volume
-deskpool made for it: the orphan scan finds it and :meth:`LibvirtDriver.do_delete` removes
-the volumes it names, then the domain. A domain whose clone has not finished refuses to start
-(:class:`DriverBusy`). Clones stay on the template's host; a full clone goes to the storage
-pool the pool names (``storage``) or the ``default_storage_pool`` option.
+Clones: the new domain is *defined first*, with its ownership tags, the names of the volumes it
+is about to get and a mark of an unfinished clone in its metadata; then each volume is made (a
+qcow2 backed by the template's volume for a linked clone, ``virStorageVolCreateXMLFrom`` for a
+full one), then the mark is removed. While the clone runs, its process keeps a heartbeat key
+(``clone:<domain uuid>``, :data:`CLONE_HEARTBEAT_TTL`) in the shared state, so every process
+sees the domain as busy. Whenever the clone is interrupted (a cancelled call, a failed copy),
+what it made is removed; if its process died (a killed worker), what exists is a tagged domain
+naming every volume deskpool made for it, marked unfinished, whose heartbeat expires: the first
+call that reads it (``get_vm``, ``start``, and so every destructive call) removes it and its
+volumes and answers :class:`VmNotFound`, as for a clone that failed.
+
+Clones stay on the template's host; a full clone goes to the storage pool the pool names
+(``storage``) or the ``default_storage_pool`` option.
 
 Power: ``shutdown`` asks the guest agent (``guest-shutdown``), then presses the ACPI power
 button when the agent does not answer or after half the guest's time, then destroys the domain
@@ -103,6 +107,8 @@ WINDOWS_STATE_FILE = "C:\\Windows\\Setup\\State\\State.ini"
 DEFAULT_RDP_PARAMETERS = {"security": "any", "ignore-cert": "true"}
 _SUPPORTED_SCHEMES = ("qemu", "qemu+ssh", "qemu+libssh", "qemu+libssh2", "qemu+tls", "qemu+tcp")
 _POLL = 0.2
+#: Seconds a clone's heartbeat lives; its process renews it every third of that.
+CLONE_HEARTBEAT_TTL = 15.0
 
 _EVENTS = {
     libvirt.VIR_DOMAIN_EVENT_STARTED: VmEventKind.STARTED,
@@ -315,17 +321,38 @@ class LibvirtDriver(HypervisorDriver):
         )
         return domain_xml.read_domain(domain.XMLDesc(flags))
 
-    def _vm(self, located: Located) -> VirtualMachine:
+    def _vm(self, located: Located) -> tuple[VirtualMachine, bool]:
+        """The VM of a domain, and whether its clone is unfinished."""
         facts = self._facts(located.domain)
         state, _reason = located.domain.state()
-        return VirtualMachine(
+        vm = VirtualMachine(
             id=facts.uuid,
             name=facts.name,
             node=located.node,
             power_state=power_state_of(state),
             tags=facts.tags,
+            busy=facts.cloning,
             template=facts.template,
         )
+        return vm, facts.cloning
+
+    @staticmethod
+    def _heartbeat_key(vm_id: str) -> str:
+        return f"clone:{vm_id}"
+
+    async def _clone_alive(self, vm_id: str) -> bool:
+        """Whether the process cloning ``vm_id`` still beats."""
+        return await self.context.shared_state.get(self._heartbeat_key(vm_id)) is not None
+
+    async def _settled(self, located: Located, vm: VirtualMachine, cloning: bool) -> VirtualMachine:
+        """``vm``, unless its clone was abandoned: then it is removed (:class:`VmNotFound`)."""
+        if not cloning or await self._clone_alive(vm.id):
+            return vm
+        log.warning("removing domain %s, whose clone was abandoned", vm.name)
+        await self._run(
+            lambda: self._guard(lambda: self._remove(located), f"removing {vm.id}", vm.id)
+        )
+        raise VmNotFound(f"domain {vm.id} was an abandoned clone, now removed", vm_id=vm.id)
 
     async def do_watch_events(self) -> None:
         """Open every host's connection: each registers for lifecycle events as it opens."""
@@ -430,6 +457,7 @@ class LibvirtDriver(HypervisorDriver):
                         node=located.node,
                         power_state=power_state_of(state),
                         tags=facts.tags,
+                        busy=facts.cloning,
                     )
                 )
             return found
@@ -437,9 +465,12 @@ class LibvirtDriver(HypervisorDriver):
         return await self._run(lambda: self._guard(owned, "listing deskpool's domains"))
 
     async def do_get_vm(self, vm_id: str) -> VirtualMachine:
-        return await self._run(
-            lambda: self._guard(lambda: self._vm(self._find(vm_id)), f"reading {vm_id}", vm_id)
-        )
+        def read() -> tuple[Located, VirtualMachine, bool]:
+            located = self._find(vm_id)
+            return (located, *self._vm(located))
+
+        located, vm, cloning = await self._run(lambda: self._guard(read, f"reading {vm_id}", vm_id))
+        return await self._settled(located, vm, cloning)
 
     # ------------------------------------------------------------------ clone
 
@@ -468,7 +499,7 @@ class LibvirtDriver(HypervisorDriver):
             f"the template's disk {disk.target} is not a volume of a libvirt storage pool"
         )
 
-    def _clone(self, request: CloneRequest) -> VirtualMachine:
+    def _clone(self, request: CloneRequest, domain_uuid: str) -> VirtualMachine:
         located, facts, xml = self._template(request.template_id)
         connection = self.hosts.connection(located.uri)
         suffix = uuid_module.uuid4().hex[:8]
@@ -498,6 +529,7 @@ class LibvirtDriver(HypervisorDriver):
             tags=request.tags,
             volumes=volumes,
             cloning=True,
+            uuid=domain_uuid,
         )
         # Defined first, tagged and naming its volumes: an interrupted clone leaves only this.
         domain = connection.defineXML(new_xml)
@@ -522,11 +554,26 @@ class LibvirtDriver(HypervisorDriver):
             log.warning("clone %s of %s failed; removing what it made", request.name, facts.name)
             self._remove(Located(located.uri, located.node, domain))
             raise
-        return self._vm(Located(located.uri, located.node, domain))
+        vm, _cloning = self._vm(Located(located.uri, located.node, domain))
+        return vm
+
+    async def _beat(self, key: str) -> None:
+        while True:
+            await asyncio.sleep(CLONE_HEARTBEAT_TTL / 3)
+            await self.context.shared_state.set(key, b"1", ttl=CLONE_HEARTBEAT_TTL)
 
     async def do_clone(self, request: CloneRequest) -> VirtualMachine:
+        domain_uuid = str(uuid_module.uuid4())
+        key = self._heartbeat_key(domain_uuid)
+        state = self.context.shared_state
+        await state.set(key, b"1", ttl=CLONE_HEARTBEAT_TTL)
+        heartbeat = asyncio.ensure_future(self._beat(key))
         work = asyncio.ensure_future(
-            self._run(lambda: self._guard(lambda: self._clone(request), f"cloning {request.name}"))
+            self._run(
+                lambda: self._guard(
+                    lambda: self._clone(request, domain_uuid), f"cloning {request.name}"
+                )
+            )
         )
         try:
             return await asyncio.shield(work)
@@ -536,6 +583,10 @@ class LibvirtDriver(HypervisorDriver):
             if not work.cancelled():
                 work.exception()  # retrieved: the caller was cancelled, not this clone
             raise
+        finally:
+            heartbeat.cancel()
+            await asyncio.gather(heartbeat, return_exceptions=True)
+            await asyncio.shield(state.delete(key))
 
     # ------------------------------------------------------------------ power
 
@@ -544,12 +595,14 @@ class LibvirtDriver(HypervisorDriver):
         return power_state_of(state)
 
     async def do_start(self, vm_id: str) -> None:
+        vm = await self.do_get_vm(vm_id)  # removes an abandoned clone
+        if vm.busy:
+            raise DriverBusy(f"the clone {vm_id} has not finished", vm_id=vm_id)
+
         def start() -> None:
             located = self._find(vm_id)
             if self._state(located) is PowerState.RUNNING:
                 return
-            if self._facts(located.domain, inactive=True).cloning:
-                raise DriverBusy(f"the clone {vm_id} has not finished", vm_id=vm_id)
             if self._state(located) is PowerState.PAUSED:
                 located.domain.resume()
                 return

@@ -38,6 +38,7 @@ from deskpool.drivers import (
     DriverContext,
     DriverError,
     HypervisorDriver,
+    VmEventSink,
     merge_secret_options,
     secret_option_pointers,
 )
@@ -174,10 +175,18 @@ class DriverManager:
         """The key prefix of a cluster's driver state in the key-value store."""
         return f"{self.runtime.config['KVSTORE_KEY_PREFIX']}driver:{cluster_id}:"
 
-    def context_for(self, cluster_id: uuid.UUID | str) -> DriverContext:
-        """The driver context of a cluster: its shared state, id, and the metrics observer."""
+    def context_for(
+        self, cluster_id: uuid.UUID | str, events: VmEventSink | None = None
+    ) -> DriverContext:
+        """The driver context of a cluster: shared state, id, metrics observer, event sink.
+
+        ``events`` is where a driver reporting VM events sends them (:mod:`deskpool.vm_events`
+        builds its watchers' drivers with one; other drivers are built without).
+        """
         state = RedisSharedState(self.runtime.kv, self.shared_state_prefix(cluster_id))
-        return DriverContext(shared_state=state, cluster_id=str(cluster_id), observer=self.metrics)
+        return DriverContext(
+            shared_state=state, cluster_id=str(cluster_id), observer=self.metrics, events=events
+        )
 
     def build(
         self,
@@ -186,6 +195,7 @@ class DriverManager:
         settings: ConnectionSettings,
         credentials: Mapping[str, str],
         secret_options: Mapping[str, Any] | None = None,
+        events: VmEventSink | None = None,
     ) -> HypervisorDriver:
         """A driver for these settings and credentials (no I/O; close it when done).
 
@@ -209,7 +219,7 @@ class DriverManager:
             options=merge_secret_options(settings.options, secret_options or {}),
             secret_options=secret_option_pointers(driver_class.connection_fields),
         )
-        context = self.context_for(cluster_id)
+        context = self.context_for(cluster_id, events)
         try:
             return driver_class(connection, context)
         except DriverError:
@@ -221,8 +231,13 @@ class DriverManager:
                 f"the {driver} driver refused the connection settings ({type(error).__name__})"
             ) from None
 
-    async def driver_for(self, record: ClusterRecord) -> HypervisorDriver:
+    async def driver_for(
+        self, record: ClusterRecord, events: VmEventSink | None = None
+    ) -> HypervisorDriver:
         """A driver for a stored cluster, its credentials opened (the caller closes it).
+
+        ``events`` receives the VM events of a driver that reports them, once its
+        ``watch_events`` was called (:mod:`deskpool.vm_events`).
 
         :raises DriverNotInstalled: the record's driver is not installed.
         :raises DriverConfigurationError: the driver refuses the stored settings.
@@ -238,7 +253,9 @@ class DriverManager:
             secret_options = await load_secret_options(
                 self.runtime.db, self.secret_store, record.id
             )
-        return self.build(record.driver, record.id, record.settings, credentials, secret_options)
+        return self.build(
+            record.driver, record.id, record.settings, credentials, secret_options, events
+        )
 
     @asynccontextmanager
     async def open(self, record: ClusterRecord) -> AsyncIterator[HypervisorDriver]:
