@@ -114,7 +114,7 @@ def template_xml(name: str, guest: GuestImage, pool: str, volume: str, memory_mi
     ET.SubElement(domain, "on_crash").text = "destroy"
     devices = ET.SubElement(domain, "devices")
     disk = ET.SubElement(devices, "disk", {"type": "volume", "device": "disk"})
-    ET.SubElement(disk, "driver", {"name": "qemu", "type": "qcow2"})
+    ET.SubElement(disk, "driver", {"name": "qemu", "type": "raw"})
     ET.SubElement(disk, "source", {"pool": pool, "volume": volume})
     ET.SubElement(disk, "target", {"dev": "vda", "bus": "virtio"})
     interface = ET.SubElement(devices, "interface", {"type": "user"})
@@ -144,8 +144,9 @@ def _volume_xml(name: str, mib: int) -> str:
     volume = ET.Element("volume")
     ET.SubElement(volume, "name").text = name
     ET.SubElement(volume, "capacity", {"unit": "MiB"}).text = str(mib)
+    ET.SubElement(volume, "allocation", {"unit": "MiB"}).text = str(mib)
     target = ET.SubElement(volume, "target")
-    ET.SubElement(target, "format", {"type": "qcow2"})
+    ET.SubElement(target, "format", {"type": "raw"})
     return ET.tostring(volume, encoding="unicode")
 
 
@@ -166,11 +167,14 @@ class LibvirtLab:
     :param prefix: the names of the run's pool, template and clones start with it.
     :param uri: the libvirt connection the lab uses.
     :param memory_mib: the template's memory.
+    :param disk_mib: the size of the template's disk, a raw volume of random data (so a full
+        clone takes a moment: long enough to interrupt it).
     """
 
     prefix: str = field(default_factory=lambda: f"dpt{os.getpid()}x{secrets.token_hex(3)}")
     uri: str = LOCAL_URI
     memory_mib: int = 160
+    disk_mib: int = 96
 
     @property
     def pool(self) -> str:
@@ -186,6 +190,11 @@ class LibvirtLab:
     def owner_tag(self) -> str:
         """The owner tag of the run's desktops (so other runs' desktops are not ours)."""
         return f"deskpool-{self.prefix}"
+
+    @property
+    def base_volume(self) -> str:
+        """The template's disk."""
+        return f"{self.prefix}-base.img"
 
     @property
     def folder(self) -> Path:
@@ -205,11 +214,13 @@ class LibvirtLab:
             self.folder.mkdir(parents=True, exist_ok=True)
             pool = connection.storagePoolDefineXML(_pool_xml(self.pool, self.folder), 0)
             pool.create(0)
-            pool.createXML(_volume_xml(f"{self.prefix}-base.qcow2", 16), 0)
+            base = pool.createXML(_volume_xml(self.base_volume, self.disk_mib), 0)
+            with open(base.path(), "r+b") as disk:
+                for _ in range(self.disk_mib):
+                    disk.write(os.urandom(1024 * 1024))
+            pool.refresh(0)
             connection.defineXML(
-                template_xml(
-                    self.template, guest, self.pool, f"{self.prefix}-base.qcow2", self.memory_mib
-                )
+                template_xml(self.template, guest, self.pool, self.base_volume, self.memory_mib)
             )
         finally:
             connection.close()
@@ -229,7 +240,8 @@ class LibvirtLab:
     def volumes(self, connection: Any) -> list[str]:
         """The names of the volumes in the run's pool."""
         pool = connection.storagePoolLookupByName(self.pool)
-        pool.refresh(0)
+        with contextlib.suppress(libvirt.libvirtError):  # refused while a volume is copied
+            pool.refresh(0)
         return sorted(pool.listVolumes())
 
     def remove(self) -> None:
