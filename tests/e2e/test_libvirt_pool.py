@@ -39,7 +39,7 @@ from tests.e2e.conftest import DeploymentEnviron
 
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.libvirt import LOCAL_URI, TCP_URI, LibvirtLab
-from deskpool.testing.processes import DeskpoolProcess, free_port, running, until
+from deskpool.testing.processes import ANY_PORT, DeskpoolProcess, running, until
 from deskpool.testing.pytest_plugin import connected
 from deskpool_driver_libvirt.domain_xml import read_domain
 from deskpool_driver_libvirt.hosts import ensure_event_loop
@@ -54,7 +54,7 @@ def environ(quick_deployment: DeploymentEnviron) -> dict[str, str]:
     """The environment every process of the test shares."""
     return quick_deployment(
         ADMIN,
-        API_ADDR=f"127.0.0.1:{free_port()}",
+        API_ADDR=ANY_PORT,
         POOL_RECONCILE_INTERVAL="1h",
         POOL_FAILURE_BACKOFF="1s",
         WORKER_LEASE_DURATION="2s",
@@ -112,7 +112,6 @@ async def test_a_libvirt_pool_converges_repairs_itself_and_cleans_up(
     local: Any,
 ) -> None:
     lab = libvirt_lab
-    api = f"http://{environ['API_ADDR']}/api/v1"
     headers = {"Authorization": f"Bearer {identity_provider.issue_token(ADMIN)}"}
     first = DeskpoolProcess(["worker"], environ)
     killed_mid_clone = threading.Event()
@@ -135,6 +134,7 @@ async def test_a_libvirt_pool_converges_repairs_itself_and_cleans_up(
 
     try:
         async with running(processes) as started, aiohttp.ClientSession(headers=headers) as http:
+            api = f"{started['api'].url('api')}/api/v1"
             async with http.post(
                 f"{api}/clusters",
                 json={
