@@ -58,7 +58,8 @@ libvirt:
 browser:
 	@bash scripts/ensure-browser.sh
 
-# Xvfb, x11vnc and xterm: the real X and VNC servers of the VNC bridge tests.
+# Xvfb, x11vnc, xterm and tesseract: the real X and VNC servers of the VNC bridge tests, and
+# the reading of remote screens' text in the browser tests.
 x11:
 	@bash scripts/ensure-x11.sh
 

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Makes sure the X and VNC programs of the VNC bridge tests are installed: Xvfb, x11vnc, xterm,
-# xwd, xsetroot and xwininfo (deskpool.testing.x11 starts them itself; nothing runs as a service).
+# xwd, xsetroot and xwininfo (deskpool.testing.x11 starts them itself; nothing runs as a service),
+# and tesseract, which reads the text of remote screens in the browser tests (deskpool.testing.ocr).
 # Uses them when they are there; otherwise, as root on Debian/Ubuntu, installs their packages;
 # otherwise stops with a message that says exactly what to install.
 set -euo pipefail
 
 declare -A PACKAGE=(
   [Xvfb]=xvfb [x11vnc]=x11vnc [xterm]=xterm [xwd]=x11-apps [xsetroot]=x11-xserver-utils
-  [xwininfo]=x11-utils
+  [xwininfo]=x11-utils [tesseract]="tesseract-ocr tesseract-ocr-eng"
 )
 missing=()
 for program in "${!PACKAGE[@]}"; do
   command -v "$program" >/dev/null 2>&1 || missing+=("${PACKAGE[$program]}")
 done
+# The font the browser test's xterm uses (tesseract reads it without mistakes).
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf ] || missing+=(fonts-dejavu-core)
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

@@ -23,46 +23,24 @@ axe-core: no serious or critical violation.
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
-import os
-import secrets
-import shutil
-import subprocess
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
-from tests.conftest import REPO, deskpool_command
+from tests.e2e.console_instance import (
+    ADMIN,
+    CHROMIUM,
+    TIMEOUT,
+    USER,
+    Instance,
+    console_instance,
+    sign_in,
+    visit,
+)
 
 from deskpool.desktopd import DesktopDaemonSimulator
-from deskpool.testing.idp import TestIdentityProvider
-from deskpool.testing.processes import free_port, until_ready
 from deskpool.testing.pytest_plugin import fresh_database
-
-CHROMIUM = "/usr/bin/chromium"
-DIST = REPO / "web" / "dist"
-AXE = REPO / "web" / "node_modules" / "axe-core" / "axe.min.js"
-ADMIN = ("dev-admin", "Development Administrator")
-USER = ("desk-user", "Desk User")
-TIMEOUT = 30_000
-
-
-@dataclass
-class Instance:
-    """The running deskpool processes and what the test drives them with."""
-
-    console: str
-    api: str
-    idp: TestIdentityProvider
-    daemon: DesktopDaemonSimulator
-    artifacts: Path
-    log: Path
-    visited: list[str] = field(default_factory=list)
-    violations: dict[str, list[str]] = field(default_factory=dict)
 
 
 @pytest.fixture(scope="module")
@@ -75,114 +53,10 @@ def console_database(test_servers: Any) -> Iterator[str]:
 async def instance(
     console_database: str, test_servers: Any, tmp_path: Path
 ) -> AsyncIterator[Instance]:
-    if not (DIST / "index.html").is_file() or not AXE.is_file():
-        pytest.fail("the console is not built: run `make console` (or `make test`)", pytrace=False)
-    if shutil.which(CHROMIUM) is None:
-        pytest.fail(f"{CHROMIUM} is missing: run `sudo bash scripts/ensure-browser.sh`")
-    artifacts = Path(os.environ.get("DESKPOOL_TEST_ARTIFACTS") or tmp_path) / "console"
-    artifacts.mkdir(parents=True, exist_ok=True)
-    ports = {name: free_port() for name in ("api", "web", "gateway", "ops")}
-    console = f"http://127.0.0.1:{ports['web']}"
-    api = f"http://127.0.0.1:{ports['api']}"
-    idp = TestIdentityProvider(sign_in_page=True)
-    idp.users.clear()
-    idp.add_user(ADMIN[0], email="admin@deskpool.test", email_verified=True, name=ADMIN[1])
-    idp.add_user(USER[0], email="user@deskpool.test", email_verified=True, name=USER[1])
-    daemon = DesktopDaemonSimulator()
-    await idp.start()
-    await daemon.start()
-    env = {
-        "PATH": os.environ["PATH"],
-        "XDG_CACHE_HOME": str(tmp_path / "xdg"),
-        "DATABASE_URL": console_database,
-        "KVSTORE_ADDR": test_servers.kv_addr,
-        "KVSTORE_KEY_PREFIX": f"deskpool-console-{secrets.token_hex(4)}:",
-        "SECRETS_MASTER_KEY": base64.b64encode(os.urandom(32)).decode(),
-        "APP_ENV": "development",
-        "API_ADDR": f"127.0.0.1:{ports['api']}",
-        "WEB_ADDR": f"127.0.0.1:{ports['web']}",
-        "GATEWAY_ADDR": f"127.0.0.1:{ports['gateway']}",
-        "METRICS_ADDR": f"127.0.0.1:{ports['ops']}",
-        "WEB_DIST_PATH": str(DIST),
-        "AUTH_OIDC_ISSUER_URL": idp.issuer_url,
-        "AUTH_OIDC_AUDIENCE": idp.audience,
-        "AUTH_BOOTSTRAP_ADMIN_EMAILS": "admin@deskpool.test",
-        "API_CORS_ALLOWED_ORIGINS": console,
-        "WEB_PUBLIC_API_BASE_URL": api,
-        "WEB_PUBLIC_OIDC_AUTHORITY": idp.issuer_url,
-        "WEB_PUBLIC_OIDC_CLIENT_ID": "deskpool-console",
-        "WEB_PUBLIC_OIDC_SCOPE": "openid profile email offline_access",
-        "GATEWAY_PUBLIC_WS_URL": f"ws://127.0.0.1:{ports['gateway']}/websocket-tunnel",
-        "GATEWAY_FIRST_FRAME_TIMEOUT": "3s",
-        "DESKTOPD_ADDRESS": daemon.address,
-        "WORKER_POLL_INTERVAL": "1s",
-        "POOL_RECONCILE_INTERVAL": "2s",
-    }
-    log = artifacts / "deskpool.log"
-    with log.open("w") as output:
-        process = subprocess.Popen(  # noqa: ASYNC220 (started once, then awaited by polling)
-            [*deskpool_command(), "run", "all"], env=env, cwd=REPO, stdout=output, stderr=output
-        )
-    try:
-        async with aiohttp.ClientSession() as session:
-            try:
-                await until_ready(
-                    session,
-                    f"http://127.0.0.1:{ports['ops']}/readyz",
-                    "deskpool is ready",
-                    exited=lambda: process.poll() is not None,
-                )
-            except AssertionError as failed:
-                pytest.fail(f"{failed}:\n{log.read_text()[-3000:]}")
-            # The desktop user has signed in once before (their user record exists).
-            token = idp.issue_token(USER[0], email="user@deskpool.test", name=USER[1])
-            async with session.get(
-                f"{api}/api/v1/me", headers={"Authorization": f"Bearer {token}"}
-            ) as me:
-                assert me.status == 200
-        yield Instance(console, api, idp, daemon, artifacts, log)
-    finally:
-        process.terminate()
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
-        await daemon.stop()
-        await idp.stop()
-
-
-async def visit(instance: Instance, page: Any, name: str) -> None:
-    """Save a screenshot of the page and record its serious or critical axe violations."""
-    # Not "networkidle": the console keeps its live event stream open.
-    await page.wait_for_load_state("load")
-    from playwright.async_api import expect
-
-    await expect(page.locator('[aria-busy="true"]')).to_have_count(0, timeout=TIMEOUT)
-    await page.screenshot(path=str(instance.artifacts / f"{len(instance.visited):02}-{name}.png"))
-    instance.visited.append(name)
-    if not await page.evaluate("typeof window.axe !== 'undefined'"):
-        await page.evaluate(AXE.read_text())
-    result = await page.evaluate(
-        "axe.run(document, {resultTypes: ['violations']}).then(r => JSON.stringify(r.violations))"
-    )
-    serious = [
-        f"{v['id']}: {v['help']} ({len(v['nodes'])}: {v['nodes'][0]['target']})"
-        for v in json.loads(result)
-        if v.get("impact") in {"serious", "critical"}
-    ]
-    if serious:
-        instance.violations[name] = serious
-
-
-async def sign_in(instance: Instance, page: Any, who: tuple[str, str]) -> None:
-    await page.goto(instance.console + "/")
-    await page.get_by_role("button", name="Sign in").click()
-    await page.wait_for_url(instance.idp.issuer_url + "/authorize*")
-    await visit(instance, page, f"issuer-sign-in-{who[0]}")
-    await page.get_by_role("button", name=who[1]).click()
-    await page.wait_for_url(instance.console + "/**")
-    await page.get_by_role("button", name="Sign out").wait_for(timeout=TIMEOUT)
+    async with console_instance(
+        console_database, test_servers, tmp_path, DesktopDaemonSimulator()
+    ) as running:
+        yield running
 
 
 #: True when a canvas of the desktop view holds more than one colour.
