@@ -68,15 +68,16 @@ class Actor:
         resource_id: str | None,
         details: dict[str, Any] | None = None,
         outcome: Outcome = "success",
+        occurred_at: datetime | None = None,
     ) -> AuditEvent:
-        """An audit event of this actor."""
+        """An audit event of this actor (at ``occurred_at``, by default this process's clock)."""
         return AuditEvent(
             action=action,
             actor=self.name,
             resource_type=resource_type,
             resource_id=resource_id,
             outcome=outcome,
-            occurred_at=datetime.now(UTC),
+            occurred_at=occurred_at or datetime.now(UTC),
             request_id=self.request_id,
             source_address=self.source_address,
             details=dict(details or {}),
@@ -90,8 +91,10 @@ class Actor:
         resource_id: str | None,
         details: dict[str, Any] | None = None,
         outcome: Outcome = "success",
+        occurred_at: datetime | None = None,
     ) -> None:
         """Record :meth:`audit_event` on ``connection``, in the transaction of the change."""
         await record_audit_event(
-            connection, self.audit_event(action, resource_type, resource_id, details, outcome)
+            connection,
+            self.audit_event(action, resource_type, resource_id, details, outcome, occurred_at),
         )

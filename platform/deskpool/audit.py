@@ -3,11 +3,14 @@
 Events are written with :func:`record_audit_event` on the caller's connection, inside the
 caller's transaction, so an event exists exactly when the change it records was committed.
 
-The ``audit_events`` table is partitioned by calendar month (UTC) on ``occurred_at`` and has
-no default partition. :func:`maintain_audit_partitions` (run by the worker every
-``AUDIT_MAINTENANCE_INTERVAL``) creates the coming months' partitions ahead of time, so a row
-never lacks a partition, and removes expired months whole: detach, then drop, never row-by-row
-deletes. Which partitions to create and drop is decided by the pure :func:`plan_partitions`.
+The ``audit_events`` table is partitioned by calendar month (UTC) on ``occurred_at``.
+:func:`maintain_audit_partitions` (run by the worker every ``AUDIT_MAINTENANCE_INTERVAL``)
+creates the coming months' partitions ahead of time and removes expired months whole: detach,
+then drop, never row-by-row deletes. Which partitions to create and drop is decided by the pure
+:func:`plan_partitions`. An event whose time falls in no monthly partition (recorded by a
+process whose clock is months behind or ahead) lands in the default partition
+(:data:`DEFAULT_PARTITION`) rather than failing its change; maintenance first moves such rows
+into the partitions of their months, creating them (:func:`drain_default_partition`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,9 @@ log = logging.getLogger(__name__)
 
 #: The partitioned table.
 AUDIT_TABLE = "audit_events"
+
+#: Where an event whose month has no partition is kept until maintenance moves it.
+DEFAULT_PARTITION = f"{AUDIT_TABLE}_default"
 
 #: How many months after the current one always have a partition.
 MONTHS_AHEAD = 3
@@ -194,6 +200,8 @@ async def existing_partitions(connection: asyncpg.Connection) -> dict[datetime, 
     )
     found: dict[datetime, str] = {}
     for row in rows:
+        if row["relname"] == DEFAULT_PARTITION:
+            continue
         month = month_of_partition(row["relname"])
         if month is None:
             log.warning("audit table has a partition not named by deskpool: %s", row["relname"])
@@ -202,16 +210,68 @@ async def existing_partitions(connection: asyncpg.Connection) -> dict[datetime, 
     return found
 
 
-async def create_partition(connection: asyncpg.Connection, month: datetime) -> None:
-    """Create the partition of ``month`` (a no-op when it exists)."""
+async def create_partition(connection: asyncpg.Connection, month: datetime) -> int:
+    """Create the partition of ``month`` (a no-op when it exists).
+
+    The month's events kept in the default partition move into it, in the same transaction (a
+    partition cannot be attached while the default one holds rows of its range).
+
+    :returns: how many events moved from the default partition.
+    """
     name = partition_name(month)
     upper = add_months(month, 1)
     async with connection.transaction():
         await connection.execute(f"SET LOCAL lock_timeout = '{PARTITION_LOCK_TIMEOUT}'")
+        attached = await connection.fetchval(
+            """SELECT EXISTS (SELECT 1 FROM pg_inherits
+                              WHERE inhparent = $1::regclass AND inhrelid = to_regclass($2))""",
+            AUDIT_TABLE,
+            name,
+        )
+        if attached:
+            return 0
         await connection.execute(
-            f'CREATE TABLE IF NOT EXISTS "{name}" PARTITION OF {AUDIT_TABLE} '
+            f'CREATE TABLE IF NOT EXISTS "{name}" '
+            f"(LIKE {AUDIT_TABLE} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
+        )
+        status = await connection.execute(
+            f"""
+            WITH moved AS (
+                DELETE FROM {DEFAULT_PARTITION} WHERE occurred_at >= $1 AND occurred_at < $2
+                RETURNING *
+            )
+            INSERT INTO "{name}" SELECT * FROM moved
+            """,
+            month,
+            upper,
+        )
+        await connection.execute(
+            f'ALTER TABLE {AUDIT_TABLE} ATTACH PARTITION "{name}" '
             f"FOR VALUES FROM ('{month.isoformat()}') TO ('{upper.isoformat()}')"
         )
+    return int(status.split()[-1])
+
+
+async def drain_default_partition(connection: asyncpg.Connection) -> dict[datetime, int]:
+    """Move the events of the default partition into their months' partitions, creating them.
+
+    :returns: the months created, with how many events each received.
+    """
+    months = await connection.fetch(
+        f"""SELECT DISTINCT date_trunc('month', occurred_at AT TIME ZONE 'UTC') AS month
+              FROM {DEFAULT_PARTITION} ORDER BY 1"""
+    )
+    moved: dict[datetime, int] = {}
+    for row in months:
+        month = row["month"].replace(tzinfo=UTC)
+        moved[month] = await create_partition(connection, month)
+        log.warning(
+            "audit partition %s created for %d event(s) kept in the default partition (recorded "
+            "by a process whose clock was outside the provisioned months)",
+            partition_name(month),
+            moved[month],
+        )
+    return moved
 
 
 async def drop_partition(connection: asyncpg.Connection, month: datetime) -> None:
@@ -232,8 +292,10 @@ async def maintain_audit_partitions(
 ) -> PartitionPlan:
     """Create the coming months' partitions and drop expired ones.
 
-    Runs under an advisory lock, so two maintenance runs never interleave. Each partition is
-    created or dropped in its own short transaction.
+    Runs under an advisory lock, so two maintenance runs never interleave. The events kept in
+    the default partition move to their months' partitions first
+    (:func:`drain_default_partition`); then each partition is created or dropped in its own
+    short transaction. Retention applies to the drained months as to any.
 
     :param retention_months: ``AUDIT_RETENTION_MONTHS`` (0 keeps everything).
     :param now: the time to plan for; the database's clock when omitted.
@@ -242,6 +304,7 @@ async def maintain_audit_partitions(
     await connection.execute("SELECT pg_advisory_lock($1)", AUDIT_MAINTENANCE_LOCK_KEY)
     try:
         moment: datetime = now or await connection.fetchval("SELECT now()")
+        await drain_default_partition(connection)
         existing = await existing_partitions(connection)
         plan = plan_partitions(existing, moment, retention_months, months_ahead)
         for month in plan.create:

@@ -43,11 +43,12 @@ async def readyz(request: web.Request) -> web.Response:
     async def run(check: ReadinessCheck) -> tuple[str, dict[str, object]]:
         started = time.perf_counter()
         try:
-            await asyncio.wait_for(check.probe(), READINESS_CHECK_TIMEOUT)
+            details = await asyncio.wait_for(check.probe(), READINESS_CHECK_TIMEOUT)
         except Exception as error:  # a failing check is reported, never raised
             detail = str(error) or type(error).__name__
             return check.name, {"ok": False, "error": detail}
-        return check.name, {"ok": True, "seconds": round(time.perf_counter() - started, 4)}
+        seconds = round(time.perf_counter() - started, 4)
+        return check.name, {"ok": True, "seconds": seconds, **(details or {})}
 
     results = dict(await asyncio.gather(*(run(check) for check in checks)))
     failing = sorted(name for name, result in results.items() if not result["ok"])

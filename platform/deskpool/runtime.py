@@ -9,7 +9,7 @@ created by factories that plugins register through ``deskpool_register_component
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -57,10 +57,13 @@ ComponentFactory = Callable[["Runtime"], Component]
 
 @dataclass(frozen=True)
 class ReadinessCheck:
-    """A named check ``/readyz`` runs; ``probe`` raises (any exception) when not ready."""
+    """A named check ``/readyz`` runs; ``probe`` raises (any exception) when not ready.
+
+    What the probe returns (a mapping, or ``None``) is shown with the check's result.
+    """
 
     name: str
-    probe: Callable[[], Awaitable[None]]
+    probe: Callable[[], Awaitable[Mapping[str, object] | None]]
 
 
 class Runtime:
@@ -184,6 +187,14 @@ class Runtime:
             if status.pending:
                 raise RuntimeError(f"pending migrations: {', '.join(status.pending)}")
 
+        async def clock() -> Mapping[str, object]:
+            # Reported, never failing: a wrong clock is for the operator to fix, not a reason
+            # to stop serving.
+            from deskpool.licensing.service import clock_reading
+
+            async with self.db.acquire(timeout=2) as connection:
+                return (await clock_reading(connection, self.licensing)).as_details()
+
         async def components() -> None:
             stopped = [name for name, c in self.components.items() if not c.started]
             if stopped:
@@ -194,5 +205,6 @@ class Runtime:
             ReadinessCheck("kvstore", kvstore),
             ReadinessCheck("schema", schema),
             ReadinessCheck("components", components),
+            ReadinessCheck("clock", clock),
             *self.plugins.readiness_checks(self),
         ]

@@ -29,6 +29,7 @@ from deskpool.licensing.manifest import (
     deskpool_distributions,
     installed_files,
     manifest_path,
+    manifest_required,
     verify_manifest,
 )
 from deskpool.licensing.model import BuildIntegrity, format_instant
@@ -83,6 +84,12 @@ def print_state(state: service.LicenseState) -> None:
     instant = format_instant(watermark.instant) if watermark.instant else "not persisted yet"
     print(f"watermark:  {instant} ({watermark.integrity.value})")
     print(f"build:      {state.build.state.value}: {state.build.detail}")
+    clock = state.clock.as_details()
+    watermark_offset = clock["offset_from_watermark_seconds"]
+    print(
+        f"clock:      {clock['offset_from_database_seconds']:+} s from the database server's"
+        + (f", {watermark_offset:+} s from the watermark" if watermark_offset is not None else "")
+    )
     reports = state.reports
     print(f"reports:    {reports.sent} sent; last: {reports.last_outcome or 'none'}")
     for reason in judgement.reasons:
@@ -158,10 +165,12 @@ def cmd_manifest_build(args: argparse.Namespace) -> int:
 
 def cmd_manifest_verify(args: argparse.Namespace) -> int:
     """Verify the manifest; exit 1 when the build is modified or the manifest invalid."""
+    configured = os.environ.get("LICENSE_MANIFEST_PATH", "")
     check = verify_manifest(
         _configured_manifest(args.path),
-        keys.trusted_keys(),
+        keys.trusted_keys(configured),
         lambda: installed_files(deskpool_distributions()),
+        None if args.path else manifest_required(configured),
     )
     print(f"{check.state.value}: {check.detail}")
     for name in check.files:

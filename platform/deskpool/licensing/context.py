@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import asyncpg
@@ -24,10 +24,11 @@ from deskpool.licensing.manifest import (
     deskpool_distributions,
     installed_files,
     manifest_path,
+    manifest_required,
     verify_manifest,
 )
 from deskpool.licensing.metrics import LicenseMetrics
-from deskpool.licensing.model import BuildIntegrity
+from deskpool.licensing.model import CLOCK_SKEW_TOLERANCE, BuildIntegrity, ClockReading
 from deskpool.licensing.watermark import Seen, WatermarkKeys
 
 if TYPE_CHECKING:
@@ -52,7 +53,8 @@ class LicensingContext:
     :param manifest_at: where the signed build manifest is.
     :param metrics: where to show the state, if anywhere.
     :param clock: the time (injectable).
-    :param trusted: the vendor keys (injectable; by default the build's).
+    :param trusted: the vendor keys (injectable; by default the build's, see
+        :func:`deskpool.licensing.keys.trusted_keys`).
     """
 
     def __init__(
@@ -62,20 +64,22 @@ class LicensingContext:
         metrics: LicenseMetrics | None = None,
         *,
         clock: Clock = system_clock,
-        trusted: Callable[[], dict[str, Ed25519PublicKey]] = keys.trusted_keys,
+        trusted: Callable[[], dict[str, Ed25519PublicKey]] | None = None,
         version: str = __version__,
     ) -> None:
         self.watermark_keys = watermark_keys
         self.manifest_at = manifest_at
         self.metrics = metrics
         self.clock = clock
-        self.trusted = trusted
+        self.trusted = trusted or (lambda: keys.trusted_keys(manifest_at))
         self.version = version
         #: The highest watermark this process read or wrote (to see it move backwards); only
         #: what was committed (see :meth:`remember`).
         self.seen: Seen | None = None
         #: Holds what this process remembers until the transaction it was read in commits.
         self.commits = AfterCommit()
+        #: The skew from the database's clock last logged (``None``: within the tolerance).
+        self._skew_logged: timedelta | None = None
         self._build: ManifestCheck | None = None
 
     @classmethod
@@ -113,6 +117,17 @@ class LicensingContext:
             seq, instant = max(seq, self.seen.seq), max(instant, self.seen.instant)
         self.seen = Seen(seq, instant)
 
+    def report_clock(self, reading: ClockReading) -> None:
+        """Log a clock skewed from the database's, again when it changes, and when it ends."""
+        logged = self._skew_logged
+        if reading.skewed:
+            if logged is None or abs(reading.from_database - logged) > CLOCK_SKEW_TOLERANCE:
+                self._skew_logged = reading.from_database
+                log.warning("clock skew: %s", reading.reason())
+        elif logged is not None:
+            self._skew_logged = None
+            log.info("clock skew: this process's clock agrees with the database server's again")
+
     def check_build(self, *, again: bool = False) -> ManifestCheck:
         """Verify the build manifest (once per process unless ``again``); log the verdict."""
         if self._build is None or again:
@@ -120,6 +135,7 @@ class LicensingContext:
                 manifest_path(self.manifest_at),
                 self.trusted(),
                 lambda: installed_files(deskpool_distributions()),
+                manifest_required(self.manifest_at),
             )
             self._build = check
             level = {

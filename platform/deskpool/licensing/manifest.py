@@ -6,7 +6,10 @@ of:
 
 - ``verified``: every file matches and the signature is a vendor key's;
 - ``modified``: the signature is good but files differ (each named: changed, missing, added);
-- ``unsigned``: there is no manifest (a development install: not an error);
+- ``unsigned``: there is no manifest, and none is required (a development install: not an
+  error). A manifest is required when ``LICENSE_MANIFEST_PATH`` names one, or when there is one
+  at the default path (the image has one) though ``LICENSE_MANIFEST_PATH`` points elsewhere;
+  a required manifest that is missing is ``modified`` (:func:`manifest_required`);
 - ``invalid``: the manifest cannot be read, or is not signed by a vendor key of this build.
 
 A modified or invalid build keeps running, with the free edition's limits
@@ -105,6 +108,19 @@ def default_manifest_path() -> Path:
 def manifest_path(configured: str) -> Path:
     """``LICENSE_MANIFEST_PATH``, or the default when it is empty."""
     return Path(configured) if configured.strip() else default_manifest_path()
+
+
+def manifest_required(configured: str) -> str | None:
+    """Why a signed manifest must exist (``None``: it need not, a development install).
+
+    :param configured: ``LICENSE_MANIFEST_PATH``.
+    """
+    if configured.strip():
+        return f"LICENSE_MANIFEST_PATH names it ({configured.strip()})"
+    default = default_manifest_path()
+    if default.exists():
+        return f"the installation has one at {default}"
+    return None
 
 
 # --------------------------------------------------------------------------- what
@@ -219,12 +235,22 @@ def verify_manifest(
     path: Path,
     trusted: Mapping[str, Ed25519PublicKey],
     installed: Callable[[], InstalledFiles],
+    required: str | None = None,
 ) -> ManifestCheck:
     """Check the manifest at ``path`` against the vendor keys ``trusted`` and the files.
 
     :param installed: lists the installed files (called only when there is a manifest).
+    :param required: why the manifest must exist (:func:`manifest_required`); missing, it is
+        then ``modified``, not ``unsigned``.
     """
     where = str(path)
+    if not path.exists() and required is not None:
+        return ManifestCheck(
+            BuildIntegrity.MODIFIED,
+            where,
+            f"The signed build manifest {where} is missing, though {required}.",
+            missing=(where,),
+        )
     if not path.exists():
         return ManifestCheck(
             BuildIntegrity.UNSIGNED,

@@ -434,6 +434,54 @@ class Judgement:
         return self.edition is not Edition.FREE
 
 
+@dataclass(frozen=True)
+class ClockReading:
+    """This process's clock against the database server's and the watermark, read together."""
+
+    process: datetime
+    database: datetime
+    watermark: datetime | None = None
+
+    @property
+    def from_database(self) -> timedelta:
+        """How far this process's clock is ahead of the database server's (negative: behind)."""
+        return self.process - self.database
+
+    @property
+    def from_watermark(self) -> timedelta | None:
+        """How far this process's clock is ahead of the watermark (negative: behind)."""
+        return self.process - self.watermark if self.watermark is not None else None
+
+    @property
+    def skewed(self) -> bool:
+        """Whether it differs from the database server's by more than the tolerance."""
+        return abs(self.from_database) > CLOCK_SKEW_TOLERANCE
+
+    def reason(self) -> str | None:
+        """One sentence when the clock is skewed; ``None`` otherwise."""
+        if not self.skewed:
+            return None
+        way = "ahead of" if self.from_database > timedelta(0) else "behind"
+        return (
+            f"This process's clock is {_span(abs(self.from_database))} {way} the database "
+            f"server's (tolerance {_span(CLOCK_SKEW_TOLERANCE)}): fix its time synchronisation. "
+            "Expiry is judged by the later of this clock and the watermark."
+        )
+
+    def as_details(self) -> dict[str, Any]:
+        """The reading for ``/readyz`` and the license state (offsets in seconds)."""
+        from_watermark = self.from_watermark
+        return {
+            "process_time": format_instant(self.process),
+            "database_time": format_instant(self.database),
+            "offset_from_database_seconds": round(self.from_database.total_seconds(), 3),
+            "offset_from_watermark_seconds": (
+                round(from_watermark.total_seconds(), 3) if from_watermark is not None else None
+            ),
+            "within_tolerance": not self.skewed,
+        }
+
+
 def judged_time(now: datetime, watermark: WatermarkView) -> datetime:
     """The later of the clock and the trusted watermark less :data:`CLOCK_SKEW_TOLERANCE`."""
     if watermark.trusted and watermark.instant is not None:
@@ -448,10 +496,17 @@ def judge(
     watermark: WatermarkView,
     build: BuildIntegrity,
     invalid_reason: str | None = None,
+    clock: ClockReading | None = None,
 ) -> Judgement:
-    """Judge the installed license (``None``: none, or ``invalid_reason`` says why not)."""
+    """Judge the installed license (``None``: none, or ``invalid_reason`` says why not).
+
+    :param clock: this process's clock against the database's, to report a skew.
+    """
     at = judged_time(now, watermark)
     reasons: list[str] = []
+    skew = clock.reason() if clock is not None else None
+    if skew is not None:
+        reasons.append(skew)
     if watermark.instant is not None and now < watermark.instant - CLOCK_SKEW_TOLERANCE:
         reasons.append(
             f"The clock is {_span(watermark.instant - now)} behind the license watermark; "

@@ -26,6 +26,7 @@ from deskpool.licensing.context import LicensingContext
 from deskpool.licensing.manifest import ManifestCheck
 from deskpool.licensing.model import (
     CLOCK_SKEW_TOLERANCE,
+    ClockReading,
     Judgement,
     License,
     LicenseLimitReached,
@@ -63,14 +64,21 @@ LICENSE = "license"
 
 async def _record(
     connection: asyncpg.Connection,
+    context: LicensingContext,
     actor: Actor,
     action: str,
     details: dict[str, Any],
     outcome: Outcome = "success",
 ) -> None:
-    """Record an event of ``actor`` on the license (its id, when the details name one)."""
+    """Record an event of ``actor`` on the license (its id, when the details name one).
+
+    It is stamped with this process's clock, whatever it says: an event whose month has no
+    partition is kept in the audit trail's default partition (:mod:`deskpool.audit`).
+    """
     resource_id = str(details.get("license_id") or "") or None
-    await actor.record(connection, action, LICENSE, resource_id, details, outcome)
+    await actor.record(
+        connection, action, LICENSE, resource_id, details, outcome, occurred_at=context.now()
+    )
 
 
 #: Automatic changes (expiry, watermark evidence) are recorded as this actor.
@@ -88,6 +96,8 @@ class LicenseState:
     installation: store.Installation | None
     reports: store.ReportRecord
     instance_id: str
+    #: This process's clock against the database server's and the watermark.
+    clock: ClockReading
 
 
 @dataclass(frozen=True)
@@ -123,10 +133,17 @@ def _floor(installation: store.Installation | None, context: LicensingContext) -
     return floor
 
 
-async def _read(
-    connection: asyncpg.Connection, context: LicensingContext
-) -> tuple[store.Installation | None, WatermarkView]:
-    """The installation and what the stored watermark is worth (one round trip)."""
+@dataclass(frozen=True)
+class _Reading:
+    """The installation, what the stored watermark is worth, and the clocks, read together."""
+
+    installation: store.Installation | None
+    watermark: WatermarkView
+    clock: ClockReading
+
+
+async def _read(connection: asyncpg.Connection, context: LicensingContext) -> _Reading:
+    """The installation, the stored watermark's worth and the clocks (one round trip)."""
     snapshot = await store.snapshot(connection)
     instance = snapshot.instance_id or await store.instance_id(connection)
     row, installation = snapshot.watermark, snapshot.installation
@@ -136,7 +153,9 @@ async def _read(
     metrics = context.metrics
     if metrics is not None:
         _show(connection, context, lambda: metrics.observe_watermark(view))
-    return installation, view
+    clock = ClockReading(context.now(), snapshot.database_time, view.instant)
+    context.report_clock(clock)
+    return _Reading(installation, view, clock)
 
 
 def _show(connection: asyncpg.Connection, context: LicensingContext, change: Any) -> None:
@@ -157,23 +176,18 @@ def _installed_license(
 
 async def current_judgement(connection: asyncpg.Connection, context: LicensingContext) -> Judgement:
     """Judge the installed license now (the limits in force)."""
-    installation, watermark = await _read(connection, context)
-    return _judge(connection, context, installation, watermark)
+    return _judge(connection, context, await _read(connection, context))
 
 
-def _judge(
-    connection: asyncpg.Connection,
-    context: LicensingContext,
-    installation: store.Installation | None,
-    watermark: WatermarkView,
-) -> Judgement:
-    license, invalid = _installed_license(installation, context)
+def _judge(connection: asyncpg.Connection, context: LicensingContext, read: _Reading) -> Judgement:
+    license, invalid = _installed_license(read.installation, context)
     judgement = judge(
         license,
-        now=context.now(),
-        watermark=watermark,
+        now=read.clock.process,
+        watermark=read.watermark,
         build=context.check_build().state,
         invalid_reason=invalid,
+        clock=read.clock,
     )
     metrics = context.metrics
     if metrics is not None:
@@ -183,8 +197,8 @@ def _judge(
 
 async def license_state(connection: asyncpg.Connection, context: LicensingContext) -> LicenseState:
     """The license state, usage, watermark, build integrity and last activation report."""
-    installation, watermark = await _read(connection, context)
-    judgement = _judge(connection, context, installation, watermark)
+    read = await _read(connection, context)
+    judgement = _judge(connection, context, read)
     usage = await store.usage(connection)
     metrics = context.metrics
     if metrics is not None:
@@ -192,9 +206,10 @@ async def license_state(connection: asyncpg.Connection, context: LicensingContex
     return LicenseState(
         judgement=judgement,
         usage=usage,
-        watermark=watermark,
+        watermark=read.watermark,
         build=context.check_build(),
-        installation=installation,
+        installation=read.installation,
+        clock=read.clock,
         reports=await store.get_reports(connection),
         instance_id=await store.instance_id(connection),
     )
@@ -227,7 +242,7 @@ async def record_judgement(
                 "to": {"status": status, "edition": edition},
                 "reasons": list(judgement.reasons),
             }
-            await _record(connection, actor, "license.state_change", details)
+            await _record(connection, context, actor, "license.state_change", details)
         context.commits.apply(connection, lambda: _changed(context, judgement))
     return True
 
@@ -245,6 +260,17 @@ def _changed(context: LicensingContext, judgement: Judgement) -> None:
     )
 
 
+async def clock_reading(connection: asyncpg.Connection, context: LicensingContext) -> ClockReading:
+    """This process's clock against the database server's and the stored watermark.
+
+    Logged when skewed beyond the tolerance; ``/readyz`` shows it.
+    """
+    database, watermark = await store.clocks(connection)
+    reading = ClockReading(context.now(), database, watermark)
+    context.report_clock(reading)
+    return reading
+
+
 # --------------------------------------------------------------------------- install, remove
 
 
@@ -258,11 +284,11 @@ async def install_license(
     """
     try:
         license = verify_document(document, context.trusted())
-        _, watermark = await _read(connection, context)
-        check_installable(license, judged_time(context.now(), watermark))
+        read = await _read(connection, context)
+        check_installable(license, judged_time(read.clock.process, read.watermark))
     except LicenseRefused as refused:
         details = {"code": refused.code, "detail": refused.detail}
-        await _record(connection, actor, "license.install", details, "failure")
+        await _record(connection, context, actor, "license.install", details, "failure")
         raise
     async with context.commits.transaction(connection):
         # The watermark is persisted before the installation, whose time is its floor.
@@ -272,6 +298,7 @@ async def install_license(
         await _clear_evidence_before(connection, context, license)
         await _record(
             connection,
+            context,
             actor,
             "license.install",
             {
@@ -317,7 +344,7 @@ async def remove_license(
         removed = await store.delete_installation(connection)
         if removed is None:
             return await license_state(connection, context)
-        await _record(connection, actor, "license.remove", {"license_id": removed})
+        await _record(connection, context, actor, "license.remove", {"license_id": removed})
         await record_judgement(
             connection, context, await current_judgement(connection, context), audit=False
         )
@@ -438,6 +465,7 @@ async def persist_watermark(
             log.warning("license watermark %s: %s", view.integrity.value, view.detail)
             await _record(
                 connection,
+                context,
                 SYSTEM,
                 f"license.watermark_{view.integrity.value}",
                 {"detail": view.detail, "watermark": _instant(following.instant)},

@@ -144,6 +144,21 @@ async def write_watermark(connection: asyncpg.Connection, row: StoredWatermark) 
     return bool(written)
 
 
+async def clocks(connection: asyncpg.Connection) -> tuple[datetime, datetime | None]:
+    """The database server's clock now, and the stored watermark's instant (unverified).
+
+    Before the schema is migrated there is no watermark (``None``).
+    """
+    now: datetime = await connection.fetchval("SELECT clock_timestamp()")
+    try:
+        watermark: datetime | None = await connection.fetchval(
+            "SELECT instant FROM license_watermark"
+        )
+    except asyncpg.UndefinedTableError:
+        watermark = None
+    return now, watermark
+
+
 async def database_now(connection: asyncpg.Connection) -> datetime:
     """The database server's clock (a second witness of the time)."""
     moment: datetime = await connection.fetchval("SELECT now()")
@@ -157,6 +172,8 @@ class Snapshot:
     installation: Installation | None
     watermark: StoredWatermark | None
     instance_id: str | None
+    #: The database server's clock as it was read (``clock_timestamp()``).
+    database_time: datetime
 
 
 async def snapshot(connection: asyncpg.Connection) -> Snapshot:
@@ -165,7 +182,8 @@ async def snapshot(connection: asyncpg.Connection) -> Snapshot:
         """
         SELECT w.slot AS watermark_slot, w.instance_id, w.instant, w.seq, w.evidence,
                w.evidence_detail, w.evidence_at, w.mac,
-               i.license_id, i.document, i.installed_at, i.installed_by
+               i.license_id, i.document, i.installed_at, i.installed_by,
+               clock_timestamp() AS database_time
           FROM (SELECT 1) AS one
           LEFT JOIN license_watermark AS w ON true
           LEFT JOIN license_installation AS i ON true
@@ -187,7 +205,7 @@ async def snapshot(connection: asyncpg.Connection) -> Snapshot:
             bytes(row["mac"]) if row["mac"] is not None else None,
         )
     instance = str(row["instance_id"]) if row["instance_id"] is not None else None
-    return Snapshot(installation, watermark, instance)
+    return Snapshot(installation, watermark, instance, row["database_time"])
 
 
 async def get_judged(connection: asyncpg.Connection) -> JudgedState:

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
 
 from deskpool.audit import (
+    DEFAULT_PARTITION,
     add_months,
     create_partition,
     existing_partitions,
+    list_audit_events,
     maintain_audit_partitions,
     month_of,
     partition_name,
@@ -110,3 +112,32 @@ async def test_zero_retention_keeps_old_partitions(db: asyncpg.Connection) -> No
         assert ancient not in await existing_partitions(db)
     finally:
         await db.execute(f'DROP TABLE IF EXISTS "{partition_name(ancient)}"')
+
+
+async def test_an_event_outside_the_partitions_is_kept_then_moved_to_its_month(
+    db: asyncpg.Connection,
+) -> None:
+    now = datetime.now(UTC)
+    # A process whose clock is a year behind, and one whose clock is a year ahead.
+    behind, ahead = now - timedelta(days=365), now + timedelta(days=365)
+    months = [month_of(behind), month_of(ahead)]
+    assert not set(months) & set(await existing_partitions(db))
+    try:
+        async with db.transaction():
+            ids = [await record_audit_event(db, event(moment)) for moment in (behind, ahead)]
+        assert [await partition_of(db, event_id) for event_id in ids] == [DEFAULT_PARTITION] * 2
+        listed = await list_audit_events(db, before=None, filters={"actor": "user-1"}, limit=500)
+        assert set(ids) <= {row["id"] for row in listed}
+        plan = await maintain_audit_partitions(db, 0)
+        assert not set(months) & set(plan.create)  # made while draining, before the plan
+        assert [await partition_of(db, event_id) for event_id in ids] == [
+            partition_name(month) for month in months
+        ]
+        assert await db.fetchval(f"SELECT count(*) FROM {DEFAULT_PARTITION}") == 0
+        # The moved rows keep their ids, and new events of those months go to the partitions.
+        later = await record_audit_event(db, event(behind + timedelta(seconds=1)))
+        assert await partition_of(db, later) == partition_name(months[0])
+        assert later > max(ids)
+    finally:
+        for month in months:
+            await db.execute(f'DROP TABLE IF EXISTS "{partition_name(month)}"')

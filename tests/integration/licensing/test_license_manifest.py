@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import logging
+import os
+import shutil
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from deskpool.actor import Actor
 from deskpool.cli import main
@@ -19,9 +25,10 @@ from deskpool.licensing.manifest import (
     default_manifest_path,
     deskpool_distributions,
     installed_files,
+    manifest_required,
     verify_manifest,
 )
-from deskpool.licensing.model import FREE_LIMITS, BuildIntegrity, LicenseStatus
+from deskpool.licensing.model import FREE_LIMITS, BuildIntegrity, LicenseStatus, sign_document
 from deskpool.testing.licensing import TestVendor
 from deskpool.testing.pytest_plugin import opened_runtime
 
@@ -50,6 +57,14 @@ def site(tmp_path: Path) -> Path:
     (root / "fakepkg/__pycache__").mkdir()
     (root / "fakepkg/__pycache__/x.cpython-311.pyc").write_bytes(b"\0")
     return root
+
+
+def vendor_keys(vendor: TestVendor) -> dict[str, Any]:
+    """The test vendor's key, as a build would carry it.
+
+    For a context that requires a manifest: keys added in the process do not count there.
+    """
+    return {vendor.key_id: vendor.private_key.public_key()}
 
 
 def files_of(site: Path) -> Any:
@@ -114,6 +129,7 @@ async def test_an_invalid_build_runs_with_free_limits_and_says_why(
     environ = {**licensing_environ, "LICENSE_MANIFEST_PATH": str(manifest)}
     with caplog.at_level(logging.WARNING, logger="deskpool.licensing.context"):
         async with opened_runtime(environ) as runtime:
+            runtime.licensing.trusted = lambda: vendor_keys(license_vendor)
             async with runtime.db.acquire() as connection:
                 state = await service.install_license(
                     connection,
@@ -130,3 +146,115 @@ async def test_an_invalid_build_runs_with_free_limits_and_says_why(
             )
             assert value == 1
     assert any("build integrity: invalid" in record.getMessage() for record in caplog.records)
+
+
+def test_a_required_manifest_that_is_missing_is_modified(
+    site: Path, tmp_path: Path, license_vendor: TestVendor
+) -> None:
+    absent = tmp_path / "absent.manifest"
+    why = manifest_required(str(absent))
+    assert why is not None
+    missing = verify_manifest(absent, keys.trusted_keys(""), files_of(site), why)
+    assert missing.state is BuildIntegrity.MODIFIED
+    assert missing.missing == (str(absent),)
+    assert "LICENSE_MANIFEST_PATH" in missing.detail
+
+
+def test_the_manifest_covers_the_modules_that_decide_what_is_trusted(
+    tmp_path: Path, license_vendor: TestVendor
+) -> None:
+    installed = installed_files(deskpool_distributions())
+    for module in ("keys.py", "manifest.py", "model.py", "service.py"):
+        assert f"deskpool:deskpool/licensing/{module}" in installed.files
+
+
+async def test_a_configured_manifest_that_is_missing_means_free_limits(
+    licensing_environ: dict[str, str], db: Any, tmp_path: Path, license_vendor: TestVendor
+) -> None:
+    environ = {**licensing_environ, "LICENSE_MANIFEST_PATH": str(tmp_path / "gone.manifest")}
+    async with opened_runtime(environ) as runtime:
+        assert license_vendor.key_id not in runtime.licensing.trusted()
+        runtime.licensing.trusted = lambda: vendor_keys(license_vendor)
+        async with runtime.db.acquire() as connection:
+            state = await service.install_license(
+                connection, runtime.licensing, license_vendor.issue(), Actor.system("test")
+            )
+    assert state.build.state is BuildIntegrity.MODIFIED
+    assert "is missing, though LICENSE_MANIFEST_PATH names it" in state.build.detail
+    assert state.judgement.status is LicenseStatus.VALID
+    assert state.judgement.limits == FREE_LIMITS
+
+
+SITECUSTOMIZE = '''
+"""Slipped in from the environment: trusts a key of one's own in every Python process."""
+import base64
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from deskpool.licensing import keys
+
+keys.trust_in_process(Ed25519PublicKey.from_public_bytes(base64.b64decode("{key}")))
+'''
+
+
+def deskpool_command(at: Path) -> Path:
+    """The ``deskpool`` command installed in the folder ``at`` (its manifest's default place)."""
+    at.mkdir(parents=True, exist_ok=True)
+    command = at / "deskpool"
+    shutil.copy2(shutil.which("deskpool") or Path(sys.executable).parent / "deskpool", command)
+    return command
+
+
+def test_a_sitecustomize_cannot_make_a_production_deskpool_trust_its_key(
+    db: Any, licensing_environ: dict[str, str], tmp_path: Path, license_vendor: TestVendor
+) -> None:
+    own = Ed25519PrivateKey.generate()
+    raw = own.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    slipped = tmp_path / "slipped"
+    slipped.mkdir()
+    (slipped / "sitecustomize.py").write_text(
+        SITECUSTOMIZE.format(key=base64.b64encode(raw).decode())
+    )
+    forged = tmp_path / "own.json"
+    forged.write_text(sign_document(own, license_vendor.claims(edition="enterprise")))
+    environ = {
+        **os.environ,
+        **licensing_environ,
+        "PYTHONPATH": str(slipped),
+        "LICENSE_MANIFEST_PATH": "",
+    }
+
+    def install(command: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(command), "license", "install", str(forged)],
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    # A production installation: the image holds a signed manifest beside the command.
+    production = deskpool_command(tmp_path / "image" / "bin")
+    vendor_key = tmp_path / "vendor.pem"
+    vendor_key.write_bytes(license_vendor.pem())
+    built = subprocess.run(
+        [str(production), "license", "manifest", "build", "--key", str(vendor_key)],
+        env={**os.environ, "LICENSE_MANIFEST_PATH": ""},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    assert (production.parent / "deskpool.manifest").exists()
+    refused = install(production)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "license_forged" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    # The same hook in a development installation (no manifest required) is what tests use:
+    # it does work there, so the refusal above is the production build's doing.
+    development = deskpool_command(tmp_path / "checkout" / "bin")
+    accepted = install(development)
+    assert accepted.returncode == 0, accepted.stderr
+    assert "edition:    enterprise" in accepted.stdout

@@ -1661,6 +1661,16 @@ export interface components {
             next_due_at: string | null;
             sent: number;
         };
+        Clock: {
+            process_time: string;
+            database_time: string;
+            /** @description How far this process's clock is ahead (negative: behind). */
+            offset_from_database_seconds: number;
+            /** @description How far it is ahead of the watermark (negative: behind). */
+            offset_from_watermark_seconds: number | null;
+            /** @description Within 15 minutes of the database server's clock. */
+            within_tolerance: boolean;
+        };
         LicenseState: {
             /** @enum {string} */
             status: "free" | "valid" | "grace" | "expired" | "invalid";
@@ -1685,6 +1695,7 @@ export interface components {
             watermark: components["schemas"]["Watermark"];
             build: components["schemas"]["Build"];
             reporting: components["schemas"]["Reporting"];
+            clock: components["schemas"]["Clock"];
             instance_id: string;
         };
         LicenseInstall: {

@@ -77,6 +77,26 @@ class BuildSchema(Schema):
     )
 
 
+class ClockSchema(Schema):
+    """This process's clock against the database server's and the watermark."""
+
+    process_time = fields.String(required=True)
+    database_time = fields.String(required=True)
+    offset_from_database_seconds = fields.Float(
+        required=True,
+        metadata={"description": "How far this process's clock is ahead (negative: behind)."},
+    )
+    offset_from_watermark_seconds = fields.Float(
+        required=True,
+        allow_none=True,
+        metadata={"description": "How far it is ahead of the watermark (negative: behind)."},
+    )
+    within_tolerance = fields.Boolean(
+        required=True,
+        metadata={"description": "Within 15 minutes of the database server's clock."},
+    )
+
+
 class ReportingSchema(Schema):
     """The activation reports (never sent by the free edition)."""
 
@@ -109,6 +129,7 @@ class LicenseStateSchema(Schema):
     watermark = fields.Nested(WatermarkSchema, required=True)
     build = fields.Nested(BuildSchema, required=True)
     reporting = fields.Nested(ReportingSchema, required=True)
+    clock = fields.Nested(ClockSchema, required=True)
     instance_id = fields.String(required=True)
 
 
@@ -173,6 +194,7 @@ def state_view(state: service.LicenseState) -> dict[str, Any]:
             "next_due_at": reports.next_due_at,
             "sent": reports.sent,
         },
+        "clock": state.clock.as_details(),
         "instance_id": state.instance_id,
     }
 
