@@ -14,7 +14,8 @@ What a client gets for a request that cannot be served as sent:
   :mod:`deskpool.api.inputs`);
 - a boolean field given anything but JSON ``true`` or ``false`` (``0``, ``"true"``, ``"yes"``,
   which marshmallow's ``Boolean`` would take): 422 (``validation_failed``), for every boolean of
-  every body, nested ones included (:func:`boolean_errors`);
+  every body, nested ones included (:func:`boolean_errors`); a boolean query parameter is the
+  text ``true`` or ``false`` and nothing else (``?disabled=1`` is a 422 at ``/query/disabled``);
 - a missing body, unknown fields, wrong types, missing required fields, values out of range:
   422 (``validation_failed``) whose ``errors`` list every invalid field with a JSON pointer
   (RFC 6901) and its location. Body fields are pointed to from the body's root (``/name``,
@@ -120,6 +121,22 @@ def boolean_errors(schema: Schema, data: Any, pointer: str = "") -> Iterator[Fie
             yield from _field_boolean_errors(field, data[key], f"{pointer}/{_escape(key)}")
 
 
+#: What a boolean query parameter may say: JSON's two words, as text.
+QUERY_BOOLEANS = ("true", "false")
+
+
+def query_boolean_errors(schema: Schema, query: Mapping[str, Any]) -> Iterator[FieldError]:
+    """Every boolean query parameter of ``schema`` given as anything but ``true`` or ``false``."""
+    for name, field in schema.load_fields.items():
+        key = field.data_key or name
+        if isinstance(field, fields.Boolean) and key in query:
+            values = query.getall(key) if hasattr(query, "getall") else [query[key]]
+            if any(value not in QUERY_BOOLEANS for value in values):
+                yield LocatedFieldError(
+                    f"/query/{_escape(key)}", "Not a valid boolean: give true or false.", "query"
+                )
+
+
 #: Content codings a request body may arrive in, besides ``identity``.
 ACCEPTED_CODINGS = ("gzip", "deflate")
 
@@ -203,6 +220,16 @@ class DeskpoolParser(AIOHTTPParser):
         if errors:
             raise ValidationFailed(errors)
         return data
+
+    def load_querystring(self, req: web.Request, schema: Schema) -> Any:
+        """The query parameters; a boolean one must say ``true`` or ``false``.
+
+        :raises ValidationFailed: a boolean query parameter says anything else.
+        """
+        errors = list(query_boolean_errors(schema, req.query))
+        if errors:
+            raise ValidationFailed(errors)
+        return super().load_querystring(req, schema)
 
     def handle_error(
         self,

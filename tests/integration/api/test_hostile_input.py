@@ -351,6 +351,43 @@ async def test_every_boolean_of_every_body_takes_only_true_or_false(hostile: Hos
     assert checked >= 7 * 3
 
 
+async def test_every_boolean_query_parameter_takes_only_true_or_false(hostile: Hostile) -> None:
+    """``?disabled=1`` and its kind are 422 at ``/query/<name>``; ``true`` and ``false`` pass."""
+    from marshmallow import fields
+
+    failures, checked = [], 0
+    for operation in hostile.operations:
+        if operation.query is None:
+            continue
+        instance = operation.query() if isinstance(operation.query, type) else operation.query
+        for name, field in instance.fields.items():
+            if not isinstance(field, fields.Boolean) or field.dump_only:
+                continue
+            key = field.data_key or name
+            url = fill_path(operation, {})
+            for value in ("1", "0", "yes", "on", "True", ""):
+                checked += 1
+                response = await hostile.client.request(
+                    operation.method, url, params={key: value}, headers=hostile.headers
+                )
+                text = await response.text()
+                pointers = (
+                    [error["pointer"] for error in json.loads(text).get("errors", [])]
+                    if response.content_type == PROBLEM
+                    else []
+                )
+                if response.status != 422 or f"/query/{key}" not in pointers:
+                    failures.append(f"{operation.operation_id} ?{key}={value}: {text[:200]}")
+            for value in ("true", "false"):
+                response = await hostile.client.request(
+                    operation.method, url, params={key: value}, headers=hostile.headers
+                )
+                if response.status >= 400:
+                    failures.append(f"{operation.operation_id} ?{key}={value}: {response.status}")
+    assert failures == [], "\n".join(failures)
+    assert checked >= 6  # GET /api/v1/users?disabled=
+
+
 async def test_a_json_boolean_passes_the_boolean_check(hostile: Hostile) -> None:
     me = await hostile.client.get("/api/v1/me", headers=hostile.headers)
     user = (await me.json())["id"]
