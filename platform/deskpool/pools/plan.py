@@ -24,6 +24,7 @@ from deskpool.pools.states import Delete, DesktopEvent, Failed, Refresh, Replace
 
 if TYPE_CHECKING:
     from deskpool.config import Config
+    from deskpool.rollouts.plan import RolloutPlan
 
 S = DesktopState
 
@@ -274,6 +275,8 @@ class PoolSummary:
 
     :ivar by_state: the number of desktops in each state; every state is present.
     :ivar available: desktops that can be handed to a new user now.
+    :ivar by_template: the number of desktops built from each template (desktops not built
+        yet are not counted).
     """
 
     total: int
@@ -281,15 +284,19 @@ class PoolSummary:
     assigned: int
     in_session: int
     available: int
+    by_template: Mapping[str, int] = field(default_factory=dict)
 
 
 def summarize(desktops: Iterable[Desktop]) -> PoolSummary:
     """Count ``desktops`` by state, and those assigned, in a session and available."""
     by_state = dict.fromkeys(DesktopState, 0)
+    by_template: dict[str, int] = {}
     total = assigned = in_session = available = 0
     for desktop in desktops:
         total += 1
         by_state[desktop.state] += 1
+        if desktop.template is not None:
+            by_template[desktop.template] = by_template.get(desktop.template, 0) + 1
         assigned += desktop.assigned_user is not None
         in_session += desktop.in_session
         available += desktop.is_available
@@ -299,6 +306,7 @@ def summarize(desktops: Iterable[Desktop]) -> PoolSummary:
         assigned=assigned,
         in_session=in_session,
         available=available,
+        by_template=MappingProxyType(by_template),
     )
 
 
@@ -308,6 +316,8 @@ class PoolPlan:
 
     :ivar generation: the pool generation the plan was made for; once the actions are
         applied, the pool's ``reconciled_generation`` can be set to it.
+    :ivar rollout: the part of the pool's active rollout, if it has one
+        (:mod:`deskpool.rollouts.planner`); its actions are applied with the others.
     """
 
     pool_id: UUID
@@ -315,3 +325,4 @@ class PoolPlan:
     actions: tuple[Action, ...]
     health: PoolHealth
     summary: PoolSummary = field(repr=False)
+    rollout: RolloutPlan | None = None

@@ -30,9 +30,14 @@ The rules, in the order they are applied:
    doubles with each consecutive failure, from ``failure_backoff_base`` up to
    ``failure_backoff_max``, so a broken template costs a few clones an hour, not a storm.
    Failed desktops keep their slot, so failures never make the pool create more desktops.
-5. *Hygiene.* A free ready desktop that was used since its last refresh, or was built from a
-   template the pool no longer uses, is refreshed; a free ready desktop whose VM is stopped is
-   powered on.
+5. *Hygiene.* A free ready desktop that was used since its last refresh is refreshed (from
+   the pool's template); a free ready desktop whose VM is stopped is powered on. A desktop
+   built from a template the pool no longer uses is left alone: a change of template applies
+   to desktops built from then on, and replacing the others is a rollout's work.
+6. *Rollouts.* When the pool has an active rollout, :func:`deskpool.rollouts.planner.plan_rollout`
+   plans its part first (``rollouts`` of :func:`plan_pools`); the desktops it acts on get no
+   other action this pass, the pool may grow by the rollout's ``extra`` desktops up to
+   ``max_size + surge`` records, and it does not shrink while the rollout is under way.
 
 Each desktop gets at most one action per pass, and the actions of one pass leave nothing for
 the next pass to do at the same time (convergence; see the unit tests). When the cluster's VMs
@@ -77,6 +82,8 @@ from deskpool.pools.plan import (
     retry_due_at,
     summarize,
 )
+from deskpool.rollouts.plan import RolloutPlan
+from deskpool.rollouts.planner import RolloutView, plan_rollout
 
 S = DesktopState
 
@@ -122,6 +129,7 @@ def plan_pool(
     *,
     taken_names: Iterable[str] = (),
     known_orphans: Collection[str] = frozenset(),
+    rollout: RolloutView | None = None,
 ) -> PoolPlan:
     """What to do to converge ``pool``, with its health and counts (rules: module docstring).
 
@@ -133,13 +141,14 @@ def plan_pool(
     :param taken_names: further names present on the cluster (other pools' desktop records),
         never given to a new desktop.
     :param known_orphans: ids of orphan VMs already reported, so they are not reported again.
+    :param rollout: the pool's active rollout, if it has one.
     """
     mine = [desktop for desktop in desktops if desktop.pool_id == pool.id]
     vms = None if observed_vms is None else list(observed_vms)
     taken = {name_key(desktop.name) for desktop in mine}
     taken.update(name_key(vm.name) for vm in vms or ())
     taken.update(name_key(name) for name in taken_names)
-    return _plan(pool, mine, vms, now, policy, taken, known_orphans)
+    return _plan(pool, mine, vms, now, policy, taken, known_orphans, rollout)
 
 
 def plan_pools(
@@ -151,6 +160,7 @@ def plan_pools(
     *,
     taken_names: Mapping[UUID, Iterable[str]] | None = None,
     known_orphans: Collection[str] = frozenset(),
+    rollouts: Mapping[UUID, RolloutView] | None = None,
 ) -> list[PoolPlan]:
     """Plan a batch of pools in time linear in the number of pools, desktops and VMs.
 
@@ -160,6 +170,7 @@ def plan_pools(
     :param taken_names: cluster id -> further names present on it (desktop records of pools
         outside the batch). Names given to new desktops of one pool are taken for the next.
     :param known_orphans: ids of orphan VMs already reported.
+    :param rollouts: pool id -> the pool's active rollout (pools without one are missing).
     :returns: one plan per pool, in the order of ``pools``.
     """
     batch = list(pools)
@@ -213,6 +224,7 @@ def plan_pools(
             policy,
             taken[pool.cluster_id],
             known_orphans,
+            (rollouts or {}).get(pool.id),
         )
         for pool in batch
     ]
@@ -246,6 +258,7 @@ def _plan(
     policy: ReconcilePolicy,
     taken: set[str],
     known_orphans: Collection[str],
+    rollout: RolloutView | None = None,
 ) -> PoolPlan:
     """Plan one pool; ``taken`` holds the name keys present on the cluster and is extended."""
     observed = vms is not None
@@ -302,10 +315,20 @@ def _plan(
     actions: list[Action] = []
     handled: set[UUID] = set()
     target = min(pool.max_size, max(pool.min_size, busy + pool.spare))
+    record_cap = pool.max_size
     acting = observed and pool.state is not PoolState.DISABLED
 
+    # 6. The rollout's part, first: the desktops it acts on are left alone below.
+    rollout_plan: RolloutPlan | None = None
+    if rollout is not None and acting and pool.state is PoolState.ENABLED:
+        rollout_plan = plan_rollout(pool, mine, rollout, now)
+        handled.update(rollout_plan.touched)
+        record_cap = max(pool.max_size, rollout_plan.record_cap)
+        target = min(record_cap, max(pool.min_size, busy + pool.spare) + rollout_plan.extra)
+        target = max(target, min(pool.max_size, max(pool.min_size, busy + pool.spare)))
+
     # 1. Shrink: surplus desktops of an enabled pool, every free desktop of a draining one.
-    if acting:
+    if acting and not (rollout_plan is not None and rollout_plan.hold_size):
         if pool.state is PoolState.DRAINING:
             doomed = _removal_order(removable)
             why = f"pool {pool.name} is draining and the desktop is free"
@@ -329,7 +352,7 @@ def _plan(
     # 1. Grow, never beyond max_size records (desktops being deleted still hold a VM).
     naming_problem = None
     if acting and pool.state is PoolState.ENABLED:
-        count = min(target - live, pool.max_size - len(mine))
+        count = min(target - live, record_cap - len(mine))
         if count > 0:
             try:
                 names = next_free_names(pool.naming_pattern, count, taken)
@@ -356,7 +379,7 @@ def _plan(
             )
 
     health = _health(pool, looks, orphans, observed, live, naming_problem)
-    return PoolPlan(pool.id, pool.generation, tuple(actions), health, summarize(mine))
+    return PoolPlan(pool.id, pool.generation, tuple(actions), health, summarize(mine), rollout_plan)
 
 
 def _removal_order(removable: list[_Look]) -> list[_Look]:
@@ -438,12 +461,6 @@ def _repair(
     if desktop.used_since_refresh:
         return RefreshDesktop(
             desktop.id, f"{desktop.name} was used since its last refresh and is free"
-        )
-    if desktop.template is not None and desktop.template != pool.template:
-        return RefreshDesktop(
-            desktop.id,
-            f"{desktop.name} was built from template {desktop.template}; "
-            f"pool {pool.name} now uses {pool.template}",
         )
     vm = vm_by_id.get(desktop.vm_id) if desktop.vm_id is not None else None
     if vm is not None and vm.power_state in _POWER_ON_FROM:

@@ -67,6 +67,7 @@ from deskpool.pools.states import (
     WindowsReady,
 )
 from deskpool.pools.store_desktops import remove_desktop
+from deskpool.rollouts import store as rollout_store
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +188,7 @@ class DesktopWork(DesktopRecorder):
         by an interrupted attempt of this job: it is adopted rather than cloned again.
         """
         desktop = self.desktop
+        template = await self.build_template()
         mine, owned = await self.tagged_vms()
         for vm in mine:
             if vm.id == desktop.vm_id:
@@ -199,7 +201,7 @@ class DesktopWork(DesktopRecorder):
         else:
             await self.still_in(desktop.state)
             vm = await self.driver.clone(
-                await self.template_id(),
+                await self.template_id(template),
                 name=desktop.name,
                 desktop_id=str(desktop.id),
                 linked=self.pool.clone_mode is CloneMode.LINKED,
@@ -210,9 +212,9 @@ class DesktopWork(DesktopRecorder):
             log.info("cloned VM %s for desktop %s", vm.id, desktop.name)
         event: DesktopEvent
         if desktop.state is S.REFRESHING:
-            event = Refreshed(vm.id, self.pool.template)
+            event = Refreshed(vm.id, template)
         else:
-            event = Cloned(vm.id, self.pool.template)
+            event = Cloned(vm.id, template)
         await self.record(event, node=vm.node)
 
     async def adopt(self, candidates: list[VirtualMachine]) -> VirtualMachine | None:
@@ -245,19 +247,27 @@ class DesktopWork(DesktopRecorder):
             vm = await self.driver.get_vm(vm.id)
         return vm
 
-    async def template_id(self) -> str:
-        """The driver's id of the pool's template (named by id, or else by name).
+    async def build_template(self) -> str:
+        """The template this build clones: the pool's, or an active rollout's new one.
+
+        A rollout rebuilding the desktop says so (:func:`deskpool.rollouts.store.build_template`).
+        """
+        chosen = await rollout_store.build_template(self.db, self.desktop.id)
+        return chosen or self.pool.template
+
+    async def template_id(self, wanted: str) -> str:
+        """The driver's id of the template ``wanted`` (named by id, or else by name).
 
         :raises NotFound: the cluster has no such template.
         """
         templates = await self.driver.list_templates()
         for template in templates:
-            if template.id == self.pool.template:
+            if template.id == wanted:
                 return template.id
         for template in templates:
-            if template.name == self.pool.template:
+            if template.name == wanted:
                 return template.id
-        raise NotFound(f"template {self.pool.template} does not exist on {self.cluster.name}")
+        raise NotFound(f"template {wanted} does not exist on {self.cluster.name}")
 
     def choose_node(self, owned: Collection[VirtualMachine]) -> str | None:
         """The pool's target node holding the fewest deskpool VMs; ``None`` lets the driver."""

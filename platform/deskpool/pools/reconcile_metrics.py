@@ -8,11 +8,22 @@ run or ``pool.reconcile`` job) counts on it.
     Actions reconciliation applied, by kind (``create_desktop``, ``report_orphan``, ...).
 ``deskpool_reconcile_cycle_seconds``
     How long one reconciliation cycle took: a periodic run's batch, or one pool reconciled now.
+``deskpool_rollout_desktops{pool_id,rollout_id,state}``
+    The desktops of each active image rollout by state (``total``, ``on_new_template``,
+    ``replacing``, ``waiting_for_logoff``, ``failed``), as its last reconciliation pass counted
+    them; a rollout's series go when it ends.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+import contextlib
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from deskpool.rollouts.model import RolloutCounts
+
+#: The states ``deskpool_rollout_desktops`` counts.
+ROLLOUT_STATES = ("total", "on_new_template", "replacing", "waiting_for_logoff", "failed")
 
 _CYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -36,6 +47,12 @@ class PoolReconcileMetrics:
             buckets=_CYCLE_BUCKETS,
             registry=registry,
         )
+        self.rollout_desktops = Gauge(
+            "deskpool_rollout_desktops",
+            "Desktops of each active image rollout, by state.",
+            ["pool_id", "rollout_id", "state"],
+            registry=registry,
+        )
 
     def count_action(self, kind: str) -> None:
         """Count one applied action of ``kind``."""
@@ -44,3 +61,15 @@ class PoolReconcileMetrics:
     def observe_cycle(self, seconds: float) -> None:
         """Record the duration of one cycle."""
         self.cycle_seconds.observe(seconds)
+
+    def observe_rollout(
+        self, pool_id: str, rollout_id: str, counts: RolloutCounts, *, ended: bool
+    ) -> None:
+        """Record a rollout's desktops by state; forget its series once it ``ended``."""
+        for state in ROLLOUT_STATES:
+            if ended:
+                with contextlib.suppress(KeyError):
+                    self.rollout_desktops.remove(pool_id, rollout_id, state)
+            else:
+                value = getattr(counts, state)
+                self.rollout_desktops.labels(pool_id, rollout_id, state).set(value)

@@ -68,6 +68,7 @@ from deskpool.jobs.periodic import PeriodicContext
 from deskpool.licensing.service import cap_desktops
 from deskpool.live.model import LiveEvent
 from deskpool.live.publishers import publish
+from deskpool.notices.service import Delivery, deliver
 from deskpool.pools.cluster_vms import list_clusters, unowned_vms
 from deskpool.pools.desktop_jobs import (
     POWER_ON,
@@ -107,6 +108,11 @@ from deskpool.pools.store_reconcile import (
     owners_on_clusters,
     pools_to_reconcile,
 )
+from deskpool.rollouts import store as rollout_store
+from deskpool.rollouts.apply import apply_rollout_action
+from deskpool.rollouts.model import ENDED
+from deskpool.rollouts.plan import ChangeRollout
+from deskpool.rollouts.planner import RolloutView
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime
@@ -140,6 +146,10 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+class _Skipped(Exception):
+    """A rollout action whose rollout or desktop moved on since the plan (rolled back)."""
+
+
 @dataclass(frozen=True)
 class PlannedPool:
     """A pool's plan, with what it was made from (to apply it to those exact records).
@@ -149,6 +159,7 @@ class PlannedPool:
     :ivar observed: whether the cluster's VMs could be listed.
     :ivar unowned: VMs of the cluster that no pool or desktop owns, to record with this pool's
         actions (given to one pool of the cluster per plan).
+    :ivar rollout: the pool's active rollout as the plan saw it, if it has one.
     """
 
     pool: Pool
@@ -157,6 +168,7 @@ class PlannedPool:
     vms: Mapping[str, ObservedVm]
     observed: bool
     unowned: tuple[ObservedVm, ...] = ()
+    rollout: RolloutView | None = None
 
 
 @dataclass(frozen=True)
@@ -319,6 +331,7 @@ class PoolReconcilerService:
             names = await desktop_names_on_clusters(connection, cluster_ids)
             known = await known_orphan_ids(connection, cluster_ids)
             owners = await owners_on_clusters(connection, cluster_ids)
+            rollouts = await rollout_store.active_rollouts(connection, pool_ids)
             clusters = {
                 cluster_id: await get_cluster(connection, cluster_id) for cluster_id in cluster_ids
             }
@@ -338,6 +351,7 @@ class PoolReconcilerService:
             self.policy,
             taken_names=names,
             known_orphans=known,
+            rollouts=rollouts,
         )
         vms_by_cluster = {
             cluster_id: {vm.vm_id: vm for vm in vms} for cluster_id, vms in observed.items()
@@ -351,6 +365,7 @@ class PoolReconcilerService:
                 vms=vms_by_cluster.get(pool.cluster_id, {}),
                 observed=pool.cluster_id in observed,
                 unowned=tuple(unowned.pop(pool.cluster_id, ())),
+                rollout=rollouts.get(pool.id),
             )
         return planned
 
@@ -368,17 +383,22 @@ class PoolReconcilerService:
         """
         pool, plan = planned.pool, planned.plan
         applied = skipped = 0
-        if defer_mark and not (planned.unowned or plan.actions):
+        rollout_actions = plan.rollout.actions if plan.rollout is not None else ()
+        delivery = Delivery()
+        if defer_mark and not (planned.unowned or plan.actions or rollout_actions):
             self._marks.append(self._mark(planned))
             return AppliedPlan(pool.id, 0, 0)
         async with self.runtime.db.acquire() as connection:
             if planned.unowned:
                 await self._report_unowned(connection, planned, fence)
-            if plan.actions:
+            if plan.actions or rollout_actions:
                 async with connection.transaction():
                     await fence(connection)
                     await lock_pool_for_reconciliation(connection, pool.id)
                     applied, skipped = await self._apply_actions(connection, planned)
+                    done, left = await self._apply_rollout(connection, planned, delivery)
+                    applied += done
+                    skipped += left
                     mark = self._mark(planned)
                     health = mark[2]
                     await mark_reconciled(connection, *mark)
@@ -386,6 +406,15 @@ class PoolReconcilerService:
                 mark = self._mark(planned)
                 health = mark[2]
                 await mark_reconciled(connection, *mark)
+        await deliver(self.runtime, delivery)
+        if plan.rollout is not None and self.metrics is not None:
+            ended = any(
+                isinstance(action, ChangeRollout) and action.state in ENDED
+                for action in plan.rollout.actions
+            )
+            self.metrics.observe_rollout(
+                str(pool.id), str(plan.rollout.rollout_id), plan.rollout.counts, ended=ended
+            )
         if applied:
             await publish(
                 self.runtime,
@@ -449,6 +478,37 @@ class PoolReconcilerService:
             skipped += len(batch) - len(events)
             for _ in events:
                 self._count(batch[0].kind)
+        return applied, skipped
+
+    async def _apply_rollout(
+        self, connection: asyncpg.Connection, planned: PlannedPool, delivery: Delivery
+    ) -> tuple[int, int]:
+        """Apply the rollout's actions, each in a savepoint; how many applied and skipped.
+
+        A rollout paused, resumed or cancelled since the plan, or a desktop that moved on,
+        leaves the action to the next pass.
+        """
+        part, view = planned.plan.rollout, planned.rollout
+        if part is None or view is None:
+            return 0, 0
+        applied = skipped = 0
+        now = datetime.now(UTC)
+        desktops = dict(planned.desktops)
+        for action in part.actions:
+            try:
+                async with connection.transaction():
+                    done = await apply_rollout_action(
+                        connection, planned.pool, part, view.rollout, desktops, action, now
+                    )
+                    if done is None:
+                        raise _Skipped()
+            except (_Skipped, IllegalTransition, NotFound) as error:
+                log.info("pool %s: %s left to the next pass (%s)", planned.pool.name, action, error)
+                skipped += 1
+                continue
+            delivery.extend(done)
+            applied += 1
+            self._count(action.kind)
         return applied, skipped
 
     def _mark(self, planned: PlannedPool) -> tuple[uuid.UUID, int, PoolHealth]:

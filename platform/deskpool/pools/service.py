@@ -63,6 +63,8 @@ from deskpool.pools.store_entitlements import (
 from deskpool.pools.store_orphans import OrphanRecord, list_orphans, lock_orphan
 from deskpool.pools.store_pools import DomainJoin, PoolCursor, PoolRecord
 from deskpool.pools.store_pools import pool_cursor as pool_cursor
+from deskpool.rollouts import store as rollout_store
+from deskpool.rollouts.model import RolloutConflict
 from deskpool.sessions import service as sessions
 from deskpool.sessions.model import SessionPolicy
 
@@ -151,6 +153,11 @@ async def check_template(
             f"The template {chosen.name!r} is a {chosen.os_type} template, not {os_type}.",
         )
     return TemplateCheck(chosen.id, "verified")
+
+
+async def cluster_of(runtime: Runtime, cluster_id: uuid.UUID) -> ClusterRecord:
+    """The cluster ``cluster_id`` of a pool being written; 422 ``/cluster_id`` when missing."""
+    return await _cluster_or_422(runtime.db, cluster_id)
 
 
 async def _cluster_or_422(db: Db, cluster_id: uuid.UUID) -> ClusterRecord:
@@ -248,6 +255,9 @@ async def create_pool(runtime: Runtime, actor: Actor, body: Mapping[str, Any]) -
                 connection, runtime.secret_store, pool.id, password
             )
         await enqueue_pool_reconcile(connection, pool.id)
+        await rollout_store.record_image(
+            connection, pool.id, pool.template, set_by=actor.name, how="created"
+        )
         if "session_policy" in body:
             policy = await sessions.set_pool_policy(connection, pool.id, body["session_policy"])
         await actor.record(
@@ -311,6 +321,15 @@ async def change_pool(
         _raise_invalid(
             validate_pool_change(current.pool, proposed, has_desktops=counts[pool_id].total > 0)
         )
+        if proposed.template != current.pool.template:
+            if await rollout_store.active_rollout(connection, pool_id) is not None:
+                raise RolloutConflict(
+                    "The pool has an active rollout: its template changes through the "
+                    "rollout; cancel it first, or start a new one once it is done."
+                )
+            await rollout_store.record_image(
+                connection, pool_id, proposed.template, set_by=actor.name, how="changed"
+            )
         if proposed.cluster_id != current.pool.cluster_id:
             await _cluster_or_422(connection, proposed.cluster_id)
         _check_domain_join(proposed, join if replaces_join else current.domain_join)

@@ -441,6 +441,18 @@ async def pool_counts(db: Db, pool_ids: Collection[uuid.UUID]) -> dict[uuid.UUID
         list(pool_ids),
     )
     grouped = group_rows(rows, "pool_id", pool_ids, lambda row: row)
+    template_rows = await db.fetch(
+        """
+        SELECT pool_id, template, count(*) AS total
+          FROM desktops
+         WHERE pool_id = ANY($1::uuid[]) AND template IS NOT NULL
+         GROUP BY pool_id, template
+        """,
+        list(pool_ids),
+    )
+    templates: dict[uuid.UUID, dict[str, int]] = {pool_id: {} for pool_id in pool_ids}
+    for row in template_rows:
+        templates.setdefault(row["pool_id"], {})[row["template"]] = int(row["total"])
     summaries = {}
     for pool_id, pool_rows in grouped.items():
         by_state = dict.fromkeys(DesktopState, 0)
@@ -452,6 +464,7 @@ async def pool_counts(db: Db, pool_ids: Collection[uuid.UUID]) -> dict[uuid.UUID
             assigned=sum(int(row["assigned"]) for row in pool_rows),
             in_session=sum(int(row["in_session"]) for row in pool_rows),
             available=sum(int(row["available"]) for row in pool_rows),
+            by_template=templates.get(pool_id, {}),
         )
     return summaries
 

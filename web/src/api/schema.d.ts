@@ -627,6 +627,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/me/desktops": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The desktops the caller holds
+         * @description Each desktop the caller holds (in use first), with the `notice` that their session on it ends, if one does: when (`ends_at`), why (`reason`) and the administrator's `message`.
+         *
+         *     Requires a valid access token; no particular permission.
+         */
+        get: operations["listMyDesktops"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/me/desktops/{desktop_id}/connection": {
         parameters: {
             query?: never;
@@ -911,6 +933,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/pools/{pool_id}/images": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a pool's image history
+         * @description Every template the pool has run, newest first: when it became the pool's, who made it so and how. Rolling back is a rollout to an earlier one.
+         *
+         *     Requires the permission `pools:read` (or `platform:admin`).
+         */
+        get: operations["listPoolImages"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/pools/{pool_id}/reconcile": {
         parameters: {
             query?: never;
@@ -927,6 +971,122 @@ export interface paths {
          *     Requires the permission `pools:manage` (or `platform:admin`).
          */
         post: operations["reconcilePool"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/pools/{pool_id}/rollouts": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a pool's rollouts
+         * @description Newest first, each with its progress and what it did to each desktop.
+         *
+         *     Requires the permission `pools:read` (or `platform:admin`).
+         */
+        get: operations["listRollouts"];
+        put?: never;
+        /**
+         * Start an image rollout
+         * @description Rolls the pool out to another template with the given strategy (module rules: canary first, batches, min_ready, surge, users in use waited for or warned). 409 `rollout_conflict` when the pool already has an active rollout. `recreate_assigned: true` destroys the data of users of a persistent pool.
+         *
+         *     Requires the permission `pools:manage` (or `platform:admin`).
+         */
+        post: operations["startRollout"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/pools/{pool_id}/rollouts/{rollout_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show a rollout
+         * @description Its state and reason, its progress, and what it did to each desktop.
+         *
+         *     Requires the permission `pools:read` (or `platform:admin`).
+         */
+        get: operations["getRollout"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/pools/{pool_id}/rollouts/{rollout_id}/cancel": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Cancel a rollout
+         * @description Nothing more is replaced; desktops already on the new template stay, and the pool clones its former template again. 409 unless the rollout is active.
+         *
+         *     Requires the permission `pools:manage` (or `platform:admin`).
+         */
+        post: operations["cancelRollout"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/pools/{pool_id}/rollouts/{rollout_id}/pause": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Pause a rollout
+         * @description Nothing new is replaced until it is resumed. 409 unless scheduled, canary or rolling.
+         *
+         *     Requires the permission `pools:manage` (or `platform:admin`).
+         */
+        post: operations["pauseRollout"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/pools/{pool_id}/rollouts/{rollout_id}/resume": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resume a paused rollout
+         * @description It goes on where it was paused. 409 unless paused.
+         *
+         *     Requires the permission `pools:manage` (or `platform:admin`).
+         */
+        post: operations["resumeRollout"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1719,6 +1879,35 @@ export interface components {
             permissions: string[];
             is_platform_admin: boolean;
         };
+        Notice: {
+            id: string;
+            desktop_id: string;
+            pool_id: string;
+            /**
+             * Format: date-time
+             * @description When the session ends (the user is logged off).
+             */
+            ends_at: string;
+            /** @description Why, as a stable code: `image_rollout` (a new image). */
+            reason: string;
+            /** @description What an administrator wrote for the user. */
+            message: string;
+        };
+        MyDesktop: {
+            id: string;
+            pool_id: string;
+            name: string;
+            /** @enum {string} */
+            state: "provisioning" | "starting" | "waiting_for_agent" | "waiting_for_windows" | "ready" | "in_use" | "refreshing" | "deleting" | "failed";
+            in_session: boolean;
+            /** @description The template the desktop's VM was built from. */
+            template: string | null;
+            /** @description When and why the caller's session on it ends, if it does. */
+            notice: components["schemas"]["Notice"] | null;
+        };
+        MyDesktops: {
+            items: components["schemas"]["MyDesktop"][];
+        };
         Connection: {
             /** @description Single-use connection token: the browser's tunnel sends it to the gateway (`token` connect parameter). Never log it. */
             token: string;
@@ -1903,6 +2092,10 @@ export interface components {
             in_session: number;
             /** @description Ready, free and clean: can be handed out now. */
             available: number;
+            /** @description Desktops by the template their VM was built from. */
+            by_template: {
+                [key: string]: number;
+            };
         };
         SessionPolicy: {
             /**
@@ -2210,6 +2403,138 @@ export interface components {
              * @description The user's or group's id.
              */
             subject_id: string;
+        };
+        PoolImage: {
+            template: string;
+            /** Format: date-time */
+            since: string;
+            set_by: string;
+            /**
+             * @description created with the pool, changed directly, by a rollout, or reverted by a failed or cancelled rollout.
+             * @enum {string}
+             */
+            how: "created" | "changed" | "rollout" | "reverted";
+            rollout_id: string | null;
+        };
+        PoolImages: {
+            items: components["schemas"]["PoolImage"][];
+        };
+        RolloutCounts: {
+            /** @description Desktops that must run the new template. */
+            total: number;
+            on_new_template: number;
+            replacing: number;
+            waiting_for_logoff: number;
+            failed: number;
+            /** @description Progress, 0 to 100. */
+            percent: number;
+        };
+        RolloutDesktop: {
+            desktop_id: string;
+            name: string;
+            /** @enum {string} */
+            role: "canary" | "batch";
+            /** @enum {string} */
+            state: "waiting_for_logoff" | "warned" | "replacing" | "replaced" | "failed";
+            /** Format: date-time */
+            warned_at: string | null;
+            /** Format: date-time */
+            logoff_at: string | null;
+            error: string | null;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        Rollout: {
+            id: string;
+            pool_id: string;
+            from_template: string;
+            to_template: string;
+            canary: number;
+            batch_size: number;
+            min_ready: number;
+            surge: number;
+            /** @enum {string} */
+            in_use: "wait_for_logoff" | "force_logoff";
+            warning_seconds: number;
+            message: string;
+            /** Format: date-time */
+            start_at: string;
+            stop_on_error: boolean;
+            recreate_assigned: boolean;
+            /** @enum {string} */
+            state: "scheduled" | "canary" | "rolling" | "paused" | "succeeded" | "failed" | "cancelled";
+            /** @description Why it is in its state (why it failed...). */
+            reason: string;
+            created_by: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            started_at: string | null;
+            /** Format: date-time */
+            finished_at: string | null;
+            counts: components["schemas"]["RolloutCounts"];
+            desktops: components["schemas"]["RolloutDesktop"][];
+        };
+        RolloutPage: {
+            items: components["schemas"]["Rollout"][];
+            /** @description Opaque cursor of the next page, to send back as `cursor`; null on the last page. */
+            next: string | null;
+        };
+        RolloutCreate: {
+            /** @description The cluster's template to roll out: its id (a unique template name is accepted and stored as its id). */
+            template: string;
+            /**
+             * @description Desktops replaced first; nothing else is touched until they are ready on the new template. 0 skips the canary.
+             * @default 1
+             */
+            canary?: number;
+            /**
+             * @description Desktops replaced at once after the canary.
+             * @default 1
+             */
+            batch_size?: number;
+            /**
+             * @description The pool never has fewer ready, free desktops than this during the rollout while it can avoid it; default (null): the pool's spare.
+             * @default null
+             */
+            min_ready?: number | null;
+            /**
+             * @description Extra desktops the rollout may create above max_size.
+             * @default 0
+             */
+            surge?: number;
+            /**
+             * @description A desktop in use is replaced after its user logs off (wait_for_logoff), or after its user was warned and warning_seconds passed (force_logoff).
+             * @default wait_for_logoff
+             * @enum {string}
+             */
+            in_use?: "wait_for_logoff" | "force_logoff";
+            /**
+             * @description With force_logoff: how long after the warning the log-off is.
+             * @default 300
+             */
+            warning_seconds?: number;
+            /**
+             * @description What a user of a desktop to be replaced is told.
+             * @default
+             */
+            message?: string;
+            /**
+             * Format: date-time
+             * @description When the rollout starts; null or absent: now.
+             * @default null
+             */
+            start_at?: string | null;
+            /**
+             * @description A failed canary or batch desktop stops the rollout in failed; the pool serves its old template again.
+             * @default true
+             */
+            stop_on_error?: boolean;
+            /**
+             * @description Persistent pools: also rebuild desktops assigned to users. This DESTROYS those users' data (their disks are replaced).
+             * @default false
+             */
+            recreate_assigned?: boolean;
         };
         Role: {
             key: string;
@@ -3780,6 +4105,35 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    listMyDesktops: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The caller's desktops. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MyDesktops"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     connectMyDesktop: {
         parameters: {
             query?: never;
@@ -4426,6 +4780,38 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    listPoolImages: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                pool_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The image history. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PoolImages"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     reconcilePool: {
         parameters: {
             query?: never;
@@ -4448,6 +4834,220 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Job"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listRollouts: {
+        parameters: {
+            query?: {
+                /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
+                limit?: number;
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
+                cursor?: string;
+            };
+            header?: never;
+            path: {
+                pool_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of rollouts. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RolloutPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    startRollout: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                pool_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RolloutCreate"];
+            };
+        };
+        responses: {
+            /** @description The rollout, scheduled. */
+            201: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Rollout"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getRollout: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                pool_id: string;
+                rollout_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The rollout. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Rollout"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    cancelRollout: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                pool_id: string;
+                rollout_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The rollout, cancelled. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Rollout"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    pauseRollout: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                pool_id: string;
+                rollout_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The rollout, paused. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Rollout"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    resumeRollout: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                pool_id: string;
+                rollout_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The rollout, resumed. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Rollout"];
                 };
             };
             400: components["responses"]["BadRequest"];

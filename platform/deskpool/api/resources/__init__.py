@@ -19,9 +19,11 @@ NAMES = (
     "jobs",
     "license",
     "me",
+    "notices",
     "orphans",
     "pools",
     "roles",
+    "rollouts",
     "sessions",
     "users",
 )

@@ -211,6 +211,12 @@ class DesktopCountsSchema(Schema):
     available = fields.Integer(
         required=True, metadata={"description": "Ready, free and clean: can be handed out now."}
     )
+    by_template = fields.Dict(
+        keys=fields.String(),
+        values=fields.Integer(),
+        required=True,
+        metadata={"description": "Desktops by the template their VM was built from."},
+    )
 
 
 class PoolSchema(Schema):

@@ -89,6 +89,7 @@ def counts_view(summary: PoolSummary) -> dict[str, Any]:
         "assigned": summary.assigned,
         "in_session": summary.in_session,
         "available": summary.available,
+        "by_template": dict(sorted(summary.by_template.items())),
     }
 
 

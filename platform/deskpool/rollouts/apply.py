@@ -1,0 +1,268 @@
+"""Applying a rollout's part of a reconciliation plan, in the reconciliation's transaction.
+
+The reconciliation service (:mod:`deskpool.pools.reconciler`) calls :func:`apply_rollout_action`
+for each action of :attr:`~deskpool.pools.plan.PoolPlan.rollout`, each in a savepoint of its
+fenced transaction (so a worker that lost its lease changes nothing, and a worker killed
+mid-rollout leaves the rollout exactly where its last committed pass left it). Every action is
+audited (actor ``system:reconciler``); what must be sent after the commit (the rollout's and
+the users' live events, the gateways' disconnects) is added to the returned
+:class:`~deskpool.notices.service.Delivery`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from deskpool.actor import Actor
+from deskpool.audit import record_audit_event
+from deskpool.events import AuditEvent
+from deskpool.live.model import LiveEvent
+from deskpool.live.publishers import desktop_event
+from deskpool.notices import service as notices
+from deskpool.notices.service import Delivery
+from deskpool.pools.desktop_jobs import enqueue_desktop_job, job_for_state
+from deskpool.pools.model import Desktop, Pool
+from deskpool.pools.provisioning_store import apply_event_if_unchanged
+from deskpool.pools.reconcile_jobs import enqueue_pool_reconcile
+from deskpool.pools.states import Refresh
+from deskpool.rollouts import store
+from deskpool.rollouts.model import (
+    ENDED,
+    EntryState,
+    Rollout,
+    RolloutDesktop,
+    RolloutState,
+    finish,
+)
+from deskpool.rollouts.plan import (
+    ChangeRollout,
+    ForceLogoff,
+    ReplaceForRollout,
+    RolloutAction,
+    RolloutPlan,
+    SettleEntry,
+    WaitForLogoff,
+    WarnUser,
+)
+
+#: Who rollouts act as in the audit trail.
+ACTOR = "system:reconciler"
+
+#: The reason code of a rollout's notices.
+NOTICE_REASON = "image_rollout"
+
+_TERMINAL = ENDED
+
+
+def notice_source(rollout_id: object) -> str:
+    """The ``source`` of a rollout's notices."""
+    return f"rollout:{rollout_id}"
+
+
+#: The audit events of what the reconciler does for a rollout.
+_audit = Actor.system(ACTOR).audit_event
+
+
+def rollout_event(rollout: Rollout, extra: dict[str, Any] | None = None) -> LiveEvent:
+    """``pool.rollout``: a rollout's state (pools:read sees it)."""
+    return LiveEvent(
+        "pool.rollout",
+        str(rollout.pool_id),
+        {
+            "rollout_id": str(rollout.id),
+            "state": str(rollout.state),
+            "reason": rollout.reason,
+            "to_template": rollout.to_template,
+            **(extra or {}),
+        },
+    )
+
+
+async def change_state(
+    connection: asyncpg.Connection,
+    rollout: Rollout,
+    after: Rollout,
+    serving_template: str,
+    *,
+    actor: str,
+    now: datetime,
+) -> Delivery:
+    """Record ``after`` (from ``rollout``), make the pool clone ``serving_template``."""
+    if rollout.state is RolloutState.SCHEDULED and after.state is not RolloutState.SCHEDULED:
+        after = replace(after, started_at=after.started_at or now)
+    saved = await store.save_state(connection, after)
+    delivery = Delivery(events=[rollout_event(saved)])
+    if await store.set_pool_template(connection, rollout.pool_id, serving_template):
+        how = "rollout" if serving_template == rollout.to_template else "reverted"
+        await store.record_image(
+            connection,
+            rollout.pool_id,
+            serving_template,
+            set_by=actor,
+            how=how,
+            rollout_id=rollout.id,
+        )
+        await enqueue_pool_reconcile(connection, rollout.pool_id)
+    if saved.state in _TERMINAL:
+        delivery.extend(await notices.clear(connection, source=notice_source(rollout.id)))
+    await record_audit_event(
+        connection,
+        AuditEvent(
+            action=f"rollout.{saved.state}",
+            actor=actor,
+            resource_type="pools",
+            resource_id=str(rollout.pool_id),
+            outcome="success",
+            occurred_at=now,
+            details={
+                "rollout_id": str(rollout.id),
+                "from": str(rollout.state),
+                "reason": saved.reason,
+                "template": serving_template,
+            },
+        ),
+    )
+    return delivery
+
+
+async def apply_rollout_action(
+    connection: asyncpg.Connection,
+    pool: Pool,
+    part: RolloutPlan,
+    rollout: Rollout,
+    desktops: dict[Any, Desktop],
+    action: RolloutAction,
+    now: datetime,
+) -> Delivery | None:
+    """Apply one rollout action; ``None`` when its desktop moved on since the plan."""
+    details: dict[str, Any] = {
+        "reason": action.reason,
+        "rollout_id": str(rollout.id),
+        "pool_id": str(pool.id),
+    }
+    delivery = Delivery()
+    if isinstance(action, ChangeRollout):
+        current = await store.get_rollout(connection, pool.id, rollout.id, for_update=True)
+        if current is None or current.state is not rollout.state:
+            return None  # paused, resumed or cancelled since the plan
+        if action.state in _TERMINAL:
+            after = finish(current, action.state, action.reason, now)
+        else:
+            after = replace(current, state=action.state, reason=action.reason)
+        return await change_state(
+            connection, current, after, action.serving_template, actor=ACTOR, now=now
+        )
+    current = await store.active_rollout(connection, pool.id, for_update=True)
+    if current is None or current.id != rollout.id or current.state is not rollout.state:
+        return None
+    desktop = desktops.get(action.desktop_id)
+    if isinstance(action, SettleEntry):
+        await store.save_entry(
+            connection,
+            RolloutDesktop(
+                rollout_id=rollout.id,
+                desktop_id=action.desktop_id,
+                desktop_name=action.desktop_name,
+                role=action.role,
+                state=action.state,
+                updated_at=now,
+                error=action.error,
+            ),
+        )
+        if action.state in (EntryState.REPLACED, EntryState.FAILED, EntryState.REPLACING):
+            delivery.extend(
+                await notices.clear(
+                    connection, source=notice_source(rollout.id), desktop_id=action.desktop_id
+                )
+            )
+        details["state"] = str(action.state)
+        await record_audit_event(
+            connection,
+            _audit(f"rollout.{action.kind}", "desktops", str(action.desktop_id), details),
+        )
+        delivery.events.append(
+            rollout_event(
+                current,
+                {
+                    "desktop_id": str(action.desktop_id),
+                    "desktop": action.desktop_name,
+                    "desktop_state": str(action.state),
+                },
+            )
+        )
+        return delivery
+    if desktop is None:
+        return None
+    entry_state: EntryState
+    warned_at = logoff_at = None
+    role = getattr(action, "role", None)
+    if isinstance(action, ReplaceForRollout):
+        rebuilt = await apply_event_if_unchanged(connection, desktop, Refresh(), now, pool=pool)
+        if rebuilt is None:
+            return None
+        kind = job_for_state(rebuilt)
+        if kind is not None:
+            job = await enqueue_desktop_job(connection, kind, rebuilt)
+            details["job_id"] = job.id
+        entry_state = EntryState.REPLACING
+        delivery.events.append(desktop_event(rebuilt))
+    elif isinstance(action, WaitForLogoff):
+        entry_state = EntryState.WAITING_FOR_LOGOFF
+    elif isinstance(action, WarnUser):
+        entry_state = EntryState.WARNED
+        warned_at, logoff_at = now, action.ends_at
+        _, warned = await notices.warn(
+            connection,
+            desktop_id=desktop.id,
+            pool_id=pool.id,
+            user_id=action.user,
+            ends_at=action.ends_at,
+            reason=NOTICE_REASON,
+            message=action.message,
+            source=notice_source(rollout.id),
+            audit=_audit,
+        )
+        delivery.extend(warned)
+        details["ends_at"] = action.ends_at.isoformat()
+    elif isinstance(action, ForceLogoff):
+        delivery.extend(await notices.force_logoff(connection, desktop.id, action.reason, _audit))
+        await record_audit_event(
+            connection, _audit(f"rollout.{action.kind}", "desktops", str(desktop.id), details)
+        )
+        return delivery
+    else:  # pragma: no cover - every action is handled above
+        raise ValueError(f"a rollout cannot apply {action!r}")
+    if role is not None:
+        await store.save_entry(
+            connection,
+            RolloutDesktop(
+                rollout_id=rollout.id,
+                desktop_id=desktop.id,
+                desktop_name=desktop.name,
+                role=role,
+                state=entry_state,
+                updated_at=now,
+                warned_at=warned_at,
+                logoff_at=logoff_at,
+            ),
+        )
+    details["desktop"] = desktop.name
+    await record_audit_event(
+        connection, _audit(f"rollout.{action.kind}", "desktops", str(desktop.id), details)
+    )
+    delivery.events.append(
+        rollout_event(
+            current,
+            {
+                "desktop_id": str(desktop.id),
+                "desktop": desktop.name,
+                "desktop_state": str(entry_state),
+                "counts_total": part.counts.total,
+            },
+        )
+    )
+    return delivery

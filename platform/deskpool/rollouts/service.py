@@ -1,0 +1,228 @@
+"""The rollout use cases: start, list, show, pause, resume, cancel, and the image history.
+
+Each change validates, writes, audits and enqueues the pool's reconciliation in one
+transaction; the worker's reconciliation then carries the rollout on
+(:mod:`deskpool.rollouts.planner`, :mod:`deskpool.rollouts.apply`). Live events are published
+after the commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from deskpool.actor import Actor
+from deskpool.errors import NotFound, ValidationFailed
+from deskpool.live.publishers import publish
+from deskpool.notices.service import deliver
+from deskpool.pools import service as pools
+from deskpool.pools import store_pools
+from deskpool.pools.reconcile_jobs import enqueue_pool_reconcile
+from deskpool.pools.store_reconcile import desktops_of_pools
+from deskpool.rollouts import model, store
+from deskpool.rollouts.apply import change_state, rollout_event
+from deskpool.rollouts.model import (
+    InUsePolicy,
+    Rollout,
+    RolloutCounts,
+    RolloutDesktop,
+    RolloutState,
+    Strategy,
+)
+from deskpool.rollouts.planner import RolloutView, count_rollout
+from deskpool.rollouts.store import PoolImage
+
+if TYPE_CHECKING:
+    from deskpool.runtime import Runtime
+
+
+@dataclass(frozen=True)
+class RolloutShown:
+    """A rollout with its per-desktop entries and how far it is."""
+
+    rollout: Rollout
+    desktops: list[RolloutDesktop]
+    counts: RolloutCounts
+
+
+def strategy_of(body: Mapping[str, Any]) -> Strategy:
+    """The strategy of a start request's members (defaults: :class:`Strategy`)."""
+    defaults = Strategy()
+    return Strategy(
+        canary=body.get("canary", defaults.canary),
+        batch_size=body.get("batch_size", defaults.batch_size),
+        min_ready=body.get("min_ready"),
+        surge=body.get("surge", defaults.surge),
+        in_use=InUsePolicy(body.get("in_use", defaults.in_use)),
+        warning_seconds=body.get("warning_seconds", defaults.warning_seconds),
+        message=body.get("message", defaults.message),
+        start_at=body.get("start_at"),
+        stop_on_error=body.get("stop_on_error", defaults.stop_on_error),
+        recreate_assigned=body.get("recreate_assigned", defaults.recreate_assigned),
+    )
+
+
+async def _shown(runtime: Runtime, rollout: Rollout) -> RolloutShown:
+    entries = (await store.entries_of(runtime.db, [rollout.id]))[rollout.id]
+    record = await store_pools.get_pool_record(runtime.db, rollout.pool_id)
+    if record is None:
+        raise NotFound(f"No pool has the id {rollout.pool_id}.")
+    desktops = (await desktops_of_pools(runtime.db, [rollout.pool_id])).get(rollout.pool_id, [])
+    view = RolloutView(rollout, {entry.desktop_id: entry for entry in entries})
+    return RolloutShown(rollout, entries, count_rollout(record.pool, desktops, view))
+
+
+async def start_rollout(
+    runtime: Runtime, actor: Actor, pool_id: uuid.UUID, body: Mapping[str, Any]
+) -> RolloutShown:
+    """Start a rollout of the pool to ``body["template"]`` with the body's strategy.
+
+    The template is looked up on the pool's cluster as a pool's is (a unique name is stored as
+    its id). :raises NotFound: no such pool. :raises ValidationFailed: an invalid strategy or
+    template. :raises RolloutConflict: the pool already has an active rollout.
+    """
+    record = await pools.get_pool(runtime, pool_id)
+    strategy = strategy_of(body)
+    template = str(body["template"])
+    errors = model.validate_strategy(strategy, record.pool, template)
+    if errors:
+        raise ValidationFailed(errors)
+    cluster = await pools.cluster_of(runtime, record.pool.cluster_id)
+    check = await pools.check_template(runtime, cluster, template, record.pool.os_type)
+    template = check.template
+    async with runtime.db.acquire() as connection, connection.transaction():
+        current = await store_pools.get_pool_record(connection, pool_id, for_update=True)
+        if current is None:
+            raise NotFound(f"No pool has the id {pool_id}.")
+        errors = model.validate_strategy(strategy, current.pool, template)
+        if errors:
+            raise ValidationFailed(errors)
+        now: datetime = await connection.fetchval("SELECT now()")
+        rollout = await store.insert_rollout(
+            connection,
+            model.new_rollout(
+                rollout_id=uuid.uuid4(),
+                pool=current.pool,
+                to_template=template,
+                strategy=strategy,
+                created_by=actor.name,
+                now=now,
+            ),
+        )
+        await enqueue_pool_reconcile(connection, pool_id)
+        await actor.record(
+            connection,
+            "rollout.create",
+            "pools",
+            str(pool_id),
+            {
+                "rollout_id": str(rollout.id),
+                "from_template": rollout.from_template,
+                "to_template": rollout.to_template,
+                "canary": rollout.canary,
+                "batch_size": rollout.batch_size,
+                "min_ready": rollout.min_ready,
+                "surge": rollout.surge,
+                "in_use": str(rollout.in_use),
+                "warning_seconds": rollout.warning_seconds,
+                "start_at": rollout.start_at.isoformat(),
+                "stop_on_error": rollout.stop_on_error,
+                "recreate_assigned": rollout.recreate_assigned,
+                "template_check": check.status,
+            },
+        )
+    await publish(runtime, rollout_event(rollout))
+    return await _shown(runtime, rollout)
+
+
+async def list_rollouts(
+    runtime: Runtime,
+    pool_id: uuid.UUID,
+    *,
+    limit: int,
+    after: tuple[datetime, uuid.UUID] | None,
+) -> list[RolloutShown]:
+    """The pool's rollouts, newest first (404 when there is no such pool)."""
+    await pools.get_pool(runtime, pool_id)
+    rollouts = await store.list_rollouts(runtime.db, pool_id, limit=limit, after=after)
+    return [await _shown(runtime, rollout) for rollout in rollouts]
+
+
+async def get_rollout(runtime: Runtime, pool_id: uuid.UUID, rollout_id: uuid.UUID) -> RolloutShown:
+    """One rollout of the pool; :raises NotFound: no such pool or rollout."""
+    rollout = await store.get_rollout(runtime.db, pool_id, rollout_id)
+    if rollout is None:
+        raise NotFound(f"Pool {pool_id} has no rollout with the id {rollout_id}.")
+    return await _shown(runtime, rollout)
+
+
+async def _change(
+    runtime: Runtime,
+    actor: Actor,
+    pool_id: uuid.UUID,
+    rollout_id: uuid.UUID,
+    verb: str,
+) -> RolloutShown:
+    async with runtime.db.acquire() as connection, connection.transaction():
+        rollout = await store.get_rollout(connection, pool_id, rollout_id, for_update=True)
+        if rollout is None:
+            raise NotFound(f"Pool {pool_id} has no rollout with the id {rollout_id}.")
+        now: datetime = await connection.fetchval("SELECT now()")
+        if verb == "pause":
+            after = model.pause(rollout, now)
+        elif verb == "resume":
+            after = model.resume(rollout, now)
+        else:
+            after = replace(model.cancel(rollout, now), reason=f"cancelled by {actor.name}")
+        serving = model.serving_template(after)
+        delivery = await change_state(
+            connection, rollout, after, serving, actor=actor.name, now=now
+        )
+        await enqueue_pool_reconcile(connection, pool_id)
+        await actor.record(
+            connection,
+            f"rollout.{verb}",
+            "pools",
+            str(pool_id),
+            {"rollout_id": str(rollout_id), "from": str(rollout.state), "to": str(after.state)},
+        )
+    await deliver(runtime, delivery)
+    return await get_rollout(runtime, pool_id, rollout_id)
+
+
+async def pause_rollout(
+    runtime: Runtime, actor: Actor, pool_id: uuid.UUID, rollout_id: uuid.UUID
+) -> RolloutShown:
+    """Pause a scheduled, canary or rolling rollout: nothing new is replaced until resumed."""
+    return await _change(runtime, actor, pool_id, rollout_id, "pause")
+
+
+async def resume_rollout(
+    runtime: Runtime, actor: Actor, pool_id: uuid.UUID, rollout_id: uuid.UUID
+) -> RolloutShown:
+    """Resume a paused rollout where it was paused."""
+    return await _change(runtime, actor, pool_id, rollout_id, "resume")
+
+
+async def cancel_rollout(
+    runtime: Runtime, actor: Actor, pool_id: uuid.UUID, rollout_id: uuid.UUID
+) -> RolloutShown:
+    """Cancel an active rollout: nothing more is replaced; desktops on the new template stay.
+
+    The pool clones the template it had before the rollout again.
+    """
+    return await _change(runtime, actor, pool_id, rollout_id, "cancel")
+
+
+async def image_history(runtime: Runtime, pool_id: uuid.UUID, *, limit: int) -> list[PoolImage]:
+    """Every template the pool has run, newest first (404 when there is no such pool)."""
+    await pools.get_pool(runtime, pool_id)
+    return await store.list_images(runtime.db, pool_id, limit=limit)
+
+
+def rollout_states() -> list[str]:
+    """Every rollout state, for the API document."""
+    return [str(state) for state in RolloutState]

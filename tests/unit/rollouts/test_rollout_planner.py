@@ -1,0 +1,380 @@
+"""The pure rollout planner: rule by rule, then its invariants over random pool states."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.unit.pools.conftest import NOW, build_pool, build_vm, desktop_builder
+
+from deskpool.pools.model import Desktop, DesktopState, Pool, PoolKind
+from deskpool.pools.plan import CreateDesktop, DeleteDesktop, ReconcilePolicy, RefreshDesktop
+from deskpool.pools.planner import plan_pool
+from deskpool.rollouts.model import (
+    EntryRole,
+    EntryState,
+    InUsePolicy,
+    Rollout,
+    RolloutDesktop,
+    RolloutState,
+)
+from deskpool.rollouts.plan import (
+    ChangeRollout,
+    ForceLogoff,
+    ReplaceForRollout,
+    RolloutPlan,
+    SettleEntry,
+    WaitForLogoff,
+    WarnUser,
+)
+from deskpool.rollouts.planner import RolloutView, plan_rollout
+
+S = DesktopState
+OLD, NEW = "tpl-v1", "tpl-v2"
+POLICY = ReconcilePolicy()
+
+
+def rollout_of(pool: Pool, **overrides: object) -> Rollout:
+    fields: dict[str, object] = {
+        "id": UUID(int=7),
+        "pool_id": pool.id,
+        "from_template": OLD,
+        "to_template": NEW,
+        "canary": 1,
+        "batch_size": 1,
+        "min_ready": pool.spare,
+        "surge": 0,
+        "in_use": InUsePolicy.WAIT_FOR_LOGOFF,
+        "warning_seconds": 5,
+        "message": "New image",
+        "start_at": NOW - timedelta(minutes=1),
+        "stop_on_error": True,
+        "recreate_assigned": False,
+        "state": RolloutState.CANARY,
+        "created_by": "user:ada",
+        "created_at": NOW - timedelta(minutes=1),
+    }
+    fields.update(overrides)
+    return Rollout(**fields)  # type: ignore[arg-type]
+
+
+def entry(
+    desktop: Desktop, state: EntryState, role: EntryRole = EntryRole.CANARY, **kw: object
+) -> RolloutDesktop:
+    return RolloutDesktop(
+        rollout_id=UUID(int=7),
+        desktop_id=desktop.id,
+        desktop_name=desktop.name,
+        role=role,
+        state=state,
+        updated_at=NOW,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def pool_of(**overrides: object) -> Pool:
+    fields: dict[str, object] = {"template": OLD, "min_size": 6, "max_size": 6, "spare": 2}
+    fields.update(overrides)
+    return build_pool(**fields)
+
+
+def six(pool: Pool, in_use: int = 2) -> list[Desktop]:
+    make = desktop_builder()
+    desktops = [make(pool) for _ in range(6)]
+    for index in range(in_use):
+        desktops[index] = replace(
+            desktops[index], state=S.IN_USE, assigned_user=f"user-{index}", in_session=True
+        )
+    return desktops
+
+
+def view(rollout: Rollout, *entries: RolloutDesktop) -> RolloutView:
+    return RolloutView(rollout, {e.desktop_id: e for e in entries})
+
+
+def kinds(plan: RolloutPlan) -> list[tuple[str, str]]:
+    out = []
+    for action in plan.actions:
+        name = getattr(action, "desktop_name", None) or str(getattr(action, "state", ""))
+        out.append((action.kind, name))
+    return out
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def test_a_scheduled_rollout_starts_at_its_time() -> None:
+    pool = pool_of()
+    desktops = six(pool)
+    later = rollout_of(pool, state=RolloutState.SCHEDULED, start_at=NOW + timedelta(hours=1))
+    assert plan_rollout(pool, desktops, view(later), NOW).actions == ()
+    due = replace(later, start_at=NOW)
+    [change] = plan_rollout(pool, desktops, view(due), NOW).actions
+    assert isinstance(change, ChangeRollout)
+    assert (change.state, change.serving_template) == (RolloutState.CANARY, OLD)
+    no_canary = replace(due, canary=0)
+    [change] = plan_rollout(pool, desktops, view(no_canary), NOW).actions
+    assert isinstance(change, ChangeRollout)
+    assert (change.state, change.serving_template) == (RolloutState.ROLLING, NEW)
+
+
+def test_the_canary_is_a_free_desktop_and_nothing_else_is_touched_until_it_is_ready() -> None:
+    pool = pool_of()
+    desktops = six(pool)
+    plan = plan_rollout(pool, desktops, view(rollout_of(pool)), NOW)
+    assert kinds(plan) == [("rollout_replace", "lab-003")]
+    canary = replace(desktops[2], state=S.REFRESHING)
+    desktops[2] = canary
+    rollout = rollout_of(pool)
+    plan = plan_rollout(pool, desktops, view(rollout, entry(canary, EntryState.REPLACING)), NOW)
+    assert plan.actions == ()
+    desktops[2] = replace(canary, state=S.READY, template=NEW)
+    plan = plan_rollout(pool, desktops, view(rollout, entry(canary, EntryState.REPLACING)), NOW)
+    settle, change = plan.actions
+    assert isinstance(settle, SettleEntry)
+    assert settle.state is EntryState.REPLACED
+    assert isinstance(change, ChangeRollout)
+    assert (change.state, change.serving_template) == (RolloutState.ROLLING, NEW)
+
+
+def test_a_failed_canary_stops_the_rollout_and_the_old_template_is_served() -> None:
+    pool = pool_of()
+    desktops = six(pool)
+    canary = replace(
+        desktops[2], state=S.FAILED, failed_step=S.PROVISIONING, last_error="clone failed"
+    )
+    desktops[2] = canary
+    plan = plan_rollout(
+        pool, desktops, view(rollout_of(pool), entry(canary, EntryState.REPLACING)), NOW
+    )
+    settle, change = plan.actions
+    assert isinstance(settle, SettleEntry)
+    assert settle.state is EntryState.FAILED
+    assert isinstance(change, ChangeRollout)
+    assert change.state is RolloutState.FAILED
+    assert change.serving_template == OLD
+    assert "lab-003 failed on template tpl-v2: clone failed" in change.reason
+
+
+def test_rolling_replaces_free_desktops_first_within_min_ready_then_waits_for_users() -> None:
+    pool = pool_of(template=NEW)
+    desktops = six(pool)
+    desktops = [replace(d, template=OLD) for d in desktops]
+    rollout = rollout_of(pool, state=RolloutState.ROLLING, batch_size=5)
+    plan = plan_rollout(pool, desktops, view(rollout), NOW)
+    # Four free desktops, min_ready 2: two are rebuilt, the other two hold min_ready.
+    assert kinds(plan) == [("rollout_replace", "lab-003"), ("rollout_replace", "lab-004")]
+    # Once every free desktop is on the new template, users in use are waited for.
+    done = [replace(d, template=NEW) if not d.assigned_user else d for d in desktops]
+    plan = plan_rollout(pool, done, view(rollout), NOW)
+    assert kinds(plan) == [("rollout_wait", "lab-001"), ("rollout_wait", "lab-002")]
+    assert all(isinstance(a, WaitForLogoff) for a in plan.actions)
+
+
+def test_force_logoff_warns_then_logs_off_after_the_warning() -> None:
+    pool = pool_of(template=NEW)
+    desktops = [
+        replace(d, template=NEW) if not d.assigned_user else replace(d, template=OLD)
+        for d in six(pool)
+    ]
+    rollout = rollout_of(pool, state=RolloutState.ROLLING, in_use=InUsePolicy.FORCE_LOGOFF)
+    plan = plan_rollout(pool, desktops, view(rollout), NOW)
+    warnings = [a for a in plan.actions if isinstance(a, WarnUser)]
+    assert [(w.desktop_name, w.user, w.ends_at) for w in warnings] == [
+        ("lab-001", "user-0", NOW + timedelta(seconds=5)),
+        ("lab-002", "user-1", NOW + timedelta(seconds=5)),
+    ]
+    warned = [
+        entry(
+            desktops[0],
+            EntryState.WARNED,
+            EntryRole.BATCH,
+            warned_at=NOW,
+            logoff_at=NOW + timedelta(seconds=5),
+        )
+    ]
+    early = plan_rollout(pool, desktops, view(rollout, *warned), NOW + timedelta(seconds=4))
+    assert not any(isinstance(a, ForceLogoff) for a in early.actions)
+    late = plan_rollout(pool, desktops, view(rollout, *warned), NOW + timedelta(seconds=5))
+    assert [a.desktop_name for a in late.actions if isinstance(a, ForceLogoff)] == ["lab-001"]
+
+
+def test_a_rolling_rollout_succeeds_when_every_desktop_runs_the_new_template() -> None:
+    pool = pool_of(template=NEW)
+    desktops = [replace(d, template=NEW) for d in six(pool)]
+    rollout = rollout_of(pool, state=RolloutState.ROLLING)
+    [change] = plan_rollout(pool, desktops, view(rollout), NOW).actions
+    assert isinstance(change, ChangeRollout)
+    assert change.state is RolloutState.SUCCEEDED
+    assert change.reason == "6 of 6 desktops run template tpl-v2"
+
+
+def test_persistent_pools_keep_assigned_desktops_unless_recreate_assigned() -> None:
+    pool = pool_of(template=NEW, kind=PoolKind.PERSISTENT, spare=0)
+    desktops = [replace(d, template=OLD, in_session=False, state=S.READY) for d in six(pool)]
+    rollout = rollout_of(pool, state=RolloutState.ROLLING, batch_size=6, min_ready=0)
+    plan = plan_rollout(pool, desktops, view(rollout), NOW)
+    assert [a.desktop_name for a in plan.actions if isinstance(a, ReplaceForRollout)] == [
+        "lab-003",
+        "lab-004",
+        "lab-005",
+        "lab-006",
+    ]
+    recreate = replace(rollout, recreate_assigned=True)
+    plan = plan_rollout(pool, desktops, view(recreate), NOW)
+    assert len([a for a in plan.actions if isinstance(a, ReplaceForRollout)]) == 6
+
+
+def test_the_pool_plan_folds_the_rollout_in_and_does_not_refresh_on_a_template_change() -> None:
+    pool = pool_of(template=NEW)
+    desktops = [replace(d, template=OLD) for d in six(pool, in_use=0)]
+    # Without a rollout, a changed template leaves built desktops alone.
+    plain = plan_pool(pool, desktops, [build_vm(d) for d in desktops], NOW, POLICY)
+    assert not any(isinstance(a, RefreshDesktop) for a in plain.actions)
+    rollout = rollout_of(pool, state=RolloutState.ROLLING, batch_size=2, surge=1)
+    plan = plan_pool(
+        pool, desktops, [build_vm(d) for d in desktops], NOW, POLICY, rollout=view(rollout)
+    )
+    assert plan.rollout is not None
+    assert len([a for a in plan.rollout.actions if isinstance(a, ReplaceForRollout)]) == 2
+    # Up to max_size + surge records, to keep min_ready while two are rebuilt; no shrinking.
+    assert len([a for a in plan.actions if isinstance(a, CreateDesktop)]) == 1
+    assert not any(isinstance(a, DeleteDesktop) for a in plan.actions)
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@st.composite
+def pool_states(
+    draw: st.DrawFn,
+) -> tuple[Pool, list[Desktop], Rollout, dict[UUID, RolloutDesktop], datetime]:
+    """A random pool mid-rollout: desktops in any state, on either template, some entries."""
+    persistent = draw(st.booleans())
+    max_size = draw(st.integers(1, 10))
+    spare = draw(st.integers(0, max_size))
+    count = draw(st.integers(0, max_size))
+    rolling = draw(st.booleans())
+    pool = build_pool(
+        template=NEW if rolling else OLD,
+        kind=PoolKind.PERSISTENT if persistent else PoolKind.NON_PERSISTENT,
+        min_size=draw(st.integers(0, max_size)),
+        max_size=max_size,
+        spare=spare,
+    )
+    make = desktop_builder()
+    desktops: list[Desktop] = []
+    entries: dict[UUID, RolloutDesktop] = {}
+    rollout = rollout_of(
+        pool,
+        state=RolloutState.ROLLING if rolling else RolloutState.CANARY,
+        canary=draw(st.integers(1, 3)),
+        batch_size=draw(st.integers(1, 4)),
+        min_ready=draw(st.integers(0, max_size)),
+        surge=draw(st.integers(0, 3)),
+        in_use=draw(st.sampled_from(list(InUsePolicy))),
+        recreate_assigned=persistent and draw(st.booleans()),
+        stop_on_error=draw(st.booleans()),
+    )
+    for _ in range(count):
+        state = draw(
+            st.sampled_from([S.READY, S.READY, S.IN_USE, S.REFRESHING, S.FAILED, S.PROVISIONING])
+        )
+        user = "u" if state is S.IN_USE or (persistent and draw(st.booleans())) else None
+        desktop = make(
+            pool,
+            state=state,
+            template=draw(st.sampled_from([OLD, NEW])),
+            assigned_user=user,
+            in_session=state is S.IN_USE and draw(st.booleans()),
+            used_since_refresh=state is S.READY and user is None and draw(st.booleans()),
+        )
+        desktops.append(desktop)
+        if draw(st.integers(0, 3)) == 0:
+            warned = draw(st.booleans())
+            entries[desktop.id] = entry(
+                desktop,
+                draw(st.sampled_from(list(EntryState))),
+                draw(st.sampled_from(list(EntryRole))),
+                warned_at=NOW - timedelta(seconds=10) if warned else None,
+                logoff_at=NOW + timedelta(seconds=draw(st.integers(-10, 10))) if warned else None,
+            )
+    return pool, desktops, rollout, entries, NOW
+
+
+@settings(max_examples=400, deadline=None)
+@given(pool_states())
+def test_invariants_hold_over_random_pool_states(
+    state: tuple[Pool, list[Desktop], Rollout, dict[UUID, RolloutDesktop], datetime],
+) -> None:
+    pool, desktops, rollout, entries, now = state
+    by_id = {d.id: d for d in desktops}
+    plan = plan_pool(
+        pool,
+        desktops,
+        [build_vm(d) for d in desktops if d.vm_id is not None],
+        now,
+        POLICY,
+        rollout=RolloutView(rollout, entries),
+    )
+    part = plan.rollout
+    assert part is not None
+    actions = part.actions
+    replaced = [by_id[a.desktop_id] for a in actions if isinstance(a, ReplaceForRollout)]
+
+    # Never more records than max_size + surge (when there were not already more).
+    creates = sum(isinstance(a, CreateDesktop) for a in plan.actions)
+    assert len(desktops) + creates <= max(len(desktops), pool.max_size + rollout.surge)
+
+    # Never a desktop in use replaced; never one whose user keeps it (persistent) unless asked.
+    for desktop in replaced:
+        assert desktop.state is S.READY
+        assert not desktop.in_session
+        if pool.is_persistent and desktop.assigned_user is not None:
+            assert rollout.recreate_assigned
+
+    # Never a user logged off before the warning ran out, and only with force_logoff.
+    for action in actions:
+        if isinstance(action, ForceLogoff):
+            assert rollout.in_use is InUsePolicy.FORCE_LOGOFF
+            warned = entries[action.desktop_id]
+            assert warned.state is EntryState.WARNED
+            assert warned.logoff_at is not None
+            assert warned.logoff_at <= now
+
+    # Never fewer clean free ready desktops than min_ready, unless nothing else could be done:
+    # no room to create one, nothing being rebuilt, and only one taken.
+    available = sum(d.is_available for d in desktops)
+    taken = sum(d.is_available for d in replaced)
+    if available - taken < min(rollout.min_ready, available):
+        in_flight = sum(e.state is EntryState.REPLACING for e in entries.values())
+        assert taken == 1
+        assert in_flight == 0
+        assert len(desktops) >= pool.max_size + rollout.surge
+
+    # The canary: nothing but canaries is touched before the rollout is rolling.
+    if rollout.state is RolloutState.CANARY:
+        canaries = sum(e.role is EntryRole.CANARY for e in entries.values())
+        assert len(replaced) <= max(0, rollout.canary - canaries)
+
+    # At most batch_size desktops rebuilt at once by a rolling rollout.
+    if rollout.state is RolloutState.ROLLING:
+        in_flight = sum(e.state is EntryState.REPLACING for e in entries.values())
+        assert len(replaced) <= max(0, rollout.batch_size - in_flight)
+
+    # Each desktop gets one action at most.
+    acted = [getattr(a, "desktop_id", None) for a in plan.actions]
+    acted = [d for d in acted if d is not None]
+    assert not set(acted) & part.touched
+
+
+def test_replacements_are_free_desktops_of_the_pool() -> None:
+    pool = pool_of()
+    desktops: Sequence[Desktop] = six(pool, in_use=6)
+    plan = plan_rollout(pool, desktops, view(rollout_of(pool)), NOW)
+    # Every desktop in use: the canary is one of them, waited for.
+    assert kinds(plan) == [("rollout_wait", "lab-001")]
