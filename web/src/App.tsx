@@ -17,6 +17,7 @@ import { PeoplePage } from "./pages/People";
 import { PoolDetailPage } from "./pages/PoolDetail";
 import { NewPoolPage } from "./pages/PoolForm";
 import { PoolsPage } from "./pages/Pools";
+import { RolloutsPage } from "./pages/Rollouts";
 import { SessionsPage } from "./pages/Sessions";
 import { SetupPage } from "./pages/Setup";
 import { useSession } from "./session";
@@ -60,6 +61,7 @@ export function App() {
           <Route path="/pools" element={<PoolsPage />} />
           <Route path="/pools/new" element={<NewPoolPage />} />
           <Route path="/pools/:poolId" element={<PoolDetailPage />} />
+          <Route path="/pools/:poolId/rollouts" element={<RolloutsPage />} />
           <Route path="/desktops" element={<DesktopsPage />} />
           <Route path="/sessions" element={<SessionsPage />} />
           <Route path="/clusters" element={<ClustersPage />} />

@@ -498,7 +498,7 @@ class PoolReconcilerService:
             try:
                 async with connection.transaction():
                     done = await apply_rollout_action(
-                        connection, planned.pool, part, view.rollout, desktops, action, now
+                        connection, planned.pool, part, view, desktops, action, now
                     )
                     if done is None:
                         raise _Skipped()

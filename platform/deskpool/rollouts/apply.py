@@ -29,6 +29,7 @@ from deskpool.pools.model import Desktop, Pool
 from deskpool.pools.provisioning_store import apply_event_if_unchanged
 from deskpool.pools.reconcile_jobs import enqueue_pool_reconcile
 from deskpool.pools.states import Refresh
+from deskpool.pools.store_desktops import get_desktop
 from deskpool.rollouts import store
 from deskpool.rollouts.model import (
     ENDED,
@@ -48,6 +49,7 @@ from deskpool.rollouts.plan import (
     WaitForLogoff,
     WarnUser,
 )
+from deskpool.rollouts.planner import RolloutView
 
 #: Who rollouts act as in the audit trail.
 ACTOR = "system:reconciler"
@@ -129,16 +131,34 @@ async def change_state(
     return delivery
 
 
+async def _unchanged(
+    connection: asyncpg.Connection, view: RolloutView, desktop_id: Any, desktop: Desktop | None
+) -> bool:
+    """Whether the desktop's entry (and the desktop) are as the plan saw them; locks both."""
+    planned = view.entries.get(desktop_id)
+    current = await store.get_entry(connection, view.rollout.id, desktop_id, for_update=True)
+    if (None if planned is None else planned.state) != (None if current is None else current.state):
+        return False
+    if desktop is None:
+        return True
+    return await get_desktop(connection, desktop.id, for_update=True) == desktop
+
+
 async def apply_rollout_action(
     connection: asyncpg.Connection,
     pool: Pool,
     part: RolloutPlan,
-    rollout: Rollout,
+    view: RolloutView,
     desktops: dict[Any, Desktop],
     action: RolloutAction,
     now: datetime,
 ) -> Delivery | None:
-    """Apply one rollout action; ``None`` when its desktop moved on since the plan."""
+    """Apply one rollout action; ``None`` when it is left to the next pass.
+
+    That is when the rollout, the desktop's entry or the desktop moved on since the plan
+    (another pass acted first, a user logged off...).
+    """
+    rollout = view.rollout
     details: dict[str, Any] = {
         "reason": action.reason,
         "rollout_id": str(rollout.id),
@@ -160,6 +180,10 @@ async def apply_rollout_action(
     if current is None or current.id != rollout.id or current.state is not rollout.state:
         return None
     desktop = desktops.get(action.desktop_id)
+    if not await _unchanged(
+        connection, view, action.desktop_id, None if isinstance(action, SettleEntry) else desktop
+    ):
+        return None
     if isinstance(action, SettleEntry):
         await store.save_entry(
             connection,

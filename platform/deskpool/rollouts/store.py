@@ -243,6 +243,19 @@ async def save_entry(connection: asyncpg.Connection, entry: RolloutDesktop) -> N
     )
 
 
+async def get_entry(
+    db: Db, rollout_id: uuid.UUID, desktop_id: uuid.UUID, *, for_update: bool = False
+) -> RolloutDesktop | None:
+    """What the rollout did to the desktop so far, if anything."""
+    lock = " FOR UPDATE" if for_update else ""
+    row = await db.fetchrow(
+        f"SELECT * FROM rollout_desktops WHERE rollout_id = $1 AND desktop_id = $2{lock}",
+        rollout_id,
+        desktop_id,
+    )
+    return None if row is None else entry_of(row)
+
+
 async def build_template(db: Db, desktop_id: uuid.UUID) -> str | None:
     """The template an active rollout rebuilds the desktop from, if one does."""
     value: str | None = await db.fetchval(

@@ -12,9 +12,9 @@ export function keysFor(event: ServerEvent): string[] {
   const kind = event.event.split(".")[0] ?? "";
   switch (kind) {
     case "desktop":
-      return ["desktops", "pools", "pool", "my-pools", "dashboard"];
+      return ["desktops", "pools", "pool", "my-pools", "my-desktops", "rollouts", "dashboard"];
     case "pool":
-      return ["pools", "pool", "my-pools", "dashboard"];
+      return ["pools", "pool", "my-pools", "rollouts", "dashboard"];
     case "job":
       return ["jobs", "dashboard"];
     case "session":

@@ -10,6 +10,7 @@ import { useCallback, useEffect, useRef, useState } from "react";
 import { Link, useLocation, useNavigate, useParams, useSearchParams } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
 import { describeError } from "../api/problem";
+import { NoticeBanner } from "../components/NoticeBanner";
 import type { DesktopHandle, DesktopState } from "../desktop/guacamole";
 import { useSession } from "../session";
 
@@ -181,6 +182,7 @@ export function DesktopViewPage() {
         )}
         <Link to={back}>{watching ? "Sessions" : "My desktops"}</Link>
       </div>
+      {watching ? null : <NoticeBanner desktopId={desktopId} />}
       {showClipboard && !watching ? (
         <form
           className="desktop-clipboard"

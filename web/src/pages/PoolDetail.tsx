@@ -1,7 +1,7 @@
 /** One pool: its health and counts, desktops (live), entitlements, settings, drain and delete. */
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { useState, type FormEvent } from "react";
-import { useNavigate, useParams } from "react-router";
+import { Link, useNavigate, useParams } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
 import { can } from "../auth/permissions";
 import { Badge } from "../components/Badge";
@@ -184,7 +184,7 @@ export function PoolDetailPage() {
       <Counts pool={data} />
       <p className="meta">
         {words(data.kind)} · {data.os_type} · template {data.template} · {data.min_size}–{data.max_size}, {data.spare}{" "}
-        spare · reconciled {when(data.reconciled_at)}
+        spare · reconciled {when(data.reconciled_at)} · <Link to={`/pools/${data.id}/rollouts`}>Rollouts and image history</Link>
       </p>
       <ProblemAlert error={change.error ?? reconcile.error ?? remove.error} />
       {manage ? (
