@@ -41,7 +41,7 @@ from tests.secret_leak_guard import LeakGuard
 from deskpool.clusters.repository import get_cluster
 from deskpool.runtime import Runtime
 from deskpool.testing.idp import TestIdentityProvider
-from deskpool.testing.processes import DeskpoolProcess, free_port, running, until
+from deskpool.testing.processes import ANY_PORT, DeskpoolProcess, running, until
 from deskpool.testing.pytest_plugin import connected, opened_runtime
 from deskpool_driver_simulator import SimulatorDriver
 
@@ -68,7 +68,7 @@ def environ(quick_deployment: DeploymentEnviron, leak_guard: LeakGuard) -> dict[
     """The environment every process of the test shares."""
     return quick_deployment(
         ADMIN,
-        API_ADDR=f"127.0.0.1:{free_port()}",
+        API_ADDR=ANY_PORT,
         SECRETS_MASTER_KEY=leak_guard.master_key(),
         GATEWAY_PUBLIC_WS_URL=PUBLIC_URL,
         POOL_FAILURE_BACKOFF="1s",
@@ -156,7 +156,7 @@ async def test_rollouts_canary_first_min_ready_held_users_warned_and_nothing_los
     db: asyncpg.Connection,
     hands: Runtime,
 ) -> None:
-    api = f"http://{environ['API_ADDR']}/api/v1"
+    api = f"{processes['api'].url('api')}/api/v1"
     admin = {"Authorization": f"Bearer {identity_provider.issue_token(ADMIN)}"}
     users = [{"Authorization": f"Bearer {identity_provider.issue_token(u)}"} for u in USERS]
     timeout = aiohttp.ClientTimeout(total=None, sock_read=120)
