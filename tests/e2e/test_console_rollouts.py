@@ -1,6 +1,6 @@
 """The rollout page and the user's warning banner in Chromium, against ``deskpool run all``.
 
-The instance is the console test's (:mod:`tests.e2e.test_console`): every component in one
+The instance is the console test's (:mod:`tests.e2e.console_instance`): every component in one
 process, the test's OIDC issuer with its sign-in page, the simulator driver and the desktop
 daemon simulator. Through the API, a simulated cluster with two templates and a pool of two
 desktops entitled to the user are made. Then:
@@ -19,24 +19,43 @@ violation), as in the console test.
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
-from tests.e2e.test_console import (
+import pytest
+from tests.e2e.console_instance import (
     ADMIN,
     CHROMIUM,
     TIMEOUT,
     USER,
     Instance,
-    console_database,
-    instance,
+    console_instance,
     sign_in,
     visit,
 )
 
+from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.processes import until
+from deskpool.testing.pytest_plugin import fresh_database
 
-__all__ = ["console_database", "instance"]  # the fixtures, shared with the console test
+
+@pytest.fixture(scope="module")
+def console_database(test_servers: Any) -> Iterator[str]:
+    with fresh_database(test_servers, "deskpool_rollouts_console") as url:
+        yield url
+
+
+@pytest.fixture
+async def instance(
+    console_database: str, test_servers: Any, tmp_path: Path
+) -> AsyncIterator[Instance]:
+    async with console_instance(
+        console_database, test_servers, tmp_path, DesktopDaemonSimulator()
+    ) as running:
+        yield running
+
 
 SIMULATOR_OPTIONS = {
     "clone_seconds": 0.3,
