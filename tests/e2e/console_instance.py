@@ -93,7 +93,6 @@ async def console_instance(
         "WEB_PUBLIC_OIDC_CLIENT_ID": "deskpool-console",
         "WEB_PUBLIC_OIDC_SCOPE": "openid profile email offline_access",
         "GATEWAY_PUBLIC_WS_URL": f"ws://127.0.0.1:{ports['gateway']}/websocket-tunnel",
-        "GATEWAY_FIRST_FRAME_TIMEOUT": "3s",
         "DESKTOPD_ADDRESS": daemon.address,
         "WORKER_POLL_INTERVAL": "1s",
         "POOL_RECONCILE_INTERVAL": "2s",
