@@ -32,3 +32,9 @@ def quick_deployment(
         )
 
     return make
+
+
+@pytest.fixture
+def db_url(module_database_url: str) -> str:
+    """``db`` connects to the test module's database, where its processes run."""
+    return module_database_url

@@ -40,7 +40,6 @@ from deskpool.testing.processes import (
     running,
     until,
 )
-from deskpool.testing.pytest_plugin import connected
 from deskpool.testing.tunnels import TunnelClosed, WebSocketTunnelClient
 
 ADMIN = "e2e-session-admin"
@@ -89,12 +88,6 @@ async def processes(environ: dict[str, str]) -> AsyncIterator[dict[str, Deskpool
     }
     async with running(started, one_by_one=True) as processes:
         yield processes
-
-
-@pytest.fixture
-async def db(module_database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    async with connected(module_database_url) as connection:
-        yield connection
 
 
 def tunnel_url(process: DeskpoolProcess) -> str:

@@ -41,7 +41,7 @@ from deskpool.testing.processes import (
     running,
     until,
 )
-from deskpool.testing.pytest_plugin import connected, opened_runtime
+from deskpool.testing.pytest_plugin import opened_runtime
 from deskpool_driver_simulator import SimulatorDriver
 
 ADMIN = "e2e-admin"
@@ -84,12 +84,6 @@ async def processes(environ: dict[str, str]) -> AsyncIterator[dict[str, Deskpool
     }
     async with running(started) as processes:
         yield processes
-
-
-@pytest.fixture
-async def db(module_database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    async with connected(module_database_url) as connection:
-        yield connection
 
 
 @pytest.fixture

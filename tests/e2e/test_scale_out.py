@@ -36,7 +36,6 @@ from deskpool.testing.processes import (
     running,
     until,
 )
-from deskpool.testing.pytest_plugin import connected
 from deskpool.testing.tunnels import TunnelClosed, WebSocketTunnelClient
 
 ADMIN = "scale-admin"
@@ -53,10 +52,10 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-async def db(module_database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    async with connected(module_database_url) as connection:
-        await connection.execute(RECORDING_TABLES)
-        yield connection
+async def db(db: asyncpg.Connection) -> asyncpg.Connection:
+    """The module's database, with the recording plugin's tables."""
+    await db.execute(RECORDING_TABLES)
+    return db
 
 
 @pytest.fixture

@@ -49,10 +49,13 @@ def fault_database(module_database_url: str) -> str:
 
 
 @pytest.fixture
-async def db(fault_database: str) -> AsyncIterator[asyncpg.Connection]:
-    emptied = ("jobs", "periodic_tasks", "job_executions", "periodic_executions")
-    async with connected(fault_database, emptied=emptied) as connection:
-        yield connection
+def db_url(fault_database: str) -> str:
+    return fault_database
+
+
+@pytest.fixture
+def db_emptied() -> tuple[str, ...]:
+    return ("jobs", "periodic_tasks", "job_executions", "periodic_executions")
 
 
 @pytest.fixture

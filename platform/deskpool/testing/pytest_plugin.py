@@ -12,6 +12,9 @@ Fixtures:
   either does not answer).
 - ``migrated_database_url``: a database made for this test run, migrated, dropped at the end;
   ``module_database_url``: the same for one test module.
+- ``db``: a connection to ``db_url`` (this run's database unless a conftest overrides
+  ``db_url``), the tables of ``db_emptied`` truncated first (none unless overridden); a
+  conftest that needs more (a reset, a table of its own) extends it: ``async def db(db)``.
 - ``deskpool_environ``: an environment for a process of this test run (the database above,
   Redis, a unique key prefix, the ops listener disabled).
 - ``make_config``: build a :class:`deskpool.config.Config` from that environment plus overrides.
@@ -176,6 +179,25 @@ def module_database_url(test_servers: ServiceAddresses) -> Iterator[str]:
     """
     with fresh_database(test_servers, "deskpool_module") as url:
         yield url
+
+
+@pytest.fixture
+def db_url(migrated_database_url: str) -> str:
+    """The database ``db`` connects to: this run's (override it for a module's own)."""
+    return migrated_database_url
+
+
+@pytest.fixture
+def db_emptied() -> tuple[str, ...]:
+    """Tables ``db`` truncates (``CASCADE``) before handing out its connection: none."""
+    return ()
+
+
+@pytest.fixture
+async def db(db_url: str, db_emptied: Sequence[str]) -> AsyncIterator[asyncpg.Connection]:
+    """A connection to ``db_url``, the tables of ``db_emptied`` truncated first; closed after."""
+    async with connected(db_url, emptied=db_emptied) as connection:
+        yield connection
 
 
 @pytest.fixture

@@ -10,17 +10,15 @@ import pytest
 
 from deskpool.host import bootstrap
 from deskpool.runtime import Runtime
-from deskpool.testing.pytest_plugin import connected
 from deskpool_worker import WorkerComponent
 
 StartWorker = Callable[..., Awaitable[WorkerComponent]]
 
 
 @pytest.fixture
-async def db(migrated_database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    """A connection to this run's database, with an empty job queue and no periodic runs."""
-    async with connected(migrated_database_url, emptied=("jobs", "periodic_tasks")) as connection:
-        yield connection
+def db_emptied() -> tuple[str, ...]:
+    """``db`` empties the job queue and the periodic runs."""
+    return ("jobs", "periodic_tasks")
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from tests.integration.seed import seed_user
 from deskpool.licensing.context import LicensingContext
 from deskpool.licensing.watermark import WatermarkKeys
 from deskpool.runtime import Runtime
-from deskpool.testing.pytest_plugin import connected, fresh_database, opened_runtime
+from deskpool.testing.pytest_plugin import fresh_database, opened_runtime
 from deskpool.testing.services import ServiceAddresses
 
 Headers = dict[str, str]
@@ -49,11 +49,16 @@ UPDATE license_reports SET next_due_at = NULL, last_attempt_at = NULL, last_succ
 
 
 @pytest.fixture
-async def db(licensing_database: str) -> AsyncIterator[asyncpg.Connection]:
+def db_url(licensing_database: str) -> str:
+    """``db`` connects to the licensing database."""
+    return licensing_database
+
+
+@pytest.fixture
+async def db(db: asyncpg.Connection) -> asyncpg.Connection:
     """A connection to the licensing database, reset to a deployment with no license."""
-    async with connected(licensing_database) as connection:
-        await connection.execute(RESET)
-        yield connection
+    await db.execute(RESET)
+    return db
 
 
 @pytest.fixture

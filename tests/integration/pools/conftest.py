@@ -28,16 +28,9 @@ from deskpool.pools import store_desktops, store_pools
 from deskpool.pools.model import DesktopState, OsType, Pool, PoolKind
 from deskpool.runtime import Runtime
 from deskpool.testing.processes import until
-from deskpool.testing.pytest_plugin import connected, opened_runtime
+from deskpool.testing.pytest_plugin import opened_runtime
 
 MakePool = Callable[..., Awaitable[Pool]]
-
-
-@pytest.fixture
-async def db(migrated_database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    """A connection to this run's database."""
-    async with connected(migrated_database_url) as connection:
-        yield connection
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from deskpool.pools.model import Desktop, Pool
 from deskpool.pools.plan import ReconcilePolicy
 from deskpool.pools.reconciler import PoolReconcilerService
 from deskpool.runtime import Runtime
-from deskpool.testing.pytest_plugin import connected, fresh_database, opened_runtime
+from deskpool.testing.pytest_plugin import fresh_database, opened_runtime
 from deskpool.testing.services import (
     ServiceAddresses,
 )
@@ -60,11 +60,15 @@ def provisioning_database(test_servers: ServiceAddresses) -> Iterator[str]:
 
 
 @pytest.fixture
-async def db(provisioning_database: str) -> AsyncIterator[asyncpg.Connection]:
-    """A connection to the database, emptied of clusters, pools, jobs and periodic runs."""
-    emptied = ("clusters", "jobs", "periodic_tasks", "pool_orphans")
-    async with connected(provisioning_database, emptied=emptied) as connection:
-        yield connection
+def db_url(provisioning_database: str) -> str:
+    """``db`` connects to the provisioning tests' database."""
+    return provisioning_database
+
+
+@pytest.fixture
+def db_emptied() -> tuple[str, ...]:
+    """``db`` empties clusters (and so pools), jobs, periodic runs and reported orphans."""
+    return ("clusters", "jobs", "periodic_tasks", "pool_orphans")
 
 
 @pytest.fixture
