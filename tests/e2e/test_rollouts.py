@@ -237,6 +237,10 @@ async def test_rollouts_canary_first_min_ready_held_users_warned_and_nothing_los
         sampler.start()
 
         # 1. wait_for_logoff: canary first, the free desktops next, users waited for.
+        progress: list[dict[str, Any]] = []
+        admin_stream = await http.get(f"{api}/events", headers=admin)
+        assert admin_stream.status == 200
+        following = asyncio.create_task(read_stream(admin_stream, progress))
         first = await call(
             "POST",
             f"/pools/{pool_id}/rollouts",
@@ -271,6 +275,19 @@ async def test_rollouts_canary_first_min_ready_held_users_warned_and_nothing_los
         }
         assert await all_ready_on(NEW)
         await check_canary_first(db, first["id"])
+
+        async def announced() -> bool:
+            return any(
+                event["type"] == "pool.rollout"
+                and event.get("rollout_id") == first["id"]
+                and event.get("state") == "succeeded"
+                and event.get("progress", {}).get("percent") == 100
+                for event in progress
+            )
+
+        await wait(announced, "the live events carry the rollout's progress to 100 %")
+        following.cancel()
+        admin_stream.close()
         shown_pool = await call("GET", f"/pools/{pool_id}", admin)
         assert (shown_pool["template"], shown_pool["counts"]["by_template"]) == (NEW, {NEW: 6})
 

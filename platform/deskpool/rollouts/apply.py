@@ -35,6 +35,7 @@ from deskpool.rollouts.model import (
     ENDED,
     EntryState,
     Rollout,
+    RolloutCounts,
     RolloutDesktop,
     RolloutState,
     finish,
@@ -69,6 +70,18 @@ def notice_source(rollout_id: object) -> str:
 _audit = Actor.system(ACTOR).audit_event
 
 
+def progress_of(counts: RolloutCounts) -> dict[str, int]:
+    """A rollout's progress as live events carry it (its counts and percent)."""
+    return {
+        "total": counts.total,
+        "on_new_template": counts.on_new_template,
+        "replacing": counts.replacing,
+        "waiting_for_logoff": counts.waiting_for_logoff,
+        "failed": counts.failed,
+        "percent": counts.percent,
+    }
+
+
 def rollout_event(rollout: Rollout, extra: dict[str, Any] | None = None) -> LiveEvent:
     """``pool.rollout``: a rollout's state (pools:read sees it)."""
     return LiveEvent(
@@ -92,12 +105,14 @@ async def change_state(
     *,
     actor: str,
     now: datetime,
+    counts: RolloutCounts | None = None,
 ) -> Delivery:
     """Record ``after`` (from ``rollout``), make the pool clone ``serving_template``."""
     if rollout.state is RolloutState.SCHEDULED and after.state is not RolloutState.SCHEDULED:
         after = replace(after, started_at=after.started_at or now)
     saved = await store.save_state(connection, after)
-    delivery = Delivery(events=[rollout_event(saved)])
+    progress = None if counts is None else {"progress": progress_of(counts)}
+    delivery = Delivery(events=[rollout_event(saved, progress)])
     if await store.set_pool_template(connection, rollout.pool_id, serving_template):
         how = "rollout" if serving_template == rollout.to_template else "reverted"
         await store.record_image(
@@ -174,7 +189,13 @@ async def apply_rollout_action(
         else:
             after = replace(current, state=action.state, reason=action.reason)
         return await change_state(
-            connection, current, after, action.serving_template, actor=ACTOR, now=now
+            connection,
+            current,
+            after,
+            action.serving_template,
+            actor=ACTOR,
+            now=now,
+            counts=part.counts,
         )
     current = await store.active_rollout(connection, pool.id, for_update=True)
     if current is None or current.id != rollout.id or current.state is not rollout.state:
@@ -215,6 +236,7 @@ async def apply_rollout_action(
                     "desktop_id": str(action.desktop_id),
                     "desktop": action.desktop_name,
                     "desktop_state": str(action.state),
+                    "progress": progress_of(part.counts),
                 },
             )
         )
@@ -285,7 +307,7 @@ async def apply_rollout_action(
                 "desktop_id": str(desktop.id),
                 "desktop": desktop.name,
                 "desktop_state": str(entry_state),
-                "counts_total": part.counts.total,
+                "progress": progress_of(part.counts),
             },
         )
     )
