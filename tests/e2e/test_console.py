@@ -178,6 +178,10 @@ async def _steps(instance: Instance, admin: Any, user: Any, expect: Any) -> None
     await _until(lambda: any("hello from e2e" in c.screen.typed for c in _screens(instance)))
     assert await _drawn(user), "the desktop's canvases are blank"
     await _fits(user)
+    # Once connected, a resized window resizes the desktop (and the display still fits).
+    await user.set_viewport_size({"width": 1100, "height": 720})
+    await _until(lambda: any(c.screen.width == 1100 for c in _screens(instance)))
+    await _fits(user, width=1100)
     await visit(instance, user, "desktop")
 
     # 6. The administrator sees the session, watches it read-only and disconnects it; the user
