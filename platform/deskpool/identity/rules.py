@@ -9,7 +9,8 @@ with the code ``escalation_denied`` and the missing permissions in ``missing_per
 
 **Desktops are handed out by those who may manage pools.** A change that gives anyone access
 to a pool's desktops (a member added to a group entitled to a pool, a claim bound to such a
-group, a user entitled directly or through a group enabled again, an entitlement created)
+group, a user entitled directly or through a group enabled again, an entitlement created, a
+desktop of a persistent pool assigned to a user not entitled to it)
 confers ``pools:manage`` on top of what it confers otherwise: a holder of ``groups:manage`` or
 ``roles:manage`` alone cannot give a desktop to anyone, themselves included. A role change
 that gives pool access gives ``pools:manage`` itself, so it is covered by the rule above.
