@@ -8,6 +8,8 @@ input reached the gateway while the daemon was still connecting.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -18,6 +20,7 @@ from tests.integration.gateway.conftest import GatewayHarness
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.desktopd.daemon import SimulatedUser
 from deskpool.guacamole import Instruction, Status, encode
+from deskpool.guacamole.stream import InstructionReader, StreamClosed
 from deskpool.sessions.tunnel import SessionEndReason
 from deskpool.testing.processes import until
 from deskpool.testing.tunnels import WebSocketTunnelClient
@@ -239,6 +242,38 @@ async def test_the_daemon_is_sent_disconnect_however_the_tunnel_ends(
     assert await harness.broker.wait_ended(session_id) is reason
     await eventually(lambda: user.disconnected, "the daemon was sent disconnect")
     assert user.received[-1] == Instruction("disconnect")
+
+
+async def test_a_handshake_that_times_out_ends_with_disconnect_too(
+    start_gateway: Callable[..., Awaitable[GatewayHarness]],
+) -> None:
+    after_connect: list[str] = []
+    hung_up = asyncio.Event()
+
+    async def guacd_that_never_gets_ready(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        instructions = InstructionReader(reader)
+        await instructions.expect("select")
+        writer.write(encode("args", "VERSION_1_5_0", "hostname").encode())
+        while (await instructions.read()).opcode != "connect":
+            pass
+        with contextlib.suppress(StreamClosed):
+            while True:
+                after_connect.append((await instructions.read()).opcode)
+        hung_up.set()
+
+    server = await asyncio.start_server(guacd_that_never_gets_ready, "127.0.0.1", 0)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        harness = await start_gateway(
+            DESKTOPD_ADDRESS=f"127.0.0.1:{port}", GATEWAY_HANDSHAKE_TIMEOUT="500ms"
+        )
+        client = await harness.open(harness.broker.issue())
+        assert (await client.closed()).status == Status.UPSTREAM_TIMEOUT
+        async with asyncio.timeout(10):
+            await hung_up.wait()
+    assert after_connect == ["disconnect"]
 
 
 async def test_a_read_only_tunnel_forwards_no_input(
