@@ -89,12 +89,6 @@ async def processes(environ: dict[str, str]) -> AsyncIterator[dict[str, Deskpool
 
 
 @pytest.fixture
-async def db(module_database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    async with connected(module_database_url) as connection:
-        yield connection
-
-
-@pytest.fixture
 async def hands(environ: dict[str, str]) -> AsyncIterator[Runtime]:
     """A runtime of the test's own, to reach the simulated cluster behind deskpool's back."""
     async with opened_runtime(environ) as runtime:
