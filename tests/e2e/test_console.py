@@ -23,7 +23,7 @@ axe-core: no serious or critical violation.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from tests.e2e.console_instance import (
 )
 
 from deskpool.desktopd import DesktopDaemonSimulator
+from deskpool.testing.processes import until
 from deskpool.testing.pytest_plugin import fresh_database
 
 
@@ -175,7 +176,10 @@ async def _steps(instance: Instance, admin: Any, user: Any, expect: Any) -> None
     await expect(user.locator('[data-state="connected"]')).to_be_visible(timeout=TIMEOUT)
     await user.locator(".desktop-screen").click()
     await user.keyboard.type("hello from e2e")
-    await _until(lambda: any("hello from e2e" in c.screen.typed for c in _screens(instance)))
+    await _until(
+        lambda: any("hello from e2e" in c.screen.typed for c in _screens(instance)),
+        "the desktop echoes what the user typed",
+    )
     assert await _drawn(user), "the desktop's canvases are blank"
     await _fits(user)
     # Once connected, a resized window resizes the desktop (and the display still fits).
@@ -207,7 +211,10 @@ async def _steps(instance: Instance, admin: Any, user: Any, expect: Any) -> None
     # The daemon acknowledges the watcher's keys: it read them before the watcher's sync of a
     # frame drawn after they were typed. The desktop shows none of them.
     typed_before = desktop.last_sent_timestamp
-    await _until(lambda: watcher.acknowledged > typed_before)
+    await _until(
+        lambda: watcher.acknowledged > typed_before,
+        "the daemon read the watcher's sync of a frame drawn after the keys",
+    )
     assert "by the watcher" not in desktop.screen.typed
     assert "hello from e2e" in desktop.screen.typed
     await visit(instance, admin, "watching")
@@ -260,11 +267,15 @@ def _note_csp(text: str, errors: list[str]) -> None:
 
 async def _drawn(page: Any) -> bool:
     """guacamole-common-js drew the simulated desktop: some canvas of the display is not blank."""
-    for _ in range(100):
-        if await page.evaluate(CANVAS_NOT_BLANK):
-            return True
-        await asyncio.sleep(0.1)
-    return False
+
+    async def not_blank() -> bool:
+        return bool(await page.evaluate(CANVAS_NOT_BLANK))
+
+    try:
+        await until(not_blank, "a canvas of the display is drawn", every=0.1)
+    except AssertionError:
+        return False
+    return True
 
 
 #: The desktop view's size, the size the remote display is shown at, and the remote display's.
@@ -286,15 +297,20 @@ async def _fits(page: Any, *, width: int | None = None) -> dict[str, Any]:
     :param width: the view's width to wait for (after a resize of the window).
     """
     sizes: dict[str, Any] = {}
-    for _ in range(100):
+
+    async def fitting() -> dict[str, Any] | None:
+        nonlocal sizes
         sizes = await page.evaluate(DISPLAY_SIZES)
         (view_w, view_h), (shown_w, shown_h) = sizes["view"], sizes["shown"]
         whole = 0 < shown_w <= view_w + 0.5 and 0 < shown_h <= view_h + 0.5
         filled = shown_w >= view_w - 1 or shown_h >= view_h - 1
-        if whole and filled and (width is None or view_w == width):
-            return sizes
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"the remote display does not fit the view: {sizes}")
+        return sizes if whole and filled and (width is None or view_w == width) else None
+
+    try:
+        fitted: dict[str, Any] = await until(fitting, "the display fits the view", every=0.1)
+    except AssertionError:
+        raise AssertionError(f"the remote display does not fit the view: {sizes}") from None
+    return fitted
 
 
 def _new_users(instance: Instance, before: list[Any]) -> list[Any]:
@@ -312,8 +328,12 @@ def _screens(instance: Instance) -> list[Any]:
     return list(instance.daemon.connections.values())
 
 
-async def _until(condition: Any) -> None:
+async def _until(
+    condition: Callable[[], bool], what: str = "the desktop daemon simulator shows it"
+) -> None:
     """Poll ``condition`` (state of the daemon simulator, which has no event to await)."""
-    async with asyncio.timeout(15.0):
-        while not condition():  # noqa: ASYNC110
-            await asyncio.sleep(0.1)
+
+    async def holds() -> bool:
+        return condition()
+
+    await until(holds, what)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import secrets
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 
@@ -14,14 +12,12 @@ from tests.integration.pools.conftest import pool_model
 
 from deskpool.pools import store_pools
 from deskpool.pools.model import Pool
+from deskpool.testing.processes import until
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], seconds: float = 5.0) -> None:
+async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
     """Wait until ``check()`` holds: a change reaches the principal cache through Redis."""
-    deadline = time.monotonic() + seconds
-    while not await check():
-        assert time.monotonic() < deadline, "the change never reached the caller"
-        await asyncio.sleep(0.02)
+    await until(check, "the change reaches the caller")
 
 
 async def permissions(directory: Directory, person: Person) -> set[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,6 +19,7 @@ from deskpool.audit import (
     record_audit_event,
 )
 from deskpool.events import AuditEvent
+from deskpool.testing.processes import until
 
 
 def event(occurred_at: datetime, action: str = "pool.create") -> AuditEvent:
@@ -88,10 +88,7 @@ async def test_the_workers_first_maintenance_run_provisions_and_prunes_partition
             )
         )
 
-    for _ in range(750):
-        if await maintained():
-            break
-        await asyncio.sleep(0.02)
+    await until(maintained, "audit maintenance succeeded")
     partitions = set(await existing_partitions(db))
     assert {add_months(current, n) for n in range(4)} <= partitions
     assert old not in partitions

@@ -14,6 +14,7 @@ from deskpool.jobs import JobContext, JobKind, LeaseLost, PermanentJobFailure, R
 from deskpool.jobs.model import JobState
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
+from deskpool.testing.processes import until
 
 StartWorker = Callable[..., Awaitable[Any]]
 FAST_RETRY = RetryPolicy(base=timedelta(milliseconds=20), cap=timedelta(milliseconds=50))
@@ -33,15 +34,6 @@ class JobKinds:
 
 async def state_of(db: asyncpg.Connection, job_id: int) -> str:
     return str(await db.fetchval("SELECT state FROM jobs WHERE id = $1", job_id))
-
-
-async def until(check: Callable[[], Any], tries: int = 750) -> None:
-    """Wait for a condition only the database can tell (another connection's commit)."""
-    for _ in range(tries):
-        if await check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("the condition never held")
 
 
 def metric(worker: Any, name: str, **labels: str) -> float:
@@ -81,7 +73,10 @@ async def test_runs_every_job_with_at_most_the_configured_concurrency(
     await asyncio.wait_for(all_done.wait(), 15)
     assert sorted(done) == list(range(8))
     assert peak == 3
-    await until(lambda: db.fetchval("SELECT count(*) = 8 FROM jobs WHERE state = 'succeeded'"))
+    await until(
+        lambda: db.fetchval("SELECT count(*) = 8 FROM jobs WHERE state = 'succeeded'"),
+        "the eight jobs succeeded",
+    )
     assert metric(worker, "deskpool_job_claim_latency_seconds_count", kind="work") == 8
     assert (
         metric(worker, "deskpool_job_run_duration_seconds_count", kind="work", outcome="succeeded")
@@ -115,7 +110,10 @@ async def test_failed_attempts_are_retried_with_backoff_until_one_succeeds(
 
     job = await queue.enqueue(db, "flaky")
     worker = await start_worker(JobKinds(flaky=JobKind(flaky, retry=FAST_RETRY)))
-    await until(lambda: db.fetchval("SELECT state = 'succeeded' FROM jobs WHERE id = $1", job.id))
+    await until(
+        lambda: db.fetchval("SELECT state = 'succeeded' FROM jobs WHERE id = $1", job.id),
+        "the job succeeded",
+    )
     assert attempts == [1, 2, 3]
     stored = await queue.get_job(db, job.id)
     assert stored is not None
@@ -146,7 +144,8 @@ async def test_a_permanent_failure_and_exhausted_attempts_make_a_job_dead(
         lambda: db.fetchval(
             "SELECT count(*) = 2 FROM jobs WHERE state = 'dead' AND id = ANY($1::bigint[])",
             [refused.id, slow.id],
-        )
+        ),
+        "both jobs are dead",
     )
     refused_job = await queue.get_job(db, refused.id)
     slow_job = await queue.get_job(db, slow.id)
@@ -212,7 +211,10 @@ async def test_a_job_left_by_a_dead_worker_is_reclaimed_and_run(
     )
     worker = await start_worker(JobKinds(once=once), WORKER_LEASE_DURATION="1s")
     await asyncio.wait_for(finished.wait(), 15)
-    await until(lambda: db.fetchval("SELECT state = 'succeeded' FROM jobs WHERE id = $1", job.id))
+    await until(
+        lambda: db.fetchval("SELECT state = 'succeeded' FROM jobs WHERE id = $1", job.id),
+        "the job succeeded",
+    )
     stored = await queue.get_job(db, job.id)
     assert stored is not None
     assert ran == [2]
@@ -289,7 +291,7 @@ async def test_the_worker_carries_on_after_its_database_connections_are_terminat
     async def listening_again() -> bool:
         return notifications.connections >= 2 and notifications.connected.is_set()
 
-    await until(listening_again)
+    await until(listening_again, "the worker listens for notifications again")
     await queue.enqueue(db, "record", {"n": 1})
     await asyncio.wait_for(events[1].wait(), 30)
     assert ran == [0, 1]
