@@ -11,6 +11,11 @@ the REST API, as an administrator would, so provisioning can be watched at once.
 listens at ``DESKTOPD_ADDRESS`` (guacd is not packaged by Debian), it runs the desktop daemon
 simulator (:mod:`deskpool.desktopd`) on loopback and points the gateway at it, and says so. It
 is for a developer's machine only: anyone who reaches the issuer signs in.
+
+Any listen address may ask for port 0 (``API_ADDR=127.0.0.1:0``, ``--issuer-port 0``...): the
+listeners whose addresses the URLs above name are bound before those URLs are derived
+(:func:`deskpool.listener.bind_ahead`), and ``LISTEN_ADDRESSES_FILE`` lists what every one
+bound, the issuer (``issuer``) and a desktop daemon simulator (``desktopd``) included.
 """
 
 from __future__ import annotations
@@ -20,14 +25,17 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import asyncpg
+import voluptuous as vol
 
-from deskpool.config import parse_host_port
+from deskpool.config import parse_host_port, parse_listen_address
 from deskpool.db import migrate
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.host import ALL_COMPONENTS, Host, bootstrap
+from deskpool.listener import bind_ahead
 from deskpool.testing.idp import DevIdentityProvider
 
 log = logging.getLogger(__name__)
@@ -119,9 +127,12 @@ async def desktop_daemon(environ: dict[str, str]) -> tuple[DesktopDaemonSimulato
     :returns: the simulator started (``None`` when a daemon answered) and a line for the banner.
     """
     address = environ.get("DESKTOPD_ADDRESS") or "desktopd:4822"
-    if await daemon_listens(address):
+    try:
+        port = parse_listen_address(address).port if ":" in address else 4822
+    except vol.Invalid:
+        port = 4822
+    if port and await daemon_listens(address):
         return None, f"  desktop      the desktop daemon at {address}"
-    port = parse_host_port(address).port if ":" in address else 4822
     simulator = DesktopDaemonSimulator("127.0.0.1", port)
     try:
         await simulator.start()
@@ -136,13 +147,30 @@ async def desktop_daemon(environ: dict[str, str]) -> tuple[DesktopDaemonSimulato
     return simulator, line
 
 
+#: The listen addresses ``deskpool dev`` derives URLs from, bound ahead when they ask for port 0.
+BOUND_AHEAD = ("API_ADDR", "WEB_ADDR", "GATEWAY_ADDR", "METRICS_ADDR")
+
+
+def bind_listeners_ahead(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ``, each of :data:`BOUND_AHEAD` that asks for port 0 bound now (its port set)."""
+    bound = dict(environ)
+    for name in BOUND_AHEAD:
+        try:
+            address = parse_listen_address(environ.get(name) or "")
+        except vol.Invalid:
+            continue  # unset, or wrong: the configuration says so when it is read
+        if address.port == 0:
+            bound[name] = str(bind_ahead(address))
+    return bound
+
+
 async def run_dev(environ: Mapping[str, str], state_dir: Path, issuer_port: int) -> None:
     """Migrate, start the dev issuer, run every component until SIGTERM/SIGINT."""
     issuer = DevIdentityProvider(state_dir / "dev-idp-keys.json", audience=DEV_API_AUDIENCE)
     await issuer.start("127.0.0.1", issuer_port)
     simulator: DesktopDaemonSimulator | None = None
     try:
-        merged = dev_environ(environ, issuer.issuer_url)
+        merged = dev_environ(bind_listeners_ahead(environ), issuer.issuer_url)
         simulator, daemon_line = await desktop_daemon(merged)
         process = bootstrap(merged, ALL_COMPONENTS)
         connection = await asyncpg.connect(process.config["DATABASE_URL"])
@@ -151,7 +179,10 @@ async def run_dev(environ: Mapping[str, str], state_dir: Path, issuer_port: int)
                 log.info("applied migration %s", label)
         finally:
             await connection.close()
-        host = Host(process)
+        also_bound = {"issuer": urlsplit(issuer.issuer_url).netloc}
+        if simulator is not None:
+            also_bound["desktopd"] = simulator.address
+        host = Host(process, also_bound)
         token = issuer.issue_token(
             DEV_ADMIN_SUBJECT, expires_in=8 * 3600, **issuer.users[DEV_ADMIN_SUBJECT].claims
         )

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -335,6 +336,24 @@ class ListenerRunner(web.AppRunner):
         )
 
 
+#: Sockets this process bound ahead of its listeners (:func:`bind_ahead`), by bound address.
+_BOUND_AHEAD: dict[tuple[str, int], socket.socket] = {}
+
+
+def bind_ahead(address: HostPort) -> HostPort:
+    """Bind ``address`` now (port 0: a free port the system picks) for a listener to serve later.
+
+    For a process that must name its listeners' addresses before they start (``deskpool dev``
+    derives its public URLs from them): :func:`start_listener`, asked for the address returned,
+    serves on the socket bound here instead of binding again.
+    """
+    family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
+    sock = socket.create_server((address.host, address.port), family=family)
+    bound = HostPort(address.host, int(sock.getsockname()[1]))
+    _BOUND_AHEAD[(bound.host, bound.port)] = sock
+    return bound
+
+
 def bound_address(runner: web.AppRunner) -> HostPort:
     """The address ``runner`` listens on: the port the system picked when asked for port 0."""
     host, port = runner.addresses[0][:2]
@@ -352,8 +371,14 @@ async def start_listener(
     """Serve ``app`` on ``address`` with ``limits``; the returned runner stops it (cleanup)."""
     runner = ListenerRunner(app, limits=limits, listener=name, shutdown_timeout=shutdown_timeout)
     await runner.setup()
+    ahead = _BOUND_AHEAD.pop((address.host, address.port), None)
+    site = (
+        web.SockSite(runner, ahead)
+        if ahead is not None
+        else web.TCPSite(runner, address.host, address.port)
+    )
     try:
-        await web.TCPSite(runner, address.host, address.port).start()
+        await site.start()
     except BaseException:
         await runner.cleanup()
         raise

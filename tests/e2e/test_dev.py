@@ -15,7 +15,7 @@ from tests.conftest import REPO, deskpool_command
 
 from deskpool.guacamole.handshake import ClientInfo, perform_handshake
 from deskpool.guacamole.stream import InstructionReader
-from deskpool.testing.processes import free_port, until_ready
+from deskpool.testing.processes import ANY_PORT, read_addresses, until, until_ready
 from deskpool.testing.tunnels import WebSocketTunnelClient
 
 
@@ -23,42 +23,40 @@ async def open_when_ready(
     session: aiohttp.ClientSession, url: str, headers: dict[str, str]
 ) -> dict[str, Any]:
     """Open the desktop once one is ready (the demo cluster takes some seconds to build one)."""
-    async with asyncio.timeout(90):
-        while True:
-            async with session.post(url, headers=headers) as response:
-                body = await response.json()
-                if response.status == 200:
-                    return dict(body)
-                assert response.status == 503, body
-                assert body["code"] in ("no_desktop_available", "desktop_unreachable"), body
-            await asyncio.sleep(0.5)
+
+    async def opened() -> dict[str, Any] | None:
+        async with session.post(url, headers=headers) as response:
+            body = await response.json()
+            if response.status == 200:
+                return dict(body)
+            assert response.status == 503, body
+            assert body["code"] in ("no_desktop_available", "desktop_unreachable"), body
+            return None
+
+    desktop: dict[str, Any] = await until(opened, "a demo desktop opens", 90, every=0.5)
+    return desktop
 
 
 async def test_dev_serves_signs_in_and_seeds_a_simulated_pool(
     deskpool_environ: dict[str, str], tmp_path: Path
 ) -> None:
-    ports = {name: free_port() for name in ("api", "ops", "gateway", "web", "issuer", "desktopd")}
+    addresses_file = tmp_path / "addresses.json"
     env = {
         **deskpool_environ,
         "PATH": os.environ["PATH"],
-        "API_ADDR": f"127.0.0.1:{ports['api']}",
-        "METRICS_ADDR": f"127.0.0.1:{ports['ops']}",
-        "GATEWAY_ADDR": f"127.0.0.1:{ports['gateway']}",
-        "WEB_ADDR": f"127.0.0.1:{ports['web']}",
+        # Every listener binds a port the system picks, and the process says which.
+        "API_ADDR": ANY_PORT,
+        "METRICS_ADDR": ANY_PORT,
+        "GATEWAY_ADDR": ANY_PORT,
+        "WEB_ADDR": ANY_PORT,
+        "DESKTOPD_ADDRESS": ANY_PORT,
+        "LISTEN_ADDRESSES_FILE": str(addresses_file),
         "SECRETS_MASTER_KEY": "A" * 43 + "=",
         "POOL_RECONCILE_INTERVAL": "1s",
         "WORKER_POLL_INTERVAL": "1s",
-        "DESKTOPD_ADDRESS": f"127.0.0.1:{ports['desktopd']}",
         "APP_ENV": "development",  # as `make run` writes it in .run/dev.env
     }
-    command = [
-        *deskpool_command(),
-        "dev",
-        "--state-dir",
-        str(tmp_path),
-        "--issuer-port",
-        str(ports["issuer"]),
-    ]
+    command = [*deskpool_command(), "dev", "--state-dir", str(tmp_path), "--issuer-port", "0"]
     process = await asyncio.create_subprocess_exec(
         *command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
@@ -80,21 +78,26 @@ async def test_dev_serves_signs_in_and_seeds_a_simulated_pool(
             match = re.search(r"Bearer ([\w.-]+)'", line)
             token = match.group(1) if match else None
         draining = asyncio.create_task(drain())
-        api = f"http://127.0.0.1:{ports['api']}"
+
+        async def written() -> dict[str, str] | None:
+            assert process.returncode is None, "".join(lines)
+            return read_addresses(addresses_file)
+
+        bound = await until(written, "deskpool dev wrote the addresses it bound")
+        assert set(bound) == {"api", "ops", "gateway", "web", "issuer", "desktopd"}, bound
+        api = f"http://{bound['api']}"
         headers = {"Authorization": f"Bearer {token}"}
         async with aiohttp.ClientSession() as session:
-            await until_ready(
-                session, f"http://127.0.0.1:{ports['ops']}/readyz", "deskpool dev is ready"
-            )
+            await until_ready(session, f"http://{bound['ops']}/readyz", "deskpool dev is ready")
             async with session.get(f"{api}/api/v1/me", headers=headers) as me:
                 assert me.status == 200
                 assert (await me.json())["is_platform_admin"]
-            for _ in range(300):
+
+            async def demo_pools() -> list[dict[str, Any]]:
                 async with session.get(f"{api}/api/v1/pools", headers=headers) as pools:
-                    items = (await pools.json())["items"]
-                if items:
-                    break
-                await asyncio.sleep(0.05)
+                    return list((await pools.json())["items"])
+
+            items = await until(demo_pools, "the demo pool is created")
             assert [pool["name"] for pool in items] == ["demo-linux"]
             async with session.get(f"{api}/api/v1/setup", headers=headers) as setup:
                 assert (await setup.json())["cluster_connected"]
@@ -103,7 +106,7 @@ async def test_dev_serves_signs_in_and_seeds_a_simulated_pool(
                 session, f"{api}/api/v1/me/pools/{items[0]['id']}/desktop", headers
             )
             connection = opened["connection"]
-            assert connection["url"] == f"ws://127.0.0.1:{ports['gateway']}/websocket-tunnel"
+            assert connection["url"] == f"ws://{bound['gateway']}/websocket-tunnel"
             tunnel = await WebSocketTunnelClient.connect(
                 session, connection["url"], {"token": connection["token"]}
             )
@@ -111,11 +114,10 @@ async def test_dev_serves_signs_in_and_seeds_a_simulated_pool(
             assert any(instruction.opcode in ("img", "png") for instruction in drawn)
             await tunnel.ws.close()
         banner = "".join(lines)
-        assert (
-            f"no desktop daemon listens at 127.0.0.1:{ports['desktopd']}: running the desktop "
-            f"daemon simulator on 127.0.0.1:{ports['desktopd']}"
-        ) in banner
-        reader, writer = await asyncio.open_connection("127.0.0.1", ports["desktopd"])
+        assert f"running the desktop daemon simulator on {bound['desktopd']}" in banner
+        assert f"OIDC issuer  http://{bound['issuer']}" in banner
+        host, _, port = bound["desktopd"].rpartition(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
         handshake = await perform_handshake(
             InstructionReader(reader), writer, "vnc", {"hostname": "vm"}, ClientInfo(), within=5
         )

@@ -54,8 +54,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _read_addresses(path: Path) -> dict[str, str] | None:
-    """The ``LISTEN_ADDRESSES_FILE`` at ``path`` once written (it is replaced whole)."""
+def read_addresses(path: Path) -> dict[str, str] | None:
+    """The addresses in the ``LISTEN_ADDRESSES_FILE`` at ``path``; ``None`` until written whole."""
     return dict(json.loads(path.read_text())) if path.exists() else None
 
 
@@ -178,7 +178,7 @@ class DeskpoolProcess:
         async def addresses() -> list[dict[str, str]]:
             if self._reader is not None and self._reader.done():
                 raise AssertionError(f"{self.components} exited:\n{self.output}")
-            found = _read_addresses(written)
+            found = read_addresses(written)
             return [] if found is None else [found]  # a process without listeners writes {}
 
         try:
