@@ -3,8 +3,8 @@
 Connection:
 - ``endpoint``: a libvirt URI (``qemu:///system``, ``qemu+ssh://root@kvm1/system``,
   ``qemu+tls://kvm1/system``, ``qemu+tcp://kvm1/system``); the ``hosts`` option lists the
-  other hosts of the cluster. Each host is a node, named after the URI's host part
-  (``localhost`` for a local URI).
+  other hosts of the cluster. Each host is a node, named after the URI's host part (with the
+  port when the URI gives one; ``localhost`` for a local URI).
 - ``credentials`` (sealed): ``username``/``password`` for SASL, ``ssh_private_key`` for SSH,
   ``tls_client_cert``/``tls_client_key`` for TLS (with the connection's ``ca_cert``; TLS is
   verified unless ``tls_verify`` is off). See :mod:`deskpool_driver_libvirt.fields`.
@@ -43,6 +43,10 @@ address is reached at the ``vnc_host`` option or the URI's host. RDP (a Windows 
 other guests when the pool prefers it) goes to the guest's first address from the agent
 (``guest-network-get-interfaces``) at ``rdp_port``.
 
+Hosts that are down: ``list_nodes`` shows them offline and ``list_templates`` leaves their
+templates out, but ``list_owned_vms`` and a VM not found on the hosts that answer raise
+:class:`NodeUnavailable`: a desktop on a host that is down has not vanished.
+
 Events: each connection registers for domain lifecycle events; a domain that stops or is
 undefined is reported at once to the platform through ``context.events`` (contract 0.3.1's
 :class:`~deskpool_driver_api.VmEvent`) once the platform called ``watch_events``.
@@ -79,6 +83,7 @@ from deskpool_driver_api import (
     GuestInfo,
     HypervisorDriver,
     Node,
+    NodeUnavailable,
     NotFound,
     OperationFailed,
     OsType,
@@ -95,7 +100,13 @@ from deskpool_driver_api import (
 from deskpool_driver_libvirt import domain_xml
 from deskpool_driver_libvirt.domain_xml import DomainFacts, VolumeRef, XmlProblem
 from deskpool_driver_libvirt.fields import CONNECTION_FIELDS
-from deskpool_driver_libvirt.hosts import Credentials, Hosts, options_hosts, translate
+from deskpool_driver_libvirt.hosts import (
+    Credentials,
+    Hosts,
+    node_name,
+    options_hosts,
+    translate,
+)
 
 T = TypeVar("T")
 
@@ -213,6 +224,11 @@ class LibvirtDriver(HypervisorDriver):
                     f"{uri!r} is not a QEMU libvirt URI (qemu:///system, "
                     "qemu+ssh://user@host/system, qemu+tls://host/system)"
                 )
+        names = [node_name(uri) for uri in uris]
+        if len(set(names)) < len(names):
+            raise DriverConfigurationError(
+                f"two hosts have the same node name ({', '.join(names)}): one URI per host"
+            )
         rdp_parameters = options.get("rdp_parameters", DEFAULT_RDP_PARAMETERS)
         if not isinstance(rdp_parameters, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in rdp_parameters.items()
@@ -273,20 +289,27 @@ class LibvirtDriver(HypervisorDriver):
         except XmlProblem as error:
             raise OperationFailed(f"{what}: {error}", vm_id=vm_id) from None
 
-    def _each_host(self) -> list[tuple[str, str, Any]]:
+    def _each_host(self, *, every: bool = False) -> list[tuple[str, str, Any]]:
         """``(uri, node, connection)`` of every reachable host (in a thread).
 
+        :param every: raise unless every host is reached (an answer about all domains must
+            not leave out those of a host that is down).
         :raises DriverError: when no host can be reached (the first host's error).
+        :raises NodeUnavailable: ``every`` and a host cannot be reached.
         """
         reached = []
         first: DriverError | None = None
+        down = []
         for node, uri in self.hosts.nodes.items():
             try:
                 reached.append((uri, node, self.hosts.connection(uri)))
             except DriverError as error:
                 first = first or error
+                down.append(node)
         if not reached and first is not None:
             raise first
+        if every and down:
+            raise NodeUnavailable(f"libvirt host(s) {', '.join(down)} cannot be reached")
         return reached
 
     def _find(self, vm_id: str) -> Located:
@@ -303,6 +326,7 @@ class LibvirtDriver(HypervisorDriver):
                     continue
                 self._forget_if_broken(uri, error)
                 raise translate(error, f"looking up domain {vm_id}", vm_id=vm_id) from None
+        self._each_host(every=True)  # a host that is down may have it: not "not found"
         raise VmNotFound(f"no domain {vm_id} on any host", vm_id=vm_id)
 
     def _forget_if_broken(self, uri: str, error: libvirt.libvirtError) -> None:
@@ -404,9 +428,9 @@ class LibvirtDriver(HypervisorDriver):
 
         return await self._run(lambda: self._guard(nodes, "listing the hosts"))
 
-    def _all_domains(self) -> list[tuple[Located, DomainFacts]]:
+    def _all_domains(self, *, every: bool = False) -> list[tuple[Located, DomainFacts]]:
         found = []
-        for uri, node, connection in self._each_host():
+        for uri, node, connection in self._each_host(every=every):
             try:
                 domains = connection.listAllDomains(0)
             except libvirt.libvirtError as error:
@@ -441,7 +465,7 @@ class LibvirtDriver(HypervisorDriver):
     async def do_list_owned_vms(self) -> list[VirtualMachine]:
         def owned() -> list[VirtualMachine]:
             found = []
-            for located, facts in self._all_domains():
+            for located, facts in self._all_domains(every=True):
                 if facts.template or not self.ownership.is_owned(facts.tags):
                     continue
                 try:

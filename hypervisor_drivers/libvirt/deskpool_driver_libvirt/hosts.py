@@ -116,9 +116,10 @@ def translate(error: libvirt.libvirtError, what: str, *, vm_id: str | None = Non
 
 
 def node_name(uri: str) -> str:
-    """The node a host URI names: its host part, ``localhost`` for a local URI."""
-    host = urlsplit(uri).hostname
-    return host or "localhost"
+    """The node a host URI names: its host (and port, if given); ``localhost`` when local."""
+    parts = urlsplit(uri)
+    host = parts.hostname or "localhost"
+    return f"{host}:{parts.port}" if parts.port else host
 
 
 @dataclass(frozen=True)

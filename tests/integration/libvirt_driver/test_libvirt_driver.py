@@ -7,6 +7,7 @@ are never listed as its own.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from deskpool_driver_api import (
     ClusterConnection,
     DriverContext,
     InMemorySharedState,
+    NodeUnavailable,
     VmEvent,
     VmEventKind,
     VmNotFound,
@@ -97,7 +99,7 @@ async def test_lifecycle_events_reach_the_sink(
         await driver.delete(vm.id, desktop_id=desktop_id)
         await until(lambda: seen(VmEventKind.REMOVED), "the deletion is reported")
         assert {e.cluster_id for e in sink.events} == {"events"}
-        assert {e.node for e in sink.events if e.vm_id == vm.id} == {"127.0.0.1"}
+        assert {e.node for e in sink.events if e.vm_id == vm.id} == {"127.0.0.1:16509"}
     finally:
         with_vm = [v for v in await driver.list_owned_vms() if v.id == vm.id]
         for leftover in with_vm:
@@ -134,6 +136,29 @@ async def test_a_clone_whose_process_died_is_removed_by_the_first_read(
         await driver.get_vm(vm_id)  # no heartbeat: abandoned
     assert vm_id not in {d.UUIDString() for d in local.listAllDomains(0)}
     assert volume.name not in libvirt_lab.volumes(local)
+
+
+async def test_a_host_that_is_down_is_an_offline_node_and_hides_no_desktop(
+    libvirt_lab: LibvirtLab, libvirt_credentials: dict[str, str]
+) -> None:
+    driver = LibvirtDriver(
+        ClusterConnection(
+            TCP_URI,
+            libvirt_credentials,
+            options={"hosts": ["qemu+tcp://127.0.0.1:1/system"]},  # nothing listens there
+        ),
+        DriverContext(InMemorySharedState(), owner_tag=libvirt_lab.owner_tag),
+    )
+    try:
+        nodes = {node.name: node.online for node in await driver.list_nodes()}
+        assert nodes == {"127.0.0.1:16509": True, "127.0.0.1:1": False}
+        assert libvirt_lab.template in {t.name for t in await driver.list_templates()}
+        with pytest.raises(NodeUnavailable):
+            await driver.list_owned_vms()  # the desktops of the host that is down are not gone
+        with pytest.raises(NodeUnavailable):
+            await driver.get_vm(str(uuid.uuid4()))
+    finally:
+        await driver.close()
 
 
 async def test_domains_deskpool_did_not_tag_are_not_its_own(

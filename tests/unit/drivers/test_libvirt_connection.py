@@ -58,6 +58,7 @@ def test_nodes_are_named_after_their_uris() -> None:
         "qemu+ssh://kvm2/system",
     ]
     assert options_hosts("qemu:///system", {"hosts": ["qemu:///system"]}) == ["qemu:///system"]
+    assert node_name("qemu+tcp://127.0.0.1:16509/system") == "127.0.0.1:16509"
 
 
 def test_ssh_and_tls_credentials_become_private_files_named_in_the_uri() -> None:
@@ -116,3 +117,10 @@ def test_options_are_checked_against_the_declaration() -> None:
         context,
     )
     assert list(driver.hosts.nodes) == ["localhost", "kvm2"]
+    with pytest.raises(DriverConfigurationError, match="same node name"):
+        LibvirtDriver(
+            ClusterConnection(
+                "qemu+ssh://kvm2/system", options={"hosts": ["qemu+tls://kvm2/system"]}
+            ),
+            context,
+        )
