@@ -210,7 +210,7 @@ class _Pass:
             for d in self.desktops
             if self.needs_new_image(d)
             and self.free(d)
-            and self.entries.get(d.id) is None
+            and self._untouched(d.id)
             and d.id not in self.touched
         ]
         candidates.sort(key=lambda d: (d.is_available, d.name))
@@ -236,6 +236,15 @@ class _Pass:
         # Desktops the pool may create to keep min_ready while these are rebuilt.
         self.extra = min(headroom, in_flight + done + blocked)
         return done, len(candidates) > done
+
+    def _untouched(self, desktop_id: UUID) -> bool:
+        """Whether the rollout has not rebuilt the desktop yet.
+
+        It may be waiting for the desktop's user, who has left (a persistent desktop whose user
+        logged off is free now).
+        """
+        entry = self.entries.get(desktop_id)
+        return entry is None or entry.state in _WAITING
 
     def _replace(self, desktop: Desktop, role: EntryRole) -> None:
         to = self.rollout.to_template

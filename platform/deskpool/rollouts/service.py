@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any
 from deskpool.actor import Actor
 from deskpool.errors import NotFound, ValidationFailed
 from deskpool.live.publishers import publish
+from deskpool.notices import service as notices
 from deskpool.notices.service import deliver
 from deskpool.pools import service as pools
 from deskpool.pools import store_pools
 from deskpool.pools.reconcile_jobs import enqueue_pool_reconcile
 from deskpool.pools.store_reconcile import desktops_of_pools
 from deskpool.rollouts import model, store
-from deskpool.rollouts.apply import change_state, rollout_event
+from deskpool.rollouts.apply import change_state, notice_source, rollout_event
 from deskpool.rollouts.model import (
     InUsePolicy,
     Rollout,
@@ -181,6 +182,11 @@ async def _change(
         delivery = await change_state(
             connection, rollout, after, serving, actor=actor.name, now=now
         )
+        if after.state is RolloutState.PAUSED:
+            # Nobody is logged off while it is paused: the warnings are withdrawn, and given
+            # afresh (the whole warning_seconds) when it resumes.
+            await store.withdraw_warnings(connection, rollout_id)
+            delivery.extend(await notices.clear(connection, source=notice_source(rollout_id)))
         await enqueue_pool_reconcile(connection, pool_id)
         await actor.record(
             connection,

@@ -256,6 +256,19 @@ async def get_entry(
     return None if row is None else entry_of(row)
 
 
+async def withdraw_warnings(connection: asyncpg.Connection, rollout_id: uuid.UUID) -> None:
+    """Users warned by the rollout wait again, to be warned afresh if it goes on."""
+    await connection.execute(
+        """
+        UPDATE rollout_desktops
+           SET state = 'waiting_for_logoff', warned_at = NULL, logoff_at = NULL,
+               updated_at = now()
+         WHERE rollout_id = $1 AND state = 'warned'
+        """,
+        rollout_id,
+    )
+
+
 async def build_template(db: Db, desktop_id: uuid.UUID) -> str | None:
     """The template an active rollout rebuilds the desktop from, if one does."""
     value: str | None = await db.fetchval(

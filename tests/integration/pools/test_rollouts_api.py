@@ -169,3 +169,63 @@ async def test_a_notice_reaches_the_user_in_me_desktops(
         await notices.clear(connection, source="test")
     mine = await send(client, "GET", "/api/v1/me/desktops", user, 200)
     assert mine["items"][0]["notice"] is None
+
+
+async def test_pausing_withdraws_the_warnings_given(
+    client: Any, new_caller: NewCaller, api_cluster: NewCluster, pools_runtime: Runtime
+) -> None:
+    manager, user = await new_caller("pools:manage"), await new_caller()
+    cluster_id = await api_cluster(templates=TEMPLATES)
+    pool = await send(client, "POST", POOLS, manager, 201, json=pool_body(cluster_id))
+    record = await store_pools.get_pool(pools_runtime.db, uuid.UUID(pool["id"]))
+    assert record is not None
+    rollouts = f"{POOLS}/{pool['id']}/rollouts"
+    started = await send(
+        client,
+        "POST",
+        rollouts,
+        manager,
+        201,
+        json={"template": "ubuntu-24.04", "in_use": "force_logoff", "warning_seconds": 60},
+    )
+    ends_at = datetime.now(UTC) + timedelta(seconds=60)
+    async with pools_runtime.db.acquire() as connection:
+        [desktop_id] = await add_desktops(
+            connection, record, 1, DesktopState.IN_USE, assigned_user=uuid.UUID(user.id)
+        )
+        # As a rolling pass leaves it: the user of the desktop in use was warned.
+        await connection.execute(
+            "UPDATE rollouts SET state = 'rolling' WHERE id = $1", uuid.UUID(started["id"])
+        )
+        await connection.execute(
+            """INSERT INTO rollout_desktops (rollout_id, desktop_id, desktop_name, role, state,
+                      warned_at, logoff_at)
+               VALUES ($1, $2, 'warned-one', 'batch', 'warned', now(), $3)""",
+            uuid.UUID(started["id"]),
+            desktop_id,
+            ends_at,
+        )
+        await notices.warn(
+            connection,
+            desktop_id=desktop_id,
+            pool_id=record.id,
+            user_id=user.id,
+            ends_at=ends_at,
+            reason="image_rollout",
+            message="",
+            source=f"rollout:{started['id']}",
+        )
+    warned = await send(client, "GET", "/api/v1/me/desktops", user, 200)
+    assert warned["items"][0]["notice"] is not None
+    paused = await send(client, "POST", f"{rollouts}/{started['id']}/pause", manager, 200)
+    assert paused["state"] == "paused"
+    [entry] = paused["desktops"]
+    assert (entry["state"], entry["warned_at"], entry["logoff_at"]) == (
+        "waiting_for_logoff",
+        None,
+        None,
+    )
+    after = await send(client, "GET", "/api/v1/me/desktops", user, 200)
+    assert after["items"][0]["notice"] is None
+    resumed = await send(client, "POST", f"{rollouts}/{started['id']}/resume", manager, 200)
+    assert resumed["state"] == "rolling"

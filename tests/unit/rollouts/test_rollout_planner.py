@@ -325,6 +325,12 @@ def test_invariants_hold_over_random_pool_states(
     assert part is not None
     actions = part.actions
     replaced = [by_id[a.desktop_id] for a in actions if isinstance(a, ReplaceForRollout)]
+    # Desktops being rebuilt once this pass's bookkeeping is done (a rebuild that finished
+    # frees its slot).
+    settled = {a.desktop_id: a.state for a in actions if isinstance(a, SettleEntry)}
+    in_flight = sum(
+        settled.get(e.desktop_id, e.state) is EntryState.REPLACING for e in entries.values()
+    )
 
     # Never more records than max_size + surge (when there were not already more).
     creates = sum(isinstance(a, CreateDesktop) for a in plan.actions)
@@ -351,7 +357,6 @@ def test_invariants_hold_over_random_pool_states(
     available = sum(d.is_available for d in desktops)
     taken = sum(d.is_available for d in replaced)
     if available - taken < min(rollout.min_ready, available):
-        in_flight = sum(e.state is EntryState.REPLACING for e in entries.values())
         assert taken == 1
         assert in_flight == 0
         assert len(desktops) >= pool.max_size + rollout.surge
@@ -363,7 +368,6 @@ def test_invariants_hold_over_random_pool_states(
 
     # At most batch_size desktops rebuilt at once by a rolling rollout.
     if rollout.state is RolloutState.ROLLING:
-        in_flight = sum(e.state is EntryState.REPLACING for e in entries.values())
         assert len(replaced) <= max(0, rollout.batch_size - in_flight)
 
     # Each desktop gets one action at most.
@@ -378,3 +382,15 @@ def test_replacements_are_free_desktops_of_the_pool() -> None:
     plan = plan_rollout(pool, desktops, view(rollout_of(pool)), NOW)
     # Every desktop in use: the canary is one of them, waited for.
     assert kinds(plan) == [("rollout_wait", "lab-001")]
+
+
+def test_a_persistent_desktop_whose_user_left_is_rebuilt_when_recreate_assigned() -> None:
+    pool = pool_of(template=NEW, kind=PoolKind.PERSISTENT, spare=0)
+    [desktop] = [
+        replace(d, template=OLD, state=S.READY, in_session=False, assigned_user="ada")
+        for d in six(pool, in_use=0)[:1]
+    ]
+    rollout = rollout_of(pool, state=RolloutState.ROLLING, recreate_assigned=True, min_ready=0)
+    waiting = entry(desktop, EntryState.WAITING_FOR_LOGOFF, EntryRole.BATCH)
+    plan = plan_rollout(pool, [desktop], view(rollout, waiting), NOW)
+    assert kinds(plan) == [("rollout_replace", "lab-001")]
