@@ -3,7 +3,7 @@
 :func:`x_display` starts Xvfb on a display it picks itself (``-displayfd``), paints the root
 window a solid colour, and stops it on exit; :meth:`XDisplay.spawn` runs an X client on it
 (an ``xterm``...) and :meth:`XDisplay.screenshot` reads the screen with ``xwd``.
-:func:`vnc_server` serves a display with x11vnc on a free loopback port, with or without a VNC
+:func:`vnc_server` serves a display with x11vnc on a loopback port it picks, with or without a VNC
 password. A missing program is a failing test that says what to install (``make x11``, which
 runs ``scripts/ensure-x11.sh``), never a skip.
 
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from deskpool.testing.processes import free_port, until
+from deskpool.testing.processes import until
 
 __all__ = ["VncServer", "XDisplay", "require_x11", "vnc_server", "x_display"]
 
@@ -163,21 +163,31 @@ class VncServer:
 
 @contextlib.asynccontextmanager
 async def vnc_server(display: XDisplay, password: str | None = None) -> AsyncIterator[VncServer]:
-    """x11vnc for ``display`` on a free loopback port (VNC Authentication with ``password``).
+    """x11vnc for ``display`` on a loopback port it binds itself (VNC Authentication: ``password``).
 
     It shares the screen with every viewer, draws no cursor into the framebuffer (so the
     picture equals ``xwd``'s), polls the screen (no XDAMAGE, no shared memory), and stays up
     after viewers leave.
     """
-    port = free_port()
     auth = ["-passwdfile", f"rm:{_password_file(password)}"] if password else ["-nopw"]
+    # Without -rfbport, x11vnc binds the first free port from 5900 itself and prints PORT=N.
     process = await asyncio.create_subprocess_exec(
-        "x11vnc", "-display", display.name, "-rfbport", str(port), "-localhost", "-forever",
+        "x11vnc", "-display", display.name, "-localhost", "-forever",
         "-shared", "-nocursor", "-noxdamage", "-noshm", "-quiet", *auth,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
+    draining: asyncio.Task[bytes] | None = None
     try:
+        assert process.stdout is not None
+        port = 0
+        async with asyncio.timeout(30):
+            while not port:
+                line = (await process.stdout.readline()).decode()
+                assert line, "x11vnc exited before it said which port it bound"
+                if line.startswith("PORT="):
+                    port = int(line.removeprefix("PORT=").strip())
+        draining = asyncio.create_task(process.stdout.read())
 
         async def listening() -> bool:
             assert process.returncode is None, "x11vnc exited before it listened"
@@ -196,6 +206,8 @@ async def vnc_server(display: XDisplay, password: str | None = None) -> AsyncIte
         if process.returncode is None:
             process.kill()
             await process.wait()
+        if draining is not None:
+            await draining
 
 
 def _password_file(password: str) -> Path:
