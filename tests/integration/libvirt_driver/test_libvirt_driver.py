@@ -14,7 +14,13 @@ from typing import Any
 import libvirt
 import pytest
 
-from deskpool.testing.libvirt import LOCAL_URI, TCP_URI, LibvirtLab
+from deskpool.testing.libvirt import (
+    LOCAL_URI,
+    TCP_URI,
+    LibvirtLab,
+    LibvirtMissing,
+    check_libvirt,
+)
 from deskpool.testing.processes import until
 from deskpool_driver_api import (
     ClusterConnection,
@@ -183,3 +189,8 @@ async def test_domains_deskpool_did_not_tag_are_not_its_own(
         assert not driver.ownership.is_owned(vm.tags)
     finally:
         foreign.undefine()
+
+
+def test_libvirt_that_does_not_answer_says_how_to_start_it() -> None:
+    with pytest.raises(LibvirtMissing, match=r"scripts/ensure-libvirt\.sh"):
+        check_libvirt("qemu+tcp://127.0.0.1:1/system")
