@@ -56,6 +56,7 @@ TOKEN_STATUS = {
     "used": Status.CLIENT_UNAUTHORIZED,
     "expired": Status.CLIENT_UNAUTHORIZED,
     "desktop_gone": Status.RESOURCE_NOT_FOUND,
+    "access_revoked": Status.CLIENT_FORBIDDEN,
     "unavailable": Status.SERVER_ERROR,
 }
 

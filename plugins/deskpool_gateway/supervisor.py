@@ -164,21 +164,32 @@ class TunnelSupervisor:
     async def _disconnects(self) -> None:
         while True:
             try:
-                async for session_id in self.broker.disconnect_requests(self.gateway_id):
-                    self.disconnect(session_id)
+                async for request in self.broker.disconnect_requests(self.gateway_id):
+                    self.disconnect(request.session_id, request.reason)
             except Exception as error:
                 log.warning(
                     "disconnect requests failed (%s); listening again", type(error).__name__
                 )
             await asyncio.sleep(1.0)
 
-    def disconnect(self, session_id: UUID) -> bool:
-        """Close the tunnel of ``session_id`` if this process holds it."""
+    def disconnect(
+        self, session_id: UUID, reason: SessionEndReason = SessionEndReason.ADMIN_DISCONNECT
+    ) -> bool:
+        """Close the tunnel of ``session_id`` if this process holds it.
+
+        Access taken away closes with ``CLIENT_FORBIDDEN`` (the browser shows it was refused),
+        any other request with ``SESSION_CLOSED``.
+        """
         tunnel = self.tunnels.get(session_id)
         if tunnel is None:
             return False
-        log.info("tunnel %s: disconnect requested", tunnel.session_id)
-        tunnel.close(Status.SESSION_CLOSED, SessionEndReason.ADMIN_DISCONNECT)
+        log.info("tunnel %s: disconnect requested (%s)", tunnel.session_id, reason.value)
+        status = (
+            Status.CLIENT_FORBIDDEN
+            if reason is SessionEndReason.ACCESS_REVOKED
+            else Status.SESSION_CLOSED
+        )
+        tunnel.close(status, reason)
         return True
 
     # ------------------------------------------------------------------------------ stopping

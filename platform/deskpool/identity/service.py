@@ -3,8 +3,10 @@
 Each change validates, checks the rules of :mod:`deskpool.identity.rules` (nobody hands out
 more than they hold; the instance keeps an enabled platform admin), changes, and records its
 audit event, in one transaction that holds the identity lock; once committed, every process is
-told to drop the principals it cached. The API, the command line and plugins call these same
-functions, so each rule lives here once.
+told to drop the principals it cached. A change that takes access away (disabling a user,
+removing a membership, a grant, a role's permission, a binding) also ends, in that
+transaction, the sessions and desktops it no longer allows (:mod:`deskpool.revocation`). The
+API, the command line and plugins call these same functions, so each rule lives here once.
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ from deskpool.pools.store_entitlements import (
     SubjectType,
     entitled_anywhere,
     revoke_subject_entitlements,
+)
+from deskpool.revocation.service import (
+    Revocation,
+    announce,
+    revoke_lost_access,
+    users_of_group,
+    users_with_claim,
 )
 
 if TYPE_CHECKING:
@@ -120,6 +129,13 @@ async def _keeping_an_admin(connection: asyncpg.Connection, what: str) -> AsyncI
     rules.check_admins_remain(before, await _admins(connection), what)
 
 
+async def _revoke(
+    connection: asyncpg.Connection, actor: Actor, users: list[uuid.UUID] | None
+) -> Revocation:
+    """End what the change took away from ``users`` (``None``: anyone holding a desktop)."""
+    return await revoke_lost_access(connection, actor.audit_event, users)
+
+
 async def _group_confers(connection: asyncpg.Connection, group_id: uuid.UUID) -> frozenset[str]:
     roles = await store_roles.role_definitions(connection)
     return rules.conferred_by_grants(await store_roles.group_grants(connection, group_id), roles)
@@ -186,6 +202,8 @@ async def set_user_disabled(
         assert user is not None
         action = "user.disable" if disabled else "user.enable"
         await actor.record(connection, action, "users", str(user_id))
+        revoked = await _revoke(connection, actor, [user_id] if disabled else [])
+    await announce(runtime, revoked)
     return user
 
 
@@ -255,11 +273,14 @@ async def delete_group(runtime: Runtime, actor: Actor, group_id: uuid.UUID) -> N
         await _check_takes_from_admin(
             connection, actor, "delete this group", "groups", groups=[group_id]
         )
+        concerned = await users_of_group(connection, group_id)
         async with _keeping_an_admin(connection, "delete this group"):
             key = found(await store.delete_group(connection, group_id), "group", group_id)
             await store_roles.delete_subject_grants(connection, "group", group_id)
         await revoke_subject_entitlements(connection, SubjectType.GROUP, group_id)
         await actor.record(connection, "group.delete", "groups", str(group_id), {"key": key})
+        revoked = await _revoke(connection, actor, concerned)
+    await announce(runtime, revoked)
 
 
 async def list_group_members(
@@ -320,6 +341,8 @@ async def remove_group_member(
         await actor.record(
             connection, "group.member_remove", "groups", str(group_id), {"user": str(user_id)}
         )
+        revoked = await _revoke(connection, actor, [user_id])
+    await announce(runtime, revoked)
 
 
 # ------------------------------------------------------------------------------------ roles
@@ -441,6 +464,10 @@ async def update_role(
         await actor.record(
             connection, "role.update", "roles", key, {"permissions": list(row["permissions"])}
         )
+        # Whoever held the role (granted, through a group, or claimed) may have lost access.
+        removed = current.permissions - frozenset(row["permissions"])
+        revoked = await _revoke(connection, actor, None if removed else [])
+    await announce(runtime, revoked)
     return RoleView(key, row["description"], list(row["permissions"]), False)
 
 
@@ -470,6 +497,8 @@ async def delete_role(runtime: Runtime, actor: Actor, key: str) -> None:
             if not await store_roles.delete_role(connection, key):
                 raise NotFound(f"No role has the key {key!r}.")
         await actor.record(connection, "role.delete", "roles", key)
+        revoked = await _revoke(connection, actor, None)
+    await announce(runtime, revoked)
 
 
 # ----------------------------------------------------------------------------------- grants
@@ -581,6 +610,14 @@ async def delete_grant(runtime: Runtime, actor: Actor, grant_id: uuid.UUID) -> N
                 "permission": grant["permission"],
             },
         )
+        subject = uuid.UUID(str(grant["subject_id"]))
+        concerned = (
+            [subject]
+            if grant["subject_type"] == "user"
+            else await users_of_group(connection, subject)
+        )
+        revoked = await _revoke(connection, actor, concerned)
+    await announce(runtime, revoked)
 
 
 # ------------------------------------------------------------------------- group bindings
@@ -664,3 +701,6 @@ async def delete_binding(runtime: Runtime, actor: Actor, binding_id: uuid.UUID) 
             str(binding_id),
             {"claim_value": binding["claim_value"], "group": binding["group_id"]},
         )
+        concerned = await users_with_claim(connection, binding["claim_value"])
+        revoked = await _revoke(connection, actor, concerned)
+    await announce(runtime, revoked)

@@ -85,6 +85,8 @@ async def sign_in(
         subject=token.subject,
         email=token.email,
         display_name=token.name or token.username,
+        claimed_groups=token.groups,
+        claimed_roles=token.roles,
     )
     if user.created:
         await _first_sign_in(connection, config, user, token)

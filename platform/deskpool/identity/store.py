@@ -52,15 +52,23 @@ async def upsert_user(
     subject: str,
     email: str | None,
     display_name: str | None,
+    claimed_groups: Sequence[str] = (),
+    claimed_roles: Sequence[str] = (),
 ) -> UserRow:
-    """Create the user at first sign-in, or refresh its email, name and last sign-in."""
+    """Create the user at first sign-in, or refresh its email, name, claims and last sign-in.
+
+    The group and role claims of this sign-in are kept, so a later change of access can be
+    judged while the user is away (:mod:`deskpool.revocation`).
+    """
     row = await connection.fetchrow(
         """
-        INSERT INTO users (issuer, subject, email, display_name)
-        VALUES ($1, $2, $3, $4)
+        INSERT INTO users (issuer, subject, email, display_name, claimed_groups, claimed_roles)
+        VALUES ($1, $2, $3, $4, $5::text[], $6::text[])
         ON CONFLICT (issuer, subject) DO UPDATE
             SET email = coalesce(EXCLUDED.email, users.email),
                 display_name = coalesce(EXCLUDED.display_name, users.display_name),
+                claimed_groups = EXCLUDED.claimed_groups,
+                claimed_roles = EXCLUDED.claimed_roles,
                 last_seen_at = now()
         RETURNING id, issuer, subject, email, display_name, disabled, (xmax = 0) AS created
         """,
@@ -68,6 +76,8 @@ async def upsert_user(
         subject,
         email,
         display_name,
+        list(claimed_groups),
+        list(claimed_roles),
     )
     assert row is not None
     return UserRow(

@@ -63,6 +63,7 @@ from deskpool.pools.store_entitlements import (
 from deskpool.pools.store_orphans import OrphanRecord, list_orphans, lock_orphan
 from deskpool.pools.store_pools import DomainJoin, PoolCursor, PoolRecord
 from deskpool.pools.store_pools import pool_cursor as pool_cursor
+from deskpool.revocation.service import announce, revoke_lost_access, users_of_group
 from deskpool.rollouts import store as rollout_store
 from deskpool.rollouts.model import RolloutConflict
 from deskpool.sessions import service as sessions
@@ -459,7 +460,13 @@ async def revoke_entitlement(
     subject_type: SubjectType,
     subject_id: uuid.UUID,
 ) -> None:
-    """Revoke an entitlement; desktops the user holds stay theirs."""
+    """Revoke an entitlement; what it allowed ends at once.
+
+    The sessions of users who may no longer open the pool's desktops (the subject, or the
+    group's members and bound claims' holders, unless another entitlement or ``pools:manage``
+    still allows them) are asked to close, and the desktops they hold follow the pool's rule
+    after log-off (:mod:`deskpool.revocation`).
+    """
     async with runtime.db.acquire() as connection, connection.transaction():
         if not await store_entitlements.revoke_entitlement(
             connection, pool_id, subject_type, subject_id
@@ -467,6 +474,13 @@ async def revoke_entitlement(
             raise NotFound(f"The {subject_type} {subject_id} is not entitled to the pool.")
         subject = _subject_details(subject_type, subject_id)
         await actor.record(connection, "pool.entitlement.revoke", "pools", str(pool_id), subject)
+        concerned = (
+            [subject_id]
+            if subject_type is SubjectType.USER
+            else await users_of_group(connection, subject_id)
+        )
+        revoked = await revoke_lost_access(connection, actor.audit_event, concerned)
+    await announce(runtime, revoked)
 
 
 async def cluster_orphans(runtime: Runtime, cluster_id: uuid.UUID) -> list[OrphanRecord]:

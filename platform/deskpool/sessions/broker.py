@@ -35,6 +35,7 @@ from deskpool.kv import subscription
 from deskpool.live.publishers import publish, session_event
 from deskpool.pools import store_desktops, store_pools
 from deskpool.pools.states import SessionOpened
+from deskpool.revocation.service import holding_of
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretDecryptionFailed, SecretsUnavailable
 from deskpool.sessions import store
@@ -58,6 +59,7 @@ from deskpool.sessions.service import (
 )
 from deskpool.sessions.tunnel import (
     DesktopTarget,
+    DisconnectRequest,
     SessionEndReason,
     TokenRejected,
     TunnelCounters,
@@ -107,6 +109,24 @@ async def _start_session(
         connection, _event("session.start", str(issued.user_id), session, **details)
     )
     return session
+
+
+def _refusal(issued: IssuedToken, reason: str) -> AuditEvent:
+    """The audit event of a token the gateway refused for ``reason`` (once redeemed)."""
+    return AuditEvent(
+        action="session.refuse",
+        actor=str(issued.user_id),
+        resource_type="desktops",
+        resource_id=str(issued.desktop_id),
+        outcome="denied",
+        occurred_at=datetime.now(UTC),
+        details={
+            "reason": reason,
+            "pool_id": str(issued.pool_id),
+            "user_id": str(issued.user_id),
+            "shadow_of": None if issued.shadow_of is None else str(issued.shadow_of),
+        },
+    )
 
 
 def _event(action: str, actor: str, session: SessionRecord, **details: Any) -> AuditEvent:
@@ -178,6 +198,12 @@ class PlatformSessionBroker:
             raise TokenRejected(rejection_reason(issued, now) or "used")
         issued, sealed = redeemed
         target = self._open_target(sealed, key)
+        # Access is judged now, not when the token was issued: a user disabled since, or who
+        # lost the entitlement (or, for a shadow, sessions:manage), opens nothing.
+        holding = await holding_of(connection, issued.user_id)
+        if not holding.keeps_session(issued.pool_id, read_only=issued.shadow_of is not None):
+            await record_audit_event(connection, _refusal(issued, "access_revoked"))
+            return "access_revoked"
         await store.renew_lease(connection, gateway_id, self.lease)
         if issued.shadow_of is not None:
             return await self._join(connection, key, issued, target, gateway_id)
@@ -280,7 +306,7 @@ class PlatformSessionBroker:
         async with self.runtime.db.acquire() as connection:
             await store.drop_lease(connection, gateway_id)
 
-    async def disconnect_requests(self, gateway_id: str) -> AsyncIterator[uuid.UUID]:
+    async def disconnect_requests(self, gateway_id: str) -> AsyncIterator[DisconnectRequest]:
         """Sessions of this gateway someone asked to close (a session may come more than once)."""
         channel = disconnect_channel(gateway_id)
         while True:
@@ -288,13 +314,13 @@ class PlatformSessionBroker:
                 async with subscription(self.runtime.kv, channel) as pubsub:
                     while True:
                         pending = await store.pending_disconnects(self.runtime.db, gateway_id)
-                        for session_id in pending:
-                            yield session_id
+                        for session_id, reason in pending:
+                            yield DisconnectRequest(session_id, _end_reason(reason))
                         message = await pubsub.get_message(
                             ignore_subscribe_messages=True, timeout=DISCONNECT_POLL_INTERVAL
                         )
                         if message is not None:
-                            requested = _session_id(message.get("data"))
+                            requested = _disconnect_request(message.get("data"))
                             if requested is not None:
                                 yield requested
             except (RedisError, *_DATABASE_ERRORS) as error:
@@ -302,9 +328,20 @@ class PlatformSessionBroker:
                 await asyncio.sleep(1.0)
 
 
-def _session_id(data: Any) -> uuid.UUID | None:
+def _end_reason(reason: str | None) -> SessionEndReason:
+    """The end reason a disconnect was asked for (an admin's disconnect when unknown)."""
     try:
-        return uuid.UUID(data.decode() if isinstance(data, bytes) else str(data))
+        return SessionEndReason(reason or SessionEndReason.ADMIN_DISCONNECT)
+    except ValueError:
+        return SessionEndReason.ADMIN_DISCONNECT
+
+
+def _disconnect_request(data: Any) -> DisconnectRequest | None:
+    """A message of :func:`deskpool.sessions.service.publish_disconnect`: ``<id> [<reason>]``."""
+    text = data.decode() if isinstance(data, bytes) else str(data)
+    session, _, reason = text.partition(" ")
+    try:
+        return DisconnectRequest(uuid.UUID(session), _end_reason(reason))
     except ValueError:
         return None
 
@@ -341,7 +378,10 @@ async def end_session(
         if current is None or not current.is_open:
             return None
         recorded = reason
-        if reason is SessionEndReason.ADMIN_DISCONNECT and current.disconnect_reason:
+        if current.disconnect_reason == SessionEndReason.ACCESS_REVOKED:
+            # However the tunnel ended once access was taken away, its user is logged off.
+            recorded = SessionEndReason.ACCESS_REVOKED
+        elif reason is SessionEndReason.ADMIN_DISCONNECT and current.disconnect_reason:
             try:
                 recorded = SessionEndReason(current.disconnect_reason)
             except ValueError:

@@ -215,7 +215,7 @@ def desktop_still_held(desktop: Desktop | None, user_id: UUID) -> bool:
 
 def logs_off_at_end(policy: SessionPolicy, reason: SessionEndReason) -> bool:
     """Whether a session ending for ``reason`` logs its user off at once."""
-    if reason is SessionEndReason.USER_LOGOFF:
+    if reason in (SessionEndReason.USER_LOGOFF, SessionEndReason.ACCESS_REVOKED):
         return True
     return (
         policy.after_disconnect is AfterDisconnect.LOGOFF_IMMEDIATELY
@@ -236,7 +236,7 @@ def logoff_due(
         its user allocated (whichever is latest).
     :param last_end_reason: why its last session ended (``None``: it had none since).
     """
-    if last_end_reason is SessionEndReason.USER_LOGOFF:
+    if last_end_reason in (SessionEndReason.USER_LOGOFF, SessionEndReason.ACCESS_REVOKED):
         return True
     if policy.after_disconnect is AfterDisconnect.NEVER:
         return False

@@ -31,6 +31,7 @@ from deskpool.drivers import DriverError, deadline_after
 from deskpool.errors import (
     Conflict,
     DeskpoolError,
+    Forbidden,
     NotFound,
     ServiceUnavailable,
     ValidationFailed,
@@ -56,7 +57,7 @@ from deskpool.sessions.model import (
     tunnel_url_problem,
     validate_policy,
 )
-from deskpool.sessions.tunnel import DesktopTarget
+from deskpool.sessions.tunnel import DesktopTarget, SessionEndReason
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,13 @@ class DesktopUnreachable(ServiceUnavailable):
 
     code = "desktop_unreachable"
     title = "Desktop not reachable"
+
+
+class AccessRevoked(Forbidden):
+    """The caller holds the desktop but may no longer open its pool (403)."""
+
+    code = "access_revoked"
+    title = "Access revoked"
 
 
 class SessionNotOpen(Conflict):
@@ -334,6 +342,12 @@ async def reconnect_desktop(
     pool = await store_pools.get_pool(runtime.db, desktop.pool_id)
     if pool is None:
         raise NotFound(f"You hold no desktop with the id {desktop_id}.")
+    if not await may_open(runtime, principal, pool.id):
+        # The desktop is still assigned (a persistent one waits for its user's entitlement to
+        # come back), but opening it needs the entitlement now.
+        raise AccessRevoked(
+            f"You may no longer open the desktops of the pool of desktop {desktop.name}."
+        )
     url = tunnel_url(runtime)
     async with runtime.db.acquire() as connection, connection.transaction():
         await check_can_open_session(connection, runtime.licensing, desktop_id)
@@ -427,10 +441,16 @@ def disconnect_channel(gateway_id: str) -> str:
     return f"deskpool:gateway:{gateway_id}:disconnect"
 
 
+def disconnect_message(session: SessionRecord) -> str:
+    """What :func:`publish_disconnect` sends: the session's id, then the reason asked."""
+    return f"{session.id} {session.disconnect_reason or SessionEndReason.ADMIN_DISCONNECT}"
+
+
 async def publish_disconnect(runtime: Runtime, session: SessionRecord) -> None:
     """Tell the session's gateway at once (best effort: it also polls the database)."""
     try:
-        await runtime.kv.publish(disconnect_channel(session.gateway_id), str(session.id))
+        channel = disconnect_channel(session.gateway_id)
+        await runtime.kv.publish(channel, disconnect_message(session))
     except (RedisError, OSError) as error:
         log.warning("could not publish the disconnect of session %s: %s", session.id, error)
 

@@ -378,6 +378,26 @@ async def request_disconnect(
     return None if row is None else session_from_row(row)
 
 
+async def request_revocation(connection: Db, session_id: uuid.UUID) -> SessionRecord | None:
+    """Ask an open session to close for ``access_revoked``; ``None`` if it has ended.
+
+    This reason wins over one asked before (but not over the user's own log-off): the
+    session's end then logs the user off, and its record says access was taken away.
+    """
+    row = await connection.fetchrow(
+        """
+        UPDATE desktop_sessions
+           SET disconnect_requested_at = coalesce(disconnect_requested_at, now()),
+               disconnect_reason = CASE WHEN disconnect_reason = 'user_logoff'
+                                        THEN disconnect_reason ELSE 'access_revoked' END
+         WHERE id = $1 AND ended_at IS NULL
+        RETURNING *
+        """,
+        session_id,
+    )
+    return None if row is None else session_from_row(row)
+
+
 async def request_logoff(connection: Db, desktop_id: uuid.UUID) -> list[SessionRecord]:
     """Ask every open user session of a desktop to close for ``user_logoff``; those marked.
 
@@ -396,16 +416,16 @@ async def request_logoff(connection: Db, desktop_id: uuid.UUID) -> list[SessionR
     return [session_from_row(row) for row in rows]
 
 
-async def pending_disconnects(db: Db, gateway_id: str) -> list[uuid.UUID]:
-    """Open sessions of ``gateway_id`` that were asked to close."""
+async def pending_disconnects(db: Db, gateway_id: str) -> list[tuple[uuid.UUID, str | None]]:
+    """Open sessions of ``gateway_id`` that were asked to close, with the reason asked."""
     rows = await db.fetch(
         """
-        SELECT id FROM desktop_sessions
+        SELECT id, disconnect_reason FROM desktop_sessions
          WHERE gateway_id = $1 AND ended_at IS NULL AND disconnect_requested_at IS NOT NULL
         """,
         gateway_id,
     )
-    return [row["id"] for row in rows]
+    return [(row["id"], row["disconnect_reason"]) for row in rows]
 
 
 @dataclass(frozen=True, slots=True)

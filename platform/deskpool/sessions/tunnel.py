@@ -19,6 +19,7 @@ from uuid import UUID
 
 __all__ = [
     "DesktopTarget",
+    "DisconnectRequest",
     "SessionBroker",
     "SessionEndReason",
     "TokenRejected",
@@ -76,7 +77,9 @@ class TokenRejected(Exception):
     """A connection token that cannot be redeemed; ``reason`` is stable and safe to show.
 
     Reasons: ``unknown`` (forged or never issued), ``used`` (replayed), ``expired``,
-    ``desktop_gone`` (deleted or reassigned since), ``unavailable`` (database down).
+    ``desktop_gone`` (deleted or reassigned since), ``access_revoked`` (the user was disabled,
+    or lost the entitlement or permission the token was issued under), ``unavailable``
+    (database down).
     """
 
     def __init__(self, reason: str) -> None:
@@ -97,6 +100,17 @@ class SessionEndReason(StrEnum):
     GATEWAY_LOST = "gateway_lost"
     #: The user logged off from the desktop (the console's "Log off"): it is logged off at once.
     USER_LOGOFF = "user_logoff"
+    #: An administrator took away what allowed the session (the user was disabled, or lost the
+    #: entitlement to the pool or the permission to watch): the user is logged off at once.
+    ACCESS_REVOKED = "access_revoked"
+
+
+@dataclass(frozen=True)
+class DisconnectRequest:
+    """A session someone asked to close, and why (the reason the record will show)."""
+
+    session_id: UUID
+    reason: SessionEndReason = SessionEndReason.ADMIN_DISCONNECT
 
 
 @dataclass
@@ -135,5 +149,9 @@ class SessionBroker(Protocol):
     ) -> None:
         """Close the session record (idempotent); the desktop's ``in_session`` follows."""
 
-    def disconnect_requests(self, gateway_id: str) -> AsyncIterator[UUID]:
-        """Ids of sessions an administrator (or a policy) asked this deployment to close."""
+    def disconnect_requests(self, gateway_id: str) -> AsyncIterator[DisconnectRequest]:
+        """Sessions an administrator (or a policy, or a revocation) asked this gateway to close.
+
+        A session may come more than once; :attr:`DisconnectRequest.reason` says why
+        (``access_revoked`` closes with ``CLIENT_FORBIDDEN``, anything else ``SESSION_CLOSED``).
+        """

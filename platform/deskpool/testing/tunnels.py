@@ -23,6 +23,7 @@ import aiohttp
 from deskpool.guacamole import INTERNAL_OPCODE, Instruction, InstructionParser, encode
 from deskpool.sessions.tunnel import (
     DesktopTarget,
+    DisconnectRequest,
     SessionEndReason,
     TokenRejected,
     TunnelCounters,
@@ -43,7 +44,7 @@ class InMemorySessionBroker:
     heartbeats: list[tuple[str, dict[uuid.UUID, TunnelCounters]]] = field(default_factory=list)
     ended: dict[uuid.UUID, tuple[SessionEndReason, TunnelCounters]] = field(default_factory=dict)
     released: list[str] = field(default_factory=list)
-    _disconnects: asyncio.Queue[uuid.UUID] = field(default_factory=asyncio.Queue)
+    _disconnects: asyncio.Queue[DisconnectRequest] = field(default_factory=asyncio.Queue)
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
 
     def issue(self, target: DesktopTarget | None = None, **grant: Any) -> str:
@@ -110,14 +111,16 @@ class InMemorySessionBroker:
         """Record a gateway stopping cleanly."""
         self.released.append(gateway_id)
 
-    async def disconnect_requests(self, gateway_id: str) -> AsyncIterator[uuid.UUID]:
+    async def disconnect_requests(self, gateway_id: str) -> AsyncIterator[DisconnectRequest]:
         """What :meth:`request_disconnect` asked for."""
         while True:
             yield await self._disconnects.get()
 
-    def request_disconnect(self, session_id: uuid.UUID) -> None:
-        """Ask the gateway holding ``session_id`` to close it."""
-        self._disconnects.put_nowait(session_id)
+    def request_disconnect(
+        self, session_id: uuid.UUID, reason: SessionEndReason = SessionEndReason.ADMIN_DISCONNECT
+    ) -> None:
+        """Ask the gateway holding ``session_id`` to close it (for ``reason``)."""
+        self._disconnects.put_nowait(DisconnectRequest(session_id, reason))
 
     async def wait_ended(self, session_id: uuid.UUID, within: float = 10.0) -> SessionEndReason:
         """The end reason of ``session_id``, once reported."""

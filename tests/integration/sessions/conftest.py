@@ -8,9 +8,10 @@ simulator driver where it is shown, as in production.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ from tests.integration.pools.conftest import (  # noqa: F401 (fixtures)
     ready_desktops,
 )
 
+from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.pools import store_pools
 from deskpool.pools.model import DesktopState, Pool, PoolKind
 from deskpool.runtime import Runtime
@@ -34,6 +36,9 @@ from deskpool.sessions import store
 from deskpool.sessions.broker import PlatformSessionBroker
 from deskpool.sessions.model import SessionPolicy
 from deskpool.sessions.tunnel import TunnelGrant
+from deskpool.testing.processes import ANY_PORT
+from deskpool.testing.pytest_plugin import opened_runtime
+from deskpool_gateway import GatewayComponent
 
 #: The simulated cluster's console host and VNC port, as the driver reports them.
 CONSOLE_HOST = "desktops.sim.test"
@@ -128,6 +133,24 @@ async def audit_actions(runtime: Runtime, resource_id: str) -> list[str]:
     return [row["action"] for row in rows]
 
 
+@contextlib.asynccontextmanager
+async def running_gateway(
+    environ: dict[str, str], daemon: DesktopDaemonSimulator
+) -> AsyncIterator[str]:
+    """A gateway component (its own runtime, the platform's broker) in front of ``daemon``.
+
+    :returns: the tunnel's WebSocket URL.
+    """
+    environ = {**environ, "GATEWAY_ADDR": ANY_PORT, "DESKTOPD_ADDRESS": daemon.address}
+    async with opened_runtime(environ, ("gateway",)) as runtime:
+        gateway = GatewayComponent(runtime)
+        await gateway.start()
+        try:
+            yield f"ws://{gateway.bound}/tunnel"
+        finally:
+            await gateway.stop()
+
+
 def details(value: Any) -> dict[str, Any]:
     """An audit event's details as a dict."""
     return dict(json.loads(value) if isinstance(value, str) else value)
@@ -142,4 +165,5 @@ __all__ = [
     "desktop_row",
     "details",
     "open_desktop",
+    "running_gateway",
 ]

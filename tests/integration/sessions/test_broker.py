@@ -249,7 +249,7 @@ async def test_an_administrator_s_disconnect_reaches_the_gateway_holding_the_ses
     answered = await client.post(url, headers=place.admin.headers)
     assert answered.status == 202
     assert (await answered.json())["disconnect_requested_at"] is not None
-    assert await asyncio.wait_for(first, 10) == grant.session_id
+    assert (await asyncio.wait_for(first, 10)).session_id == grant.session_id
     await requests.aclose()
 
     await broker.session_ended(
@@ -285,5 +285,5 @@ async def test_a_disconnect_requested_while_no_one_listened_is_delivered_later(
     )
     assert response.status == 202
     requests = broker.disconnect_requests("gw-b")
-    assert await asyncio.wait_for(anext(requests), 10) == grant.session_id
+    assert (await asyncio.wait_for(anext(requests), 10)).session_id == grant.session_id
     await requests.aclose()

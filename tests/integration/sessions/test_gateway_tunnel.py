@@ -12,16 +12,18 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-from tests.integration.sessions.conftest import Estate, desktop_row, open_desktop
+from tests.integration.sessions.conftest import (
+    Estate,
+    desktop_row,
+    open_desktop,
+    running_gateway,
+)
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import Instruction, Status
 from deskpool.runtime import Runtime
 from deskpool.sessions.tunnel import SessionEndReason
-from deskpool.testing.processes import ANY_PORT
-from deskpool.testing.pytest_plugin import opened_runtime
 from deskpool.testing.tunnels import WebSocketTunnelClient
-from deskpool_gateway import GatewayComponent
 
 MakeEstate = Callable[..., Awaitable[Estate]]
 
@@ -36,39 +38,26 @@ async def test_a_desktop_opened_through_the_api_is_shown_and_disconnected(
     place = await estate()
     opened = await open_desktop(client, place)
     token = opened["connection"]["token"]
-    environ = {
-        **pools_environ,
-        "GATEWAY_ADDR": ANY_PORT,
-        "DESKTOPD_ADDRESS": desktop_daemon.address,
-    }
-    async with opened_runtime(environ, ("gateway",)) as runtime:
-        gateway = GatewayComponent(runtime)
-        await gateway.start()
-        address = gateway.bound
-        try:
-            async with aiohttp.ClientSession() as session:
-                tunnel = await WebSocketTunnelClient.connect(
-                    session, f"ws://{address}/tunnel", {"token": token, "width": "640"}
-                )
-                frame = await tunnel.until("sync")
-                assert Instruction("size", ("0", "640", "768")) in frame
-                assert tunnel.uuid is not None
-                session_id = tunnel.uuid
-                listed = await client.get("/api/v1/sessions", headers=place.admin.headers)
-                assert session_id in [item["id"] for item in (await listed.json())["items"]]
-                assert (await desktop_row(pools_runtime, opened["id"]))["in_session"] is True
-                asked = await client.post(
-                    f"/api/v1/sessions/{session_id}/disconnect", headers=place.admin.headers
-                )
-                assert asked.status == 202, await asked.text()
-                closed = await tunnel.closed(within=10)
-                assert closed.status == Status.SESSION_CLOSED
-                replay = await WebSocketTunnelClient.connect(
-                    session, f"ws://{address}/tunnel", {"token": token}
-                )
-                assert (await replay.closed()).status == Status.CLIENT_UNAUTHORIZED
-        finally:
-            await gateway.stop()
+    async with (
+        running_gateway(pools_environ, desktop_daemon) as url,
+        aiohttp.ClientSession() as session,
+    ):
+        tunnel = await WebSocketTunnelClient.connect(session, url, {"token": token, "width": "640"})
+        frame = await tunnel.until("sync")
+        assert Instruction("size", ("0", "640", "768")) in frame
+        assert tunnel.uuid is not None
+        session_id = tunnel.uuid
+        listed = await client.get("/api/v1/sessions", headers=place.admin.headers)
+        assert session_id in [item["id"] for item in (await listed.json())["items"]]
+        assert (await desktop_row(pools_runtime, opened["id"]))["in_session"] is True
+        asked = await client.post(
+            f"/api/v1/sessions/{session_id}/disconnect", headers=place.admin.headers
+        )
+        assert asked.status == 202, await asked.text()
+        closed = await tunnel.closed(within=10)
+        assert closed.status == Status.SESSION_CLOSED
+        replay = await WebSocketTunnelClient.connect(session, url, {"token": token})
+        assert (await replay.closed()).status == Status.CLIENT_UNAUTHORIZED
     got = await client.get(f"/api/v1/sessions/{session_id}", headers=place.admin.headers)
     record = await got.json()
     assert record["end_reason"] == SessionEndReason.ADMIN_DISCONNECT.value, record

@@ -51,7 +51,7 @@ async def test_logging_off_closes_the_open_session_then_keeps_a_persistent_deskt
         [str(grant.session_id)],
     )
     # The gateway holding the session is told at once, and closes it.
-    assert await asyncio.wait_for(first, 10) == grant.session_id
+    assert (await asyncio.wait_for(first, 10)).session_id == grant.session_id
     await requests.aclose()
     await broker.session_ended(
         grant.session_id, SessionEndReason.ADMIN_DISCONNECT, TunnelCounters()

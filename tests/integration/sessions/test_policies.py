@@ -203,7 +203,7 @@ async def test_sessions_past_their_limits_or_their_desktop_are_asked_to_close(
     requests = broker.disconnect_requests("gw-m")
     done = await check_sessions(pools_runtime)
     assert done.disconnects_requested == 3
-    asked = {await anext(requests) for _ in range(3)}
+    asked = {(await anext(requests)).session_id for _ in range(3)}
     await requests.aclose()
     assert asked == {grant.session_id for grant in grants}
     for grant in grants:

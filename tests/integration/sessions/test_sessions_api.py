@@ -91,7 +91,7 @@ async def test_an_administrator_watches_a_live_session_read_only(
     # The viewer leaving changes nothing for the user; the user leaving closes the view.
     watching = broker.disconnect_requests("gw-t")
     await broker.session_ended(grant.session_id, SessionEndReason.CLIENT_CLOSED, TunnelCounters())
-    assert await anext(watching) == viewer.session_id
+    assert (await anext(watching)).session_id == viewer.session_id
     await watching.aclose()
     await broker.session_ended(
         viewer.session_id, SessionEndReason.ADMIN_DISCONNECT, TunnelCounters()

@@ -432,7 +432,9 @@ async def list_my_sessions(call: Call) -> Page:
     description=(
         "A new single-use connection token to the caller's desktop (a persistent desktop "
         "the caller was logged off from is handed back first). 404 when the caller does not "
-        "hold it; 409 `license_limit_reached` when the desktop has no session and one more "
+        "hold it; 403 `access_revoked` when the caller may no longer open desktops of its pool "
+        "(the entitlement was removed: a persistent desktop stays assigned until it comes "
+        "back); 409 `license_limit_reached` when the desktop has no session and one more "
         "would go beyond the license's concurrent sessions."
     ),
     tags=("me",),

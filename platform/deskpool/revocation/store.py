@@ -1,0 +1,114 @@
+"""The SQL of revocation: whose access a change may take away, and what they hold.
+
+Functions run on the caller's connection, inside the transaction of the change; no business
+rule here (:mod:`deskpool.revocation.model` decides).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import asyncpg
+
+from deskpool.db.rows import Db
+from deskpool.sessions.model import SessionRecord
+from deskpool.sessions.store import session_from_row
+
+
+@dataclass(frozen=True, slots=True)
+class UserAccess:
+    """A user's state and the claims of their latest sign-in."""
+
+    user_id: uuid.UUID
+    disabled: bool
+    claimed_groups: tuple[str, ...]
+    claimed_roles: tuple[str, ...]
+
+
+async def lock_users(
+    connection: asyncpg.Connection, user_ids: Collection[uuid.UUID], *, exclusive: bool
+) -> dict[uuid.UUID, UserAccess]:
+    """Lock the users' rows (``FOR UPDATE`` or ``FOR SHARE``) and read their access.
+
+    A revocation locks exclusively, a token's redemption shares: whichever comes second sees
+    what the first committed (a session started meanwhile, or the access taken away).
+    """
+    mode = "UPDATE" if exclusive else "SHARE"
+    rows = await connection.fetch(
+        f"""
+        SELECT id, disabled, claimed_groups, claimed_roles FROM users
+         WHERE id = ANY($1::uuid[]) ORDER BY id FOR {mode}
+        """,
+        list(user_ids),
+    )
+    return {
+        row["id"]: UserAccess(
+            row["id"], row["disabled"], tuple(row["claimed_groups"]), tuple(row["claimed_roles"])
+        )
+        for row in rows
+    }
+
+
+async def users_of_group(db: Db, group_id: uuid.UUID) -> list[uuid.UUID]:
+    """The group's members and the users whose last claims are bound to it."""
+    rows = await db.fetch(
+        """
+        SELECT user_id AS id FROM group_members WHERE group_id = $1
+        UNION
+        SELECT u.id FROM users AS u
+         WHERE u.claimed_groups && ARRAY(SELECT claim_value FROM oidc_group_bindings
+                                          WHERE group_id = $1)
+        """,
+        group_id,
+    )
+    return [row["id"] for row in rows]
+
+
+async def users_with_claim(db: Db, claim_value: str) -> list[uuid.UUID]:
+    """The users whose last sign-in carried the group claim ``claim_value``."""
+    rows = await db.fetch("SELECT id FROM users WHERE $1 = ANY(claimed_groups)", claim_value)
+    return [row["id"] for row in rows]
+
+
+async def users_holding_desktops(db: Db) -> list[uuid.UUID]:
+    """Every user with an open session or a desktop in use."""
+    rows = await db.fetch(
+        """
+        SELECT user_id AS id FROM desktop_sessions WHERE ended_at IS NULL
+        UNION
+        SELECT assigned_user FROM desktops WHERE state = 'in_use' AND assigned_user IS NOT NULL
+        """
+    )
+    return [row["id"] for row in rows]
+
+
+async def open_sessions_of(db: Db, user_ids: Collection[uuid.UUID]) -> list[SessionRecord]:
+    """The open sessions (tunnels and read-only views) of the users."""
+    rows = await db.fetch(
+        "SELECT * FROM desktop_sessions WHERE ended_at IS NULL AND user_id = ANY($1::uuid[])",
+        list(user_ids),
+    )
+    return [session_from_row(row) for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class HeldDesktop:
+    """A desktop a user is logged on to (``in_use``)."""
+
+    desktop_id: uuid.UUID
+    pool_id: uuid.UUID
+    user_id: uuid.UUID
+
+
+async def desktops_in_use_by(db: Db, user_ids: Collection[uuid.UUID]) -> list[HeldDesktop]:
+    """The desktops the users are logged on to."""
+    rows = await db.fetch(
+        """
+        SELECT id, pool_id, assigned_user FROM desktops
+         WHERE state = 'in_use' AND assigned_user = ANY($1::uuid[])
+        """,
+        list(user_ids),
+    )
+    return [HeldDesktop(row["id"], row["pool_id"], row["assigned_user"]) for row in rows]
