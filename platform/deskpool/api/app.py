@@ -45,6 +45,7 @@ from deskpool.api.security import AUTHENTICATOR_KEY, authenticate, install_authe
 from deskpool.api.validation import DeskpoolParser, check_body_size, parse_body, parse_query
 from deskpool.clusters import service as clusters_service
 from deskpool.live.bus import LiveHub
+from deskpool.live.model import StreamSlots
 from deskpool.outages import DATABASE, outage_of
 from deskpool.runtime import Runtime
 
@@ -311,6 +312,7 @@ def create_app(runtime: Runtime) -> web.Application:
         await hub.close()  # ends the open event streams before the graceful shutdown waits
 
     app.on_shutdown.append(close_hub)
+    app[events.STREAM_SLOTS_KEY] = StreamSlots(int(config["API_EVENT_STREAMS_PER_USER"]))
     app[PAGE_LIMITS_KEY] = PageLimits.from_config(config)
     app[CURSOR_SEALS_KEY] = CursorSeals()
     app[PARSER_KEY] = DeskpoolParser(body_timeout=config.duration("API_BODY_TIMEOUT"))

@@ -89,6 +89,14 @@ def deskpool_declare_settings(registry: SettingRegistry) -> None:
         type_name="integer",
     )
     api.add(
+        "API_EVENT_STREAMS_PER_USER",
+        parse_int(1, 1000),
+        "5",
+        "Live event streams (`GET /api/v1/events`) one user may hold open at once in one api "
+        "process; one more is answered 429 with `Retry-After`.",
+        type_name="integer",
+    )
+    api.add(
         "API_PAGE_SIZE_DEFAULT",
         parse_int(1, 500),
         "50",

@@ -17,7 +17,9 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections import OrderedDict
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter
@@ -25,10 +27,13 @@ from redis.exceptions import RedisError
 
 from deskpool.auth import AuthProvider, VerifiedToken, bearer_token_from_header
 from deskpool.errors import Forbidden, ServiceUnavailable, Unauthenticated
+from deskpool.identity import store
 from deskpool.identity.operator import apply_bootstrap_bindings
 from deskpool.identity.principal import Principal
-from deskpool.identity.sign_in import sign_in
+from deskpool.identity.sign_in import resolve_effective, sign_in
 from deskpool.kv import subscription
+from deskpool.live import bus
+from deskpool.live.model import LiveEvent
 
 if TYPE_CHECKING:
     from deskpool.config import Config
@@ -49,8 +54,17 @@ def invalidation_channel(config: Config) -> str:
     return f"{config['KVSTORE_KEY_PREFIX']}identity:changed"
 
 
+#: The live event that marks an identity change in the event stream (never sent to clients).
+IDENTITY_CHANGED_EVENT = "identity.changed"
+
+
 async def identity_changed(runtime: Runtime) -> None:
-    """Announce that grants, memberships, bindings or roles changed (call after commit)."""
+    """Announce that grants, memberships, bindings or roles changed (call after commit).
+
+    Every process drops its cached principals; the live event stream also gets a marker
+    (:data:`IDENTITY_CHANGED_EVENT`), so each open stream reads its subscriber's permissions
+    again before any event published after the change.
+    """
     try:
         await runtime.kv.publish(invalidation_channel(runtime.config), b"1")
     except RedisError:
@@ -58,6 +72,9 @@ async def identity_changed(runtime: Runtime) -> None:
             "could not announce an identity change; caches expire within %ss",
             PRINCIPAL_CACHE_SECONDS,
         )
+    await bus.publish(
+        runtime.kv, runtime.config["KVSTORE_KEY_PREFIX"], LiveEvent(IDENTITY_CHANGED_EVENT, "")
+    )
 
 
 class AuthMetrics:
@@ -101,6 +118,8 @@ class Authenticator:
         self._generation = 0
         self._listener: asyncio.Task[None] | None = None
         self.metrics = AuthMetrics(runtime.metrics)
+        #: Set once per change, then renewed (see :meth:`wait_changed`).
+        self._changed = asyncio.Event()
 
     @property
     def configured(self) -> bool:
@@ -123,9 +142,39 @@ class Authenticator:
         await self.provider.close()
 
     def clear(self) -> None:
-        """Forget every cached principal (and any being resolved now)."""
+        """Forget every cached principal (and any being resolved now); wake change waiters."""
         self._generation += 1
         self._cache.clear()
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    @property
+    def generation(self) -> int:
+        """How many identity changes this process heard of (long-lived requests compare it)."""
+        return self._generation
+
+    async def wait_changed(self) -> None:
+        """Wait for the next identity change (bound it with ``asyncio.timeout``)."""
+        await self._changed.wait()
+
+    async def reload(self, principal: Principal) -> Principal:
+        """``principal`` as the database says now: disabled, groups, permissions.
+
+        The claims of its token are kept (the token was verified already). A user that no
+        longer exists comes back disabled. Long-lived requests (the live event stream) call it
+        when :attr:`generation` moved.
+        """
+        async with self.runtime.db.acquire() as connection:
+            user = await store.get_user(connection, uuid.UUID(principal.id))
+            groups, effective = await resolve_effective(
+                connection, principal.id, principal.claimed_groups, principal.claimed_roles
+            )
+        return replace(
+            principal,
+            disabled=user is None or bool(user["disabled"]),
+            groups=groups,
+            effective=effective,
+        )
 
     async def _listen(self) -> None:
         channel = invalidation_channel(self.config)

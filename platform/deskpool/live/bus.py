@@ -142,9 +142,10 @@ class LiveHub:
         self._task: asyncio.Task[None] | None = None
         self._position: str | None = None
         self._started = asyncio.Event()
+        self._closed = False
 
     async def _run(self) -> None:
-        while True:
+        while not self._closed:
             try:
                 if self._position is None:
                     self._position = await last_id(self.kv, self.prefix)
@@ -155,6 +156,9 @@ class LiveHub:
             except asyncio.CancelledError:
                 raise
             except (RedisError, OSError) as error:
+                if self._closed:
+                    # The client may turn the cancellation of a blocked read into an error.
+                    return
                 log.warning("reading live events failed (%s); retrying", error)
                 await asyncio.sleep(1.0)
                 continue
@@ -176,7 +180,15 @@ class LiveHub:
                 subscription.queue.put_nowait(None)
 
     async def subscribe(self) -> Subscription:
-        """A new subscription; the hub reads the stream from now on."""
+        """A new subscription; the hub reads the stream from now on.
+
+        Once the hub is closed, the subscription is ended at once (a stream that subscribes
+        while the application shuts down must not start the reader again).
+        """
+        if self._closed:
+            ended = Subscription()
+            ended.queue.put_nowait(None)
+            return ended
         if self._task is None or self._task.done():
             self._started.clear()
             self._position = None
@@ -191,7 +203,8 @@ class LiveHub:
         self._subscribers.discard(subscription)
 
     async def close(self) -> None:
-        """Stop reading; every subscriber's stream ends."""
+        """Stop reading; every subscriber's stream ends, and every later one at once."""
+        self._closed = True
         task, self._task = self._task, None
         if task is not None:
             task.cancel()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,6 +102,49 @@ def stream_id_key(stream_id: str) -> tuple[int, int]:
         return -1, -1
 
 
+#: A stream id as Redis writes it: ASCII digits, a dash, ASCII digits (the sequence optional).
+_STREAM_ID = re.compile(r"[0-9]{1,20}(?:-[0-9]{1,20})?", re.ASCII)
+#: The largest part of a stream id Redis accepts (an unsigned 64-bit integer).
+MAX_STREAM_ID_PART = 2**64 - 1
+
+
 def valid_stream_id(stream_id: str) -> bool:
-    """Whether ``stream_id`` is a well-formed Redis stream id (what ``Last-Event-ID`` must be)."""
-    return stream_id_key(stream_id) >= (0, 0) and stream_id.count("-") <= 1
+    """Whether ``stream_id`` is a stream id Redis accepts to resume after (``Last-Event-ID``).
+
+    ASCII digits only (``int`` would take other scripts' digits, signs and underscores), each
+    part at most 2^64-1, and not the very last id (nothing can follow it: Redis refuses it as
+    the exclusive start of a range).
+    """
+    if _STREAM_ID.fullmatch(stream_id) is None:
+        return False
+    milliseconds, _, sequence = stream_id.partition("-")
+    key = (int(milliseconds), int(sequence or 0))
+    return max(key) <= MAX_STREAM_ID_PART and key != (MAX_STREAM_ID_PART, MAX_STREAM_ID_PART)
+
+
+class StreamSlots:
+    """How many event streams each user holds open in this process, up to a limit each."""
+
+    def __init__(self, per_user: int) -> None:
+        self.per_user = per_user
+        self._held: dict[str, int] = {}
+
+    def take(self, user_id: str) -> bool:
+        """Count one more stream of ``user_id``; ``False`` (nothing counted) at the limit."""
+        held = self._held.get(user_id, 0)
+        if held >= self.per_user:
+            return False
+        self._held[user_id] = held + 1
+        return True
+
+    def give_back(self, user_id: str) -> None:
+        """A stream of ``user_id`` ended."""
+        held = self._held.get(user_id, 0) - 1
+        if held > 0:
+            self._held[user_id] = held
+        else:
+            self._held.pop(user_id, None)
+
+    def held(self, user_id: str) -> int:
+        """How many streams ``user_id`` holds open."""
+        return self._held.get(user_id, 0)

@@ -330,7 +330,13 @@ export interface paths {
          *       `state` and `pool_id`, a job's `kind` and `state`...).
          *
          *     A comment line is sent every 15 seconds on a quiet stream. Desktop users receive the events of
-         *     their own desktops and sessions; other events need the resource's read permission.
+         *     their own desktops and sessions; other events need the resource's read permission, as the caller
+         *     holds it when the event is sent (a permission taken away stops the events it allowed; the stream
+         *     closes when the caller is disabled).
+         *
+         *     One user may hold `API_EVENT_STREAMS_PER_USER` streams open at once per api process: one more is
+         *     429 `too_many_streams` with `Retry-After`. A `Last-Event-ID` that is not a stream id (ASCII
+         *     digits `<ms>-<seq>`, each at most 2^64-1) is 400.
          *
          *     Authenticated with the bearer token like every operation: browsers read it with `fetch`.
          *
@@ -660,7 +666,7 @@ export interface paths {
         put?: never;
         /**
          * Reconnect to a desktop the caller holds
-         * @description A new single-use connection token to the caller's desktop (a persistent desktop the caller was logged off from is handed back first). 404 when the caller does not hold it; 409 `license_limit_reached` when the desktop has no session and one more would go beyond the license's concurrent sessions.
+         * @description A new single-use connection token to the caller's desktop (a persistent desktop the caller was logged off from is handed back first). 404 when the caller does not hold it; 403 `access_revoked` when the caller may no longer open desktops of its pool (the entitlement was removed: a persistent desktop stays assigned until it comes back); 409 `license_limit_reached` when the desktop has no session and one more would go beyond the license's concurrent sessions.
          *
          *     Requires a valid access token; no particular permission.
          */
@@ -2012,10 +2018,10 @@ export interface components {
             /** Format: date-time */
             ended_at: string | null;
             /**
-             * @description Why it ended: `client_closed`, `desktop_closed`, `admin_disconnect`, `idle_timeout`, `max_duration`, `daemon_error`, `gateway_shutdown`, `gateway_lost`, `user_logoff`.
+             * @description Why it ended: `client_closed`, `desktop_closed`, `admin_disconnect`, `idle_timeout`, `max_duration`, `daemon_error`, `gateway_shutdown`, `gateway_lost`, `user_logoff`, `access_revoked`.
              * @enum {string|null}
              */
-            end_reason: "client_closed" | "desktop_closed" | "admin_disconnect" | "idle_timeout" | "max_duration" | "daemon_error" | "gateway_shutdown" | "gateway_lost" | "user_logoff" | null;
+            end_reason: "client_closed" | "desktop_closed" | "admin_disconnect" | "idle_timeout" | "max_duration" | "daemon_error" | "gateway_shutdown" | "gateway_lost" | "user_logoff" | "access_revoked" | null;
             bytes_to_desktop: number;
             bytes_to_browser: number;
             /**

@@ -5,26 +5,54 @@ job outcomes, sessions, and every change made through the API), as ``text/event-
 event's ``id`` is its position in the stream; a client that reconnects with ``Last-Event-ID``
 gets what it missed. It is authenticated with the bearer token like every other operation, so a
 browser reads it with ``fetch`` (``EventSource`` cannot send the header).
+
+What the subscriber may see is judged per event with what they hold *now*: every identity change
+puts a marker in the stream (:func:`deskpool.identity.authenticator.identity_changed`), and the
+subscriber's permissions are read again before the next event after it is sent (also when the
+process hears of a change on the invalidation channel, and at the latest every
+:data:`~deskpool.identity.authenticator.PRINCIPAL_CACHE_SECONDS`); the stream closes once its
+user is disabled. One
+user holds at most ``API_EVENT_STREAMS_PER_USER`` streams per api process (429 past it).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import logging
+import time
 
 from aiohttp import web
 
 from deskpool.api.context import Call
 from deskpool.api.routes import ResponseSpec, RouteTable
-from deskpool.errors import BadRequest
+from deskpool.api.security import AUTHENTICATOR_KEY
+from deskpool.errors import BadRequest, RateLimited
+from deskpool.identity.authenticator import (
+    IDENTITY_CHANGED_EVENT,
+    PRINCIPAL_CACHE_SECONDS,
+    Authenticator,
+)
+from deskpool.identity.principal import Principal
 from deskpool.live import bus
-from deskpool.live.model import KIND_OF_RESOURCE, LiveEvent, may_see, valid_stream_id
+from deskpool.live.model import (
+    KIND_OF_RESOURCE,
+    LiveEvent,
+    StreamSlots,
+    may_see,
+    valid_stream_id,
+)
 
 #: Seconds between keep-alive comments on a quiet stream (proxies close idle connections).
 HEARTBEAT_SECONDS = 15.0
 #: What a client waits before reconnecting, in milliseconds (the ``retry`` field).
 RETRY_MS = 3_000
 
+log = logging.getLogger(__name__)
+
 HUB_KEY = web.AppKey("live_hub", bus.LiveHub)
+STREAM_SLOTS_KEY = web.AppKey("live_stream_slots", StreamSlots)
 
 _DESCRIPTION = """\
 A [server-sent event](https://html.spec.whatwg.org/multipage/server-sent-events.html) stream of
@@ -40,7 +68,13 @@ the changes of what the caller may read. Each event has:
   `state` and `pool_id`, a job's `kind` and `state`...).
 
 A comment line is sent every 15 seconds on a quiet stream. Desktop users receive the events of
-their own desktops and sessions; other events need the resource's read permission.
+their own desktops and sessions; other events need the resource's read permission, as the caller
+holds it when the event is sent (a permission taken away stops the events it allowed; the stream
+closes when the caller is disabled).
+
+One user may hold `API_EVENT_STREAMS_PER_USER` streams open at once per api process: one more is
+429 `too_many_streams` with `Retry-After`. A `Last-Event-ID` that is not a stream id (ASCII
+digits `<ms>-<seq>`, each at most 2^64-1) is 400.
 
 Authenticated with the bearer token like every operation: browsers read it with `fetch`."""
 
@@ -70,9 +104,71 @@ async def stream_events(call: Call) -> web.StreamResponse:
     resume = request.headers.get("Last-Event-ID", "").strip() or None
     if resume is not None and not valid_stream_id(resume):
         raise BadRequest("Last-Event-ID is not an id this stream gave.")
-    hub = request.app[HUB_KEY]
+    slots = request.app[STREAM_SLOTS_KEY]
     principal = call.caller
-    permissions = set(principal.effective.permissions)
+    if not slots.take(principal.id):
+        raise TooManyStreams(
+            f"You hold {slots.per_user} live event streams open already; close one first.",
+            headers={"Retry-After": str(RETRY_MS // 1000)},
+        )
+    try:
+        subscriber = Subscriber(request.app[AUTHENTICATOR_KEY], principal)
+        return await _stream(request, resume, subscriber)
+    finally:
+        slots.give_back(principal.id)
+
+
+class TooManyStreams(RateLimited):
+    """The caller holds as many event streams as ``API_EVENT_STREAMS_PER_USER`` allows (429)."""
+
+    code = "too_many_streams"
+    title = "Too many event streams"
+
+
+class Subscriber:
+    """The caller of one stream, as they are now (read again after each identity change)."""
+
+    def __init__(self, authenticator: Authenticator, principal: Principal) -> None:
+        self.authenticator = authenticator
+        self.principal = principal
+        self._generation = authenticator.generation
+        self._loaded = time.monotonic()
+        self._changed = False
+
+    def changed(self) -> None:
+        """An identity change was read from the stream: read the principal again."""
+        self._changed = True
+
+    @property
+    def stale(self) -> bool:
+        """Whether an identity change was heard, or the principal is older than the cache's."""
+        return (
+            self._changed
+            or self._generation != self.authenticator.generation
+            or time.monotonic() - self._loaded >= PRINCIPAL_CACHE_SECONDS
+        )
+
+    async def current(self) -> Principal:
+        """The principal, read again when :attr:`stale`."""
+        if self.stale:
+            self._generation = self.authenticator.generation
+            self._loaded = time.monotonic()
+            self._changed = False
+            self.principal = await self.authenticator.reload(self.principal)
+        return self.principal
+
+    async def until_disabled(self) -> None:
+        """Return once the subscriber is disabled (checked at each change, and every minute)."""
+        while not (await self.current()).disabled:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(PRINCIPAL_CACHE_SECONDS):
+                    await self.authenticator.wait_changed()
+
+
+async def _stream(
+    request: web.Request, resume: str | None, subscriber: Subscriber
+) -> web.StreamResponse:
+    hub = request.app[HUB_KEY]
     response = web.StreamResponse(
         headers={
             "Content-Type": "text/event-stream",
@@ -82,19 +178,47 @@ async def stream_events(call: Call) -> web.StreamResponse:
     )
     await response.prepare(request)
     await response.write(f"retry: {RETRY_MS}\n: stream open\n\n".encode())
+    relay = asyncio.create_task(_relay(hub, resume, subscriber, response))
+    disabled = asyncio.create_task(subscriber.until_disabled())
+    try:
+        await asyncio.wait((relay, disabled), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (relay, disabled):
+            task.cancel()
+        ended = await asyncio.gather(relay, disabled, return_exceptions=True)
+    for outcome in ended:
+        if isinstance(outcome, Exception):
+            # The response has started: a store lost now ends the stream (the client resumes).
+            log.warning("a live event stream ended: %s", type(outcome).__name__)
+    if subscriber.principal.disabled:
+        with contextlib.suppress(ConnectionResetError, RuntimeError):
+            await response.write(b": account disabled\n\n")
+    return response
+
+
+async def _relay(
+    hub: bus.LiveHub, resume: str | None, subscriber: Subscriber, response: web.StreamResponse
+) -> None:
+    """Send the events the subscriber may see now, until the hub or the client ends."""
     try:
         async for entry in hub.events(resume, heartbeat=HEARTBEAT_SECONDS):
             if entry is None:
                 await response.write(b": keep-alive\n\n")
                 continue
             entry_id, event = entry
-            if may_see(event, permissions, principal.id):
+            if event.type == IDENTITY_CHANGED_EVENT:
+                # In stream order: every event after it is judged with what holds after it.
+                subscriber.changed()
+                continue
+            principal = await subscriber.current()
+            if principal.disabled:
+                return
+            if may_see(event, principal.effective.permissions, principal.id):
                 await response.write(_format(entry_id, event.type, event.body()))
     except bus.LiveResumeGap as gap:
         await response.write(_format(gap.oldest, "reset", {"type": "reset"}))
     except (ConnectionResetError, RuntimeError):
         pass  # the client went away
-    return response
 
 
 async def publish_api_change(call: Call, answer: object) -> None:

@@ -1,0 +1,53 @@
+"""Live event rules without I/O: which ``Last-Event-ID`` Redis accepts, streams per user."""
+
+from __future__ import annotations
+
+import pytest
+
+from deskpool.live.model import MAX_STREAM_ID_PART, StreamSlots, valid_stream_id
+
+
+@pytest.mark.parametrize(
+    "stream_id",
+    ["0", "0-0", "1795630170721-0", "1795630170721-7", f"{MAX_STREAM_ID_PART}-0", "00-01"],
+)
+def test_ids_redis_accepts_are_valid(stream_id: str) -> None:
+    assert valid_stream_id(stream_id)
+
+
+@pytest.mark.parametrize(
+    "stream_id",
+    [
+        "",
+        "-",
+        "nope",
+        f"{MAX_STREAM_ID_PART + 1}-0",
+        f"0-{MAX_STREAM_ID_PART + 1}",
+        f"{MAX_STREAM_ID_PART}-{MAX_STREAM_ID_PART}",
+        "\uff11-0",
+        "\u0661-0",
+        "1_0-0",
+        "+1-0",
+        " 1-0",
+        "1-0\n",
+        "1--0",
+        "1-2-3",
+        "1" * 21 + "-0",
+    ],
+)
+def test_ids_redis_refuses_are_not(stream_id: str) -> None:
+    assert not valid_stream_id(stream_id)
+
+
+def test_each_user_holds_at_most_the_limit_and_gets_slots_back() -> None:
+    slots = StreamSlots(2)
+    assert slots.take("a")
+    assert slots.take("a")
+    assert not slots.take("a")
+    assert slots.take("b")
+    assert slots.held("a") == 2
+    slots.give_back("a")
+    assert slots.held("a") == 1
+    assert slots.take("a")
+    slots.give_back("b")
+    assert slots.held("b") == 0
