@@ -34,7 +34,6 @@ from enum import StrEnum
 from uuid import UUID
 
 from deskpool.errors import Conflict, FieldError
-from deskpool.names import is_display_name
 from deskpool.pools.model import Pool
 
 #: The longest message a rollout shows users.
@@ -152,8 +151,6 @@ def validate_strategy(strategy: Strategy, pool: Pool, to_template: str) -> list[
         error("warning_seconds", f"must be between 0 and {MAX_WARNING_SECONDS}")
     if len(strategy.message) > MAX_MESSAGE_LENGTH:
         error("message", f"must be at most {MAX_MESSAGE_LENGTH} characters")
-    elif strategy.message and not is_display_name(strategy.message):
-        error("message", "must not start or end with spaces or contain control characters")
     if strategy.recreate_assigned and not pool.is_persistent:
         error("recreate_assigned", "only persistent pools assign desktops")
     return errors

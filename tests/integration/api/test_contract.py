@@ -237,6 +237,13 @@ UNSTATABLE: dict[tuple[str, str], tuple[frozenset[str], frozenset[str]]] = {
         ),
         frozenset(),
     ),
+    # A rollout's template exists on the pool's cluster and is not the pool's own; canary,
+    # min_ready and surge compared with the pool's max_size; recreate_assigned for persistent
+    # pools only.
+    ("POST", "/api/v1/pools/{pool_id}/rollouts"): (
+        frozenset({"/template", "/canary", "/min_ready", "/surge", "/recreate_assigned"}),
+        frozenset(),
+    ),
     # A signed document: only its signature says whether it is one.
     ("PUT", "/api/v1/license"): (
         frozenset(),

@@ -32,10 +32,13 @@ from typing import Any
 from marshmallow import Schema, fields, validate
 
 from deskpool.api.context import Call
+from deskpool.api.inputs import storable_text
 from deskpool.api.pagination import Page, PageQuery, decode_cursor, page_schema, paginate
+from deskpool.api.resources.pool_schemas import WholeNumber
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.errors import InvalidCursor
 from deskpool.ids import parse_id
+from deskpool.names import SPACE
 from deskpool.rollouts import service
 from deskpool.rollouts.model import (
     MAX_MESSAGE_LENGTH,
@@ -49,6 +52,8 @@ from deskpool.rollouts.service import RolloutShown
 from deskpool.rollouts.store import PoolImage
 
 _IN_USE = [str(policy) for policy in InUsePolicy]
+#: Text with something visible in it (the model refuses a blank template).
+_VISIBLE = validate.Regexp(rf"^[{SPACE}]*[^{SPACE}]", error="Must not be blank.")
 _STATES = [str(state) for state in RolloutState]
 
 # ---------------------------------------------------------------------------------- schemas
@@ -59,13 +64,14 @@ class RolloutCreateSchema(Schema):
 
     template = fields.String(
         required=True,
-        validate=validate.Length(1, 200),
+        validate=[validate.Length(1, 200), storable_text, _VISIBLE],
         metadata={
             "description": "The cluster's template to roll out: its id (a unique template "
             "name is accepted and stored as its id)."
         },
     )
-    canary = fields.Integer(
+    canary = WholeNumber(
+        strict=True,
         load_default=1,
         validate=validate.Range(0, 10_000),
         metadata={
@@ -73,12 +79,14 @@ class RolloutCreateSchema(Schema):
             "ready on the new template. 0 skips the canary."
         },
     )
-    batch_size = fields.Integer(
+    batch_size = WholeNumber(
+        strict=True,
         load_default=1,
         validate=validate.Range(1, 10_000),
         metadata={"description": "Desktops replaced at once after the canary."},
     )
-    min_ready = fields.Integer(
+    min_ready = WholeNumber(
+        strict=True,
         load_default=None,
         allow_none=True,
         validate=validate.Range(0, 10_000),
@@ -87,7 +95,8 @@ class RolloutCreateSchema(Schema):
             "the rollout while it can avoid it; default (null): the pool's spare."
         },
     )
-    surge = fields.Integer(
+    surge = WholeNumber(
+        strict=True,
         load_default=0,
         validate=validate.Range(0, 10_000),
         metadata={"description": "Extra desktops the rollout may create above max_size."},
@@ -102,14 +111,15 @@ class RolloutCreateSchema(Schema):
             "enum": _IN_USE,
         },
     )
-    warning_seconds = fields.Integer(
+    warning_seconds = WholeNumber(
+        strict=True,
         load_default=300,
         validate=validate.Range(0, MAX_WARNING_SECONDS),
         metadata={"description": "With force_logoff: how long after the warning the log-off is."},
     )
     message = fields.String(
         load_default="",
-        validate=validate.Length(0, MAX_MESSAGE_LENGTH),
+        validate=[validate.Length(0, MAX_MESSAGE_LENGTH), storable_text],
         metadata={"description": "What a user of a desktop to be replaced is told."},
     )
     start_at = fields.AwareDateTime(
