@@ -24,6 +24,7 @@ import aiohttp
 import asyncpg
 import pytest
 from tests.e2e.conftest import DeploymentEnviron
+from tests.e2e.deployment_api import Api
 from tests.e2e.jobrecorder import RECORDING_TABLES, recorder_site
 from tests.secret_leak_guard import LeakGuard
 
@@ -90,26 +91,6 @@ async def processes(environ: dict[str, str]) -> AsyncIterator[dict[str, Deskpool
         started[name] = listening(["gateway"], environ, "GATEWAY_ADDR")
     async with running(started) as processes:
         yield processes
-
-
-class Api:
-    """Calls to one api process as one caller."""
-
-    def __init__(self, http: aiohttp.ClientSession, process: DeskpoolProcess, token: str) -> None:
-        self.http = http
-        self.base = f"{process.url('api')}/api/v1"
-        self.headers = {"Authorization": f"Bearer {token}"}
-
-    async def status(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
-        async with self.http.request(
-            method, self.base + path, headers=self.headers, **kw
-        ) as response:
-            return response.status, await response.json(content_type=None)
-
-    async def __call__(self, method: str, path: str, **kw: Any) -> Any:
-        status, body = await self.status(method, path, **kw)
-        assert status < 300, (method, path, status, body)
-        return body
 
 
 async def test_two_apis_three_workers_two_gateways_share_the_work_and_lose_nothing(

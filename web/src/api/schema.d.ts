@@ -929,7 +929,7 @@ export interface paths {
         post?: never;
         /**
          * Revoke an entitlement
-         * @description Desktops the user holds stay theirs until an administrator unassigns them.
+         * @description What the entitlement allowed ends at once for every user it concerns who may no longer open the pool (no other entitlement, no `pools:manage`): their open sessions close (end reason `access_revoked`), their unused connection tokens are refused, and a desktop they are logged on to is logged off (a non-persistent one is rebuilt; a persistent one stays assigned, `ready`, until an administrator unassigns it or the entitlement comes back; reconnecting is 403 `access_revoked` meanwhile).
          *
          *     Requires the permission `pools:manage` (or `platform:admin`).
          */
@@ -1298,7 +1298,9 @@ export interface paths {
         head?: never;
         /**
          * Disable or enable a user
-         * @description Requires the permission `users:manage` (or `platform:admin`).
+         * @description A disabled user can no longer call the API, and what they held ends at once: their open desktop sessions and read-only views close (end reason `access_revoked`), their unused connection tokens are refused at the gateway, the desktops they are logged on to are logged off (the pool's rule after log-off follows), and their live event streams close.
+         *
+         *     Requires the permission `users:manage` (or `platform:admin`).
          */
         patch: operations["updateUser"];
         trace?: never;

@@ -362,7 +362,14 @@ async def grant_pool_entitlement(call: Call) -> Reply:
     "DELETE",
     "/api/v1/pools/{pool_id}/entitlements/{subject_type}/{subject_id}",
     summary="Revoke an entitlement",
-    description=("Desktops the user holds stay theirs until an administrator unassigns them."),
+    description=(
+        "What the entitlement allowed ends at once for every user it concerns who may no "
+        "longer open the pool (no other entitlement, no `pools:manage`): their open sessions "
+        "close (end reason `access_revoked`), their unused connection tokens are refused, and "
+        "a desktop they are logged on to is logged off (a non-persistent one is rebuilt; a "
+        "persistent one stays assigned, `ready`, until an administrator unassigns it or the "
+        "entitlement comes back; reconnecting is 403 `access_revoked` meanwhile)."
+    ),
     tags=("pools",),
     permission="pools:manage",
     responses={204: ResponseSpec("Revoked.")},

@@ -61,6 +61,13 @@ async def get_user(call: Call) -> dict[str, Any]:
     "PATCH",
     "/api/v1/users/{user_id}",
     summary="Disable or enable a user",
+    description=(
+        "A disabled user can no longer call the API, and what they held ends at once: their "
+        "open desktop sessions and read-only views close (end reason `access_revoked`), their "
+        "unused connection tokens are refused at the gateway, the desktops they are logged on "
+        "to are logged off (the pool's rule after log-off follows), and their live event "
+        "streams close."
+    ),
     tags=("users",),
     permission="users:manage",
     body=UserChangeSchema,
