@@ -20,7 +20,9 @@ Fixtures:
 - ``make_config``: build a :class:`deskpool.config.Config` from that environment plus overrides.
 - ``runtime``: an opened :class:`deskpool.runtime.Runtime` (api component's plugins loaded).
 - ``api_client``: an aiohttp test client for the API application of ``runtime``;
-  ``api_client_for``: ``await api_client_for(runtime)``, the same for a runtime of one's own.
+  ``api_client_for``: ``await api_client_for(runtime)``, the same for a runtime of one's own;
+  ``client``: the client of ``client_runtime``, which a conftest opening a runtime of its own
+  (a module's database, a master key...) overrides to name it.
 - ``identity_provider``: a running test OIDC issuer on loopback
   (:class:`deskpool.testing.idp.TestIdentityProvider`).
 - ``secure_runtime`` / ``secure_api_client``: the same, configured against that issuer, and
@@ -252,6 +254,18 @@ def api_client_for(aiohttp_client: Any) -> Callable[[Any], Awaitable[Any]]:
 async def api_client(runtime: Any, api_client_for: Callable[[Any], Awaitable[Any]]) -> Any:
     """An aiohttp test client for the API application of ``runtime``."""
     return await api_client_for(runtime)
+
+
+@pytest.fixture
+def client_runtime(runtime: Any) -> Any:
+    """The runtime whose API ``client`` calls: ``runtime`` (a conftest overrides it)."""
+    return runtime
+
+
+@pytest.fixture
+async def client(client_runtime: Any, api_client_for: Callable[[Any], Awaitable[Any]]) -> Any:
+    """An aiohttp test client for the API application of ``client_runtime``."""
+    return await api_client_for(client_runtime)
 
 
 @pytest.fixture

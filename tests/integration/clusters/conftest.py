@@ -45,9 +45,9 @@ async def clusters_runtime(clusters_environ: dict[str, str]) -> AsyncIterator[Ru
 
 
 @pytest.fixture
-async def client(clusters_runtime: Runtime, api_client_for: Callable[[Runtime], Any]) -> Any:
-    """A test client of the API of ``clusters_runtime``."""
-    return await api_client_for(clusters_runtime)
+def client_runtime(clusters_runtime: Runtime) -> Runtime:
+    """``client`` calls the API of ``clusters_runtime``."""
+    return clusters_runtime
 
 
 @pytest.fixture

@@ -83,9 +83,9 @@ async def lic_runtime(
 
 
 @pytest.fixture
-async def client(lic_runtime: Runtime, api_client_for: Callable[[Runtime], Any]) -> Any:
-    """A test client of the API of ``lic_runtime``."""
-    return await api_client_for(lic_runtime)
+def client_runtime(lic_runtime: Runtime) -> Runtime:
+    """``client`` calls the API of ``lic_runtime``."""
+    return lic_runtime
 
 
 @pytest.fixture

@@ -194,9 +194,9 @@ async def pools_runtime(pools_environ: dict[str, str]) -> AsyncIterator[Runtime]
 
 
 @pytest.fixture
-async def client(pools_runtime: Runtime, api_client_for: Callable[[Runtime], Any]) -> Any:
-    """A test client of the API of ``pools_runtime``."""
-    return await api_client_for(pools_runtime)
+def client_runtime(pools_runtime: Runtime) -> Runtime:
+    """``client`` calls the API of ``pools_runtime``."""
+    return pools_runtime
 
 
 @pytest.fixture

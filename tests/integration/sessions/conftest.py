@@ -20,7 +20,7 @@ from tests.integration.pools.conftest import (  # noqa: F401 (fixtures)
     TUNNEL_URL,
     Caller,
     api_cluster,
-    client,
+    client_runtime,
     new_caller,
     pool_model,
     pools_environ,
@@ -93,7 +93,7 @@ def broker(pools_runtime: Runtime) -> PlatformSessionBroker:  # noqa: F811
     return PlatformSessionBroker(pools_runtime, lease=30.0)
 
 
-async def open_desktop(client: Any, estate: Estate) -> dict[str, Any]:  # noqa: F811
+async def open_desktop(client: Any, estate: Estate) -> dict[str, Any]:
     """Open the estate's pool as its user; return the response body (asserting 200)."""
     response = await client.post(
         f"/api/v1/me/pools/{estate.pool.id}/desktop", headers=estate.user.headers
