@@ -39,7 +39,7 @@ def order(event_id: str) -> tuple[int, ...]:
 
 
 def url(process: DeskpoolProcess, path: str) -> str:
-    return f"http://{process.env['API_ADDR']}/api/v1{path}"
+    return f"{process.url('api')}/api/v1{path}"
 
 
 async def test_a_change_through_one_api_process_streams_from_the_other_and_resumes(
