@@ -24,6 +24,7 @@ from deskpool.listener import (
     HttpListenerComponent,
     start_listener,
 )
+from deskpool.testing.processes import ANY_PORT
 
 SECRET = "eyJhbGciOiJSUzI1NiJ9.SECRET-BEARER-TOKEN"
 IDLE = 1.0
@@ -217,18 +218,16 @@ async def test_requests_the_parser_refuses_are_problem_json(
     assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
 
 
-async def test_every_listener_of_the_platform_is_guarded(
-    make_config: Any, unused_tcp_port_factory: Callable[[], int]
-) -> None:
+async def test_every_listener_of_the_platform_is_guarded(make_config: Any) -> None:
     from deskpool.ops import OpsListener
     from deskpool.runtime import Runtime
 
     process = make_config(
         ["api", "gateway", "web"],
-        API_ADDR=f"127.0.0.1:{unused_tcp_port_factory()}",
-        GATEWAY_ADDR=f"127.0.0.1:{unused_tcp_port_factory()}",
-        WEB_ADDR=f"127.0.0.1:{unused_tcp_port_factory()}",
-        METRICS_ADDR=f"127.0.0.1:{unused_tcp_port_factory()}",
+        API_ADDR=ANY_PORT,
+        GATEWAY_ADDR=ANY_PORT,
+        WEB_ADDR=ANY_PORT,
+        METRICS_ADDR=ANY_PORT,
         SECRETS_MASTER_KEY=base64.b64encode(bytes(range(32))).decode(),
         API_IDLE_TIMEOUT="1s",
         API_HEADER_TIMEOUT="2s",
