@@ -452,4 +452,8 @@ async def _end_in(connection: asyncpg.Connection, runtime: Runtime, session_id: 
         )
         if not ended.read_only:
             await close_desktop_session(connection, ended.desktop_id)
+            if ended.disconnect_reason == SessionEndReason.ACCESS_REVOKED:
+                # The gateway was lost before it closed a tunnel whose access was taken away:
+                # its user is logged off all the same.
+                await log_off(connection, ended.desktop_id, "access revoked")
     return True

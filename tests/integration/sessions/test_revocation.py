@@ -32,7 +32,7 @@ from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import Status
 from deskpool.pools.model import PoolKind
 from deskpool.runtime import Runtime
-from deskpool.sessions.broker import PlatformSessionBroker
+from deskpool.sessions.broker import PlatformSessionBroker, end_lost_gateways
 from deskpool.sessions.model import AfterDisconnect, SessionPolicy
 from deskpool.sessions.tunnel import (
     DisconnectRequest,
@@ -377,3 +377,26 @@ async def test_a_disabled_users_tunnel_closes_with_forbidden_and_access_revoked(
         await scene.client.get(f"/api/v1/sessions/{tunnel.uuid}", headers=place.admin.headers)
     ).json()
     assert record["end_reason"] == "access_revoked", record
+
+
+async def test_a_revoked_session_whose_gateway_is_lost_still_logs_its_user_off(
+    scene: Scene,
+) -> None:
+    place = await scene.estate(ready=1, policy=NEVER)
+    opened = await open_desktop(scene.client, place)
+    grant = await scene.broker.redeem(opened["connection"]["token"], gateway_id="gw-doomed-r")
+    await scene.disable(place.user)
+    # The gateway dies before it closes the tunnel: its lease runs out.
+    async with scene.runtime.db.acquire() as connection:
+        await connection.execute(
+            "UPDATE gateway_leases SET lease_expires_at = now() - interval '1 second' "
+            "WHERE gateway_id = 'gw-doomed-r'"
+        )
+    assert await end_lost_gateways(scene.runtime) == 1
+    async with scene.runtime.db.acquire() as connection:
+        reason = await connection.fetchval(
+            "SELECT end_reason FROM desktop_sessions WHERE id = $1", grant.session_id
+        )
+    assert reason == "gateway_lost"
+    desktop = await desktop_row(scene.runtime, opened["id"])
+    assert (desktop["state"], desktop["assigned_user"]) == ("refreshing", None)
