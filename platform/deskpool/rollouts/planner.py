@@ -42,6 +42,7 @@ from uuid import UUID
 
 from deskpool.pools.model import Desktop, DesktopState, Pool
 from deskpool.rollouts.model import (
+    ENDED,
     EntryRole,
     EntryState,
     InUsePolicy,
@@ -432,5 +433,18 @@ def plan_rollout(
 
 
 def count_rollout(pool: Pool, desktops: Sequence[Desktop], view: RolloutView) -> RolloutCounts:
-    """How far ``view``'s rollout is on ``pool`` with ``desktops`` (no planning)."""
+    """How far ``view``'s rollout is on ``pool`` with ``desktops`` (no planning).
+
+    An active rollout is counted on the pool's desktops as they are; one that ended, on the
+    desktops it touched (what became of them does not change what it did).
+    """
+    if view.rollout.state in ENDED:
+        states = [entry.state for entry in view.entries.values()]
+        return RolloutCounts(
+            total=len(states),
+            on_new_template=states.count(E.REPLACED),
+            replacing=0,
+            waiting_for_logoff=0,
+            failed=states.count(E.FAILED),
+        )
     return _Pass(pool, desktops, view, view.rollout.created_at).counts()

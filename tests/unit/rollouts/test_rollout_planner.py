@@ -31,7 +31,7 @@ from deskpool.rollouts.plan import (
     WaitForLogoff,
     WarnUser,
 )
-from deskpool.rollouts.planner import RolloutView, plan_rollout
+from deskpool.rollouts.planner import RolloutView, count_rollout, plan_rollout
 
 S = DesktopState
 OLD, NEW = "tpl-v1", "tpl-v2"
@@ -394,3 +394,15 @@ def test_a_persistent_desktop_whose_user_left_is_rebuilt_when_recreate_assigned(
     waiting = entry(desktop, EntryState.WAITING_FOR_LOGOFF, EntryRole.BATCH)
     plan = plan_rollout(pool, [desktop], view(rollout, waiting), NOW)
     assert kinds(plan) == [("rollout_replace", "lab-001")]
+
+
+def test_an_ended_rollout_is_counted_on_what_it_did_not_on_the_pool_now() -> None:
+    pool = pool_of(template=NEW)
+    desktops = [replace(d, template=OLD) for d in six(pool, in_use=0)]  # rolled back since
+    done = [entry(d, EntryState.REPLACED, EntryRole.BATCH) for d in desktops[:5]]
+    done.append(entry(desktops[5], EntryState.FAILED, EntryRole.BATCH))
+    rollout = rollout_of(pool, state=RolloutState.SUCCEEDED)
+    counts = count_rollout(pool, desktops, view(rollout, *done))
+    assert (counts.total, counts.on_new_template, counts.failed, counts.percent) == (6, 5, 1, 83)
+    active = count_rollout(pool, desktops, view(replace(rollout, state=RolloutState.ROLLING)))
+    assert (active.total, active.on_new_template) == (6, 0)
