@@ -65,9 +65,11 @@ x11:
 
 # The main job: `deskpool dev` migrates, then runs every component in one process with the
 # simulator driver and a development identity provider, and prints where everything is.
+# `make run HYPERVISOR=libvirt`: the demo pool's desktops are real tiny VMs on the local libvirt.
+HYPERVISOR ?= simulator
 run: setup services libvirt console
 	@bash scripts/dev-env.sh
-	@set -a && . ./.run/dev.env && set +a && exec $(BIN)/deskpool dev
+	@set -a && . ./.run/dev.env && set +a && exec $(BIN)/deskpool dev --hypervisor $(HYPERVISOR)
 
 # The whole test suite, lint and type checks included, through tox.
 test: setup services libvirt browser x11 console console-test

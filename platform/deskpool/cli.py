@@ -49,9 +49,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_dev(args: argparse.Namespace) -> int:
     """The quick start: migrate, then run everything with a development identity provider."""
-    from deskpool.dev import main as dev_main
+    from deskpool.dev import run_dev
 
-    dev_main(_environ(), Path(args.state_dir), args.issuer_port)
+    asyncio.run(
+        run_dev(
+            _environ(), Path(args.state_dir), args.issuer_port, args.hypervisor, args.libvirt_prefix
+        )
+    )
     return 0
 
 
@@ -326,6 +330,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.add_argument("--state-dir", default=".run", help="where the dev issuer keeps its keys")
     dev.add_argument("--issuer-port", type=int, default=8090, help="port of the dev issuer")
+    dev.add_argument(
+        "--hypervisor",
+        choices=("simulator", "libvirt"),
+        default="simulator",
+        help="the demo's desktops: simulated, or real tiny VMs on the local libvirt",
+    )
+    dev.add_argument(
+        "--libvirt-prefix",
+        default="deskpool-dev",
+        help="with --hypervisor libvirt: the prefix of the template, storage pool and desktops",
+    )
     dev.set_defaults(func=cmd_dev)
 
     commands.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)

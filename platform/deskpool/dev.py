@@ -16,6 +16,12 @@ Any listen address may ask for port 0 (``API_ADDR=127.0.0.1:0``, ``--issuer-port
 listeners whose addresses the URLs above name are bound before those URLs are derived
 (:func:`deskpool.listener.bind_ahead`), and ``LISTEN_ADDRESSES_FILE`` lists what every one
 bound, the issuer (``issuer``) and a desktop daemon simulator (``desktopd``) included.
+
+With ``--hypervisor libvirt`` the demo runs on real tiny VMs instead (:mod:`deskpool.dev_libvirt`):
+the local libvirt (``qemu:///system``) gets a template domain booting the project's tiny guest,
+the demo cluster is a ``libvirt`` one and the demo pool's desktops are its linked clones, and
+the desktop daemon simulator bridges the VMs' VNC displays on loopback
+(:mod:`deskpool.desktopd.vnc`), so "Open" shows a VM's console in the browser without guacd.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,6 +41,7 @@ import voluptuous as vol
 from deskpool.config import parse_host_port, parse_listen_address
 from deskpool.db import migrate
 from deskpool.desktopd import DesktopDaemonSimulator
+from deskpool.desktopd.vnc import VncBridge
 from deskpool.host import ALL_COMPONENTS, Host, bootstrap
 from deskpool.listener import bind_ahead
 from deskpool.testing.idp import DevIdentityProvider
@@ -121,9 +129,12 @@ async def daemon_listens(address: str) -> bool:
     return True
 
 
-async def desktop_daemon(environ: dict[str, str]) -> tuple[DesktopDaemonSimulator | None, str]:
+async def desktop_daemon(
+    environ: dict[str, str], bridge: VncBridge | None = None
+) -> tuple[DesktopDaemonSimulator | None, str]:
     """Use the daemon at ``DESKTOPD_ADDRESS``, or start the simulator and point ``environ`` at it.
 
+    :param bridge: the VNC servers the simulator bridges (none by default).
     :returns: the simulator started (``None`` when a daemon answered) and a line for the banner.
     """
     address = environ.get("DESKTOPD_ADDRESS") or "desktopd:4822"
@@ -133,16 +144,17 @@ async def desktop_daemon(environ: dict[str, str]) -> tuple[DesktopDaemonSimulato
         port = 4822
     if port and await daemon_listens(address):
         return None, f"  desktop      the desktop daemon at {address}"
-    simulator = DesktopDaemonSimulator("127.0.0.1", port)
+    simulator = DesktopDaemonSimulator("127.0.0.1", port, vnc_bridge=bridge)
     try:
         await simulator.start()
     except OSError:
-        simulator = DesktopDaemonSimulator("127.0.0.1", 0)
+        simulator = DesktopDaemonSimulator("127.0.0.1", 0, vnc_bridge=bridge)
         await simulator.start()
     environ["DESKTOPD_ADDRESS"] = simulator.address
+    bridging = " (bridging the VNC servers on loopback)" if bridge and bridge.networks else ""
     line = (
         f"  desktop      no desktop daemon listens at {address}: running the desktop daemon "
-        f"simulator on {simulator.address}"
+        f"simulator on {simulator.address}{bridging}"
     )
     return simulator, line
 
@@ -164,14 +176,45 @@ def bind_listeners_ahead(environ: Mapping[str, str]) -> dict[str, str]:
     return bound
 
 
-async def run_dev(environ: Mapping[str, str], state_dir: Path, issuer_port: int) -> None:
-    """Migrate, start the dev issuer, run every component until SIGTERM/SIGINT."""
+@dataclass(frozen=True)
+class Demo:
+    """What a fresh development database gets: a cluster and a pool on it."""
+
+    cluster: dict[str, Any]
+    pool: dict[str, Any]
+    bridge: VncBridge | None = None
+
+
+async def demo_for(hypervisor: str, libvirt_prefix: str) -> Demo:
+    """The demo of ``--hypervisor`` (``simulator``, or ``libvirt``: its template made first)."""
+    if hypervisor == "simulator":
+        return Demo(DEMO_CLUSTER, DEMO_POOL)
+    from deskpool.dev_libvirt import LIBVIRT_URI, libvirt_demo
+
+    cluster, pool = await asyncio.to_thread(libvirt_demo, libvirt_prefix, LIBVIRT_URI)
+    return Demo(cluster, pool, VncBridge.loopback())
+
+
+async def run_dev(
+    environ: Mapping[str, str],
+    state_dir: Path,
+    issuer_port: int,
+    hypervisor: str = "simulator",
+    libvirt_prefix: str = "deskpool-dev",
+) -> None:
+    """Migrate, start the dev issuer, run every component until SIGTERM/SIGINT.
+
+    :param hypervisor: ``simulator`` (the default) or ``libvirt`` (real tiny VMs).
+    :param libvirt_prefix: with ``libvirt``, the names of the template, its storage pool and
+        the demo's desktops start with it.
+    """
+    demo = await demo_for(hypervisor, libvirt_prefix)
     issuer = DevIdentityProvider(state_dir / "dev-idp-keys.json", audience=DEV_API_AUDIENCE)
     await issuer.start("127.0.0.1", issuer_port)
     simulator: DesktopDaemonSimulator | None = None
     try:
         merged = dev_environ(bind_listeners_ahead(environ), issuer.issuer_url)
-        simulator, daemon_line = await desktop_daemon(merged)
+        simulator, daemon_line = await desktop_daemon(merged, demo.bridge)
         process = bootstrap(merged, ALL_COMPONENTS)
         connection = await asyncpg.connect(process.config["DATABASE_URL"])
         try:
@@ -203,7 +246,7 @@ async def run_dev(environ: Mapping[str, str], state_dir: Path, issuer_port: int)
             ]
         )
         print(banner, flush=True)
-        seeding = asyncio.create_task(seed_demo(api, token), name="dev-seed")
+        seeding = asyncio.create_task(seed_demo(api, token, demo), name="dev-seed")
         await host.run()
         seeding.cancel()
     finally:
@@ -212,8 +255,9 @@ async def run_dev(environ: Mapping[str, str], state_dir: Path, issuer_port: int)
         await issuer.stop()
 
 
-async def seed_demo(api: str, token: str) -> None:
-    """Connect the simulated cluster and create the demo pool, unless a cluster exists."""
+async def seed_demo(api: str, token: str, demo: Demo | None = None) -> None:
+    """Connect the demo cluster and create the demo pool, unless a cluster exists."""
+    demo = demo or Demo(DEMO_CLUSTER, DEMO_POOL)
     headers = {"Authorization": f"Bearer {token}"}
     async with aiohttp.ClientSession(base_url=api, headers=headers) as session:
         for _ in range(100):
@@ -230,12 +274,12 @@ async def seed_demo(api: str, token: str) -> None:
             return
         if clusters["items"]:
             return
-        async with session.post("/api/v1/clusters", json=DEMO_CLUSTER) as response:
+        async with session.post("/api/v1/clusters", json=demo.cluster) as response:
             if response.status != 201:
                 log.warning("could not create the demo cluster: %s", await response.text())
                 return
             cluster = await response.json()
-        pool = {**DEMO_POOL, "cluster_id": cluster["id"]}
+        pool = {**demo.pool, "cluster_id": cluster["id"]}
         async with session.post("/api/v1/pools", json=pool) as response:
             if response.status != 201:
                 log.warning("could not create the demo pool: %s", await response.text())
@@ -243,12 +287,13 @@ async def seed_demo(api: str, token: str) -> None:
             pool_id = (await response.json())["id"]
         await entitle_dev_users(session, pool_id)
         log.info(
-            "created the simulated cluster %r and the pool %r (min %d, spare %d): "
+            "created the %s cluster %r and the pool %r (min %d, spare %d): "
             "watch GET /api/v1/desktops",
-            DEMO_CLUSTER["name"],
-            DEMO_POOL["name"],
-            DEMO_POOL["min_size"],
-            DEMO_POOL["spare"],
+            demo.cluster["driver"],
+            demo.cluster["name"],
+            demo.pool["name"],
+            demo.pool["min_size"],
+            demo.pool["spare"],
         )
 
 
@@ -282,8 +327,3 @@ async def entitle_dev_users(session: aiohttp.ClientSession, pool_id: str) -> Non
         async with session.post(path, json=body) as response:
             if response.status >= 300:
                 log.warning("demo set-up: %s answered %s", path, await response.text())
-
-
-def main(environ: Mapping[str, str], state_dir: Path, issuer_port: int) -> None:
-    """Run :func:`run_dev` to completion."""
-    asyncio.run(run_dev(environ, state_dir, issuer_port))

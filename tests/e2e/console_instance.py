@@ -4,13 +4,16 @@
 the built ``web/dist``) on a database of its own, signing in at a test OIDC issuer with a
 sign-in page, its desktops drawn (or bridged) by the desktop daemon simulator it is given.
 :func:`sign_in` signs a user in through the issuer's page; :func:`visit` saves a screenshot
-of a page and records its serious or critical axe-core violations.
+of a page and records its serious or critical axe-core violations. :func:`canvas_picture` takes
+the desktop view's picture out of the browser (the display's default layer, as a PNG) and
+:func:`read_words` reads its text (tesseract); :func:`ocr_token` makes a word to read back.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import io
 import json
 import os
 import secrets
@@ -23,10 +26,12 @@ from typing import Any
 
 import aiohttp
 import pytest
+from PIL import Image
 from tests.conftest import REPO, deskpool_command
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.idp import TestIdentityProvider
+from deskpool.testing.ocr import read_text
 from deskpool.testing.processes import free_port, until_ready
 
 CHROMIUM = "/usr/bin/chromium"
@@ -162,3 +167,42 @@ async def sign_in(instance: Instance, page: Any, who: tuple[str, str]) -> None:
     await page.get_by_role("button", name=who[1]).click()
     await page.wait_for_url(instance.console + "/**")
     await page.get_by_role("button", name="Sign out").wait_for(timeout=TIMEOUT)
+
+
+#: The display's default layer: the largest canvas of the display (guacamole-common-js sizes
+#: a layer's canvas in steps of 64 pixels, so it can be larger than the remote screen).
+DEFAULT_LAYER = """() => [...document.querySelectorAll('.desktop-screen canvas')]
+  .reduce((a, c) => (!a || c.width * c.height > a.width * a.height ? c : a), null)"""
+#: The default layer as a PNG data URL, or null before there is one.
+DEFAULT_LAYER_PNG = f"""() => {{
+  const canvas = ({DEFAULT_LAYER})();
+  return canvas ? canvas.toDataURL('image/png') : null;
+}}"""
+#: The letters of OCR tokens: none that tesseract readily takes for a digit or another letter.
+TOKEN_LETTERS = "ACEFHKMNPRTWXY"
+
+
+def ocr_token(length: int = 6) -> str:
+    """A random word of :data:`TOKEN_LETTERS`, to be read back from a screen."""
+    return "".join(secrets.choice(TOKEN_LETTERS) for _ in range(length))
+
+
+async def canvas_picture(page: Any, size: tuple[int, int] | None = None) -> Image.Image | None:
+    """The display's default layer as the browser holds it (cropped to ``size``), or ``None``.
+
+    ``None`` also while the layer is smaller than ``size`` (the remote screen not yet sized).
+    """
+    url = await page.evaluate(DEFAULT_LAYER_PNG)
+    if url is None:
+        return None
+    layer = Image.open(io.BytesIO(base64.b64decode(url.partition(",")[2]))).convert("RGB")
+    if size is None:
+        return layer
+    if layer.width < size[0] or layer.height < size[1]:
+        return None
+    return layer.crop((0, 0, *size))
+
+
+async def read_words(picture: Image.Image) -> str:
+    """The text tesseract reads in ``picture``, its words separated by single spaces."""
+    return " ".join((await read_text(picture)).split())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
 import subprocess
@@ -12,10 +11,11 @@ from typing import Any
 
 import aiohttp
 from tests.conftest import REPO, deskpool_command
+from tests.e2e.conftest import dev_process_environ
 
 from deskpool.guacamole.handshake import ClientInfo, perform_handshake
 from deskpool.guacamole.stream import InstructionReader
-from deskpool.testing.processes import ANY_PORT, read_addresses, until, until_ready
+from deskpool.testing.processes import read_addresses, until, until_ready
 from deskpool.testing.tunnels import WebSocketTunnelClient
 
 
@@ -41,21 +41,8 @@ async def test_dev_serves_signs_in_and_seeds_a_simulated_pool(
     deskpool_environ: dict[str, str], tmp_path: Path
 ) -> None:
     addresses_file = tmp_path / "addresses.json"
-    env = {
-        **deskpool_environ,
-        "PATH": os.environ["PATH"],
-        # Every listener binds a port the system picks, and the process says which.
-        "API_ADDR": ANY_PORT,
-        "METRICS_ADDR": ANY_PORT,
-        "GATEWAY_ADDR": ANY_PORT,
-        "WEB_ADDR": ANY_PORT,
-        "DESKTOPD_ADDRESS": ANY_PORT,
-        "LISTEN_ADDRESSES_FILE": str(addresses_file),
-        "SECRETS_MASTER_KEY": "A" * 43 + "=",
-        "POOL_RECONCILE_INTERVAL": "1s",
-        "WORKER_POLL_INTERVAL": "1s",
-        "APP_ENV": "development",  # as `make run` writes it in .run/dev.env
-    }
+    # Every listener binds a port the system picks, and the process says which.
+    env = dev_process_environ(deskpool_environ, addresses_file)
     command = [*deskpool_command(), "dev", "--state-dir", str(tmp_path), "--issuer-port", "0"]
     process = await asyncio.create_subprocess_exec(
         *command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT

@@ -15,22 +15,18 @@ at that VNC server. A user signs in with Chromium, opens a desktop from My deskt
 from __future__ import annotations
 
 import asyncio
-import base64
-import io
-import secrets
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from PIL import Image, ImageChops
+from PIL import ImageChops
 from tests.e2e import console_instance as console
 from tests.e2e.console_instance import Instance
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.desktopd.vnc import VncBridge
-from deskpool.testing.ocr import read_text
 from deskpool.testing.processes import until
 from deskpool.testing.pytest_plugin import fresh_database
 from deskpool.testing.x11 import VncServer, XDisplay, vnc_server, x_display
@@ -38,24 +34,13 @@ from deskpool.testing.x11 import VncServer, XDisplay, vnc_server, x_display
 pytestmark = pytest.mark.slow
 
 PASSWORD = "vnc-e2e-pw"
-#: The letters of this run's token: none that OCR readily takes for a digit or another letter.
-TOKEN_LETTERS = "ACEFHKMNPRTWXY"
 #: A font tesseract reads without mistakes (xterm's default bitmap font is too small for it).
 XTERM_FONT = ("-fa", "DejaVu Sans Mono", "-fs", "16")
 SCREEN = (800, 600)
 XTERM_AT = (120, 90)
-#: The display's default layer: the largest canvas of the display (guacamole-common-js sizes
-#: a layer's canvas in steps of 64 pixels, so it can be larger than the remote screen).
-DEFAULT_LAYER = """() => [...document.querySelectorAll('.desktop-screen canvas')]
-  .reduce((a, c) => (!a || c.width * c.height > a.width * a.height ? c : a), null)"""
-#: The default layer as a PNG data URL, or null before there is one.
-DEFAULT_LAYER_PNG = f"""() => {{
-  const canvas = ({DEFAULT_LAYER})();
-  return canvas ? canvas.toDataURL('image/png') : null;
-}}"""
 #: Where the display is on the page, and how much it is scaled.
 DISPLAY_BOX = f"""() => {{
-  const canvas = ({DEFAULT_LAYER})();
+  const canvas = ({console.DEFAULT_LAYER})();
   const box = canvas.getBoundingClientRect();
   return {{x: box.x, y: box.y, scale: box.width / canvas.width}};
 }}"""
@@ -145,23 +130,12 @@ async def entitled_pool(instance: Instance, vnc: VncServer) -> str:
         return str(pool["name"])
 
 
-async def canvas_picture(page: Any) -> Image.Image | None:
-    """The display's default layer as the browser holds it, or ``None`` before it exists."""
-    url = await page.evaluate(DEFAULT_LAYER_PNG)
-    if url is None:
-        return None
-    layer = Image.open(io.BytesIO(base64.b64decode(url.partition(",")[2]))).convert("RGB")
-    if layer.width < SCREEN[0] or layer.height < SCREEN[1]:
-        return None
-    return layer.crop((0, 0, *SCREEN))
-
-
 async def test_a_real_vnc_servers_screen_in_the_browser(
     instance: Instance, display: XDisplay, vnc: VncServer, tmp_path: Path
 ) -> None:
     from playwright.async_api import async_playwright, expect
 
-    token = "".join(secrets.choice(TOKEN_LETTERS) for _ in range(6))
+    token = console.ocr_token()
     banner = f"DESKPOOL VNC BRIDGE {token}"
     typed = tmp_path / "typed.txt"
     script = f'echo "{banner}"; read line; printf %s "$line" > {typed}; exec sleep 600'
@@ -187,10 +161,10 @@ async def test_a_real_vnc_servers_screen_in_the_browser(
             last: dict[str, Any] = {"text": None}
 
             async def shows_the_banner() -> bool:
-                picture = await canvas_picture(page)
+                picture = await console.canvas_picture(page, SCREEN)
                 if picture is not None:
                     picture.save(instance.artifacts / "vnc-canvas.png")
-                    last["text"] = " ".join((await read_text(picture)).split())
+                    last["text"] = await console.read_words(picture)
                 return banner in (last["text"] or "")
 
             try:
@@ -200,7 +174,8 @@ async def test_a_real_vnc_servers_screen_in_the_browser(
             assert banner in last["text"], last
 
             async def same_as_the_screen() -> bool:
-                picture, screen = await canvas_picture(page), await display.screenshot()
+                picture = await console.canvas_picture(page, SCREEN)
+                screen = await display.screenshot()
                 return picture is not None and not ImageChops.difference(picture, screen).getbbox()
 
             await until(same_as_the_screen, "the canvas is the X screen", seconds=60, every=0.5)
