@@ -66,14 +66,27 @@ def strategy_of(body: Mapping[str, Any]) -> Strategy:
     )
 
 
-async def _shown(runtime: Runtime, rollout: Rollout) -> RolloutShown:
-    entries = (await store.entries_of(runtime.db, [rollout.id]))[rollout.id]
-    record = await store_pools.get_pool_record(runtime.db, rollout.pool_id)
+async def _shown_many(
+    runtime: Runtime, pool_id: uuid.UUID, rollouts: list[Rollout]
+) -> list[RolloutShown]:
+    """Rollouts of one pool with their entries and counts (a few queries for any number)."""
+    if not rollouts:
+        return []
+    entries = await store.entries_of(runtime.db, [rollout.id for rollout in rollouts])
+    record = await store_pools.get_pool_record(runtime.db, pool_id)
     if record is None:
-        raise NotFound(f"No pool has the id {rollout.pool_id}.")
-    desktops = (await desktops_of_pools(runtime.db, [rollout.pool_id])).get(rollout.pool_id, [])
-    view = RolloutView(rollout, {entry.desktop_id: entry for entry in entries})
-    return RolloutShown(rollout, entries, count_rollout(record.pool, desktops, view))
+        raise NotFound(f"No pool has the id {pool_id}.")
+    desktops = (await desktops_of_pools(runtime.db, [pool_id])).get(pool_id, [])
+    shown = []
+    for rollout in rollouts:
+        mine = entries.get(rollout.id, [])
+        view = RolloutView(rollout, {entry.desktop_id: entry for entry in mine})
+        shown.append(RolloutShown(rollout, mine, count_rollout(record.pool, desktops, view)))
+    return shown
+
+
+async def _shown(runtime: Runtime, rollout: Rollout) -> RolloutShown:
+    return (await _shown_many(runtime, rollout.pool_id, [rollout]))[0]
 
 
 async def start_rollout(
@@ -149,7 +162,7 @@ async def list_rollouts(
     """The pool's rollouts, newest first (404 when there is no such pool)."""
     await pools.get_pool(runtime, pool_id)
     rollouts = await store.list_rollouts(runtime.db, pool_id, limit=limit, after=after)
-    return [await _shown(runtime, rollout) for rollout in rollouts]
+    return await _shown_many(runtime, pool_id, rollouts)
 
 
 async def get_rollout(runtime: Runtime, pool_id: uuid.UUID, rollout_id: uuid.UUID) -> RolloutShown:
