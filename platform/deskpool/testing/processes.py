@@ -117,12 +117,19 @@ class DeskpoolProcess:
     :param components: the components to run (``["api"]``, ``["worker"]``...).
     :param env: the whole environment of the process.
     :param cwd: its working directory (the current one when ``None``).
+    :param command: the ``deskpool`` command to run (:func:`deskpool_command` when ``None``),
+        e.g. a benchmark's launcher that trusts a test license vendor inside the process.
     """
 
     def __init__(
-        self, components: Sequence[str], env: Mapping[str, str], cwd: Path | None = None
+        self,
+        components: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Path | None = None,
+        command: Sequence[str] | None = None,
     ) -> None:
         self.components = list(components)
+        self.command = list(command or deskpool_command())
         self.env = dict(env)
         self.cwd = cwd
         #: What the process's listeners bound, by name (``{"api": "127.0.0.1:41873"}``).
@@ -158,7 +165,7 @@ class DeskpoolProcess:
             self.env["LISTEN_ADDRESSES_FILE"] = str(Path(folder) / "addresses.json")
         written = Path(self.env["LISTEN_ADDRESSES_FILE"])
         self.process = await asyncio.create_subprocess_exec(
-            *deskpool_command(),
+            *self.command,
             "run",
             *self.components,
             env=self.env,
@@ -276,13 +283,19 @@ def deployment_environ(
     return {**environ, **settings}
 
 
-def listening(components: Sequence[str], env: Mapping[str, str], setting: str) -> DeskpoolProcess:
+def listening(
+    components: Sequence[str],
+    env: Mapping[str, str],
+    setting: str,
+    command: Sequence[str] | None = None,
+) -> DeskpoolProcess:
     """A process of ``components`` listening on a port of 127.0.0.1 the system picks.
 
     :param setting: the listener's setting (``API_ADDR``, ``GATEWAY_ADDR``); the address it
         bound is in the started process's :attr:`~DeskpoolProcess.addresses`.
+    :param command: as :class:`DeskpoolProcess`'s.
     """
-    return DeskpoolProcess(components, {**env, setting: ANY_PORT})
+    return DeskpoolProcess(components, {**env, setting: ANY_PORT}, command=command)
 
 
 @contextlib.asynccontextmanager

@@ -54,6 +54,8 @@ class UserRun:
     """What happened to one user of the storm."""
 
     subject: str
+    #: When the user's first request went (``time.perf_counter()``).
+    started: float = 0.0
     #: Seconds each step took (the last try, retries included), by step name.
     steps: dict[str, float] = field(default_factory=dict)
     #: Seconds from the user's first request to the first image.
@@ -242,7 +244,7 @@ async def _one_user(
     api = api_url.rstrip("/") + "/api/v1"
     headers = {"Authorization": f"Bearer {token}"}
     await go.wait()
-    started = time.perf_counter()
+    started = run.started = time.perf_counter()
     mark = started
     try:
         async with asyncio.timeout(within):

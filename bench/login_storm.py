@@ -1,0 +1,648 @@
+"""The 9 a.m. login storm (issue 27): U users reach their desktops at once, next to two floors.
+
+**The storm.** Every run gets a fresh database and a fresh deployment on this machine: api,
+worker and gateway processes (``deskpool run``, through ``bench/licensed_deskpool.py`` so a
+license for U desktops can be installed), PostgreSQL, Redis and the desktop daemon simulator
+(``python -m deskpool.desktopd``, its own process). Through the REST API an administrator
+makes a simulated cluster and pools holding U ready desktops (``--per-pool`` each),
+entitled to a group bound to an OIDC group claim, and waits until the worker has provisioned
+them all. Then U users, each with a token the API has never seen, go in one burst
+(:mod:`deskpool.testing.storm`): list their pools, open a desktop, redeem the connection token
+at a gateway, and wait for the first image. Printed: the wall time until the last user has a
+frame, each user's time to a first frame and each step's p50/p95/p99, the desktops opened per
+second (U over the span from the first open to the last), refusals retried and 5xx answers
+by reason, and the database's word on the allocations (double allocations, users without a
+desktop). Two sides: one api and one gateway process, and two of each (users spread over them
+as a load balancer would).
+
+**The floors**, in the same rounds:
+
+- (a) ``bench/floor_me.py``: a bare aiohttp handler verifying the same RS256 tokens with the
+  same library (joserfc) and reading one row by subject with asyncpg, next to deskpool's cold
+  ``GET /api/v1/me`` (an api process of its own on a database with ``--me-users`` users, more
+  than its token and principal caches hold, tokens rotated by wrk so every request verifies a
+  signature and loads a principal, as in ``bench/auth_me.py``);
+- (b) U allocations straight through asyncpg, one
+  ``UPDATE … WHERE id = (SELECT … FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING`` each, all at once
+  on 10 connections (``DATABASE_MAX_CONNS``), on deskpool's own ``desktops`` table in a fresh
+  database on the same server, next to the storm's desktops opened per second.
+
+Run from the repository root with PostgreSQL and Redis up, wrk on the PATH::
+
+    .venv/bin/python bench/login_storm.py [--users 1000] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import os
+import secrets
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import aiohttp
+import asyncpg
+from auth_me import FIGURES as ME_FIGURES
+from auth_me import ROTATE, Bench, IssuerThread, free_port, wait_for
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from harness import Figure, Load, LoadMonitor, Run, Series, percentile, print_run
+
+from deskpool.db import migrate
+from deskpool.testing.idp import TestIdentityProvider
+from deskpool.testing.licensing import TestVendor
+from deskpool.testing.processes import (
+    QUICK_INTERVALS,
+    DeskpoolProcess,
+    deployment_environ,
+    listening,
+    running,
+)
+from deskpool.testing.services import (
+    ServiceAddresses,
+    create_test_database,
+    drop_test_database,
+)
+from deskpool.testing.storm import (
+    CLAIM,
+    STEPS,
+    StormResult,
+    check_allocations,
+    new_subjects,
+    prepare,
+    storm,
+)
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+#: Marks the benchmark's databases (the load monitor counts their backends as ours).
+DB_PREFIX = "dpbench_storm"
+ADMIN = "storm-admin"
+#: Targets of issue 27 (one api, one worker, one gateway process).
+TARGET_ME_RATE = 0.6
+TARGET_ME_P99 = 2.0
+TARGET_OPEN_RATE = 0.5
+TARGET_WALL = 15.0
+TARGET_USER_P99 = 5.0
+
+STORM_FIGURES = (
+    Figure("wall", "wall time to the last user's first frame, s", 2),
+    Figure("served", "users with a first frame"),
+    Figure("user_p50", "user's time to first frame p50, s", 2),
+    Figure("user_p95", "user's time to first frame p95, s", 2),
+    Figure("user_p99", "user's time to first frame p99, s", 2),
+    *(
+        Figure(f"{step}_{q}", f"{step.replace('_', ' ')} p{q}, ms", 0)
+        for step in STEPS
+        for q in (50, 95, 99)
+    ),
+    Figure("open_rate", "desktops opened per second (first open to last)", 0),
+    Figure("retries", "refusals retried"),
+    Figure("server_errors", "5xx answers"),
+    Figure("double", "double allocations (database)"),
+    Figure("without", "users without a desktop (database)"),
+    Figure("prepare", "set-up: desktops provisioned in, s (not part of the storm)", 1),
+)
+ALLOCATION_FIGURES = (Figure("rate", "allocations/s", ratio=True),)
+
+FLOOR_B = """
+UPDATE desktops SET assigned_user = $1, state = 'in_use', state_changed_at = now()
+ WHERE id = (SELECT id FROM desktops
+              WHERE pool_id = $2 AND state = 'ready' AND assigned_user IS NULL
+              ORDER BY created_at, name, id
+              LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING id
+"""
+
+
+def log(line: str) -> None:
+    """The run log, on stderr."""
+    print(line, file=sys.stderr, flush=True)
+
+
+class Part:
+    """A part of the benchmark: the arguments, the issuer, the servers, a scratch folder."""
+
+    def __init__(
+        self, args: argparse.Namespace, idp: TestIdentityProvider, servers: ServiceAddresses
+    ) -> None:
+        self.args = args
+        self.idp = idp
+        self.servers = servers
+        self.scratch = Path(tempfile.mkdtemp(prefix="deskpool-bench-storm-"))
+
+
+class Deployment(Part):
+    """What every storm run shares: the issuer, the license, the daemon, the servers."""
+
+    def __init__(
+        self, args: argparse.Namespace, idp: TestIdentityProvider, servers: ServiceAddresses
+    ) -> None:
+        super().__init__(args, idp, servers)
+        self.vendor = TestVendor()
+        self.license = self.scratch / "license.json"
+        limit = max(1000, args.users)
+        self.license.write_text(
+            self.vendor.issue(
+                edition="enterprise",
+                limits={"desktops": limit, "pools": 100, "sessions": limit},
+            )
+        )
+        self.command = [sys.executable, str(BENCH / "licensed_deskpool.py")]
+        self.vendor_key = (
+            self.vendor.private_key.public_key()
+            .public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+            .decode()
+        )
+        self.daemon: subprocess.Popen[str] | None = None
+        self.daemon_address = ""
+        #: Refusals retried, 5xx and users not served of each run, by (side, round).
+        self.reasons: dict[tuple[str, int], tuple[collections.Counter[str], ...]] = {}
+
+    def start_daemon(self) -> None:
+        """The desktop daemon simulator, a process of its own."""
+        self.daemon = subprocess.Popen(
+            [sys.executable, "-m", "deskpool.desktopd", f"127.0.0.1:{free_port()}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert self.daemon.stdout is not None
+        line = self.daemon.stdout.readline()
+        self.daemon_address = line.rsplit(" ", 1)[-1].strip()
+        if not self.daemon_address:
+            raise SystemExit("the desktop daemon simulator did not start")
+
+    def stop(self) -> None:
+        """Stop the daemon and forget the scratch folder."""
+        if self.daemon is not None:
+            self.daemon.terminate()
+            self.daemon.wait(10)
+        self.vendor.forget()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def environ(self, database: str) -> dict[str, str]:
+        """The environment of one run's processes."""
+        base = {
+            **os.environ,
+            "KVSTORE_ADDR": self.servers.kv_addr,
+            "KVSTORE_KEY_PREFIX": f"deskpool-bench-storm-{secrets.token_hex(4)}:",
+            "METRICS_ADDR": "",
+            "SECRETS_MASTER_KEY": secrets.token_urlsafe(32),
+            "DESKTOPD_ADDRESS": self.daemon_address,
+            "GATEWAY_PUBLIC_WS_URL": "wss://desktops.bench.test/websocket-tunnel",
+            "API_RATE_LIMIT_PER_MINUTE": "100000000",
+            "DESKPOOL_BENCH_VENDOR_KEY": self.vendor_key,
+        }
+        return deployment_environ(base, database, self.idp, admin=ADMIN, **QUICK_INTERVALS)
+
+    def deskpool(self, env: dict[str, str], *arguments: str) -> None:
+        """Run a ``deskpool`` command of the licensed launcher to its end."""
+        subprocess.run([*self.command, *arguments], env=env, check=True, capture_output=True)
+
+    async def run(self, side: str, number: int, processes: int) -> Run:
+        """One storm with ``processes`` api and gateway processes."""
+        args = self.args
+        database = await create_test_database(self.servers.admin_url, DB_PREFIX)
+        try:
+            # The shared server allows 100 connections: n processes of a role share the 10
+            # connections (DATABASE_MAX_CONNS) one process of it has.
+            env = {**self.environ(database), "DATABASE_MAX_CONNS": str(10 // processes)}
+            self.deskpool(env, "migrate")
+            self.deskpool(env, "license", "install", str(self.license))
+            started = {
+                **{
+                    f"api-{n}": listening(["api"], env, "API_ADDR", self.command)
+                    for n in range(processes)
+                },
+                "worker": DeskpoolProcess(["worker"], env, command=self.command),
+                **{
+                    f"gateway-{n}": listening(["gateway"], env, "GATEWAY_ADDR", self.command)
+                    for n in range(processes)
+                },
+            }
+            async with running(started) as running_processes:
+                apis = [running_processes[f"api-{n}"].url("api") for n in range(processes)]
+                gateways = [
+                    f"{running_processes[f'gateway-{n}'].url('gateway', 'ws')}/websocket-tunnel"
+                    for n in range(processes)
+                ]
+                db = await asyncpg.connect(database)
+                try:
+                    began = time.perf_counter()
+                    async with aiohttp.ClientSession() as http:
+                        await prepare(
+                            http,
+                            apis[0],
+                            self.idp.issue_token(ADMIN, expires_in=3600),
+                            db,
+                            desktops=args.users,
+                            per_pool=args.per_pool,
+                        )
+                    provisioned = time.perf_counter() - began
+                    tokens = [
+                        (
+                            subject,
+                            self.idp.issue_token(
+                                subject, expires_in=3600, claims={"groups": [CLAIM]}
+                            ),
+                        )
+                        for subject in new_subjects(args.users)
+                    ]
+                    monitor = LoadMonitor(markers=[database.rsplit("/", 1)[-1]])
+                    monitor.start()
+                    result = await storm(apis, gateways, tokens, within=args.within)
+                    load = monitor.stop()
+                    check = await check_allocations(db, self.idp.issuer_url, result)
+                    if result.failures():
+                        for name, process in running_processes.items():
+                            warned = [
+                                line for line in process.lines if '"level": "info"' not in line
+                            ]
+                            for line in warned[-3:]:
+                                log(f"  {side} round {number}: {name} said: {line[:300]}")
+                finally:
+                    await db.close()
+        finally:
+            await drop_test_database(self.servers.admin_url, database)
+        figures = storm_figures(result)
+        figures["double"] = check.desktops_with_several_users + check.users_with_several
+        figures["without"] = check.users_without_desktop
+        figures["prepare"] = provisioned
+        for reason, count in sorted(result.retries().items()):
+            log(f"  {side} round {number}: retried {count} x {reason}")
+        for reason, count in sorted(result.server_errors().items()):
+            log(f"  {side} round {number}: 5xx {count} x {reason}")
+        for reason, count in sorted(result.failures().items()):
+            log(f"  {side} round {number}: NOT SERVED {count} x {reason}")
+        if not check.sound:
+            log(f"  {side} round {number}: ALLOCATION CHECK FAILED: {check}")
+        self.reasons[side, number] = (result.retries(), result.server_errors(), result.failures())
+        return Run(side, number, figures, load)
+
+
+def storm_figures(result: StormResult) -> dict[str, float]:
+    """The figures of one storm."""
+    served = [user for user in result.users if user.total is not None]
+    figures: dict[str, float] = {
+        "wall": result.wall,
+        "served": float(len(served)),
+        "retries": float(sum(result.retries().values())),
+        "server_errors": float(sum(result.server_errors().values())),
+    }
+    totals = [user.total for user in served if user.total is not None]
+    if totals:
+        for q in (50, 95, 99):
+            figures[f"user_p{q}"] = percentile(totals, q / 100)
+    for step in STEPS:
+        times = [user.steps[step] * 1000 for user in result.users if step in user.steps]
+        if times:
+            for q in (50, 95, 99):
+                figures[f"{step}_{q}"] = percentile(times, q / 100)
+    opened = [user for user in result.users if "open_desktop" in user.steps]
+    if opened:
+        first = min(user.started + user.steps["list_pools"] for user in opened)
+        last = max(
+            user.started + user.steps["list_pools"] + user.steps["open_desktop"] for user in opened
+        )
+        figures["open_rate"] = len(opened) / max(last - first, 1e-6)
+    return figures
+
+
+async def floor_allocations(servers: ServiceAddresses, users: int) -> tuple[float, Load]:
+    """Floor (b): ``users`` allocations at once through asyncpg; allocations/s and the load."""
+    database = await create_test_database(servers.admin_url, DB_PREFIX)
+    try:
+        connection = await asyncpg.connect(database)
+        try:
+            await migrate(connection)
+            cluster_id, pool_id = uuid.uuid4(), uuid.uuid4()
+            await connection.execute(
+                "INSERT INTO clusters (id, name, driver, endpoint) "
+                "VALUES ($1, 'floor', 'simulator', 'simulator://floor')",
+                cluster_id,
+            )
+            await connection.execute(
+                "INSERT INTO pools (id, name, cluster_id, template, kind, os_type, min_size, "
+                "max_size, spare, naming_pattern) VALUES ($1, 'floor', $2, 'ubuntu-22.04', "
+                "'non_persistent', 'linux', $3, $3, 0, 'floor-{n:04}')",
+                pool_id,
+                cluster_id,
+                users,
+            )
+            await connection.execute(
+                "INSERT INTO desktops (pool_id, cluster_id, name, state, vm_id, template, node) "
+                "SELECT $1, $2, 'floor-' || lpad(n::text, 4, '0'), 'ready', n::text, "
+                "'ubuntu-22.04', 'sim-node-1' FROM generate_series(1, $3) AS n",
+                pool_id,
+                cluster_id,
+                users,
+            )
+            user_ids = [
+                row["id"]
+                for row in await connection.fetch(
+                    "INSERT INTO users (issuer, subject) SELECT 'floor', 'floor-' || n "
+                    "FROM generate_series(1, $1) AS n RETURNING id",
+                    users,
+                )
+            ]
+            await connection.execute("ANALYZE")
+        finally:
+            await connection.close()
+        pool = await asyncpg.create_pool(database, min_size=10, max_size=10)
+        try:
+            monitor = LoadMonitor(markers=[database.rsplit("/", 1)[-1]])
+            monitor.start()
+            started = time.perf_counter()
+            got = await asyncio.gather(
+                *(pool.fetchval(FLOOR_B, user_id, pool_id) for user_id in user_ids)
+            )
+            seconds = time.perf_counter() - started
+            load = monitor.stop()
+        finally:
+            await pool.close()
+        if None in got or len(set(got)) != users:
+            raise SystemExit("FAILED: floor (b) did not hand out one desktop per user")
+        return users / seconds, load
+    finally:
+        await drop_test_database(servers.admin_url, database)
+
+
+class ColdMe(Part):
+    """deskpool's cold ``GET /me`` and floor (a), each a process on one database of users."""
+
+    def __init__(
+        self, args: argparse.Namespace, idp: TestIdentityProvider, servers: ServiceAddresses
+    ) -> None:
+        super().__init__(args, idp, servers)
+        self.database = ""
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.sent = 0
+
+    async def setup(self) -> None:
+        """The database, its users and their tokens."""
+        args = self.args
+        self.database = await create_test_database(self.servers.admin_url, DB_PREFIX)
+        connection = await asyncpg.connect(self.database)
+        try:
+            await migrate(connection)
+            await connection.execute(
+                "INSERT INTO users (issuer, subject, email) SELECT $1, 'me-' || n, "
+                "'me-' || n || '@example.com' FROM generate_series(1, $2) AS n",
+                self.idp.issuer_url,
+                args.me_users,
+            )
+            await connection.execute("ANALYZE")
+        finally:
+            await connection.close()
+        tokens = [
+            self.idp.issue_token(f"me-{n}", expires_in=7200, email=f"me-{n}@example.com")
+            for n in range(1, args.me_users + 1)
+        ]
+        (self.scratch / "tokens").write_text("\n".join(tokens) + "\n")
+        self.probe = {"Authorization": f"Bearer {tokens[0]}"}
+
+    def start(self) -> None:
+        """Both servers, once they answer."""
+        args = self.args
+        self.floor_port, api_port, metrics_port = free_port(), free_port(), free_port()
+        env = {
+            **os.environ,
+            "DATABASE_URL": self.database,
+            "KVSTORE_ADDR": self.servers.kv_addr,
+            "KVSTORE_KEY_PREFIX": f"deskpool-bench-storm-me-{secrets.token_hex(4)}:",
+            "API_ADDR": f"127.0.0.1:{api_port}",
+            "METRICS_ADDR": f"127.0.0.1:{metrics_port}",
+            "LOG_LEVEL": "warn",
+            "APP_ENV": "bench",
+            "AUTH_OIDC_ISSUER_URL": self.idp.issuer_url,
+            "AUTH_OIDC_AUDIENCE": self.idp.audience,
+            "API_RATE_LIMIT_PER_MINUTE": "100000000",
+        }
+        self.processes.append(
+            subprocess.Popen([sys.executable, "-m", "deskpool", "run", "api"], env=env, cwd=REPO)
+        )
+        self.processes.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    str(BENCH / "floor_me.py"),
+                    str(self.floor_port),
+                    self.database,
+                    self.idp.issuer_url,
+                    self.idp.audience,
+                ]
+            )
+        )
+        self.api_url = f"http://127.0.0.1:{api_port}/api/v1/me"
+        self.floor_url = f"http://127.0.0.1:{self.floor_port}/api/v1/me"
+        wait_for(self.api_url, self.probe)
+        wait_for(self.floor_url, self.probe)
+        self.bench = Bench(
+            args, self.database.rsplit("/", 1)[-1], f"http://127.0.0.1:{metrics_port}/metrics"
+        )
+
+    def run(self, side: str, number: int) -> Run:
+        """One wrk run of deskpool or the floor, tokens rotated from where deskpool stopped."""
+        deskpool = side == "deskpool"
+        rotate = self.scratch / "rotate.lua"
+        rotate.write_text(ROTATE % (self.scratch / "tokens", self.sent % self.args.me_users))
+        run = self.bench.run(
+            side,
+            number,
+            self.api_url if deskpool else self.floor_url,
+            ["-s", str(rotate)],
+            deskpool,
+        )
+        requests = int(run.figures.pop("requests"))
+        if deskpool:
+            self.sent += requests
+        return run
+
+    async def close(self) -> None:
+        """Stop both servers and drop the database."""
+        for process in self.processes:
+            process.terminate()
+            process.wait(10)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        if self.database:
+            await drop_test_database(self.servers.admin_url, self.database)
+
+
+def reasons_table(
+    series: Series, reasons: dict[tuple[str, int], tuple[collections.Counter[str], ...]]
+) -> list[str]:
+    """Refusals retried, 5xx and users not served by reason, over the accepted runs."""
+    lines = []
+    for side in series.sides:
+        totals: list[collections.Counter[str]] = [collections.Counter() for _ in range(3)]
+        for run in series.runs:
+            if run.side == side and series.usable(run):
+                for total, found in zip(totals, reasons[side, run.round], strict=True):
+                    total.update(found)
+        for title, total in zip(("refusals retried", "5xx", "not served"), totals, strict=True):
+            shown = ", ".join(f"{count} x {reason}" for reason, count in total.most_common())
+            lines.append(f"- {side}, {title} (all accepted runs): {shown or 'none'}")
+    return lines
+
+
+def verdicts(storm_series: Series, allocation: Series, me: Series, users: int) -> list[str]:
+    """The targets of issue 27 against the accepted runs' medians."""
+
+    def median(values: list[float]) -> float | None:
+        return statistics.median(values) if values else None
+
+    one = storm_series.sides[0]
+    me_p99, floor_p99 = median(me.values("deskpool", "p99")), median(me.values("floor (a)", "p99"))
+    bad = max(
+        max(storm_series.values(side, key) or [0.0])
+        for side in storm_series.sides
+        for key in ("double", "without", "server_errors")
+    )
+    # (what, measured, unit, whether it meets the target)
+    checks: list[tuple[str, float | None, str, bool]] = [
+        (
+            f"cold GET /me at least {TARGET_ME_RATE}x floor (a)",
+            (r := median(me.ratios("floor (a)", "rate"))),
+            "x",
+            r is not None and r >= TARGET_ME_RATE,
+        ),
+        (
+            f"cold GET /me p99 within {TARGET_ME_P99}x floor (a)'s",
+            (q := me_p99 / floor_p99 if me_p99 is not None and floor_p99 else None),
+            "x",
+            q is not None and q <= TARGET_ME_P99,
+        ),
+        (
+            f"open a desktop at least {TARGET_OPEN_RATE}x floor (b), allocations/s",
+            (a := median(allocation.ratios("floor (b)", "rate"))),
+            "x",
+            a is not None and a >= TARGET_OPEN_RATE,
+        ),
+        (
+            f"{users:,} users, the last first frame within {TARGET_WALL:g} s ({one})",
+            (w := median(storm_series.values(one, "wall"))),
+            " s",
+            w is not None and w <= TARGET_WALL,
+        ),
+        (
+            f"p99 of a user's time to first frame within {TARGET_USER_P99:g} s ({one})",
+            (p := median(storm_series.values(one, "user_p99"))),
+            " s",
+            p is not None and p <= TARGET_USER_P99,
+        ),
+        (
+            "0 double allocations, 0 users without a desktop, 0 5xx (worst accepted run)",
+            bad,
+            "",
+            bad == 0,
+        ),
+    ]
+    lines = ["Against the targets of issue 27 (accepted runs, medians):"]
+    for what, value, unit, ok in checks:
+        shown = (
+            "no accepted run"
+            if value is None
+            else f"{value:.2f}{unit}: " + ("meets it" if ok else "MISSES it")
+        )
+        lines.append(f"- {what}: {shown}")
+    return lines
+
+
+async def bench(args: argparse.Namespace) -> None:
+    """Every round: the storm on 1 and 2 processes, floor (b), cold /me and floor (a)."""
+    servers = ServiceAddresses.from_environ()
+    with IssuerThread() as idp:
+        deployment = Deployment(args, idp, servers)
+        cold = ColdMe(args, idp, servers)
+        try:
+            deployment.start_daemon()
+            await cold.setup()
+            cold.start()
+            sides = [f"{n} api + {n} gateway" for n in args.processes]
+            storm_series = Series(
+                f"Login storm: {args.users:,} users with unseen tokens in one burst, pools of "
+                f"{args.per_pool} ready desktops, one worker",
+                sides,
+                STORM_FIGURES,
+                keep_starved=args.keep_starved,
+            )
+            allocation = Series(
+                f"Opening desktops: deskpool in the storm ({sides[0]}) and floor (b), "
+                f"{args.users:,} allocations",
+                [f"deskpool ({sides[0]})", "floor (b)"],
+                ALLOCATION_FIGURES,
+                keep_starved=args.keep_starved,
+            )
+            heading = (
+                f"wrk, {args.threads} thread, {args.connections} connections, "
+                f"{args.seconds} s per run"
+            )
+            me = Series(
+                f"Cold GET /api/v1/me, {args.me_users:,} users and tokens rotated, "
+                f"and floor (a) ({heading})",
+                ["deskpool", "floor (a)"],
+                ME_FIGURES,
+                keep_starved=args.keep_starved,
+            )
+            for number in range(1, args.runs + 1):
+                for processes, side in zip(args.processes, sides, strict=True):
+                    run = await deployment.run(side, number, processes)
+                    print_run(storm_series, run, log)
+                    if processes == args.processes[0]:
+                        opened = Run(
+                            f"deskpool ({sides[0]})",
+                            number,
+                            {"rate": run.figures.get("open_rate", 0.0)},
+                            run.load,
+                        )
+                        print_run(allocation, opened, log)
+                rate, load = await floor_allocations(servers, args.users)
+                print_run(allocation, Run("floor (b)", number, {"rate": rate}, load), log)
+                print_run(me, cold.run("deskpool", number), log)
+                print_run(me, cold.run("floor (a)", number), log)
+            print()
+            print(storm_series.table())
+            print()
+            print("\n".join(reasons_table(storm_series, deployment.reasons)))
+            print()
+            print(allocation.table())
+            print()
+            print(me.table())
+            print()
+            print("\n".join(verdicts(storm_series, allocation, me, args.users)))
+        finally:
+            await cold.close()
+            deployment.stop()
+
+
+def main() -> None:
+    """Parse the arguments and run the rounds."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--users", type=int, default=1000, help="users in the storm")
+    parser.add_argument("--runs", type=int, default=3, help="rounds (each side once per round)")
+    parser.add_argument("--per-pool", type=int, default=250, help="desktops per pool")
+    parser.add_argument(
+        "--processes", type=int, nargs="+", default=[1, 2], help="api and gateway processes"
+    )
+    parser.add_argument("--within", type=float, default=120, help="seconds a user may take")
+    parser.add_argument("--me-users", type=int, default=12000, help="users of the /me series")
+    parser.add_argument("--seconds", type=int, default=5, help="seconds per wrk run")
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=1, help="wrk threads")
+    parser.add_argument("--keep-starved", action="store_true", help="for developing only")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed: apt-get install wrk")
+    asyncio.run(bench(args))
+
+
+if __name__ == "__main__":
+    main()
