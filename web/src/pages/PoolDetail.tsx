@@ -32,6 +32,12 @@ function Counts({ pool }: { pool: Pool }) {
         <dt>Available</dt>
         <dd>{pool.counts.available}</dd>
       </div>
+      {Object.entries(pool.counts.by_template).map(([template, count]) => (
+        <div key={`template-${template}`}>
+          <dt>On template {template}</dt>
+          <dd data-testid={`count-template-${template}`}>{count}</dd>
+        </div>
+      ))}
     </dl>
   );
 }
