@@ -121,6 +121,9 @@ class BenchBroker:
     async def session_connected(self, session_id: uuid.UUID, *, connection_id: str) -> None:
         """Nothing to record."""
 
+    async def first_frame(self, session_id: uuid.UUID) -> None:
+        """Nothing to record."""
+
     async def heartbeat(
         self, gateway_id: str, counters: Mapping[uuid.UUID, TunnelCounters]
     ) -> None:

@@ -231,6 +231,7 @@ async def _open(
                 held_input_limit=settings.held_input_limit,
             )
             tunnel.leftover = instructions.detach()
+            tunnel.on_first_frame = lambda: supervisor.first_frame(grant)
             await supervisor.connected(tunnel, handshake.connection_id)
             return tunnel
     metrics.refused(cause)

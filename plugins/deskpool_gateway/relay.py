@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -90,9 +91,12 @@ class Tunnel:
     end_reason: SessionEndReason | None = None
     #: What the handshake read past ``ready``: the browser gets it right after the UUID.
     leftover: str = ""
+    #: Called (in a task of its own, so the relay never waits for it) at the first frame.
+    on_first_frame: Callable[[], Coroutine[None, None, None]] | None = None
     input: BrowserInput = field(init=False)
     _closing: asyncio.Task[None] | None = None
     _first_frame_timer: asyncio.TimerHandle | None = None
+    _first_frame_report: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
         self.input = BrowserInput(read_only=self.grant.read_only, limit=self.held_input_limit)
@@ -129,6 +133,8 @@ class Tunnel:
                 await to_browser
             if self._closing is not None:
                 await self._closing
+            if self._first_frame_report is not None:
+                await self._first_frame_report
             self._hang_up()
 
     def close(self, status: Status, reason: SessionEndReason) -> None:
@@ -162,6 +168,8 @@ class Tunnel:
         """The daemon drew its first frame: forward what the browser sent meanwhile."""
         if self._first_frame_timer is not None:
             self._first_frame_timer.cancel()
+        if self.on_first_frame is not None and self._first_frame_report is None:
+            self._first_frame_report = asyncio.create_task(self.on_first_frame())
         held = self.input.release()
         if held and not self.writer.is_closing():
             data = held.encode()

@@ -98,6 +98,17 @@ class TunnelSupervisor:
                 type(error).__name__,
             )
 
+    async def first_frame(self, grant: TunnelGrant) -> None:
+        """Tell the broker the daemon drew its first frame (failures are logged, not fatal)."""
+        try:
+            await self.broker.first_frame(grant.session_id)
+        except Exception as error:
+            log.warning(
+                "could not record the first frame of session %s: %s",
+                grant.session_id,
+                type(error).__name__,
+            )
+
     async def finish(self, tunnel: Tunnel) -> None:
         """``tunnel`` ended: record it and forget it."""
         self.tunnels.pop(tunnel.grant.session_id, None)

@@ -39,6 +39,7 @@ from deskpool.revocation.service import holding_of
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretDecryptionFailed, SecretsUnavailable
 from deskpool.sessions import store
+from deskpool.sessions.logons import LogonPhase
 from deskpool.sessions.model import (
     IssuedToken,
     SessionRecord,
@@ -54,6 +55,7 @@ from deskpool.sessions.service import (
     close_desktop_session,
     disconnect_channel,
     log_off,
+    observe_phase,
     publish_disconnect,
     token_context,
 )
@@ -87,8 +89,11 @@ async def _start_session(
     protocol: str,
     *,
     shadow_of: uuid.UUID | None = None,
+    phases: list[tuple[LogonPhase, float | None]],
 ) -> SessionRecord:
     """Record the session a redeemed token starts, tie the token to it, audit ``session.start``.
+
+    The token's logon reaches ``tunnel_opened`` (appended to ``phases`` for the metrics).
 
     A session that shadows another is read-only, and its audit event names the watched one.
     """
@@ -104,6 +109,9 @@ async def _start_session(
         shadow_of=shadow_of,
     )
     await store.set_token_session(connection, key, session.id)
+    if issued.logon_id is not None:
+        seconds = await store.open_logon_tunnel(connection, issued.logon_id, session.id)
+        phases.append((LogonPhase.TUNNEL_OPENED, seconds))
     details = {"protocol": protocol} if shadow_of is None else {"shadow_of": str(shadow_of)}
     await record_audit_event(
         connection, _event("session.start", str(issued.user_id), session, **details)
@@ -175,20 +183,32 @@ class PlatformSessionBroker:
         if not plausible_token(token):
             raise TokenRejected("unknown")
         key = token_key(token)
+        phases: list[tuple[LogonPhase, float | None]] = []
         try:
-            async with self.runtime.db.acquire() as connection, connection.transaction():
-                # A token whose desktop is gone stays redeemed: the outcome is committed first.
-                outcome = await self._redeem(connection, key, gateway_id)
+            try:
+                async with self.runtime.db.acquire() as connection, connection.transaction():
+                    # A token whose desktop is gone stays redeemed: the outcome is committed.
+                    outcome = await self._redeem(connection, key, gateway_id, phases)
+            except TokenRejected as rejected:
+                outcome = rejected.reason
+            if isinstance(outcome, str):
+                if outcome in ("expired", "desktop_gone"):
+                    await store.fail_token_logon(self.runtime.db, key, f"token_{outcome}")
+                raise TokenRejected(outcome)
         except _DATABASE_ERRORS as error:
             log.warning("cannot redeem a connection token: %s", type(error).__name__)
             raise TokenRejected("unavailable") from None
-        if isinstance(outcome, str):
-            raise TokenRejected(outcome)
+        for phase, seconds in phases:
+            observe_phase(self.runtime, phase, seconds)
         await publish(runtime=self.runtime, event=session_event("opened", outcome))
         return outcome
 
     async def _redeem(
-        self, connection: asyncpg.Connection, key: bytes, gateway_id: str
+        self,
+        connection: asyncpg.Connection,
+        key: bytes,
+        gateway_id: str,
+        phases: list[tuple[LogonPhase, float | None]],
     ) -> TunnelGrant | str:
         """The grant, or the reason a redeemed token opens nothing."""
         redeemed = await store.redeem_token(connection, key)
@@ -212,7 +232,15 @@ class PlatformSessionBroker:
         if desktop is None or pool is None or not desktop_still_held(desktop, issued.user_id):
             return "desktop_gone"
         session = await _start_session(
-            connection, key, issued, gateway_id, desktop.id, pool.id, desktop.name, issued.protocol
+            connection,
+            key,
+            issued,
+            gateway_id,
+            desktop.id,
+            pool.id,
+            desktop.name,
+            issued.protocol,
+            phases=phases,
         )
         if not desktop.in_session:
             await store_desktops.apply_event(connection, desktop.id, SessionOpened(), pool=pool)
@@ -254,6 +282,7 @@ class PlatformSessionBroker:
             watched.desktop_name,
             watched.protocol,
             shadow_of=watched.id,
+            phases=[],
         )
         return TunnelGrant(
             session_id=session.id,
@@ -280,7 +309,19 @@ class PlatformSessionBroker:
 
     async def session_connected(self, session_id: uuid.UUID, *, connection_id: str) -> None:
         """The daemon answered ``ready``: record its connection id (for shadowing)."""
-        await store.set_connected(self.runtime.db, session_id, connection_id)
+        async with self.runtime.db.acquire() as connection, connection.transaction():
+            await store.set_connected(connection, session_id, connection_id)
+            seconds = await store.mark_session_logon(
+                connection, session_id, LogonPhase.DAEMON_CONNECTED
+            )
+        observe_phase(self.runtime, LogonPhase.DAEMON_CONNECTED, seconds)
+
+    async def first_frame(self, session_id: uuid.UUID) -> None:
+        """The daemon drew its first frame: the session's logon is complete."""
+        seconds = await store.mark_session_logon(
+            self.runtime.db, session_id, LogonPhase.FIRST_FRAME
+        )
+        observe_phase(self.runtime, LogonPhase.FIRST_FRAME, seconds)
 
     async def heartbeat(
         self, gateway_id: str, counters: Mapping[uuid.UUID, TunnelCounters]
@@ -388,6 +429,7 @@ async def end_session(
                 recorded = reason
         ended = await store.end_session(connection, session_id, str(recorded), counters)
         assert ended is not None
+        await store.fail_session_logon(connection, session_id, str(recorded))
         actor = str(ended.user_id) if recorded is SessionEndReason.CLIENT_CLOSED else SYSTEM_ACTOR
         await record_audit_event(
             connection,
@@ -446,6 +488,7 @@ async def _end_in(connection: asyncpg.Connection, runtime: Runtime, session_id: 
         ended = await store.end_session(connection, session_id, str(SessionEndReason.GATEWAY_LOST))
         if ended is None:
             return False
+        await store.fail_session_logon(connection, session_id, str(SessionEndReason.GATEWAY_LOST))
         await record_audit_event(
             connection,
             _event("session.end", SYSTEM_ACTOR, ended, reason=str(SessionEndReason.GATEWAY_LOST)),

@@ -9,7 +9,8 @@ Registered by the ``worker`` component as the periodic task ``session_check`` (e
    timeout, or whose desktop is no longer its user's (deleted, reassigned), to close it;
 3. logs off desktops whose user disconnected and whose pool's ``logoff_delay`` has passed (a
    non-persistent desktop is then rebuilt before anyone else gets it);
-4. deletes connection tokens that expired more than an hour ago.
+4. records the logons whose token expired unused as failed (``token_expired``), and deletes
+   connection tokens that expired more than an hour ago.
 """
 
 from __future__ import annotations
@@ -95,5 +96,7 @@ async def check_sessions(runtime: Runtime) -> SessionCheck:
             )
         logged_off += done is not None
     async with db.acquire() as connection:
+        # Before the tokens go: a logon whose token expired unused stopped there.
+        await store.fail_unused_tokens(connection)
         pruned = await store.prune_tokens(connection, now - EXPIRED_TOKEN_RETENTION)
     return SessionCheck(lost, requested, logged_off, pruned)

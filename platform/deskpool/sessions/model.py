@@ -184,6 +184,8 @@ class IssuedToken:
     expires_at: datetime
     redeemed_at: datetime | None
     shadow_of: UUID | None = None
+    #: The logon the token belongs to (``None``: a read-only view).
+    logon_id: UUID | None = None
 
 
 def rejection_reason(token: IssuedToken | None, now: datetime) -> str | None:

@@ -13,15 +13,18 @@ token itself. A token lives ``SESSION_TOKEN_TTL`` and is redeemed once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import uuid
-from collections.abc import Callable, Collection, Mapping
+import weakref
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+from prometheus_client import CollectorRegistry, Histogram
 from redis.exceptions import RedisError
 
 from deskpool.audit import record_audit_event
@@ -47,6 +50,7 @@ from deskpool.pools.states import Allocated, Released, SessionClosed
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretContext, SecretsUnavailable
 from deskpool.sessions import store
+from deskpool.sessions.logons import LogonPhase, LogonRecord
 from deskpool.sessions.model import (
     SessionPolicy,
     SessionRecord,
@@ -245,6 +249,7 @@ async def issue_token(
     desktop: Desktop,
     target: DesktopTarget,
     shadow_of: uuid.UUID | None = None,
+    logon_id: uuid.UUID | None = None,
 ) -> tuple[str, datetime]:
     """Store a new single-use token for ``target``; return it and its expiry."""
     token = new_token()
@@ -262,20 +267,101 @@ async def issue_token(
         sealed_target=sealed,
         ttl=token_ttl(runtime),
         shadow_of=shadow_of,
+        logon_id=logon_id,
     )
     return token, expires_at
 
 
 async def _connect(
-    runtime: Runtime, url: str, user_id: uuid.UUID, desktop: Desktop, pool: Pool
+    runtime: Runtime, url: str, user_id: uuid.UUID, desktop: Desktop, pool: Pool, logon: uuid.UUID
 ) -> DesktopConnection:
     policy = await store.get_policy(runtime.db, pool.id)
     target = await resolve_target(runtime, desktop, pool, policy)
+    await mark_phase(runtime, runtime.db, logon, LogonPhase.GUEST_READY)
     async with runtime.db.acquire() as connection, connection.transaction():
         token, expires_at = await issue_token(
-            runtime, connection, user_id=user_id, desktop=desktop, target=target
+            runtime, connection, user_id=user_id, desktop=desktop, target=target, logon_id=logon
         )
+        await mark_phase(runtime, connection, logon, LogonPhase.TOKEN_ISSUED)
     return DesktopConnection(desktop, token, url, target.protocol, expires_at)
+
+
+# ------------------------------------------------------------------------------ logon timing
+
+_PHASE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_PHASE_HISTOGRAMS: weakref.WeakKeyDictionary[CollectorRegistry, Histogram] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def phase_histogram(registry: CollectorRegistry) -> Histogram:
+    """``deskpool_logon_phase_seconds`` on ``registry`` (made once per registry)."""
+    histogram = _PHASE_HISTOGRAMS.get(registry)
+    if histogram is None:
+        histogram = Histogram(
+            "deskpool_logon_phase_seconds",
+            "Seconds each logon phase took: from the phase before it (the request, for "
+            "allocated) to reaching it, by phase (allocated, powered_on, guest_ready, "
+            "token_issued, tunnel_opened, daemon_connected, first_frame).",
+            ["phase"],
+            buckets=_PHASE_BUCKETS,
+            registry=registry,
+        )
+        _PHASE_HISTOGRAMS[registry] = histogram
+    return histogram
+
+
+def observe_phase(runtime: Runtime, phase: LogonPhase, seconds: float | None) -> None:
+    """Count a phase just recorded in this process's ``/metrics`` (nothing when ``None``)."""
+    if seconds is not None:
+        phase_histogram(runtime.metrics).labels(str(phase)).observe(max(seconds, 0.0))
+
+
+async def mark_phase(
+    runtime: Runtime,
+    db: Db,
+    logon_id: uuid.UUID,
+    phase: LogonPhase,
+    *,
+    desktop_id: uuid.UUID | None = None,
+) -> None:
+    """Record that a logon reached ``phase`` now (in the caller's transaction, if any).
+
+    Start on connect records ``powered_on`` with this, between ``allocated`` and
+    ``guest_ready``.
+    """
+    seconds = await store.mark_logon(db, logon_id, phase, desktop_id=desktop_id)
+    observe_phase(runtime, phase, seconds)
+
+
+@contextlib.asynccontextmanager
+async def timed_logon(
+    runtime: Runtime,
+    *,
+    user_id: uuid.UUID,
+    pool_id: uuid.UUID,
+    desktop_id: uuid.UUID | None = None,
+) -> AsyncIterator[uuid.UUID]:
+    """Record a logon asked now; if the block fails, record why it stopped.
+
+    The reason is the error's code (``desktop_unreachable``, ``no_desktop_available``,
+    ``license_limit_reached``...), or ``error`` for anything else. A failure to record the
+    failure (the database gone) is logged and the original error goes on.
+    """
+    logon_id = await store.start_logon(
+        runtime.db, user_id=user_id, pool_id=pool_id, desktop_id=desktop_id
+    )
+    try:
+        yield logon_id
+    except Exception as error:
+        reason = getattr(error, "code", None)
+        try:
+            await store.fail_logon(
+                runtime.db, logon_id, reason if isinstance(reason, str) else "error"
+            )
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as lost:
+            log.warning("could not record the failed logon %s: %s", logon_id, type(lost).__name__)
+        raise
 
 
 async def _audit_allocation(
@@ -316,12 +402,17 @@ async def open_pool_desktop(
     if pool is None or not await may_open(runtime, principal, pool_id):
         raise NotFound(f"You may open no pool with the id {pool_id}.")
     url = tunnel_url(runtime)
-    async with runtime.db.acquire() as connection, connection.transaction():
-        desktop = await store_allocation.allocate_desktop(connection, pool, principal.id)
-        # Over the license's session limit the allocation is rolled back (409).
-        await check_can_open_session(connection, runtime.licensing, desktop.id)
-        await _audit_allocation(connection, audit, desktop, str(principal.id))
-    return await _connect(runtime, url, uuid.UUID(str(principal.id)), desktop, pool)
+    user_id = uuid.UUID(str(principal.id))
+    async with timed_logon(runtime, user_id=user_id, pool_id=pool.id) as logon:
+        async with runtime.db.acquire() as connection, connection.transaction():
+            desktop = await store_allocation.allocate_desktop(connection, pool, principal.id)
+            # Over the license's session limit the allocation is rolled back (409).
+            await check_can_open_session(connection, runtime.licensing, desktop.id)
+            await _audit_allocation(connection, audit, desktop, str(principal.id))
+            await mark_phase(
+                runtime, connection, logon, LogonPhase.ALLOCATED, desktop_id=desktop.id
+            )
+        return await _connect(runtime, url, user_id, desktop, pool, logon)
 
 
 async def reconnect_desktop(
@@ -349,20 +440,25 @@ async def reconnect_desktop(
             f"You may no longer open the desktops of the pool of desktop {desktop.name}."
         )
     url = tunnel_url(runtime)
-    async with runtime.db.acquire() as connection, connection.transaction():
-        await check_can_open_session(connection, runtime.licensing, desktop_id)
-    if desktop.state is DesktopState.READY:
+    async with timed_logon(
+        runtime, user_id=uuid.UUID(user), pool_id=pool.id, desktop_id=desktop_id
+    ) as logon:
         async with runtime.db.acquire() as connection, connection.transaction():
-            desktop = await store_desktops.apply_event(
-                connection, desktop_id, Allocated(user), pool=pool
+            await check_can_open_session(connection, runtime.licensing, desktop_id)
+        if desktop.state is DesktopState.READY:
+            async with runtime.db.acquire() as connection, connection.transaction():
+                desktop = await store_desktops.apply_event(
+                    connection, desktop_id, Allocated(user), pool=pool
+                )
+                await _audit_allocation(connection, audit, desktop, user)
+        if desktop.state is not DesktopState.IN_USE:
+            raise DesktopNotReady(
+                f"your desktop {desktop.name} is {desktop.state}; try again when it is ready",
+                headers=_RETRY,
             )
-            await _audit_allocation(connection, audit, desktop, user)
-    if desktop.state is not DesktopState.IN_USE:
-        raise DesktopNotReady(
-            f"your desktop {desktop.name} is {desktop.state}; try again when it is ready",
-            headers=_RETRY,
-        )
-    return await _connect(runtime, url, uuid.UUID(user), desktop, pool)
+        # A desktop already the user's counts as allocated once its state is checked.
+        await mark_phase(runtime, runtime.db, logon, LogonPhase.ALLOCATED)
+        return await _connect(runtime, url, uuid.UUID(user), desktop, pool, logon)
 
 
 async def shadow_session(
@@ -423,6 +519,14 @@ async def get_session(runtime: Runtime, session_id: uuid.UUID) -> SessionRecord:
     if session is None:
         raise NotFound(f"No session has the id {session_id}.")
     return session
+
+
+async def get_session_detail(
+    runtime: Runtime, session_id: uuid.UUID
+) -> tuple[SessionRecord, LogonRecord | None]:
+    """The session ``session_id`` and the logon that opened it. :raises NotFound: none."""
+    session = await get_session(runtime, session_id)
+    return session, await store.logon_of_session(runtime.db, session_id)
 
 
 async def list_sessions(

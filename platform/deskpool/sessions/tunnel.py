@@ -141,6 +141,9 @@ class SessionBroker(Protocol):
     async def session_connected(self, session_id: UUID, *, connection_id: str) -> None:
         """The daemon answered ``ready``: record its connection id (for shadowing)."""
 
+    async def first_frame(self, session_id: UUID) -> None:
+        """The daemon drew its first frame (its first ``sync``): the logon is complete."""
+
     async def heartbeat(self, gateway_id: str, counters: Mapping[UUID, TunnelCounters]) -> None:
         """Renew this gateway's lease and record each open session's bytes and activity."""
 

@@ -41,6 +41,7 @@ class InMemorySessionBroker:
     used: set[str] = field(default_factory=set)
     redeemed: list[tuple[TunnelGrant, str]] = field(default_factory=list)
     connected: dict[uuid.UUID, str] = field(default_factory=dict)
+    drawn: set[uuid.UUID] = field(default_factory=set)
     heartbeats: list[tuple[str, dict[uuid.UUID, TunnelCounters]]] = field(default_factory=list)
     ended: dict[uuid.UUID, tuple[SessionEndReason, TunnelCounters]] = field(default_factory=dict)
     released: list[str] = field(default_factory=list)
@@ -91,6 +92,11 @@ class InMemorySessionBroker:
     async def session_connected(self, session_id: uuid.UUID, *, connection_id: str) -> None:
         """Record the daemon's connection id."""
         self.connected[session_id] = connection_id
+        await self._notify()
+
+    async def first_frame(self, session_id: uuid.UUID) -> None:
+        """Record the first frame."""
+        self.drawn.add(session_id)
         await self._notify()
 
     async def heartbeat(

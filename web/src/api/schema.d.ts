@@ -2565,6 +2565,83 @@ export interface components {
             description?: string;
             permissions?: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage")[];
         };
+        LogonPhase: {
+            /**
+             * @description In order: `asked`, `allocated`, `powered_on`, `guest_ready`, `token_issued`, `tunnel_opened`, `daemon_connected`, `first_frame`.
+             * @enum {string}
+             */
+            phase: "asked" | "allocated" | "powered_on" | "guest_ready" | "token_issued" | "tunnel_opened" | "daemon_connected" | "first_frame";
+            /**
+             * Format: date-time
+             * @description When it was reached.
+             */
+            at: string;
+            /** @description Seconds since the phase before it (0 for `asked`). */
+            seconds: number;
+        };
+        Logon: {
+            id: string;
+            /**
+             * @description `connected` once the first frame was drawn, `failed`, or `pending`.
+             * @enum {string}
+             */
+            outcome: "connected" | "failed" | "pending";
+            /** @description The phases reached, in order; `powered_on` appears only when the desktop was started for the user. */
+            phases: components["schemas"]["LogonPhase"][];
+            /** @description Seconds from the request to the first frame. */
+            duration_seconds: number | null;
+            /** Format: date-time */
+            failed_at: string | null;
+            /** @description Why the logon stopped: an error code (`desktop_unreachable`...), a refused token (`token_expired`, `token_desktop_gone`), or how the session ended before its first frame (`daemon_error`, `client_closed`...). */
+            failure_reason: string | null;
+        };
+        SessionDetail: {
+            id: string;
+            user_id: string;
+            desktop_id: string;
+            desktop_name: string;
+            pool_id: string;
+            protocol: string;
+            /**
+             * @description `open` or `ended`.
+             * @enum {string}
+             */
+            state: "open" | "ended";
+            /** @description An administrator's read-only view (shadowing). */
+            read_only: boolean;
+            /** @description The session being watched. */
+            shadow_of: string | null;
+            /** @description The gateway process holding the tunnel. */
+            gateway_id: string;
+            /** Format: date-time */
+            started_at: string;
+            /**
+             * Format: date-time
+             * @description When the desktop daemon finished the handshake.
+             */
+            connected_at: string | null;
+            /**
+             * Format: date-time
+             * @description The last user input the gateway reported.
+             */
+            last_activity_at: string;
+            /** Format: date-time */
+            ended_at: string | null;
+            /**
+             * @description Why it ended: `client_closed`, `desktop_closed`, `admin_disconnect`, `idle_timeout`, `max_duration`, `daemon_error`, `gateway_shutdown`, `gateway_lost`, `user_logoff`.
+             * @enum {string|null}
+             */
+            end_reason: "client_closed" | "desktop_closed" | "admin_disconnect" | "idle_timeout" | "max_duration" | "daemon_error" | "gateway_shutdown" | "gateway_lost" | "user_logoff" | null;
+            bytes_to_desktop: number;
+            bytes_to_browser: number;
+            /**
+             * Format: date-time
+             * @description When an administrator or a policy asked for it to close.
+             */
+            disconnect_requested_at: string | null;
+            /** @description Null for a read-only view, or a session without timing. */
+            logon: components["schemas"]["Logon"] | null;
+        };
         Shadow: {
             session: components["schemas"]["Session"];
             connection: components["schemas"]["Connection"];
@@ -5330,7 +5407,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The session. */
+            /** @description The session and its logon's phases. */
             200: {
                 headers: {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
@@ -5340,7 +5417,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Session"];
+                    "application/json": components["schemas"]["SessionDetail"];
                 };
             };
             400: components["responses"]["BadRequest"];

@@ -29,6 +29,7 @@ from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.errors import InvalidCursor
 from deskpool.ids import parse_id
 from deskpool.sessions import service, store
+from deskpool.sessions.logons import PHASES, LogonRecord
 from deskpool.sessions.model import (
     MAX_POLICY_SECONDS,
     AfterDisconnect,
@@ -182,6 +183,75 @@ class SessionSchema(Schema):
         required=True,
         allow_none=True,
         metadata={"description": "When an administrator or a policy asked for it to close."},
+    )
+
+
+_PHASE_NAMES = [str(phase) for phase in PHASES]
+
+
+class LogonPhaseSchema(Schema):
+    """One phase of a logon, when it was reached."""
+
+    phase = fields.String(
+        required=True,
+        validate=validate.OneOf(_PHASE_NAMES),
+        metadata={"description": f"In order: {', '.join(f'`{p}`' for p in _PHASE_NAMES)}."},
+    )
+    at = fields.AwareDateTime(required=True, metadata={"description": "When it was reached."})
+    seconds = fields.Float(
+        required=True,
+        metadata={"description": "Seconds since the phase before it (0 for `asked`)."},
+    )
+
+
+class LogonSchema(Schema):
+    """How the session's desktop was opened: each phase the logon reached, and the outcome."""
+
+    id = fields.String(required=True)
+    outcome = fields.String(
+        required=True,
+        validate=validate.OneOf(["connected", "failed", "pending"]),
+        metadata={
+            "description": "`connected` once the first frame was drawn, `failed`, or `pending`."
+        },
+    )
+    phases = fields.List(
+        fields.Nested(LogonPhaseSchema),
+        required=True,
+        metadata={
+            "description": (
+                "The phases reached, in order; `powered_on` appears only when the desktop was "
+                "started for the user."
+            )
+        },
+    )
+    duration_seconds = fields.Float(
+        required=True,
+        allow_none=True,
+        metadata={"description": "Seconds from the request to the first frame."},
+    )
+    failed_at = fields.AwareDateTime(required=True, allow_none=True)
+    failure_reason = fields.String(
+        required=True,
+        allow_none=True,
+        metadata={
+            "description": (
+                "Why the logon stopped: an error code (`desktop_unreachable`...), a refused "
+                "token (`token_expired`, `token_desktop_gone`), or how the session ended "
+                "before its first frame (`daemon_error`, `client_closed`...)."
+            )
+        },
+    )
+
+
+class SessionDetailSchema(SessionSchema):
+    """A session with the timing of the logon that opened it."""
+
+    logon = fields.Nested(
+        LogonSchema,
+        required=True,
+        allow_none=True,
+        metadata={"description": "Null for a read-only view, or a session without timing."},
     )
 
 
@@ -354,10 +424,15 @@ async def list_sessions(call: Call) -> Page:
     summary="Get a desktop session",
     tags=("sessions",),
     permission="sessions:read",
-    responses={200: ResponseSpec("The session.", SessionSchema)},
+    responses={200: ResponseSpec("The session and its logon's phases.", SessionDetailSchema)},
 )
 async def get_session(call: Call) -> dict[str, Any]:
-    return session_view(await service.get_session(call.runtime, _session_id(call)))
+    session, logon = await service.get_session_detail(call.runtime, _session_id(call))
+    return {**session_view(session), "logon": _logon_view(logon)}
+
+
+def _logon_view(logon: LogonRecord | None) -> dict[str, Any] | None:
+    return None if logon is None else logon.as_json()
 
 
 @ROUTES.route(
