@@ -2628,10 +2628,10 @@ export interface components {
             /** Format: date-time */
             ended_at: string | null;
             /**
-             * @description Why it ended: `client_closed`, `desktop_closed`, `admin_disconnect`, `idle_timeout`, `max_duration`, `daemon_error`, `gateway_shutdown`, `gateway_lost`, `user_logoff`.
+             * @description Why it ended: `client_closed`, `desktop_closed`, `admin_disconnect`, `idle_timeout`, `max_duration`, `daemon_error`, `gateway_shutdown`, `gateway_lost`, `user_logoff`, `access_revoked`.
              * @enum {string|null}
              */
-            end_reason: "client_closed" | "desktop_closed" | "admin_disconnect" | "idle_timeout" | "max_duration" | "daemon_error" | "gateway_shutdown" | "gateway_lost" | "user_logoff" | null;
+            end_reason: "client_closed" | "desktop_closed" | "admin_disconnect" | "idle_timeout" | "max_duration" | "daemon_error" | "gateway_shutdown" | "gateway_lost" | "user_logoff" | "access_revoked" | null;
             bytes_to_desktop: number;
             bytes_to_browser: number;
             /**
