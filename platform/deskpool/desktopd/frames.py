@@ -43,6 +43,7 @@ def now_ms() -> int:
 class Viewer(Protocol):
     """A user's socket, as a connection sees it."""
 
+    writer: asyncio.StreamWriter
     closed: bool
     last_write: float
 

@@ -208,8 +208,9 @@ class BridgedConnection(DesktopConnection):
                         + encode("error", "Connection closed.", code)
                         + encode("disconnect")
                     )
-                    for user in self.users:
+                    for user in self.users:  # guacd closes its users' sockets when it stops
                         user.closed = True
+                        user.writer.close()
                     return
                 parts.append(self.apply(item))
             await self.broadcast("".join(parts) + self.end_frame())

@@ -162,8 +162,12 @@ class VncServer:
 
 
 @contextlib.asynccontextmanager
-async def vnc_server(display: XDisplay, password: str | None = None) -> AsyncIterator[VncServer]:
+async def vnc_server(
+    display: XDisplay, password: str | None = None, *, rfb_version: str = "3.8"
+) -> AsyncIterator[VncServer]:
     """x11vnc for ``display`` on a loopback port it binds itself (VNC Authentication: ``password``).
+
+    ``rfb_version`` is the protocol version it announces (``3.3``, ``3.7`` or ``3.8``).
 
     It shares the screen with every viewer, draws no cursor into the framebuffer (so the
     picture equals ``xwd``'s), polls the screen (no XDAMAGE, no shared memory), and stays up
@@ -173,7 +177,8 @@ async def vnc_server(display: XDisplay, password: str | None = None) -> AsyncIte
     # Without -rfbport, x11vnc binds the first free port from 5900 itself and prints PORT=N.
     process = await asyncio.create_subprocess_exec(
         "x11vnc", "-display", display.name, "-localhost", "-forever",
-        "-shared", "-nocursor", "-noxdamage", "-noshm", "-quiet", *auth,
+        "-shared", "-nocursor", "-noxdamage", "-noshm", "-quiet", "-rfbversion", rfb_version,
+        *auth,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip

@@ -178,15 +178,37 @@ async def test_the_bridge_shows_the_x_screen_and_types_into_it(
         await canvas_shows_the_screen(viewer, display)
 
 
-async def test_vnc_authentication_with_the_right_password(
-    bridging_daemon: DesktopDaemonSimulator, display: XDisplay
+@pytest.mark.parametrize(
+    ("version", "password"),
+    [("3.8", PASSWORD), ("3.7", PASSWORD), ("3.3", PASSWORD), ("3.7", None), ("3.3", None)],
+)
+async def test_each_rfb_version_with_and_without_vnc_authentication(
+    bridging_daemon: DesktopDaemonSimulator, display: XDisplay, version: str, password: str | None
 ) -> None:
     async with (
-        vnc_server(display, password=PASSWORD) as server,
-        viewing(bridging_daemon, server, PASSWORD) as viewer,
+        vnc_server(display, password=password, rfb_version=version) as server,
+        viewing(bridging_daemon, server, password or "") as viewer,
     ):
         await canvas_shows_the_screen(viewer, display)
         assert viewer.canvas.image.getcolors() == [(640 * 480, ROOT_COLOUR)]
+        (connection,) = bridging_daemon.connections.values()
+        assert isinstance(connection, BridgedConnection)
+        assert connection.client.version == tuple(map(int, version.split(".")))
+
+
+async def test_a_server_that_goes_away_ends_the_connection_as_guacd_does(
+    bridging_daemon: DesktopDaemonSimulator, display: XDisplay
+) -> None:
+    async with vnc_server(display) as server, viewing(bridging_daemon, server) as viewer:
+        await canvas_shows_the_screen(viewer, display)
+        server.process.kill()
+        async with asyncio.timeout(30):
+            await viewer.ended.wait()
+        status = str(int(Status.UPSTREAM_ERROR))
+        assert viewer.received[-2:] == [
+            Instruction("error", ("Connection closed.", status)),
+            Instruction("disconnect", ()),
+        ]
 
 
 async def test_a_copy_rect_becomes_a_copy_that_draws_what_the_bridge_holds(
