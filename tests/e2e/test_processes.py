@@ -91,8 +91,10 @@ async def test_api_and_worker_in_one_process_drain_a_request_in_flight_on_sigter
         async with session.get(f"{api}/api/v1/pools") as pools:
             assert pools.status == 503
             assert pools.content_type == "application/problem+json"
+        serving = process.watch("testplugin serves a slow request")
         in_flight = asyncio.create_task(session.get(f"{api}/testplugin/slow?seconds=1.5"))
-        await asyncio.sleep(0.5)  # the request is being served (it sleeps 1.5 s server-side)
+        async with asyncio.timeout(30):
+            await serving.wait()  # the request is being served (it sleeps 1.5 s server-side)
         process.signal(signal.SIGTERM)
         response = await in_flight
         assert response.status == 200
