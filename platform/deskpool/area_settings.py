@@ -31,6 +31,7 @@ def declare_area_settings(registry: SettingRegistry) -> None:
     _declare_session_settings(registry)
     _declare_pool_settings(registry)
     _declare_licensing_settings(registry)
+    _declare_recording_settings(registry)
 
 
 def _declare_browser_settings(registry: SettingRegistry) -> None:
@@ -171,4 +172,40 @@ def _declare_licensing_settings(registry: SettingRegistry) -> None:
         "Path of the signed build manifest used for tamper detection.",
         type_name="path",
         shown_default="empty, meaning a file named after the executable with a manifest suffix",
+    )
+
+
+def _declare_recording_settings(registry: SettingRegistry) -> None:
+    """Session recordings: the gateway writes them, the API serves them, the worker expires them."""
+    recordings = registry.section("Session recordings")
+    recordings.add(
+        "RECORDINGS_PATH",
+        str,
+        "/var/lib/deskpool/recordings",
+        "Folder where the `files` recording store keeps recordings (sealed chunk files; every "
+        "gateway, api and worker process must see the same folder).",
+        type_name="path",
+    )
+    recordings.add(
+        "RECORDINGS_RETENTION_DAYS",
+        parse_int(0, 36500),
+        "90",
+        "Days a session recording is kept after it started; the worker deletes older ones. "
+        "0 keeps every recording.",
+        type_name="integer",
+    )
+    recordings.add(
+        "RECORDINGS_CHUNK_SECONDS",
+        parse_duration,
+        "2s",
+        "Longest time recorded output waits in the gateway before it is written as a chunk: what "
+        "a gateway killed mid-session loses at most.",
+        type_name="duration",
+    )
+    recordings.add(
+        "RECORDINGS_MAINTENANCE_INTERVAL",
+        parse_duration,
+        "1h",
+        "How often the worker deletes recordings older than `RECORDINGS_RETENTION_DAYS`.",
+        type_name="duration",
     )

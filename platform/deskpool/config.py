@@ -396,6 +396,11 @@ def declare_core_settings(registry: SettingRegistry) -> None:
             "http",
             "licensing reporter plugin (entry point in `deskpool.license_reporters`)",
         ),
+        (
+            "RECORDING_STORE",
+            "files",
+            "session recording store plugin (entry point in `deskpool.recording_stores`)",
+        ),
     ):
         plugins.add(name, str, default, f"Name of the {text}.", type_name="name")
     plugins.add(

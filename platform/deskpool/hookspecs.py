@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from deskpool.jobs.model import RegisteredJobKind
     from deskpool.jobs.periodic import PeriodicTask
     from deskpool.licensing.reporting import LicenseReporterFactory
+    from deskpool.recordings.stores import RecordingStoreFactory
     from deskpool.registry import Registry
     from deskpool.runtime import ComponentFactory, ReadinessCheck, Runtime
     from deskpool.secrets import SecretStoreFactory
@@ -143,6 +144,19 @@ def deskpool_register_secret_stores(registry: Registry[SecretStoreFactory]) -> N
 
     :param registry: ``registry.add(name, factory)`` where ``factory(config)`` returns a
         :class:`deskpool.secrets.SecretStore` (:data:`deskpool.secrets.SecretStoreFactory`).
+    """
+
+
+@hookspec
+def deskpool_register_recording_stores(registry: Registry[RecordingStoreFactory]) -> None:
+    """Register session recording stores (the ``RECORDING_STORE`` setting chooses one).
+
+    A store keeps the chunks the gateway records, sealed (never plain text at rest), and gives
+    them back opened to the API's download.
+
+    :param registry: ``registry.add(name, factory)`` where ``factory(runtime)`` returns a
+        :class:`deskpool.recordings.stores.RecordingStore`
+        (:data:`deskpool.recordings.stores.RecordingStoreFactory`).
     """
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "BUILTIN_RESOURCES",
     "NO_PERMISSIONS",
     "PLATFORM_ADMIN",
+    "PRIVATE_READS",
     "EffectivePermissions",
     "Grant",
     "PermissionCatalog",
@@ -54,8 +55,13 @@ BUILTIN_RESOURCES: Mapping[str, bool] = MappingProxyType(
         "audit": False,
         "jobs": True,
         "license": True,
+        "recordings": False,
     }
 )
+
+#: Read permissions no built-in role but ``platform_admin`` holds: what users' sessions showed
+#: (``recordings:read``) is given to someone only on purpose, by a grant or a custom role.
+PRIVATE_READS = frozenset({"recordings:read"})
 
 
 def permission_name(resource: str, action: str) -> str:
@@ -156,7 +162,7 @@ def builtin_roles(catalog: PermissionCatalog | None = None) -> dict[str, Role]:
     - ``platform_admin``: ``platform:admin``, which overrides every check;
     - ``operator``: reads and manages clusters, pools, desktops, sessions and jobs; reads
       audit, users, groups, roles and license;
-    - ``auditor``: every ``:read`` permission;
+    - ``auditor``: every ``:read`` permission except session recordings (:data:`PRIVATE_READS`);
     - ``desktop_user``: no administrative permission; entitlements decide which desktops the
       user opens.
 
@@ -183,7 +189,12 @@ def builtin_roles(catalog: PermissionCatalog | None = None) -> dict[str, Role]:
             "Runs the desktop estate: clusters, pools, desktops, sessions and jobs.",
             builtin=True,
         ),
-        Role("auditor", catalog.read_permissions(), "Reads everything, changes nothing.", True),
+        Role(
+            "auditor",
+            catalog.read_permissions() - PRIVATE_READS,
+            "Reads everything but session recordings, changes nothing.",
+            True,
+        ),
         Role(
             "desktop_user",
             frozenset(),

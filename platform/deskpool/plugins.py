@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from deskpool.jobs.model import RegisteredJobKind
     from deskpool.jobs.periodic import PeriodicTask
     from deskpool.licensing.reporting import LicenseReporterFactory
+    from deskpool.recordings.stores import RecordingStoreFactory
     from deskpool.runtime import ComponentFactory, ReadinessCheck, Runtime
     from deskpool.secrets import SecretStoreFactory
     from deskpool_driver_api import HypervisorDriver
@@ -49,6 +50,7 @@ ENTRY_POINT_GROUPS: dict[str, str] = {
     "auth_providers": "deskpool.auth_providers",
     "secret_stores": "deskpool.secret_stores",
     "license_reporters": "deskpool.license_reporters",
+    "recording_stores": "deskpool.recording_stores",
     "hypervisor_drivers": "deskpool.hypervisor_drivers",
     "plugins": "deskpool.plugins",
 }
@@ -58,12 +60,14 @@ CHOSEN_BY_SETTING: dict[str, str] = {
     "auth_providers": "AUTH_PROVIDER",
     "secret_stores": "SECRET_STORE",
     "license_reporters": "LICENSE_REPORTER",
+    "recording_stores": "RECORDING_STORE",
 }
 
 _SELECTION_DEFAULTS = {
     "AUTH_PROVIDER": "oidc",
     "SECRET_STORE": "envelope",
     "LICENSE_REPORTER": "http",
+    "RECORDING_STORE": "files",
 }
 
 
@@ -186,6 +190,11 @@ class PluginHost:
         """Call ``deskpool_register_secret_stores``."""
         registry: Registry[SecretStoreFactory] = Registry("secret store")
         return self._fill(registry, "deskpool_register_secret_stores")
+
+    def recording_stores(self) -> Registry[RecordingStoreFactory]:
+        """Call ``deskpool_register_recording_stores``."""
+        registry: Registry[RecordingStoreFactory] = Registry("recording store")
+        return self._fill(registry, "deskpool_register_recording_stores")
 
     def hypervisor_drivers(self) -> Registry[type[HypervisorDriver]]:
         """Call ``deskpool_register_hypervisor_drivers``."""

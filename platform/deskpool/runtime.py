@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from deskpool.config import Config
     from deskpool.licensing.context import LicensingContext
     from deskpool.plugins import PluginHost
+    from deskpool.recordings.stores import RecordingStore
     from deskpool.secrets import SecretStore
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class Runtime:
         self._kv: redis.Redis | None = None
         self._drivers: DriverManager | None = None
         self._secret_store: SecretStore | None = None
+        self._recording_store: RecordingStore | None = None
         self._licensing: LicensingContext | None = None
         self._opened = False
 
@@ -119,6 +121,15 @@ class Runtime:
 
             self._secret_store = build_secret_store(self.plugins, self.config)
         return self._secret_store
+
+    @property
+    def recording_store(self) -> RecordingStore:
+        """The recording store ``RECORDING_STORE`` chooses (made on first use)."""
+        if self._recording_store is None:
+            from deskpool.recordings.stores import build_recording_store
+
+            self._recording_store = build_recording_store(self.plugins, self)
+        return self._recording_store
 
     @property
     def licensing(self) -> LicensingContext:

@@ -32,7 +32,14 @@ from multidict import MultiMapping
 from deskpool.guacamole import Status
 from deskpool.guacamole.handshake import ClientInfo, HandshakeError, perform_handshake
 from deskpool.guacamole.stream import InstructionReader
-from deskpool.sessions.tunnel import SessionEndReason, TokenRejected, TunnelCounters, TunnelGrant
+from deskpool.sessions.tunnel import (
+    RecordingSink,
+    SessionEndReason,
+    TokenRejected,
+    TunnelCounters,
+    TunnelGrant,
+)
+from deskpool_gateway.recording import Recorder
 from deskpool_gateway.relay import DISCONNECT, Tunnel
 
 if TYPE_CHECKING:
@@ -232,12 +239,26 @@ async def _open(
             )
             tunnel.leftover = instructions.detach()
             tunnel.on_first_frame = lambda: supervisor.first_frame(grant)
+            tunnel.recorder = _recorder(grant, supervisor)
             await supervisor.connected(tunnel, handshake.connection_id)
             return tunnel
     metrics.refused(cause)
     await supervisor.ended_early(grant, SessionEndReason.DAEMON_ERROR, TunnelCounters())
     await _refuse(ws, status)
     return None
+
+
+def _recorder(grant: TunnelGrant, supervisor: TunnelSupervisor) -> Recorder | None:
+    """The tunnel's recorder when its pool records sessions and the broker keeps recordings."""
+    broker = supervisor.broker
+    if grant.recording_id is None or not isinstance(broker, RecordingSink):
+        return None
+    return Recorder(
+        grant.recording_id,
+        broker,
+        include_keys=grant.record_keys,
+        chunk_seconds=supervisor.settings.recording_chunk_seconds,
+    )
 
 
 def _cause(status: Status) -> str:

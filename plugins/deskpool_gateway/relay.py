@@ -35,6 +35,7 @@ from deskpool.guacamole import INTERNAL_OPCODE, InstructionParser, ProtocolError
 from deskpool.guacamole.instruction import Utf8Decoder
 from deskpool.sessions.tunnel import SessionEndReason, TunnelCounters, TunnelGrant
 from deskpool_gateway.input import BrowserInput, HeldInputOverflow, has_sync
+from deskpool_gateway.recording import Recorder
 
 if TYPE_CHECKING:
     from deskpool_gateway.metrics import GatewayMetrics
@@ -93,6 +94,8 @@ class Tunnel:
     leftover: str = ""
     #: Called (in a task of its own, so the relay never waits for it) at the first frame.
     on_first_frame: Callable[[], Coroutine[None, None, None]] | None = None
+    #: Records what the browser is sent (:mod:`deskpool_gateway.recording`); ``None``: off.
+    recorder: Recorder | None = None
     input: BrowserInput = field(init=False)
     _closing: asyncio.Task[None] | None = None
     _first_frame_timer: asyncio.TimerHandle | None = None
@@ -123,6 +126,8 @@ class Tunnel:
             self._first_frame_timer = asyncio.get_running_loop().call_later(
                 self.first_frame_timeout, self._no_first_frame
             )
+        if self.recorder is not None:
+            self.recorder.start()
         to_browser = asyncio.create_task(self._daemon_to_browser(self.leftover))
         try:
             await self._browser_to_daemon()
@@ -136,6 +141,8 @@ class Tunnel:
             if self._first_frame_report is not None:
                 await self._first_frame_report
             self._hang_up()
+            if self.recorder is not None:
+                await self.recorder.close()
 
     def close(self, status: Status, reason: SessionEndReason) -> None:
         """End the tunnel with ``status`` (the first call wins); returns at once."""
@@ -190,7 +197,10 @@ class Tunnel:
             text = parser.feed(leftover)
             if text and has_sync(text):
                 self._daemon_up()
+            record = self.recorder.output if self.recorder is not None else None
             if text:
+                if record is not None:
+                    record(text)
                 await send(text)
             read, decode, feed = self.reader.read, self.decoder.decode, parser.feed
             counters = self.counters
@@ -205,6 +215,8 @@ class Tunnel:
                 if not self.input.up and text and has_sync(text):
                     self._daemon_up()
                 if text:
+                    if record is not None:
+                        record(text)
                     await send(text)
         except ProtocolError as error:
             log.warning("tunnel %s: the daemon broke the protocol: %s", self.session_id, error)
@@ -220,6 +232,7 @@ class Tunnel:
         writer = self.writer
         counters = self.counters
         bytes_in = self.metrics.bytes_to_desktop
+        recorder = self.recorder
         try:
             async for message in self.ws:
                 now = time.monotonic()
@@ -238,6 +251,8 @@ class Tunnel:
                 text = self.input.admit(text)
                 if not text:
                     continue
+                if recorder is not None:
+                    recorder.input(text)
                 if _first_opcode(text) not in NOT_INPUT:
                     self.last_input = now
                     counters.last_activity = time.time()

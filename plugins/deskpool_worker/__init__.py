@@ -33,6 +33,7 @@ from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
 from deskpool.licensing import tasks as licensing_tasks
 from deskpool.plugins import hookimpl
 from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
+from deskpool.recordings import service as recordings
 from deskpool.registry import Registry
 from deskpool.runtime import ComponentFactory, Runtime
 from deskpool.vm_events.watcher import REFRESH_SECONDS, VmEventWatcher
@@ -237,7 +238,7 @@ def deskpool_register_job_kinds(registry: Registry[RegisteredJobKind]) -> None:
 
 @hookimpl
 def deskpool_register_periodic_tasks(registry: Registry[PeriodicTask]) -> None:
-    """Register reconciliation, the session check, audit, job pruning and licensing tasks."""
+    """Register reconciliation, the session check, audit, recordings, jobs and licensing tasks."""
     pools.register_periodic_tasks(registry)
     sessions.register_periodic_tasks(registry)
     licensing_tasks.register_periodic_tasks(registry)
@@ -247,6 +248,14 @@ def deskpool_register_periodic_tasks(registry: Registry[PeriodicTask]) -> None:
             audit_maintenance,
             every="AUDIT_MAINTENANCE_INTERVAL",
             description="Create upcoming audit partitions and drop expired ones.",
+        ),
+    )
+    registry.add(
+        "recording_retention",
+        PeriodicTask(
+            recordings.retention_task,
+            every="RECORDINGS_MAINTENANCE_INTERVAL",
+            description="Delete session recordings older than RECORDINGS_RETENTION_DAYS.",
         ),
     )
     registry.add(

@@ -27,6 +27,7 @@ RESOURCES = (
     "audit",
     "jobs",
     "license",
+    "recordings",
 )
 
 
@@ -37,16 +38,17 @@ def effective(*names: str) -> EffectivePermissions:
 # --------------------------------------------------------------------------- catalog
 
 
-def test_catalog_names_every_resource_read_and_manage_except_audit() -> None:
+def test_catalog_names_every_resource_read_and_manage_except_audit_and_recordings() -> None:
     catalog = PermissionCatalog.builtin()
     names = set(catalog.names())
     assert PLATFORM_ADMIN in names
     for resource in RESOURCES:
         assert f"{resource}:read" in names
-    for resource in set(RESOURCES) - {"audit"}:
+    for resource in set(RESOURCES) - {"audit", "recordings"}:
         assert f"{resource}:manage" in names
     assert "audit:manage" not in names
-    assert len(names) == 1 + len(RESOURCES) + len(RESOURCES) - 1
+    assert "recordings:manage" not in names
+    assert len(names) == 1 + len(RESOURCES) + len(RESOURCES) - 2
     assert catalog.names()[0] == PLATFORM_ADMIN
 
 
@@ -115,9 +117,19 @@ def test_operator_manages_the_estate_and_reads_the_rest() -> None:
     assert PLATFORM_ADMIN not in operator
 
 
-def test_auditor_reads_everything_and_manages_nothing() -> None:
+def test_auditor_reads_everything_but_recordings_and_manages_nothing() -> None:
     auditor = builtin_roles()["auditor"].permissions
-    assert auditor == {f"{resource}:read" for resource in RESOURCES}
+    assert auditor == {f"{resource}:read" for resource in RESOURCES} - {"recordings:read"}
+
+
+def test_only_platform_admin_reads_recordings_by_default() -> None:
+    roles = builtin_roles()
+    holders = {
+        key
+        for key, role in roles.items()
+        if has_permission(resolve_permissions([Grant.of_role(key)], [], roles), "recordings:read")
+    }
+    assert holders == {"platform_admin"}
 
 
 def test_auditor_also_reads_a_plugin_resource() -> None:

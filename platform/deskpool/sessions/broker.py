@@ -36,6 +36,8 @@ from deskpool.live.publishers import publish, session_event
 from deskpool.pools import store_desktops, store_pools
 from deskpool.pools.states import SessionOpened
 from deskpool.revocation.service import holding_of
+from deskpool.recordings import store as recordings_store
+from deskpool.recordings.model import store_key
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretDecryptionFailed, SecretsUnavailable
 from deskpool.sessions import store
@@ -245,6 +247,17 @@ class PlatformSessionBroker:
         if not desktop.in_session:
             await store_desktops.apply_event(connection, desktop.id, SessionOpened(), pool=pool)
         policy = await store.get_policy(connection, pool.id)
+        recording = None
+        if policy.recording.enabled:
+            recording = await recordings_store.insert_recording(
+                connection,
+                session_id=session.id,
+                pool_id=pool.id,
+                user_id=issued.user_id,
+                desktop_name=desktop.name,
+                include_keys=policy.recording.include_keys,
+                store=str(self.runtime.config["RECORDING_STORE"]),
+            )
         return TunnelGrant(
             session_id=session.id,
             user_id=issued.user_id,
@@ -257,6 +270,8 @@ class PlatformSessionBroker:
             max_duration=(
                 None if policy.max_session_duration is None else float(policy.max_session_duration)
             ),
+            recording_id=None if recording is None else recording.id,
+            record_keys=policy.recording.include_keys,
         )
 
     async def _join(
@@ -304,6 +319,18 @@ class PlatformSessionBroker:
         except SecretDecryptionFailed:
             raise TokenRejected("unknown") from None
         return target_from_json(json.loads(plain))
+
+    # -------------------------------------------------------------------------- recording
+
+    async def record_chunk(self, recording_id: uuid.UUID, index: int, data: bytes) -> None:
+        """Seal and keep chunk ``index`` (off the event loop), then count it in the row."""
+        key = store_key(recording_id)
+        await asyncio.to_thread(self.runtime.recording_store.put_chunk, key, index, data)
+        await recordings_store.add_chunk(self.runtime.db, recording_id, index, len(data))
+
+    async def recording_ended(self, recording_id: uuid.UUID, *, truncated: bool) -> None:
+        """Mark the recording ended (``truncated`` when it stopped before the session)."""
+        await recordings_store.finish_recording(self.runtime.db, recording_id, truncated=truncated)
 
     # -------------------------------------------------------------------------- life
 
@@ -493,6 +520,7 @@ async def _end_in(connection: asyncpg.Connection, runtime: Runtime, session_id: 
             connection,
             _event("session.end", SYSTEM_ACTOR, ended, reason=str(SessionEndReason.GATEWAY_LOST)),
         )
+        await recordings_store.finish_session_recording(connection, session_id)
         if not ended.read_only:
             await close_desktop_session(connection, ended.desktop_id)
             if ended.disconnect_reason == SessionEndReason.ACCESS_REVOKED:

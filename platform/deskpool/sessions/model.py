@@ -24,6 +24,7 @@ from uuid import UUID
 
 from deskpool.errors import FieldError
 from deskpool.pools.model import Desktop, DesktopState
+from deskpool.recordings.model import NO_RECORDING, RecordingPolicy
 from deskpool.sessions.tunnel import DesktopTarget, SessionEndReason
 
 #: The longest delay, idle timeout or session length a policy accepts (one week, in seconds).
@@ -72,6 +73,7 @@ class SessionPolicy:
         ``logoff_after_delay``, and after an end the user did not cause).
     :ivar idle_timeout: seconds without user input before the session is disconnected.
     :ivar max_session_duration: seconds a session may last before it is disconnected.
+    :ivar recording: whether the gateway records the pool's sessions (and the user's keys).
     """
 
     protocol: DisplayProtocol = DisplayProtocol.AUTO
@@ -79,6 +81,7 @@ class SessionPolicy:
     logoff_delay: int = 600
     idle_timeout: int | None = None
     max_session_duration: int | None = None
+    recording: RecordingPolicy = NO_RECORDING
 
     def as_json(self) -> dict[str, Any]:
         """The policy as the API shows it."""
@@ -88,6 +91,7 @@ class SessionPolicy:
             "logoff_delay": self.logoff_delay,
             "idle_timeout": self.idle_timeout,
             "max_session_duration": self.max_session_duration,
+            "recording": self.recording.as_json(),
         }
 
     @classmethod
@@ -97,12 +101,14 @@ class SessionPolicy:
         """The policy ``base`` (default: the default policy) with the members of ``document``."""
         current = (base or DEFAULT_POLICY).as_json()
         merged = {**current, **{k: v for k, v in document.items() if k in current}}
+        recording = {**current["recording"], **(document.get("recording") or {})}
         return cls(
             protocol=DisplayProtocol(merged["protocol"]),
             after_disconnect=AfterDisconnect(merged["after_disconnect"]),
             logoff_delay=int(merged["logoff_delay"]),
             idle_timeout=merged["idle_timeout"],
             max_session_duration=merged["max_session_duration"],
+            recording=RecordingPolicy.from_json(recording),
         )
 
 

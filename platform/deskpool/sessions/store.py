@@ -17,6 +17,7 @@ import asyncpg
 
 from deskpool.db.rows import Db, fetch_record, lock_clause, record_from_row
 from deskpool.sessions.logons import LogonPhase, LogonRecord
+from deskpool.recordings.model import RecordingPolicy
 from deskpool.sessions.model import (
     DEFAULT_POLICY,
     AfterDisconnect,
@@ -40,6 +41,9 @@ def policy_from_row(row: Mapping[str, Any] | None) -> SessionPolicy:
         logoff_delay=row["logoff_delay"],
         idle_timeout=row["idle_timeout"],
         max_session_duration=row["max_session_duration"],
+        recording=RecordingPolicy(
+            enabled=row["recording_enabled"], include_keys=row["recording_include_keys"]
+        ),
     )
 
 
@@ -66,11 +70,12 @@ async def put_policy(
         """
         INSERT INTO pool_session_policies AS p
                (pool_id, protocol, after_disconnect, logoff_delay, idle_timeout,
-                max_session_duration)
-        VALUES ($1, $2, $3, $4, $5, $6)
+                max_session_duration, recording_enabled, recording_include_keys)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
         ON CONFLICT (pool_id) DO UPDATE
            SET protocol = $2, after_disconnect = $3, logoff_delay = $4, idle_timeout = $5,
-               max_session_duration = $6, updated_at = now()
+               max_session_duration = $6, recording_enabled = $7,
+               recording_include_keys = $8, updated_at = now()
         """,
         pool_id,
         str(policy.protocol),
@@ -78,6 +83,8 @@ async def put_policy(
         policy.logoff_delay,
         policy.idle_timeout,
         policy.max_session_duration,
+        policy.recording.enabled,
+        policy.recording.include_keys,
     )
 
 
@@ -496,7 +503,8 @@ async def disconnected_desktops(db: Db) -> list[DisconnectedDesktop]:
     rows = await db.fetch(
         """
         SELECT d.id AS desktop_id, d.pool_id AS desktop_pool_id, p.protocol, p.after_disconnect,
-               p.logoff_delay, p.idle_timeout, p.max_session_duration,
+               p.logoff_delay, p.idle_timeout, p.max_session_duration, p.recording_enabled,
+               p.recording_include_keys,
                greatest(d.state_changed_at, last.ended_at, tok.issued_at) AS since,
                last.end_reason
           FROM desktops AS d
@@ -537,7 +545,8 @@ async def open_sessions(db: Db) -> Sequence[OpenSession]:
     rows = await db.fetch(
         """
         SELECT s.*, p.protocol AS policy_protocol, p.after_disconnect, p.logoff_delay,
-               p.idle_timeout, p.max_session_duration,
+               p.idle_timeout, p.max_session_duration, p.recording_enabled,
+               p.recording_include_keys,
                (d.state = 'in_use' AND d.assigned_user = s.user_id) IS TRUE AS held
           FROM desktop_sessions AS s
           LEFT JOIN pool_session_policies AS p ON p.pool_id = s.pool_id

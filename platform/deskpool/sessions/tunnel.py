@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 from uuid import UUID
 
 __all__ = [
     "DesktopTarget",
     "DisconnectRequest",
+    "RecordingSink",
     "SessionBroker",
     "SessionEndReason",
     "TokenRejected",
@@ -71,6 +72,10 @@ class TunnelGrant:
     read_only: bool = False
     #: For shadowing: the daemon connection id (``$...``) of the session being joined.
     join_connection_id: str | None = None
+    #: The session's recording when the pool records sessions (the gateway writes its chunks
+    #: through the broker's ``record_chunk``), and whether the user's key events go in it.
+    recording_id: UUID | None = None
+    record_keys: bool = False
 
 
 class TokenRejected(Exception):
@@ -129,7 +134,8 @@ class SessionBroker(Protocol):
     (``broker_factory(runtime)``). It also uses two optional members when a broker has them:
     ``heartbeat_interval`` (seconds between :meth:`heartbeat` calls; otherwise a third of
     ``GATEWAY_LEASE_DURATION``) and ``async release(gateway_id)`` (called once at shutdown,
-    after every tunnel ended).
+    after every tunnel ended). A grant with a ``recording_id`` is recorded only when the broker
+    is a :class:`RecordingSink` too.
     """
 
     async def redeem(self, token: str, *, gateway_id: str) -> TunnelGrant:
@@ -158,3 +164,14 @@ class SessionBroker(Protocol):
         A session may come more than once; :attr:`DisconnectRequest.reason` says why
         (``access_revoked`` closes with ``CLIENT_FORBIDDEN``, anything else ``SESSION_CLOSED``).
         """
+
+
+@runtime_checkable
+class RecordingSink(Protocol):
+    """Where the gateway writes a session's recording (the platform's broker is one)."""
+
+    async def record_chunk(self, recording_id: UUID, index: int, data: bytes) -> None:
+        """Keep chunk ``index`` of the recording (sealed by the recording store)."""
+
+    async def recording_ended(self, recording_id: UUID, *, truncated: bool) -> None:
+        """No more chunks come; ``truncated`` when recording stopped before the session."""

@@ -41,7 +41,14 @@ TESTED: dict[str, str] = {}
 PROBE = "hookprobe"
 ENTRY_POINTS = {
     f"deskpool.{group}": {PROBE: "deskpool_hookprobe"}
-    for group in ("plugins", "components", "auth_providers", "secret_stores", "license_reporters")
+    for group in (
+        "plugins",
+        "components",
+        "auth_providers",
+        "secret_stores",
+        "license_reporters",
+        "recording_stores",
+    )
 }
 
 
@@ -197,6 +204,19 @@ def test_the_chosen_secret_store_is_the_runtimes(
     context = SecretContext.of("cluster", uuid.uuid4(), "password")
     assert store.decrypt(store.encrypt(b"s3cret", context), context) == b"s3cret"
     assert store.key_ids == ("hookprobe-1",)
+
+
+@dispatches("deskpool_register_recording_stores")
+def test_the_chosen_recording_store_is_the_runtimes(
+    environ: dict[str, str], probe: ModuleType
+) -> None:
+    process = bootstrap({**environ, "RECORDING_STORE": PROBE}, ["api"], log_setup=False)
+    store = Runtime(process.config, process.plugins).recording_store
+    assert isinstance(store, probe.ProbeRecordingStore)
+    store.put_chunk("a-recording", 0, b"4.sync,1.0;")
+    assert store.get_chunk("a-recording", 0) == b"4.sync,1.0;"
+    store.delete("a-recording")
+    assert ("a-recording", 0) not in probe.RECORDED_CHUNKS
 
 
 @dispatches("deskpool_register_hypervisor_drivers")

@@ -41,6 +41,7 @@ async def test_a_pool_s_session_policy_is_set_and_changed_through_the_api(
         "logoff_delay": 600,
         "idle_timeout": None,
         "max_session_duration": None,
+        "recording": {"enabled": False, "include_keys": False},
     }
     created = await client.post(
         "/api/v1/pools",
@@ -59,7 +60,13 @@ async def test_a_pool_s_session_policy_is_set_and_changed_through_the_api(
     url = f"/api/v1/pools/{body['id']}"
     changed = await client.patch(
         url,
-        json={"session_policy": {"max_session_duration": 28800, "protocol": "rdp"}},
+        json={
+            "session_policy": {
+                "max_session_duration": 28800,
+                "protocol": "rdp",
+                "recording": {"enabled": True},
+            }
+        },
         headers=admin.headers,
     )
     assert changed.status == 200, await changed.text()
@@ -70,9 +77,15 @@ async def test_a_pool_s_session_policy_is_set_and_changed_through_the_api(
         "logoff_delay": 600,
         "idle_timeout": 900,
         "max_session_duration": 28800,
+        "recording": {"enabled": True, "include_keys": False},
     }
     assert (await (await client.get(url, headers=admin.headers)).json())["session_policy"] == policy
-    for bad in ({"logoff_delay": -1}, {"idle_timeout": 0}, {"after_disconnect": "sometimes"}):
+    for bad in (
+        {"logoff_delay": -1},
+        {"idle_timeout": 0},
+        {"after_disconnect": "sometimes"},
+        {"recording": {"enabled": "maybe"}},
+    ):
         refused = await client.patch(url, json={"session_policy": bad}, headers=admin.headers)
         assert refused.status == 422, bad
         problem = await refused.json()

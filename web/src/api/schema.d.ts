@@ -1099,6 +1099,70 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/recordings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List session recordings
+         * @description Newest first; filter by pool, user, session and the period they started in.
+         *
+         *     Requires the permission `recordings:read` (or `platform:admin`).
+         */
+        get: operations["listRecordings"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/recordings/{recording_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Get a session recording
+         * @description Requires the permission `recordings:read` (or `platform:admin`).
+         */
+        get: operations["getRecording"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/recordings/{recording_id}/download": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download (play) a session recording
+         * @description The recording's Guacamole instruction stream, as guacd writes its recordings (`Guacamole.SessionRecording` plays it). A single `Range: bytes=...` is honoured (206 with `Content-Range`; 416 past the end). Audited as `recording.download`.
+         *
+         *     Requires the permission `recordings:read` (or `platform:admin`).
+         */
+        get: operations["downloadRecording"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/roles": {
         parameters: {
             query?: never;
@@ -1743,7 +1807,7 @@ export interface components {
             subject_id: string;
             role_key?: string;
             /** @enum {string} */
-            permission?: "platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage";
+            permission?: "platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read";
         } & (unknown | unknown);
         Group: {
             id: string;
@@ -2105,6 +2169,12 @@ export interface components {
                 [key: string]: number;
             };
         };
+        RecordingPolicy: {
+            /** @description The gateway records the pool's sessions (what the desktop shows); the user is told before the desktop appears. */
+            enabled: boolean;
+            /** @description The recording holds the user's key events too. */
+            include_keys: boolean;
+        };
         SessionPolicy: {
             /**
              * @description The preferred protocol: `auto` (the driver's choice: RDP for Windows, VNC for others), `rdp` or `vnc`; a guest that offers only one is shown with it.
@@ -2122,6 +2192,8 @@ export interface components {
             idle_timeout: number | null;
             /** @description Seconds a session may last before it is disconnected; null: none. */
             max_session_duration: number | null;
+            /** @description Whether the pool's sessions are recorded (issue 26). */
+            recording: components["schemas"]["RecordingPolicy"];
         };
         Pool: {
             id: string;
@@ -2193,6 +2265,12 @@ export interface components {
              */
             password?: string;
         };
+        RecordingPolicyInput: {
+            /** @description The gateway records the pool's sessions (what the desktop shows); the user is told before the desktop appears. */
+            enabled?: boolean;
+            /** @description The recording holds the user's key events too. */
+            include_keys?: boolean;
+        };
         SessionPolicyInput: {
             /**
              * @description The preferred protocol: `auto` (the driver's choice: RDP for Windows, VNC for others), `rdp` or `vnc`; a guest that offers only one is shown with it.
@@ -2210,6 +2288,8 @@ export interface components {
             idle_timeout?: number | null;
             /** @description Seconds a session may last before it is disconnected; null: none. */
             max_session_duration?: number | null;
+            /** @description Whether the pool's sessions are recorded (issue 26). */
+            recording?: components["schemas"]["RecordingPolicyInput"];
         };
         PoolCreate: {
             /** @description Unique among pools (without case), at most 64 characters. */
@@ -2544,6 +2624,33 @@ export interface components {
              */
             recreate_assigned?: boolean;
         };
+        Recording: {
+            id: string;
+            session_id: string;
+            pool_id: string;
+            user_id: string;
+            desktop_name: string;
+            /** @description The user's key events are in the recording. */
+            include_keys: boolean;
+            /** Format: date-time */
+            started_at: string;
+            /**
+             * Format: date-time
+             * @description Null while the session is recorded.
+             */
+            ended_at: string | null;
+            /** @description Bytes of the recording (what a download sends). */
+            size_bytes: number;
+            /** @description Chunks written so far. */
+            chunks: number;
+            /** @description Recording stopped before the session ended (the store fell behind). */
+            truncated: boolean;
+        };
+        RecordingPage: {
+            items: components["schemas"]["Recording"][];
+            /** @description Opaque cursor of the next page, to send back as `cursor`; null on the last page. */
+            next: string | null;
+        };
         Role: {
             key: string;
             description: string;
@@ -2559,11 +2666,11 @@ export interface components {
             key: string;
             /** @default  */
             description?: string;
-            permissions: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage")[];
+            permissions: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read")[];
         };
         RoleChange: {
             description?: string;
-            permissions?: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage")[];
+            permissions?: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read")[];
         };
         LogonPhase: {
             /**
@@ -5140,6 +5247,139 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listRecordings: {
+        parameters: {
+            query?: {
+                /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
+                limit?: number;
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
+                cursor?: string;
+                /** @description Only recordings of this pool's sessions. */
+                pool_id?: string;
+                /** @description Only this user's sessions. */
+                user_id?: string;
+                /** @description Only this session's recording. */
+                session_id?: string;
+                /** @description Sessions started at or after this. */
+                since?: string;
+                /** @description Sessions started before this. */
+                until?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of recordings. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RecordingPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getRecording: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                recording_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The recording. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Recording"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    downloadRecording: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                recording_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The whole recording. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.deskpool.guacamole-recording": string;
+                };
+            };
+            /** @description The range asked for. */
+            206: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    /** @description `bytes start-end/total`. */
+                    "Content-Range"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/vnd.deskpool.guacamole-recording": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            /** @description The range starts past the end (`range_not_satisfiable`, `Content-Range: bytes *\/n`). */
+            416: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             429: components["responses"]["RateLimited"];
             503: components["responses"]["ServiceUnavailable"];
         };

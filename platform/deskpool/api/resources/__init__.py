@@ -22,6 +22,7 @@ NAMES = (
     "notices",
     "orphans",
     "pools",
+    "recordings",
     "roles",
     "rollouts",
     "sessions",

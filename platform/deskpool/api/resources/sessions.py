@@ -98,6 +98,30 @@ _POLICY_DESCRIPTIONS = {
 }
 
 
+def _recording_fields(required: bool) -> dict[str, fields.Field[Any]]:
+    return {
+        "enabled": fields.Boolean(
+            required=required,
+            metadata={
+                "description": (
+                    "The gateway records the pool's sessions (what the desktop shows); the user "
+                    "is told before the desktop appears."
+                )
+            },
+        ),
+        "include_keys": fields.Boolean(
+            required=required,
+            metadata={"description": "The recording holds the user's key events too."},
+        ),
+    }
+
+
+#: A pool's recording policy, as the API shows it.
+RecordingPolicySchema = Schema.from_dict(_recording_fields(True), name="RecordingPolicy")
+#: Changes to a pool's recording policy.
+RecordingPolicyInputSchema = Schema.from_dict(_recording_fields(False), name="RecordingPolicyInput")
+
+
 def _policy_fields(required: bool) -> dict[str, fields.Field[Any]]:
     seconds = validate.Range(min=1, max=MAX_POLICY_SECONDS)
     d = _POLICY_DESCRIPTIONS
@@ -128,6 +152,11 @@ def _policy_fields(required: bool) -> dict[str, fields.Field[Any]]:
             allow_none=True,
             validate=seconds,
             metadata={"description": d["max_session_duration"]},
+        ),
+        "recording": fields.Nested(
+            RecordingPolicySchema if required else RecordingPolicyInputSchema,
+            required=required,
+            metadata={"description": "Whether the pool's sessions are recorded (issue 26)."},
         ),
     }
 
@@ -357,7 +386,8 @@ def session_view(session: SessionRecord) -> dict[str, Any]:
     }
 
 
-def _after(cursor: str | None) -> tuple[datetime, uuid.UUID] | None:
+def time_id_cursor(cursor: str | None) -> tuple[datetime, uuid.UUID] | None:
+    """The ``[time, id]`` position a list cursor encodes. :raises InvalidCursor: it is not one."""
     after = decode_cursor(cursor)
     if after is None:
         return None
@@ -377,7 +407,7 @@ def _open_filter(query: dict[str, Any]) -> bool | None:
 async def _page(call: Call, where: store.SessionFilter) -> Page:
     limit = int(call.query["limit"])
     records = await service.list_sessions(
-        call.runtime, limit=limit + 1, after=_after(call.query.get("cursor")), where=where
+        call.runtime, limit=limit + 1, after=time_id_cursor(call.query.get("cursor")), where=where
     )
     page = paginate(records, limit, store.session_cursor)
     return Page([session_view(record) for record in page.items], page.next)
