@@ -35,9 +35,9 @@ from deskpool.kv import subscription
 from deskpool.live.publishers import publish, session_event
 from deskpool.pools import store_desktops, store_pools
 from deskpool.pools.states import SessionOpened
-from deskpool.revocation.service import holding_of
 from deskpool.recordings import store as recordings_store
 from deskpool.recordings.model import store_key
+from deskpool.revocation.service import holding_of
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretDecryptionFailed, SecretsUnavailable
 from deskpool.sessions import store

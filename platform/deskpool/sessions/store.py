@@ -16,8 +16,8 @@ from typing import Any
 import asyncpg
 
 from deskpool.db.rows import Db, fetch_record, lock_clause, record_from_row
-from deskpool.sessions.logons import LogonPhase, LogonRecord
 from deskpool.recordings.model import RecordingPolicy
+from deskpool.sessions.logons import LogonPhase, LogonRecord
 from deskpool.sessions.model import (
     DEFAULT_POLICY,
     AfterDisconnect,
