@@ -63,6 +63,11 @@ CHOSEN_BY_SETTING: dict[str, str] = {
     "recording_stores": "RECORDING_STORE",
 }
 
+#: Single-choice groups whose chosen plugin may be missing without stopping the process: only a
+#: process that records sessions needs a recording store, and it says so when it builds one
+#: (:func:`deskpool.recordings.stores.build_recording_store`).
+OPTIONAL_CHOICES = frozenset({"recording_stores"})
+
 _SELECTION_DEFAULTS = {
     "AUTH_PROVIDER": "oidc",
     "SECRET_STORE": "envelope",
@@ -282,6 +287,8 @@ def load_plugins(selection: PluginSelection) -> PluginHost:
             on_missing_entrypoints_callback=on_missing,
         )
         extensions = list(manager)
+        if short_group in OPTIONAL_CHOICES:
+            missing.clear()
         for name in missing:
             if not any(f"plugin {name!r}" in message for message in failures):
                 failures.append(_missing_message(short_group, group, name))

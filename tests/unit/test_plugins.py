@@ -5,12 +5,14 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
-from deskpool.errors import PluginNotFound
+from deskpool.errors import PluginNotFound, StartupError
 from deskpool.host import discover
 from deskpool.plugins import PluginSelection, list_installed
+from deskpool.recordings.stores import build_recording_store
 from deskpool.registry import Registry
 
 TESTPLUGIN = {"deskpool.plugins": {"greeter": "deskpool_testplugin"}}
@@ -41,6 +43,20 @@ def test_a_chosen_provider_that_is_not_installed_is_a_clear_error() -> None:
     assert "'vault'" in message
     assert "envelope" in message
     assert "SECRET_STORE" in message
+
+
+def test_a_missing_recording_store_stops_nothing_until_one_is_built() -> None:
+    host = discover({"RECORDING_STORE": "tape"})
+    assert "tape" not in host.recording_stores().names()
+    assert "files" in discover({}).recording_stores().names()
+
+    class Process:
+        config: ClassVar[dict[str, str]] = {"RECORDING_STORE": "tape"}
+
+    with pytest.raises(StartupError) as caught:
+        build_recording_store(host, Process())  # type: ignore[arg-type]
+    assert "RECORDING_STORE" in str(caught.value)
+    assert "'tape'" in str(caught.value)
 
 
 def test_selection_reads_plugins_disabled() -> None:

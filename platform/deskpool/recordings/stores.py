@@ -50,13 +50,17 @@ RecordingStoreFactory: TypeAlias = Callable[["Runtime"], RecordingStore]
 def build_recording_store(plugins: PluginHost, runtime: Runtime) -> RecordingStore:
     """The recording store ``RECORDING_STORE`` chooses.
 
-    :raises StartupError: no store of that name is registered.
+    :raises StartupError: no store of that name is registered (a process that does not record
+        starts without one: the plugin is checked here, when a recording is first kept or read).
     """
     name = runtime.config["RECORDING_STORE"]
     try:
         factory = plugins.recording_stores().get(name)
     except KeyError as error:
-        raise StartupError(f"RECORDING_STORE: {error.args[0]}") from None
+        raise StartupError(
+            f"RECORDING_STORE: {error.args[0]} (is its plugin installed in the "
+            "'deskpool.recording_stores' entry-point group?)"
+        ) from None
     store = factory(runtime)
     if not isinstance(store, RecordingStore):
         raise StartupError(f"recording store {name!r} did not build a RecordingStore")
