@@ -56,6 +56,7 @@ BUILTIN_RESOURCES: Mapping[str, bool] = MappingProxyType(
         "jobs": True,
         "license": True,
         "recordings": False,
+        "schedules": True,
     }
 )
 
@@ -160,7 +161,8 @@ def builtin_roles(catalog: PermissionCatalog | None = None) -> dict[str, Role]:
     """The built-in roles, by key.
 
     - ``platform_admin``: ``platform:admin``, which overrides every check;
-    - ``operator``: reads and manages clusters, pools, desktops, sessions and jobs; reads
+    - ``operator``: reads and manages clusters, pools, desktops, sessions, jobs and
+      schedules; reads
       audit, users, groups, roles and license;
     - ``auditor``: every ``:read`` permission except session recordings (:data:`PRIVATE_READS`);
     - ``desktop_user``: no administrative permission; entitlements decide which desktops the
@@ -170,7 +172,7 @@ def builtin_roles(catalog: PermissionCatalog | None = None) -> dict[str, Role]:
         resources included); the built-in catalog when omitted.
     """
     catalog = catalog or PermissionCatalog.builtin()
-    managed = ("clusters", "pools", "desktops", "sessions", "jobs")
+    managed = ("clusters", "pools", "desktops", "sessions", "jobs", "schedules")
     read_only = ("audit", "users", "groups", "roles", "license")
     operator = frozenset(
         [permission_name(r, READ) for r in (*managed, *read_only)]
@@ -186,7 +188,7 @@ def builtin_roles(catalog: PermissionCatalog | None = None) -> dict[str, Role]:
         Role(
             "operator",
             operator,
-            "Runs the desktop estate: clusters, pools, desktops, sessions and jobs.",
+            "Runs the desktop estate: clusters, pools, desktops, sessions, jobs and schedules.",
             builtin=True,
         ),
         Role(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from deskpool.identity.rules import EscalationDenied, check_escalation, conferred_by_grants
 from deskpool.permissions import (
     NO_PERMISSIONS,
     PLATFORM_ADMIN,
@@ -28,6 +29,7 @@ RESOURCES = (
     "jobs",
     "license",
     "recordings",
+    "schedules",
 )
 
 
@@ -108,7 +110,7 @@ def test_platform_admin_role_holds_platform_admin_only() -> None:
 
 def test_operator_manages_the_estate_and_reads_the_rest() -> None:
     operator = builtin_roles()["operator"].permissions
-    for resource in ("clusters", "pools", "desktops", "sessions", "jobs"):
+    for resource in ("clusters", "pools", "desktops", "sessions", "jobs", "schedules"):
         assert f"{resource}:read" in operator
         assert f"{resource}:manage" in operator
     for resource in ("audit", "users", "groups", "roles", "license"):
@@ -249,3 +251,15 @@ def test_operator_cannot_manage_users_or_roles() -> None:
     assert not has_permission(operator, "license:manage")
     assert has_permission(operator, "pools:manage")
     assert "pools:manage" in operator
+
+
+def test_schedules_permissions_are_escalation_checked_like_any_other() -> None:
+    roles = builtin_roles()
+    conferred = conferred_by_grants([Grant.of_role("operator")], roles)
+    assert {"schedules:read", "schedules:manage"} <= conferred
+    roles_only = resolve_permissions([Grant.of_permission("roles:manage")], [], roles)
+    with pytest.raises(EscalationDenied) as denied:
+        check_escalation(roles_only, conferred, "grant the operator role")
+    assert {"schedules:read", "schedules:manage"} <= set(denied.value.missing)
+    holder = resolve_permissions([Grant.of_permission("schedules:manage")], [], roles)
+    check_escalation(holder, {"schedules:read", "schedules:manage"}, "grant schedules")

@@ -76,6 +76,9 @@ class DesktopState(StrEnum):
     READY = "ready"
     #: Handed to a user for a session.
     IN_USE = "in_use"
+    #: Free and kept, its VM powered off by the pool's schedule (``idle: power_off``); it is
+    #: powered on (through ``starting``) when the schedule or a user needs it.
+    POWERED_OFF = "powered_off"
     #: Being rebuilt or reset to the template (after logoff in a non-persistent pool).
     REFRESHING = "refreshing"
     #: Its VM is being destroyed; the record goes when the VM is gone.
@@ -96,6 +99,8 @@ class Pool:
     :ivar storage: the storage new VMs' disks go to; ``None`` means the template's.
     :ivar generation: incremented on every change of the pool's settings.
     :ivar reconciled_generation: the generation the last completed reconciliation saw.
+    :ivar schedule_id: the capacity schedule (:mod:`deskpool.schedules`) whose phase in force
+        sets the pool's ready and spare desktops; ``None``: ``min_size`` and ``spare`` always.
     """
 
     id: UUID
@@ -114,6 +119,7 @@ class Pool:
     state: PoolState = PoolState.ENABLED
     generation: int = 1
     reconciled_generation: int = 0
+    schedule_id: UUID | None = None
 
     @property
     def is_persistent(self) -> bool:

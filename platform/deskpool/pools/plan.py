@@ -20,7 +20,16 @@ from typing import TYPE_CHECKING, ClassVar
 from uuid import UUID
 
 from deskpool.pools.model import Desktop, DesktopState
-from deskpool.pools.states import Delete, DesktopEvent, Failed, Refresh, Replace, Retry
+from deskpool.pools.states import (
+    Delete,
+    DesktopEvent,
+    Failed,
+    PowerOff,
+    PowerUp,
+    Refresh,
+    Replace,
+    Retry,
+)
 
 if TYPE_CHECKING:
     from deskpool.config import Config
@@ -155,6 +164,20 @@ class RefreshDesktop(DesktopAction):
 
 
 @dataclass(frozen=True, slots=True)
+class PowerOffDesktop(DesktopAction):
+    """The schedule's phase powers idle desktops off: this free one is powered off."""
+
+    kind: ClassVar[str] = "power_off_desktop"
+
+
+@dataclass(frozen=True, slots=True)
+class PowerUpDesktop(DesktopAction):
+    """A powered-off desktop is needed (the phase asks for more): power it on and wait for it."""
+
+    kind: ClassVar[str] = "power_up_desktop"
+
+
+@dataclass(frozen=True, slots=True)
 class MarkVmMissing:
     """The VM of a desktop its user owns vanished: mark the desktop failed with ``error``."""
 
@@ -220,6 +243,8 @@ Action = (
     | MarkVmMissing
     | TimeOutStep
     | PowerOn
+    | PowerOffDesktop
+    | PowerUpDesktop
     | ReportOrphan
     | DeleteOrphanVm
 )
@@ -241,6 +266,10 @@ def desktop_event(action: Action) -> DesktopEvent | None:
             return Retry()
         case RefreshDesktop():
             return Refresh()
+        case PowerOffDesktop():
+            return PowerOff()
+        case PowerUpDesktop():
+            return PowerUp()
         case MarkVmMissing(error=error) | TimeOutStep(error=error):
             return Failed(error)
         case CreateDesktop() | PowerOn() | ReportOrphan() | DeleteOrphanVm():

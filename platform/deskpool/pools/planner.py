@@ -34,7 +34,16 @@ The rules, in the order they are applied:
    the pool's template); a free ready desktop whose VM is stopped is powered on. A desktop
    built from a template the pool no longer uses is left alone: a change of template applies
    to desktops built from then on, and replacing the others is a rollout's work.
-6. *Rollouts.* When the pool has an active rollout, :func:`deskpool.rollouts.planner.plan_rollout`
+6. *Schedules.* A pool with a schedule is planned with the targets
+   (:class:`~deskpool.schedules.model.Targets`) of the phase in force (the reconciler asks
+   :func:`deskpool.schedules.model.phase_at`): it wants ``max(min_ready, busy + spare)``
+   desktops powered on (never more than ``max_size``) and at least ``min_size`` desktops in
+   all. Powered-off desktops are powered on first when it wants more, before new ones are
+   created. Free desktops beyond what it wants are never deleted (only those beyond
+   ``max_size`` are): the phase's ``idle`` policy keeps them running, or powers off the free,
+   ready, clean ones (never one a user holds). A pool without a schedule wants
+   every desktop powered on: a desktop a former schedule powered off is powered on again.
+7. *Rollouts.* When the pool has an active rollout, :func:`deskpool.rollouts.planner.plan_rollout`
    plans its part first (``rollouts`` of :func:`plan_pools`); the desktops it acts on get no
    other action this pass, the pool may grow by the rollout's ``extra`` desktops up to
    ``max_size + surge`` records, and it does not shrink while the rollout is under way.
@@ -72,7 +81,9 @@ from deskpool.pools.plan import (
     MarkVmMissing,
     PoolHealth,
     PoolPlan,
+    PowerOffDesktop,
     PowerOn,
+    PowerUpDesktop,
     ReconcilePolicy,
     RefreshDesktop,
     ReplaceDesktop,
@@ -84,6 +95,7 @@ from deskpool.pools.plan import (
 )
 from deskpool.rollouts.plan import RolloutPlan
 from deskpool.rollouts.planner import RolloutView, plan_rollout
+from deskpool.schedules.model import IdlePolicy, Targets
 
 S = DesktopState
 
@@ -130,6 +142,7 @@ def plan_pool(
     taken_names: Iterable[str] = (),
     known_orphans: Collection[str] = frozenset(),
     rollout: RolloutView | None = None,
+    targets: Targets | None = None,
 ) -> PoolPlan:
     """What to do to converge ``pool``, with its health and counts (rules: module docstring).
 
@@ -142,13 +155,14 @@ def plan_pool(
         never given to a new desktop.
     :param known_orphans: ids of orphan VMs already reported, so they are not reported again.
     :param rollout: the pool's active rollout, if it has one.
+    :param targets: the targets of the phase in force of the pool's schedule, if it has one.
     """
     mine = [desktop for desktop in desktops if desktop.pool_id == pool.id]
     vms = None if observed_vms is None else list(observed_vms)
     taken = {name_key(desktop.name) for desktop in mine}
     taken.update(name_key(vm.name) for vm in vms or ())
     taken.update(name_key(name) for name in taken_names)
-    return _plan(pool, mine, vms, now, policy, taken, known_orphans, rollout)
+    return _plan(pool, mine, vms, now, policy, taken, known_orphans, rollout, targets)
 
 
 def plan_pools(
@@ -161,6 +175,7 @@ def plan_pools(
     taken_names: Mapping[UUID, Iterable[str]] | None = None,
     known_orphans: Collection[str] = frozenset(),
     rollouts: Mapping[UUID, RolloutView] | None = None,
+    targets: Mapping[UUID, Targets] | None = None,
 ) -> list[PoolPlan]:
     """Plan a batch of pools in time linear in the number of pools, desktops and VMs.
 
@@ -171,6 +186,8 @@ def plan_pools(
         outside the batch). Names given to new desktops of one pool are taken for the next.
     :param known_orphans: ids of orphan VMs already reported.
     :param rollouts: pool id -> the pool's active rollout (pools without one are missing).
+    :param targets: pool id -> the targets of its schedule's phase in force (pools without a
+        schedule are missing).
     :returns: one plan per pool, in the order of ``pools``.
     """
     batch = list(pools)
@@ -225,6 +242,7 @@ def plan_pools(
             taken[pool.cluster_id],
             known_orphans,
             (rollouts or {}).get(pool.id),
+            (targets or {}).get(pool.id),
         )
         for pool in batch
     ]
@@ -259,6 +277,7 @@ def _plan(
     taken: set[str],
     known_orphans: Collection[str],
     rollout: RolloutView | None = None,
+    targets: Targets | None = None,
 ) -> PoolPlan:
     """Plan one pool; ``taken`` holds the name keys present on the cluster and is extended."""
     observed = vms is not None
@@ -309,12 +328,14 @@ def _plan(
         live += 1
         if holds:
             busy += 1
-        elif stuck or vanished or desktop.state in (S.READY, S.FAILED):
+        elif stuck or vanished or desktop.state in (S.READY, S.FAILED, S.POWERED_OFF):
             removable.append(look)
 
     actions: list[Action] = []
     handled: set[UUID] = set()
-    target = min(pool.max_size, max(pool.min_size, busy + pool.spare))
+    deleted: set[UUID] = set()
+    powered_target = _powered_target(pool, targets, busy)
+    target = min(pool.max_size, max(pool.min_size, powered_target))
     record_cap = pool.max_size
     acting = observed and pool.state is not PoolState.DISABLED
 
@@ -333,12 +354,30 @@ def _plan(
             doomed = _removal_order(removable)
             why = f"pool {pool.name} is draining and the desktop is free"
         else:
-            doomed = _removal_order(removable)[: max(0, live - target)]
+            # Under a schedule, desktops beyond the phase's targets are kept or powered off.
+            keep = target if targets is None else max(target, min(live, pool.max_size))
+            doomed = _removal_order(removable)[: max(0, live - keep)]
             why = f"pool {pool.name} has {live} desktops and needs {target}"
         for look in doomed:
             desktop = look.desktop
             actions.append(DeleteDesktop(desktop.id, f"{desktop.name}: {why}{_state_note(look)}"))
             handled.add(desktop.id)
+            deleted.add(desktop.id)
+
+    # 6. Power, before hygiene (a free desktop powered off is not powered on): wake the
+    # powered-off desktops the pool wants, power off the idle ones it does not.
+    if acting:
+        powering = _power(
+            pool,
+            looks,
+            handled,
+            deleted,
+            powered_target,
+            targets if pool.state is PoolState.ENABLED else None,
+            hold=rollout_plan is not None,
+        )
+        actions.extend(powering)
+        handled.update(action.desktop_id for action in powering)
 
     # 2-5. Timeouts, drift, failures and hygiene, one action per desktop at most.
     for look in looks:
@@ -380,6 +419,70 @@ def _plan(
 
     health = _health(pool, looks, orphans, observed, live, naming_problem)
     return PoolPlan(pool.id, pool.generation, tuple(actions), health, summarize(mine), rollout_plan)
+
+
+def _powered_target(pool: Pool, targets: Targets | None, busy: int) -> int:
+    """How many desktops the pool wants powered on (busy ones included)."""
+    if targets is None:
+        return min(pool.max_size, max(pool.min_size, busy + pool.spare))
+    return min(pool.max_size, max(targets.min_ready, busy + targets.spare))
+
+
+def _power(
+    pool: Pool,
+    looks: Sequence[_Look],
+    handled: set[UUID],
+    deleted: set[UUID],
+    wanted: int,
+    targets: Targets | None,
+    *,
+    hold: bool,
+) -> list[PowerUpDesktop | PowerOffDesktop]:
+    """Power powered-off desktops up to ``wanted`` powered on, or idle ones off beyond it.
+
+    Desktops handled earlier in the pass (``deleted``, repaired) are left alone, and deleted
+    ones are not counted; while a rollout
+    is under way (``hold``) nothing is powered off.
+    """
+    present = [look for look in looks if look.live and look.desktop.id not in handled]
+    asleep = sorted(
+        (look for look in present if look.desktop.state is S.POWERED_OFF),
+        key=lambda look: name_key(look.desktop.name),
+    )
+    powered = sum(
+        1
+        for look in looks
+        if look.live and look.desktop.state is not S.POWERED_OFF and look.desktop.id not in deleted
+    )
+    phase = "the pool's settings" if targets is None else "the schedule's phase"
+    why = f"{phase} wants {wanted} desktops powered on in pool {pool.name}; {powered} are"
+    actions: list[PowerUpDesktop | PowerOffDesktop] = []
+    if targets is None:  # without a schedule (or draining), nothing stays powered off
+        for look in asleep:
+            actions.append(
+                PowerUpDesktop(
+                    look.desktop.id, f"{look.desktop.name}: pool {pool.name} has no schedule"
+                )
+            )
+        return actions
+    if powered < wanted:
+        for look in asleep[: wanted - powered]:
+            actions.append(PowerUpDesktop(look.desktop.id, f"{look.desktop.name}: {why}"))
+        return actions
+    if hold or targets.idle is not IdlePolicy.POWER_OFF or powered <= wanted:
+        return actions
+    idle = sorted(
+        (look for look in present if look.desktop.is_available and not look.stuck),
+        key=lambda look: name_key(look.desktop.name),
+        reverse=True,
+    )
+    for look in idle[: powered - wanted]:
+        actions.append(
+            PowerOffDesktop(
+                look.desktop.id, f"{look.desktop.name} is free and idle: {why} (idle: power_off)"
+            )
+        )
+    return actions
 
 
 def _removal_order(removable: list[_Look]) -> list[_Look]:

@@ -371,6 +371,10 @@ class DesktopWork(DesktopRecorder):
         if vm_id is None or self.desktop.state in (S.PROVISIONING, S.REFRESHING, S.DELETING):
             log.info("desktop %s is %s: nothing to power", self.desktop.name, self.desktop.state)
             return
+        if kind == POWER_OFF and self.desktop.state in _BEING_STARTED:
+            # Powered on again since the power-off was asked for (a schedule's phase, a user).
+            log.info("desktop %s is %s: not powered off", self.desktop.name, self.desktop.state)
+            return
         desktop_id = str(self.desktop.id)
         try:
             if kind in (POWER_OFF, RESTART):
@@ -389,6 +393,10 @@ class DesktopWork(DesktopRecorder):
             if error.retryable:
                 raise
             raise PermanentJobFailure(describe_failure(error)) from error
+
+
+#: States in which provisioning is bringing the VM up: a late power-off leaves it alone.
+_BEING_STARTED = frozenset({S.STARTING, S.WAITING_FOR_AGENT, S.WAITING_FOR_WINDOWS})
 
 
 def _vm_order(vm: VirtualMachine) -> tuple[int, str]:

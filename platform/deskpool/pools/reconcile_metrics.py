@@ -12,6 +12,11 @@ run or ``pool.reconcile`` job) counts on it.
     The desktops of each active image rollout by state (``total``, ``on_new_template``,
     ``replacing``, ``waiting_for_logoff``, ``failed``), as its last reconciliation pass counted
     them; a rollout's series go when it ends.
+``deskpool_pool_phase{pool_id,phase}``
+    1 for the phase of the pool's schedule in force at the last pass (an exception's own
+    settings are named after the exception); a pool without a schedule has ``phase=""``.
+``deskpool_pool_powered_off_desktops{pool_id}``
+    The pool's desktops powered off by its schedule, at the last pass.
 """
 
 from __future__ import annotations
@@ -53,6 +58,30 @@ class PoolReconcileMetrics:
             ["pool_id", "rollout_id", "state"],
             registry=registry,
         )
+
+        self.pool_phase = Gauge(
+            "deskpool_pool_phase",
+            "1 for the phase of the pool's schedule in force at the last pass.",
+            ["pool_id", "phase"],
+            registry=registry,
+        )
+        self.powered_off = Gauge(
+            "deskpool_pool_powered_off_desktops",
+            "Desktops of the pool powered off by its schedule, at the last pass.",
+            ["pool_id"],
+            registry=registry,
+        )
+        self._phases: dict[str, str] = {}
+
+    def observe_schedule(self, pool_id: str, phase: str, powered_off: int) -> None:
+        """Record the pool's phase in force (the former one's series goes) and powered-off count."""
+        former = self._phases.get(pool_id)
+        if former is not None and former != phase:
+            with contextlib.suppress(KeyError):
+                self.pool_phase.remove(pool_id, former)
+        self._phases[pool_id] = phase
+        self.pool_phase.labels(pool_id, phase).set(1)
+        self.powered_off.labels(pool_id).set(powered_off)
 
     def count_action(self, kind: str) -> None:
         """Count one applied action of ``kind``."""

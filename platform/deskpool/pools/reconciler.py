@@ -55,7 +55,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import asyncpg
@@ -113,6 +113,9 @@ from deskpool.rollouts.apply import apply_rollout_action
 from deskpool.rollouts.model import ENDED
 from deskpool.rollouts.plan import ChangeRollout
 from deskpool.rollouts.planner import RolloutView
+from deskpool.schedules import store as schedule_store
+from deskpool.schedules.model import InForce, phase_at, targets_of
+from deskpool.schedules.samples import SAMPLE_MINUTES, SAMPLE_RETENTION, capacity_sample
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime
@@ -322,8 +325,53 @@ class PoolReconcilerService:
         with collector_paused():
             return await self._plan(pools)
 
+    async def _phases(
+        self, pools: Sequence[Pool], now: datetime
+    ) -> dict[uuid.UUID, InForce | None]:
+        """The phase in force now of each pool that has a schedule (``None``: none in force)."""
+        wanted = {pool.schedule_id for pool in pools if pool.schedule_id is not None}
+        if not wanted:
+            return {}
+        schedules = await schedule_store.get_schedules(self.runtime.db, wanted)
+        return {
+            pool.id: phase_at(schedules[pool.schedule_id].schedule, now)
+            for pool in pools
+            if pool.schedule_id is not None and pool.schedule_id in schedules
+        }
+
+    async def _sample(
+        self,
+        pools: Sequence[Pool],
+        desktops: Mapping[uuid.UUID, Sequence[Desktop]],
+        in_force: Mapping[uuid.UUID, InForce | None],
+        now: datetime,
+    ) -> None:
+        """Record what each pool has (one sample per pool and 5 minutes), and the metrics."""
+        bucket = now - timedelta(
+            minutes=now.minute % SAMPLE_MINUTES, seconds=now.second, microseconds=now.microsecond
+        )
+        samples = []
+        for pool in pools:
+            found = in_force.get(pool.id)
+            targets = None if found is None else targets_of(found.settings, pool.max_size)
+            sample = capacity_sample(desktops.get(pool.id, ()), bucket, found, targets)
+            samples.append((pool.id, sample))
+            if self.metrics is not None:
+                phase = "" if found is None else found.phase
+                self.metrics.observe_schedule(str(pool.id), phase, sample.powered_off)
+        try:
+            async with self.runtime.db.acquire() as connection, connection.transaction():
+                for pool_id, sample in samples:
+                    await schedule_store.record_sample(connection, pool_id, sample)
+                await schedule_store.prune_samples(
+                    connection, now - SAMPLE_RETENTION, [pool.id for pool in pools]
+                )
+        except asyncpg.PostgresError:
+            log.exception("recording the capacity samples of %d pool(s) failed", len(pools))
+
     async def _plan(self, pools: Sequence[Pool]) -> dict[uuid.UUID, PlannedPool]:
         pool_ids = [pool.id for pool in pools]
+        by_id = {pool.id: pool for pool in pools}
         cluster_ids = sorted({pool.cluster_id for pool in pools})
         async with self.runtime.db.acquire() as connection:
             now: datetime = await connection.fetchval("SELECT now()")
@@ -343,6 +391,7 @@ class PoolReconcilerService:
             )
             for cluster_id, vms in observed.items()
         }
+        in_force = await self._phases(pools, now)
         plans = plan_pools(
             pools,
             [desktop for pool_desktops in desktops.values() for desktop in pool_desktops],
@@ -352,7 +401,13 @@ class PoolReconcilerService:
             taken_names=names,
             known_orphans=known,
             rollouts=rollouts,
+            targets={
+                pool_id: targets_of(found.settings, by_id[pool_id].max_size)
+                for pool_id, found in in_force.items()
+                if found is not None
+            },
         )
+        await self._sample(pools, desktops, in_force, now)
         vms_by_cluster = {
             cluster_id: {vm.vm_id: vm for vm in vms} for cluster_id, vms in observed.items()
         }

@@ -217,6 +217,8 @@ def _model_changes(body: Mapping[str, Any]) -> dict[str, Any]:
         changes["state"] = PoolState(body["state"])
     if "target_nodes" in body:
         changes["target_nodes"] = tuple(body["target_nodes"])
+    if "schedule_id" in body:
+        changes["schedule_id"] = body["schedule_id"]
     return changes
 
 

@@ -5,6 +5,7 @@ A desktop is provisioned through named steps, then handed out and taken back::
     provisioning -> starting -> waiting_for_agent -> [waiting_for_windows] -> ready
     ready -> in_use -> ready                    (persistent: the user keeps the desktop)
     ready -> in_use -> refreshing -> starting   (non-persistent: rebuilt after logoff)
+    ready -> powered_off -> starting            (a schedule powers free desktops off and on)
     any step -> failed -> provisioning          (retry; a failed deletion retries the deletion)
     almost anything -> deleting
 
@@ -151,6 +152,20 @@ class Unassigned:
     name: ClassVar[str] = "unassigned"
 
 
+@dataclass(frozen=True, slots=True)
+class PowerOff:
+    """A schedule powers the free, ready desktop off (its VM is shut down next)."""
+
+    name: ClassVar[str] = "power_off"
+
+
+@dataclass(frozen=True, slots=True)
+class PowerUp:
+    """The powered-off desktop is needed: its VM is started and provisioning waits for it."""
+
+    name: ClassVar[str] = "power_up"
+
+
 # --------------------------------------------------------------------------- repair
 
 
@@ -215,6 +230,8 @@ DesktopEvent = (
     | Released
     | Assigned
     | Unassigned
+    | PowerOff
+    | PowerUp
     | Refresh
     | Refreshed
     | Replace
@@ -237,6 +254,8 @@ EVENT_SOURCES: Mapping[type[DesktopEvent], frozenset[DesktopState]] = {
     Released: frozenset({S.IN_USE}),
     Assigned: _ALL - {S.DELETING},
     Unassigned: _ALL - {S.IN_USE, S.DELETING},
+    PowerOff: frozenset({S.READY}),
+    PowerUp: frozenset({S.POWERED_OFF}),
     Refresh: frozenset({S.READY}),
     Refreshed: frozenset({S.REFRESHING}),
     Replace: frozenset({S.READY, S.IN_USE}),
@@ -257,6 +276,8 @@ EVENT_TARGETS: Mapping[type[DesktopEvent], frozenset[DesktopState]] = {
     Released: frozenset({S.READY, S.REFRESHING}),
     Assigned: frozenset(),
     Unassigned: frozenset(),
+    PowerOff: frozenset({S.POWERED_OFF}),
+    PowerUp: frozenset({S.STARTING}),
     Refresh: frozenset({S.REFRESHING}),
     Refreshed: frozenset({S.STARTING}),
     Replace: frozenset({S.PROVISIONING}),
@@ -360,6 +381,12 @@ def _apply(desktop: Desktop, event: DesktopEvent, pool: Pool, now: datetime) -> 
             if desktop.in_session:
                 raise IllegalTransition(desktop, event, "a session is open")
             return replace(desktop, assigned_user=None)
+        case PowerOff():
+            if desktop.in_session or desktop.used_since_refresh:
+                raise IllegalTransition(desktop, event, "it is in use or not refreshed")
+            return replace(desktop, state=S.POWERED_OFF)
+        case PowerUp():
+            return replace(desktop, state=S.STARTING)
         case Refresh():
             return replace(
                 desktop,

@@ -177,13 +177,18 @@ def _pool_constraints(pool: Pool) -> Iterator[None]:
     """Turn the database's refusals of ``pool``'s row into the pools' errors.
 
     :raises PoolNameTaken: the name is in use (without case).
-    :raises ValidationFailed: the cluster does not exist (``/cluster_id``).
+    :raises ValidationFailed: the cluster or the schedule does not exist (``/cluster_id``,
+        ``/schedule_id``).
     """
     try:
         yield
     except asyncpg.UniqueViolationError:
         raise PoolNameTaken(f"A pool named {pool.name!r} exists.") from None
-    except asyncpg.ForeignKeyViolationError:
+    except asyncpg.ForeignKeyViolationError as exc:
+        if "schedule" in (exc.constraint_name or ""):
+            raise ValidationFailed(
+                [FieldError("/schedule_id", f"No schedule has the id {pool.schedule_id}.")]
+            ) from None
         raise ValidationFailed(
             [FieldError("/cluster_id", f"No cluster has the id {pool.cluster_id}.")]
         ) from None
@@ -207,9 +212,9 @@ async def create_pool(
             INSERT INTO pools (id, name, description, cluster_id, template, kind, os_type,
                                clone_mode, min_size, max_size, spare, naming_pattern,
                                target_nodes, storage, state, generation, reconciled_generation,
-                               domain_join)
+                               domain_join, schedule_id)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-                    $18::jsonb)
+                    $18::jsonb, $19)
             """,
             pool.id,
             pool.name,
@@ -229,6 +234,7 @@ async def create_pool(
             pool.generation,
             pool.reconciled_generation,
             None if domain_join is None else json.dumps(domain_join.as_json()),
+            pool.schedule_id,
         )
     record = await get_pool_record(connection, pool.id)
     assert record is not None
@@ -337,7 +343,7 @@ async def update_pool(
                    naming_pattern = $11, target_nodes = $12, storage = $13, state = $14,
                    description = coalesce($15, description),
                    domain_join = CASE WHEN $16 THEN domain_join ELSE $17::jsonb END,
-                   generation = generation + $18,
+                   generation = generation + $18, schedule_id = $19,
                    updated_at = now()
              WHERE id = $1
             RETURNING true
@@ -360,6 +366,7 @@ async def update_pool(
             keep_domain_join,
             None if keep_domain_join or domain_join is None else json.dumps(domain_join.as_json()),
             bump,
+            proposed.schedule_id,
         )
     if not updated:
         raise NotFound(f"No pool has the id {current.id}.")

@@ -202,6 +202,8 @@ def test_signed_in_every_response_conforms_and_nothing_fails(case: Any, served: 
     )
 
 
+_SCHEDULE_RULES = frozenset({"/name", "/time_zone", "/phases/*", "/exceptions/*"})
+
 #: Rules the document cannot state, by operation: the field pointers a 422 may name, and the
 #: problem codes it may carry (docs/api.md, "What the document cannot say").
 UNSTATABLE: dict[tuple[str, str], tuple[frozenset[str], frozenset[str]]] = {
@@ -219,7 +221,15 @@ UNSTATABLE: dict[tuple[str, str], tuple[frozenset[str], frozenset[str]]] = {
     # join for Windows pools only; the cluster and its templates, nodes and storages.
     ("POST", "/api/v1/pools"): (
         frozenset(
-            {"/min_size", "/spare", "/naming_pattern", "/domain_join", "/cluster_id", "/template"}
+            {
+                "/min_size",
+                "/spare",
+                "/naming_pattern",
+                "/domain_join",
+                "/cluster_id",
+                "/template",
+                "/schedule_id",
+            }
         ),
         frozenset(),
     ),
@@ -233,6 +243,7 @@ UNSTATABLE: dict[tuple[str, str], tuple[frozenset[str], frozenset[str]]] = {
                 "/domain_join/password",
                 "/cluster_id",
                 "/template",
+                "/schedule_id",
             }
         ),
         frozenset(),
@@ -244,6 +255,12 @@ UNSTATABLE: dict[tuple[str, str], tuple[frozenset[str], frozenset[str]]] = {
         frozenset({"/template", "/canary", "/min_ready", "/surge", "/recreate_assigned"}),
         frozenset(),
     ),
+    # A schedule's time zone (the system's IANA database), phases and exceptions compared
+    # with each other, and periods of at most 31 days (docs/operators/schedules.md).
+    ("POST", "/api/v1/schedules"): (_SCHEDULE_RULES, frozenset()),
+    ("PUT", "/api/v1/schedules/{schedule_id}"): (_SCHEDULE_RULES, frozenset()),
+    ("POST", "/api/v1/schedule-preview"): (_SCHEDULE_RULES | {"/to"}, frozenset()),
+    ("GET", "/api/v1/pools/{pool_id}/capacity"): (frozenset({"/to"}), frozenset()),
     # A signed document: only its signature says whether it is one.
     ("PUT", "/api/v1/license"): (
         frozenset(),

@@ -26,6 +26,8 @@ from deskpool.pools.states import (
     DesktopEvent,
     Failed,
     IllegalTransition,
+    PowerOff,
+    PowerUp,
     Refresh,
     Refreshed,
     Released,
@@ -56,6 +58,8 @@ EVERY_EVENT: list[DesktopEvent] = [
     Released(),
     Assigned("ada"),
     Unassigned(),
+    PowerOff(),
+    PowerUp(),
     Refresh(),
     Refreshed("vm-2", "tpl"),
     Replace(),
@@ -329,7 +333,15 @@ def test_every_state_is_reachable_from_provisioning() -> None:
 
 
 def test_the_state_graph() -> None:
-    assert TRANSITIONS[S.READY] == {S.IN_USE, S.REFRESHING, S.PROVISIONING, S.FAILED, S.DELETING}
+    assert TRANSITIONS[S.READY] == {
+        S.IN_USE,
+        S.REFRESHING,
+        S.PROVISIONING,
+        S.FAILED,
+        S.DELETING,
+        S.POWERED_OFF,
+    }
+    assert TRANSITIONS[S.POWERED_OFF] == {S.STARTING, S.DELETING}
     assert TRANSITIONS[S.IN_USE] == {
         S.READY,
         S.REFRESHING,
@@ -340,6 +352,23 @@ def test_the_state_graph() -> None:
     assert TRANSITIONS[S.FAILED] == {S.PROVISIONING, S.DELETING}
     for state in IN_FLIGHT_STATES:
         assert {S.FAILED, S.DELETING} <= TRANSITIONS[state]
+
+
+def test_a_schedule_powers_only_a_free_clean_ready_desktop_off(
+    make_pool: PoolBuilder, make_desktop: DesktopBuilder, now: datetime
+) -> None:
+    pool = make_pool()
+    ready = make_desktop(pool, state=S.READY, vm_id="vm-1")
+    off = transition(ready, PowerOff(), pool=pool, now=now)
+    assert (off.state, off.state_changed_at) == (S.POWERED_OFF, now)
+    up = transition(off, PowerUp(), pool=pool, now=now)
+    assert up.state is S.STARTING
+    assert up.vm_id == "vm-1"
+    used = make_desktop(pool, state=S.READY, vm_id="vm-2", used_since_refresh=True)
+    with pytest.raises(IllegalTransition, match="not refreshed"):
+        transition(used, PowerOff(), pool=pool, now=now)
+    with pytest.raises(IllegalTransition):
+        transition(make_desktop(pool, state=S.IN_USE, vm_id="vm-3"), PowerOff(), pool=pool, now=now)
 
 
 def test_events_from_lists_what_an_operator_can_do() -> None:

@@ -11,7 +11,11 @@ so an action that is illegal in its desktop's state fails the test), and then:
 - no desktop gets two actions, no owned or in-session desktop is deleted or rebuilt while its
   VM exists, and a disabled pool is left alone;
 - with jobs that succeed and time that passes, every pool settles: an enabled pool has
-  exactly the desktops it needs, all ready or in use, and nothing left to do.
+  exactly the desktops it needs, all ready or in use, and nothing left to do;
+- a pool planned with a schedule's targets (some scenarios) settles with at least the
+  desktops it wants powered on (as many as it has, if fewer), never deletes a desktop below
+  ``max_size`` to shrink, and with ``idle: power_off`` keeps no free ready desktop powered
+  on beyond them.
 """
 
 from __future__ import annotations
@@ -41,7 +45,9 @@ from deskpool.pools.plan import (
     DeleteDesktop,
     DeleteOrphanVm,
     MarkVmMissing,
+    PowerOffDesktop,
     PowerOn,
+    PowerUpDesktop,
     ReconcilePolicy,
     RefreshDesktop,
     ReplaceDesktop,
@@ -59,6 +65,7 @@ from deskpool.pools.states import (
     WindowsReady,
     transition,
 )
+from deskpool.schedules.model import IdlePolicy, Targets
 
 S = DesktopState
 START = datetime(2025, 3, 14, 12, 0, tzinfo=UTC)
@@ -77,6 +84,7 @@ class World:
     now: datetime
     known_orphans: set[str] = field(default_factory=set)
     serial: int = 0
+    targets: Targets | None = None
 
     def next_serial(self) -> int:
         self.serial += 1
@@ -94,6 +102,7 @@ class World:
                 self.now,
                 self.policy,
                 known_orphans=self.known_orphans,
+                targets=self.targets,
             ).actions
         )
 
@@ -192,6 +201,12 @@ def generate(seed: int) -> World:
     policy = ReconcilePolicy(delete_orphans=rng.random() < 0.3)
     world = World(pool, desktops, vms, policy, now, serial=len(numbers))
     world.known_orphans = {vm.vm_id for vm in vms if rng.random() < 0.3}
+    if rng.random() < 0.35:  # a schedule's phase in force
+        world.targets = Targets(
+            min_ready=rng.randint(0, max_size),
+            spare=rng.randint(0, 2),
+            idle=rng.choice(list(IdlePolicy)),
+        )
     return world
 
 
@@ -340,12 +355,31 @@ def test_pools_settle_when_jobs_succeed(block: int) -> None:
         if world.pool.state is PoolState.DISABLED:
             continue
         states = {desktop.state for desktop in world.desktops}
+        if world.targets is not None and world.pool.state is PoolState.ENABLED:
+            check_scheduled(world, seed)
+            continue
         assert states <= {S.READY, S.IN_USE}, (seed, states)
         target, held = target_of(world)
         if world.pool.state is PoolState.ENABLED:
             assert len(world.desktops) == max(target, held), seed
         else:
             assert len(world.desktops) == held, seed
+
+
+def check_scheduled(world: World, seed: int) -> None:
+    """What a settled pool planned with a schedule's targets has."""
+    targets, pool = world.targets, world.pool
+    assert targets is not None
+    states = {desktop.state for desktop in world.desktops}
+    assert states <= {S.READY, S.IN_USE, S.POWERED_OFF}, (seed, states)
+    busy = sum(1 for d in world.desktops if d.is_busy)
+    wanted = min(pool.max_size, max(targets.min_ready, busy + targets.spare))
+    powered = [d for d in world.desktops if d.state is not S.POWERED_OFF]
+    assert len(powered) >= min(wanted, len(world.desktops)), seed
+    assert len(world.desktops) >= min(pool.max_size, max(pool.min_size, wanted)), seed
+    if targets.idle is IdlePolicy.POWER_OFF:
+        free = [d for d in powered if d.is_available]
+        assert len(powered) <= wanted or not free, seed
 
 
 def test_the_generator_covers_the_interesting_cases() -> None:
@@ -365,6 +399,8 @@ def test_the_generator_covers_the_interesting_cases() -> None:
             MarkVmMissing,
             TimeOutStep,
             PowerOn,
+            PowerOffDesktop,
+            PowerUpDesktop,
             ReportOrphan,
             DeleteOrphanVm,
         )

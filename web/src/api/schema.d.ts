@@ -889,6 +889,28 @@ export interface paths {
         patch: operations["updatePool"];
         trace?: never;
     };
+    "/api/v1/pools/{pool_id}/capacity": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A pool's planned and actual capacity
+         * @description The targets the pool's schedule plans from `from` to `to` (default: a week ago to a week ahead; at most 31 days), one entry per change, next to what the pool had at each reconciliation pass (ready, in use, powered off, other). A pool without a schedule plans its min_size and spare.
+         *
+         *     Requires the permission `pools:read` (or `platform:admin`).
+         */
+        get: operations["poolCapacity"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/pools/{pool_id}/entitlements": {
         parameters: {
             query?: never;
@@ -1213,6 +1235,90 @@ export interface paths {
          * @description Requires the permission `roles:manage` (or `platform:admin`).
          */
         patch: operations["updateRole"];
+        trace?: never;
+    };
+    "/api/v1/schedule-preview": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Preview a schedule
+         * @description The phases a schedule (saved or not) puts in force from `from` to `to` (at most 31 days), with the targets they set for a pool of `max_size`. Nothing is stored.
+         *
+         *     Requires the permission `schedules:read` (or `platform:admin`).
+         */
+        post: operations["previewSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/schedules": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List schedules
+         * @description By name, each with the phase in force now.
+         *
+         *     Requires the permission `schedules:read` (or `platform:admin`).
+         */
+        get: operations["listSchedules"];
+        put?: never;
+        /**
+         * Create a schedule
+         * @description 422 for invalid phases or exceptions; 409 `schedule_name_taken`.
+         *
+         *     Requires the permission `schedules:manage` (or `platform:admin`).
+         */
+        post: operations["createSchedule"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/schedules/{schedule_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show a schedule
+         * @description Its phases, exceptions and the phase in force now.
+         *
+         *     Requires the permission `schedules:read` (or `platform:admin`).
+         */
+        get: operations["getSchedule"];
+        /**
+         * Replace a schedule
+         * @description The pools using it are reconciled to the new phase in force at once.
+         *
+         *     Requires the permission `schedules:manage` (or `platform:admin`).
+         */
+        put: operations["replaceSchedule"];
+        post?: never;
+        /**
+         * Delete a schedule
+         * @description 409 `schedule_in_use` while a pool references it.
+         *
+         *     Requires the permission `schedules:manage` (or `platform:admin`).
+         */
+        delete: operations["deleteSchedule"];
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/v1/sessions": {
@@ -1694,7 +1800,7 @@ export interface components {
             /** @description VM and host name. */
             name: string;
             /** @enum {string} */
-            state: "provisioning" | "starting" | "waiting_for_agent" | "waiting_for_windows" | "ready" | "in_use" | "refreshing" | "deleting" | "failed";
+            state: "provisioning" | "starting" | "waiting_for_agent" | "waiting_for_windows" | "ready" | "in_use" | "powered_off" | "refreshing" | "deleting" | "failed";
             /** Format: date-time */
             state_changed_at: string;
             /** @description The hypervisor's VM id. */
@@ -1710,7 +1816,7 @@ export interface components {
              * @description The state it was in when it last failed.
              * @enum {string|null}
              */
-            failed_step: "provisioning" | "starting" | "waiting_for_agent" | "waiting_for_windows" | "ready" | "in_use" | "refreshing" | "deleting" | "failed" | null;
+            failed_step: "provisioning" | "starting" | "waiting_for_agent" | "waiting_for_windows" | "ready" | "in_use" | "powered_off" | "refreshing" | "deleting" | "failed" | null;
             last_error: string | null;
             /** @description Failures since it was last ready. */
             failure_count: number;
@@ -1807,7 +1913,7 @@ export interface components {
             subject_id: string;
             role_key?: string;
             /** @enum {string} */
-            permission?: "platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read";
+            permission?: "platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read" | "schedules:read" | "schedules:manage";
         } & (unknown | unknown);
         Group: {
             id: string;
@@ -1970,7 +2076,7 @@ export interface components {
             pool_id: string;
             name: string;
             /** @enum {string} */
-            state: "provisioning" | "starting" | "waiting_for_agent" | "waiting_for_windows" | "ready" | "in_use" | "refreshing" | "deleting" | "failed";
+            state: "provisioning" | "starting" | "waiting_for_agent" | "waiting_for_windows" | "ready" | "in_use" | "powered_off" | "refreshing" | "deleting" | "failed";
             in_session: boolean;
             /** @description The template the desktop's VM was built from. */
             template: string | null;
@@ -2017,7 +2123,7 @@ export interface components {
              * @description The desktop's state.
              * @enum {string}
              */
-            state: "provisioning" | "starting" | "waiting_for_agent" | "waiting_for_windows" | "ready" | "in_use" | "refreshing" | "deleting" | "failed";
+            state: "provisioning" | "starting" | "waiting_for_agent" | "waiting_for_windows" | "ready" | "in_use" | "powered_off" | "refreshing" | "deleting" | "failed";
         };
         MyPool: {
             id: string;
@@ -2151,6 +2257,7 @@ export interface components {
             waiting_for_windows: number;
             ready: number;
             in_use: number;
+            powered_off: number;
             refreshing: number;
             deleting: number;
             failed: number;
@@ -2222,6 +2329,8 @@ export interface components {
             naming_pattern: string;
             target_nodes: string[];
             storage: string | null;
+            /** @description The capacity schedule whose phase in force sets the ready and spare desktops (and powers idle ones off); null: min_size and spare around the clock. */
+            schedule_id: string | null;
             /**
              * @description `enabled`: kept at size and handing out desktops; `disabled`: frozen, hands out nothing; `draining`: desktops are deleted as they become free.
              * @enum {string}
@@ -2344,6 +2453,12 @@ export interface components {
              */
             storage?: string | null;
             /**
+             * Format: uuid
+             * @description The capacity schedule whose phase in force sets the ready and spare desktops (and powers idle ones off); null: min_size and spare around the clock.
+             * @default null
+             */
+            schedule_id?: string | null;
+            /**
              * @description `enabled`: kept at size and handing out desktops; `disabled`: frozen, hands out nothing; `draining`: desktops are deleted as they become free.
              * @default enabled
              * @enum {string}
@@ -2392,6 +2507,8 @@ export interface components {
             naming_pattern: string;
             target_nodes: string[];
             storage: string | null;
+            /** @description The capacity schedule whose phase in force sets the ready and spare desktops (and powers idle ones off); null: min_size and spare around the clock. */
+            schedule_id: string | null;
             /**
              * @description `enabled`: kept at size and handing out desktops; `disabled`: frozen, hands out nothing; `draining`: desktops are deleted as they become free.
              * @enum {string}
@@ -2455,6 +2572,11 @@ export interface components {
             /** @description The storage new desktops' disks go to; null for the template's. */
             storage?: string | null;
             /**
+             * Format: uuid
+             * @description The capacity schedule whose phase in force sets the ready and spare desktops (and powers idle ones off); null: min_size and spare around the clock.
+             */
+            schedule_id?: string | null;
+            /**
              * @description `enabled`: kept at size and handing out desktops; `disabled`: frozen, hands out nothing; `draining`: desktops are deleted as they become free.
              * @enum {string}
              */
@@ -2463,6 +2585,33 @@ export interface components {
             domain_join?: components["schemas"]["DomainJoinInput"] | null;
             /** @description Session policy members to set; those left out stay as they are. */
             session_policy?: components["schemas"]["SessionPolicyInput"];
+        };
+        PlannedTargets: {
+            /** Format: date-time */
+            since: string;
+            phase: string | null;
+            exception: string | null;
+            min_ready: number;
+            spare: number;
+            /** @enum {string} */
+            idle: "keep" | "power_off";
+        };
+        CapacitySample: {
+            /** Format: date-time */
+            at: string;
+            /** @description Free, ready, powered on. */
+            ready: number;
+            in_use: number;
+            powered_off: number;
+            /** @description Provisioning, refreshing, failed... */
+            other: number;
+            phase: string | null;
+            min_ready: number | null;
+            spare: number | null;
+        };
+        Capacity: {
+            planned: components["schemas"]["PlannedTargets"][];
+            actual: components["schemas"]["CapacitySample"][];
         };
         Entitlement: {
             pool_id: string;
@@ -2666,11 +2815,156 @@ export interface components {
             key: string;
             /** @default  */
             description?: string;
-            permissions: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read")[];
+            permissions: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read" | "schedules:read" | "schedules:manage")[];
         };
         RoleChange: {
             description?: string;
-            permissions?: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read")[];
+            permissions?: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read" | "schedules:read" | "schedules:manage")[];
+        };
+        ScheduleLogoff: {
+            /**
+             * @description disconnected: sessions whose connection is closed; idle: those and connected sessions without input.
+             * @default disconnected
+             * @enum {string}
+             */
+            scope?: "disconnected" | "idle";
+            /**
+             * @description How long after the warning the log-off is.
+             * @default 900
+             */
+            wait_seconds?: number;
+            /**
+             * @description What the user is told.
+             * @default
+             */
+            message?: string;
+        };
+        Phase: {
+            /**
+             * @description Desktops kept powered on and ready for users.
+             * @default 0
+             */
+            min_ready?: number;
+            /**
+             * @description count, or percent of the pool's max_size (rounded up).
+             * @default count
+             * @enum {string}
+             */
+            min_ready_unit?: "count" | "percent";
+            /**
+             * @description Free ready desktops kept on top of those in use.
+             * @default 0
+             */
+            spare?: number;
+            /**
+             * @description Free desktops beyond min_ready and spare: keep running, or power_off (never one in use).
+             * @default keep
+             * @enum {string}
+             */
+            idle?: "keep" | "power_off";
+            /** @default null */
+            logoff?: components["schemas"]["ScheduleLogoff"] | null;
+            name: string;
+            days: ("mon" | "tue" | "wed" | "thu" | "fri" | "sat" | "sun")[];
+            /** @description Local start time, HH:MM. A time skipped by a change to summer time starts the phase when the gap ends; a time that happens twice, at its first occurrence. */
+            start: string;
+        };
+        PhaseSettings: {
+            /**
+             * @description Desktops kept powered on and ready for users.
+             * @default 0
+             */
+            min_ready?: number;
+            /**
+             * @description count, or percent of the pool's max_size (rounded up).
+             * @default count
+             * @enum {string}
+             */
+            min_ready_unit?: "count" | "percent";
+            /**
+             * @description Free ready desktops kept on top of those in use.
+             * @default 0
+             */
+            spare?: number;
+            /**
+             * @description Free desktops beyond min_ready and spare: keep running, or power_off (never one in use).
+             * @default keep
+             * @enum {string}
+             */
+            idle?: "keep" | "power_off";
+            /** @default null */
+            logoff?: components["schemas"]["ScheduleLogoff"] | null;
+        };
+        ScheduleException: {
+            name: string;
+            /** Format: date */
+            first: string;
+            /**
+             * Format: date
+             * @description Default: first.
+             * @default null
+             */
+            last?: string | null;
+            /**
+             * @description A phase of the schedule to run all day.
+             * @default null
+             */
+            phase?: string | null;
+            /**
+             * @description Settings of its own, when it names no phase.
+             * @default null
+             */
+            settings?: components["schemas"]["PhaseSettings"] | null;
+        };
+        PreviewInput: {
+            name: string;
+            /** @description An IANA time zone, for example Europe/Berlin. */
+            time_zone: string;
+            phases: components["schemas"]["Phase"][];
+            exceptions?: components["schemas"]["ScheduleException"][];
+            /** Format: date-time */
+            from: string;
+            /** Format: date-time */
+            to: string;
+            /**
+             * @description The pool size percentages are taken of.
+             * @default 10
+             */
+            max_size?: number;
+        };
+        SchedulePreview: {
+            items: components["schemas"]["PlannedTargets"][];
+        };
+        InForce: {
+            phase: string;
+            exception: string | null;
+            /** Format: date-time */
+            since: string;
+        };
+        Schedule: {
+            id: string;
+            name: string;
+            time_zone: string;
+            phases: components["schemas"]["Phase"][];
+            exceptions: components["schemas"]["ScheduleException"][];
+            generation: number;
+            in_force: components["schemas"]["InForce"] | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        SchedulePage: {
+            items: components["schemas"]["Schedule"][];
+            /** @description Opaque cursor of the next page, to send back as `cursor`; null on the last page. */
+            next: string | null;
+        };
+        ScheduleInput: {
+            name: string;
+            /** @description An IANA time zone, for example Europe/Berlin. */
+            time_zone: string;
+            phases: components["schemas"]["Phase"][];
+            exceptions?: components["schemas"]["ScheduleException"][];
         };
         LogonPhase: {
             /**
@@ -3366,7 +3660,7 @@ export interface operations {
                 /** @description Only desktops of this pool. */
                 pool_id?: string;
                 /** @description Only desktops in this state. */
-                state?: "provisioning" | "starting" | "waiting_for_agent" | "waiting_for_windows" | "ready" | "in_use" | "refreshing" | "deleting" | "failed";
+                state?: "provisioning" | "starting" | "waiting_for_agent" | "waiting_for_windows" | "ready" | "in_use" | "powered_off" | "refreshing" | "deleting" | "failed";
                 /** @description Only desktops of this user. */
                 assigned_user?: string;
             };
@@ -4847,6 +5141,42 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    poolCapacity: {
+        parameters: {
+            query?: {
+                from?: string | null;
+                to?: string | null;
+            };
+            header?: never;
+            path: {
+                pool_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Planned and actual capacity. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Capacity"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     listPoolEntitlements: {
         parameters: {
             query?: {
@@ -5589,6 +5919,221 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    previewSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["PreviewInput"];
+            };
+        };
+        responses: {
+            /** @description The targets over the period. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SchedulePreview"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            408: components["responses"]["RequestTimeout"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listSchedules: {
+        parameters: {
+            query?: {
+                /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
+                limit?: number;
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of schedules. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SchedulePage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScheduleInput"];
+            };
+        };
+        responses: {
+            /** @description The schedule. */
+            201: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            408: components["responses"]["RequestTimeout"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                schedule_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The schedule. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    replaceSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                schedule_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ScheduleInput"];
+            };
+        };
+        responses: {
+            /** @description The schedule. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Schedule"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteSchedule: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                schedule_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             429: components["responses"]["RateLimited"];
             503: components["responses"]["ServiceUnavailable"];
         };

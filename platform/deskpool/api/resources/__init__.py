@@ -25,6 +25,7 @@ NAMES = (
     "recordings",
     "roles",
     "rollouts",
+    "schedules",
     "sessions",
     "users",
 )

@@ -133,6 +133,8 @@ _DESCRIPTIONS = {
         "host name (a Windows computer name for Windows pools)."
     ),
     "target_nodes": "Nodes new desktops may be placed on; empty for any node.",
+    "schedule_id": "The capacity schedule whose phase in force sets the ready and spare "
+    "desktops (and powers idle ones off); null: min_size and spare around the clock.",
     "storage": "The storage new desktops' disks go to; null for the template's.",
     "state": (
         "`enabled`: kept at size and handing out desktops; `disabled`: frozen, hands out "
@@ -236,6 +238,9 @@ class PoolSchema(Schema):
     naming_pattern = fields.String(required=True)
     target_nodes = fields.List(fields.String(), required=True)
     storage = fields.String(required=True, allow_none=True)
+    schedule_id = fields.String(
+        required=True, allow_none=True, metadata={"description": _DESCRIPTIONS["schedule_id"]}
+    )
     state = _choice(_POOL_STATES, _DESCRIPTIONS["state"], required=True)
     domain_join = fields.Nested(DomainJoinSchema, required=True, allow_none=True)
     generation = fields.Integer(
@@ -334,6 +339,9 @@ class PoolCreateSchema(Schema):
         extra=[_VISIBLE],
         metadata={"description": _DESCRIPTIONS["storage"]},
     )
+    schedule_id = fields.UUID(
+        allow_none=True, load_default=None, metadata={"description": _DESCRIPTIONS["schedule_id"]}
+    )
     state = _choice(_POOL_STATES, _DESCRIPTIONS["state"], load_default="enabled")
     domain_join = fields.Nested(
         DomainJoinInputSchema,
@@ -382,6 +390,9 @@ class PoolChangeSchema(Schema):
         allow_none=True,
         extra=[_VISIBLE],
         metadata={"description": _DESCRIPTIONS["storage"]},
+    )
+    schedule_id = fields.UUID(
+        allow_none=True, metadata={"description": _DESCRIPTIONS["schedule_id"]}
     )
     state = _choice(_POOL_STATES, _DESCRIPTIONS["state"])
     domain_join = fields.Nested(

@@ -121,6 +121,7 @@ def pool_view(
         "naming_pattern": pool.naming_pattern,
         "target_nodes": list(pool.target_nodes),
         "storage": pool.storage,
+        "schedule_id": None if pool.schedule_id is None else str(pool.schedule_id),
         "state": str(pool.state),
         "domain_join": None
         if join is None

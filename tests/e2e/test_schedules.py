@@ -1,0 +1,220 @@
+"""Capacity and power schedules end to end, with real ``deskpool run`` processes and the simulator.
+
+One api process and two workers share a database of this module's own and a simulated cluster
+(the fixtures of the rollouts' end-to-end test, the same deployment).
+Through the REST API an administrator creates a schedule whose phase in force now asks for 3
+ready desktops and a pool (``min_size`` 0, ``max_size`` 5) that references it:
+
+1. the pool converges to 3 ready desktops; a worker is SIGKILLed while it clones one of them
+   (mid-ramp), and the other worker finishes: exactly 3 desktops, one VM each;
+2. a user opens a desktop; the administrator adds an exception for today with an off-peak
+   phase of its own (``min_ready`` 0, ``idle: power_off``): the two free desktops are powered
+   off (their VMs stopped) and the one in use is left alone; once its user logs off, it is
+   refreshed and powered off too;
+3. the pool's capacity shows the phases planned and the samples the reconciler recorded, with
+   powered-off desktops counted.
+
+Every wait is for a condition read from the database or the API.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import aiohttp
+import asyncpg
+import pytest
+from tests.e2e.test_rollouts import ADMIN, db, environ, hands, processes, wait
+
+from deskpool.clusters.repository import get_cluster
+from deskpool.runtime import Runtime
+from deskpool.testing.idp import TestIdentityProvider
+from deskpool.testing.processes import DeskpoolProcess
+from deskpool_driver_api import PowerState
+from deskpool_driver_simulator import SimulatorDriver
+
+USER = "schedule-user"
+
+#: A clone takes 0.6 s: long enough to kill a worker in the middle of one.
+SIMULATOR_OPTIONS = {
+    "clone_seconds": 0.6,
+    "boot_seconds": 0.05,
+    "agent_seconds": 0.05,
+    "oobe_seconds": 0.05,
+    "shutdown_seconds": 0.05,
+    "templates": [{"name": "ubuntu-22.04"}],
+}
+EVERY_DAY = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+
+pytestmark = pytest.mark.slow
+
+__all__ = ["db", "environ", "hands", "processes"]
+
+
+def phase(name: str, min_ready: int, idle: str = "keep") -> dict[str, Any]:
+    return {
+        "name": name,
+        "days": EVERY_DAY,
+        "start": "00:00",
+        "min_ready": min_ready,
+        "spare": 0,
+        "idle": idle,
+    }
+
+
+async def test_a_schedule_ramps_a_pool_up_powers_idle_desktops_off_and_loses_nothing(
+    processes: dict[str, DeskpoolProcess],
+    identity_provider: TestIdentityProvider,
+    db: asyncpg.Connection,
+    hands: Runtime,
+) -> None:
+    api = f"{processes['api'].url('api')}/api/v1"
+    admin = {"Authorization": f"Bearer {identity_provider.issue_token(ADMIN)}"}
+    user = {"Authorization": f"Bearer {identity_provider.issue_token(USER)}"}
+    async with aiohttp.ClientSession() as http:
+
+        async def call(method: str, path: str, headers: dict[str, str], **kw: Any) -> Any:
+            async with http.request(method, f"{api}{path}", headers=headers, **kw) as response:
+                body = await response.json() if response.status != 204 else None
+                assert response.status < 300, (method, path, response.status, body)
+                return body
+
+        cluster = await call(
+            "POST",
+            "/clusters",
+            admin,
+            json={
+                "name": "e2e-schedules",
+                "driver": "simulator",
+                "endpoint": "simulator://e2e-schedules",
+                "options": SIMULATOR_OPTIONS,
+            },
+        )
+        weekly = {"name": "e2e", "time_zone": "UTC", "phases": [phase("working day", 3)]}
+        schedule = await call("POST", "/schedules", admin, json=weekly)
+        assert schedule["in_force"]["phase"] == "working day"
+        pool = await call(
+            "POST",
+            "/pools",
+            admin,
+            json={
+                "name": "e2e-schedules",
+                "cluster_id": cluster["id"],
+                "template": "ubuntu-22.04",
+                "kind": "non_persistent",
+                "os_type": "linux",
+                "min_size": 0,
+                "spare": 0,
+                "max_size": 5,
+                "naming_pattern": "sc-{n:02}",
+                "schedule_id": schedule["id"],
+                "session_policy": {"after_disconnect": "never"},
+            },
+        )
+        pool_id = uuid.UUID(pool["id"])
+        me = await call("GET", "/me", user)
+        await call(
+            "POST",
+            f"/pools/{pool_id}/entitlements",
+            admin,
+            json={"subject_type": "user", "subject_id": me["id"]},
+        )
+        record = await get_cluster(hands.db, uuid.UUID(cluster["id"]))
+        assert record is not None
+        simulator = cast(SimulatorDriver, await hands.drivers.driver_for(record))
+
+        async def states() -> list[str]:
+            rows = await db.fetch(
+                "SELECT state FROM desktops WHERE pool_id = $1 ORDER BY name", pool_id
+            )
+            return [row["state"] for row in rows]
+
+        # 1. The ramp: a worker dies while it clones a desktop.
+        async def cloning_worker() -> str | None:
+            job = await db.fetchrow(
+                """SELECT worker, resource_id FROM jobs
+                    WHERE kind = 'desktop.provision' AND state = 'running'"""
+            )
+            if job is None:
+                return None
+            vms = [
+                vm for vm in await simulator.list_owned_vms() if vm.desktop_id == job["resource_id"]
+            ]
+            return str(job["worker"]) if any(vm.busy for vm in vms) else None
+
+        worker_id = await wait(cloning_worker, "a worker clones a desktop", seconds=60)
+        [victim] = [p for p in processes.values() if p.pid == int(worker_id.split(":")[1])]
+        victim.kill()
+
+        async def three_ready() -> bool:
+            return await states() == ["ready"] * 3
+
+        await wait(three_ready, "the pool converges to 3 ready desktops", seconds=120)
+        owned = await simulator.list_owned_vms()
+        rows = await db.fetch("SELECT id, vm_id FROM desktops WHERE pool_id = $1", pool_id)
+        assert sorted(str(vm.desktop_id) for vm in owned) == sorted(str(r["id"]) for r in rows)
+        assert len(owned) == 3
+
+        # 2. A user holds one; an exception for today powers the idle ones off.
+        held = await call("POST", f"/me/pools/{pool_id}/desktop", user)
+        today = datetime.now(UTC).date()
+        off_peak = {"min_ready": 0, "spare": 0, "idle": "power_off"}
+        closed = {
+            **weekly,
+            "exceptions": [
+                {
+                    "name": "closed today",
+                    "first": (today - timedelta(days=1)).isoformat(),
+                    "last": (today + timedelta(days=1)).isoformat(),
+                    "settings": off_peak,
+                }
+            ],
+        }
+        changed = await call("PUT", f"/schedules/{schedule['id']}", admin, json=closed)
+        assert changed["in_force"]["exception"] == "closed today"
+
+        async def stopped_vms() -> int:
+            return sum(
+                vm.power_state is PowerState.STOPPED for vm in await simulator.list_owned_vms()
+            )
+
+        async def idle_powered_off() -> bool:
+            return sorted(await states()) == ["in_use", "powered_off", "powered_off"] and (
+                await stopped_vms() == 2
+            )
+
+        await wait(idle_powered_off, "the idle desktops are powered off", seconds=90)
+        row = await db.fetchrow("SELECT state FROM desktops WHERE id = $1", uuid.UUID(held["id"]))
+        assert row is not None
+        assert row["state"] == "in_use"
+
+        await call("POST", f"/me/desktops/{held['id']}/logoff", user)
+
+        async def all_powered_off() -> bool:
+            return await states() == ["powered_off"] * 3 and await stopped_vms() == 3
+
+        await wait(all_powered_off, "the released desktop is powered off too", seconds=90)
+
+        # 3. The capacity: planned phases and the reconciler's samples.
+        capacity = await call("GET", f"/pools/{pool_id}/capacity", admin)
+        planned = [(p["phase"], p["min_ready"]) for p in capacity["planned"]]
+        assert ("closed today", 0) in planned, planned
+        assert ("working day", 3) in planned, planned  # before and after the exception
+        assert capacity["actual"], capacity
+        latest = capacity["actual"][-1]
+        assert latest["phase"] == "closed today"
+
+        async def sampled_off() -> bool:
+            shown = await call("GET", f"/pools/{pool_id}/capacity", admin)
+            return bool(shown["actual"]) and shown["actual"][-1]["powered_off"] == 3
+
+        await wait(sampled_off, "the samples count the powered-off desktops", seconds=30)
+        audited = await db.fetch(
+            """SELECT resource_id, details->>'job_kind' AS job FROM audit_events
+                WHERE action = 'reconcile.power_off_desktop' AND resource_id = ANY($1::text[])""",
+            [str(r["id"]) for r in rows],
+        )
+        assert {row["resource_id"] for row in audited} == {str(r["id"]) for r in rows}
+        assert {row["job"] for row in audited} == {"desktop.power_off"}
