@@ -26,7 +26,7 @@ from typing import Any, cast
 import aiohttp
 import asyncpg
 import pytest
-from tests.e2e.test_rollouts import ADMIN, db, environ, hands, processes, wait
+from tests.e2e.test_rollouts import ADMIN, environ, hands, processes, wait
 
 from deskpool.clusters.repository import get_cluster
 from deskpool.runtime import Runtime
@@ -50,7 +50,7 @@ EVERY_DAY = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 
 pytestmark = pytest.mark.slow
 
-__all__ = ["db", "environ", "hands", "processes"]
+__all__ = ["environ", "hands", "processes"]
 
 
 def phase(name: str, min_ready: int, idle: str = "keep") -> dict[str, Any]:
