@@ -17,6 +17,7 @@ const TONE: Record<string, string> = {
   waiting_for_agent: "info",
   waiting_for_windows: "info",
   refreshing: "info",
+  powered_off: "muted",
   queued: "muted",
   disabled: "muted",
   cancelled: "muted",

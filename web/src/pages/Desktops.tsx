@@ -12,6 +12,7 @@ const STATES: State[] = [
   "waiting_for_windows",
   "ready",
   "in_use",
+  "powered_off",
   "refreshing",
   "deleting",
   "failed",
