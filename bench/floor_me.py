@@ -76,7 +76,7 @@ async def serve(port: int, database_url: str, issuer: str, audience: str) -> Non
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
-    print("floor (a) listening", flush=True)
+    print("floor (a) listening", file=sys.stderr, flush=True)
     await asyncio.Event().wait()
 
 

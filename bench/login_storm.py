@@ -261,10 +261,12 @@ class Deployment(Part):
                     result = await storm(apis, gateways, tokens, within=args.within)
                     load = monitor.stop()
                     check = await check_allocations(db, self.idp.issuer_url, result)
-                    if result.failures():
+                    if result.failures() or result.server_errors():
                         for name, process in running_processes.items():
                             warned = [
-                                line for line in process.lines if '"level": "info"' not in line
+                                line
+                                for line in process.lines
+                                if '"level": "info"' not in line and " INFO " not in line
                             ]
                             for line in warned[-3:]:
                                 log(f"  {side} round {number}: {name} said: {line[:300]}")
@@ -501,11 +503,13 @@ def verdicts(storm_series: Series, allocation: Series, me: Series, users: int) -
 
     one = storm_series.sides[0]
     me_p99, floor_p99 = median(me.values("deskpool", "p99")), median(me.values("floor (a)", "p99"))
-    bad = max(
-        max(storm_series.values(side, key) or [0.0])
+    worst = [
+        value
         for side in storm_series.sides
         for key in ("double", "without", "server_errors")
-    )
+        for value in storm_series.values(side, key)
+    ]
+    bad = max(worst) if worst else None
     # (what, measured, unit, whether it meets the target)
     checks: list[tuple[str, float | None, str, bool]] = [
         (
