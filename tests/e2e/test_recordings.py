@@ -154,6 +154,7 @@ async def test_a_recorded_session_is_listed_downloaded_sealed_and_survives_a_kil
 
         # 1. A recorded session through gateway A.
         opened = await call("POST", f"/me/pools/{pool_id}/desktop", user)
+        assert opened["connection"]["recorded"] is True  # the desktop view says so first
         client = await WebSocketTunnelClient.connect(
             http, tunnel_url(processes["gateway-a"]), {"token": opened["connection"]["token"]}
         )

@@ -132,6 +132,8 @@ class DesktopConnection:
     url: str
     protocol: str
     expires_at: datetime
+    #: The pool records the session: the user is told before the desktop appears.
+    recorded: bool = False
 
     def __repr__(self) -> str:
         return f"DesktopConnection({self.desktop.name}, {self.protocol}, <token hidden>)"
@@ -283,7 +285,9 @@ async def _connect(
             runtime, connection, user_id=user_id, desktop=desktop, target=target, logon_id=logon
         )
         await mark_phase(runtime, connection, logon, LogonPhase.TOKEN_ISSUED)
-    return DesktopConnection(desktop, token, url, target.protocol, expires_at)
+    return DesktopConnection(
+        desktop, token, url, target.protocol, expires_at, recorded=policy.recording.enabled
+    )
 
 
 # ------------------------------------------------------------------------------ logon timing

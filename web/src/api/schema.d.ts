@@ -2098,6 +2098,8 @@ export interface components {
              * @description The token is refused after this instant.
              */
             expires_at: string;
+            /** @description The pool records its sessions: the console tells the user before the desktop appears (a read-only view is never recorded). */
+            recorded: boolean;
         };
         DesktopConnection: {
             id: string;

@@ -41,6 +41,8 @@ export function DesktopViewPage() {
   const [detail, setDetail] = useState("");
   const [clipboard, setClipboard] = useState("");
   const [showClipboard, setShowClipboard] = useState(false);
+  // The pool records this session: said before the desktop's first frame is drawn.
+  const [recorded, setRecorded] = useState(false);
   const first = useRef<Connection | null>((location.state as { connection?: Connection } | null)?.connection ?? null);
 
   // Which connection attempt is current (callbacks of older ones are ignored), and whether
@@ -70,6 +72,7 @@ export function DesktopViewPage() {
         );
         connection = opened.connection;
       }
+      setRecorded(Boolean(connection.recorded));
       const { openDesktop } = await import("../desktop/guacamole");
       if (!screen.current || current !== attempt.current) return;
       let drawn = false;
@@ -183,6 +186,12 @@ export function DesktopViewPage() {
         <Link to={back}>{watching ? "Sessions" : "My desktops"}</Link>
       </div>
       {watching ? null : <NoticeBanner desktopId={desktopId} />}
+      {recorded ? (
+        <p className="recording-notice" role="note" data-testid="recording-notice">
+          This session is recorded: what the desktop shows is kept and may be watched by
+          administrators.
+        </p>
+      ) : null}
       {showClipboard && !watching ? (
         <form
           className="desktop-clipboard"

@@ -65,6 +65,15 @@ class ConnectionSchema(Schema):
     expires_at = fields.AwareDateTime(
         required=True, metadata={"description": "The token is refused after this instant."}
     )
+    recorded = fields.Boolean(
+        required=True,
+        metadata={
+            "description": (
+                "The pool records its sessions: the console tells the user before the desktop "
+                "appears (a read-only view is never recorded)."
+            )
+        },
+    )
 
 
 class DesktopConnectionSchema(Schema):
@@ -358,6 +367,7 @@ def connection_view(connection: DesktopConnection) -> dict[str, Any]:
             "url": connection.url,
             "protocol": connection.protocol,
             "expires_at": connection.expires_at,
+            "recorded": connection.recorded,
         },
     }
 
