@@ -156,6 +156,11 @@ def deskpool_distributions(
 
 
 def _editable(dist: importlib.metadata.Distribution) -> bool:
+    # pip's editable install says so in direct_url.json; an editable wheel installed as a file
+    # (tox's `package = editable`) says only where the wheel was, but records the PEP 660
+    # hook it installs (`__editable__.<name>.pth`, `__editable___<name>_finder.py`).
+    if any(entry.name.startswith("__editable__") for entry in dist.files or ()):
+        return True
     try:
         info = json.loads(dist.read_text("direct_url.json") or "{}")
     except ValueError:
