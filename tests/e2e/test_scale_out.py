@@ -203,7 +203,7 @@ async def test_two_apis_three_workers_two_gateways_share_the_work_and_lose_nothi
         processes[victim].kill()
         processes["api-a"].kill()
         await until(jobs_done, "every recording job ran after the kill", seconds=60)
-        await until(lambda: ready_desktops(8), "the pool grew to eight desktops", seconds=90)
+        await until(lambda: ready_desktops(8), "the pool grew to eight desktops", seconds=180)
 
         dead = await db.fetchval("SELECT count(*) FROM jobs WHERE state = 'dead'")
         assert dead == 0
