@@ -56,6 +56,7 @@ BUILTIN_RESOURCES: Mapping[str, bool] = MappingProxyType(
         "jobs": True,
         "license": True,
         "recordings": False,
+        "reports": False,
         "schedules": True,
     }
 )
@@ -162,8 +163,7 @@ def builtin_roles(catalog: PermissionCatalog | None = None) -> dict[str, Role]:
 
     - ``platform_admin``: ``platform:admin``, which overrides every check;
     - ``operator``: reads and manages clusters, pools, desktops, sessions, jobs and
-      schedules; reads
-      audit, users, groups, roles and license;
+      schedules; reads audit, users, groups, roles, license and usage reports;
     - ``auditor``: every ``:read`` permission except session recordings (:data:`PRIVATE_READS`);
     - ``desktop_user``: no administrative permission; entitlements decide which desktops the
       user opens.
@@ -173,7 +173,7 @@ def builtin_roles(catalog: PermissionCatalog | None = None) -> dict[str, Role]:
     """
     catalog = catalog or PermissionCatalog.builtin()
     managed = ("clusters", "pools", "desktops", "sessions", "jobs", "schedules")
-    read_only = ("audit", "users", "groups", "roles", "license")
+    read_only = ("audit", "users", "groups", "roles", "license", "reports")
     operator = frozenset(
         [permission_name(r, READ) for r in (*managed, *read_only)]
         + [permission_name(r, MANAGE) for r in managed]

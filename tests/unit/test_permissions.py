@@ -29,8 +29,11 @@ RESOURCES = (
     "jobs",
     "license",
     "recordings",
+    "reports",
     "schedules",
 )
+#: The resources that have no ``:manage`` permission (nothing to change through them).
+READ_ONLY = {"audit", "recordings", "reports"}
 
 
 def effective(*names: str) -> EffectivePermissions:
@@ -40,17 +43,16 @@ def effective(*names: str) -> EffectivePermissions:
 # --------------------------------------------------------------------------- catalog
 
 
-def test_catalog_names_every_resource_read_and_manage_except_audit_and_recordings() -> None:
+def test_catalog_names_every_resource_read_and_manage_except_the_read_only() -> None:
     catalog = PermissionCatalog.builtin()
     names = set(catalog.names())
     assert PLATFORM_ADMIN in names
     for resource in RESOURCES:
         assert f"{resource}:read" in names
-    for resource in set(RESOURCES) - {"audit", "recordings"}:
+    for resource in set(RESOURCES) - READ_ONLY:
         assert f"{resource}:manage" in names
-    assert "audit:manage" not in names
-    assert "recordings:manage" not in names
-    assert len(names) == 1 + len(RESOURCES) + len(RESOURCES) - 2
+    assert not {f"{resource}:manage" for resource in READ_ONLY} & names
+    assert len(names) == 1 + len(RESOURCES) + len(RESOURCES) - len(READ_ONLY)
     assert catalog.names()[0] == PLATFORM_ADMIN
 
 
@@ -82,10 +84,10 @@ def test_catalog_validate_rejects_a_typo_by_name() -> None:
 
 def test_a_plugin_resource_extends_a_copy_of_the_catalog() -> None:
     builtin = PermissionCatalog.builtin()
-    extended = builtin.with_resource("reports", manageable=False)
-    assert "reports:read" in extended
-    assert "reports:manage" not in extended
-    assert "reports:read" not in builtin
+    extended = builtin.with_resource("widgets", manageable=False)
+    assert "widgets:read" in extended
+    assert "widgets:manage" not in extended
+    assert "widgets:read" not in builtin
     with pytest.raises(ValueError, match="already exists"):
         extended.with_resource("pools")
     with pytest.raises(ValueError, match="invalid"):
@@ -113,7 +115,7 @@ def test_operator_manages_the_estate_and_reads_the_rest() -> None:
     for resource in ("clusters", "pools", "desktops", "sessions", "jobs", "schedules"):
         assert f"{resource}:read" in operator
         assert f"{resource}:manage" in operator
-    for resource in ("audit", "users", "groups", "roles", "license"):
+    for resource in ("audit", "users", "groups", "roles", "license", "reports"):
         assert f"{resource}:read" in operator
         assert f"{resource}:manage" not in operator
     assert PLATFORM_ADMIN not in operator
@@ -135,8 +137,8 @@ def test_only_platform_admin_reads_recordings_by_default() -> None:
 
 
 def test_auditor_also_reads_a_plugin_resource() -> None:
-    catalog = PermissionCatalog.builtin().with_resource("reports")
-    assert "reports:read" in builtin_roles(catalog)["auditor"].permissions
+    catalog = PermissionCatalog.builtin().with_resource("widgets")
+    assert "widgets:read" in builtin_roles(catalog)["auditor"].permissions
 
 
 def test_desktop_user_holds_no_administrative_permission() -> None:

@@ -217,6 +217,8 @@ def _response(status: int, spec: ResponseSpec) -> dict[str, Any]:
         out["content"] = {spec.content_type: {"schema": {"type": "object"}}}
     elif spec.content_type != "application/json":
         out["content"] = {spec.content_type: {"schema": {"type": "string"}}}
+    for other in spec.also:
+        out.setdefault("content", {})[other] = {"schema": {"type": "string"}}
     headers: dict[str, Any] = {}
     if 200 <= status < 300:
         headers |= {name: name for name in _RATE_LIMIT_HEADERS}

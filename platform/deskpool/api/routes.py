@@ -45,6 +45,8 @@ class ResponseSpec:
     schema: type[Schema] | Schema | None = None
     content_type: str = "application/json"
     headers: Mapping[str, str] = field(default_factory=dict)
+    #: Further media types the response comes in (by ``Accept``), as text.
+    also: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -261,6 +261,8 @@ UNSTATABLE: dict[tuple[str, str], tuple[frozenset[str], frozenset[str]]] = {
     ("PUT", "/api/v1/schedules/{schedule_id}"): (_SCHEDULE_RULES, frozenset()),
     ("POST", "/api/v1/schedule-preview"): (_SCHEDULE_RULES | {"/to"}, frozenset()),
     ("GET", "/api/v1/pools/{pool_id}/capacity"): (frozenset({"/to"}), frozenset()),
+    # A report's end compared with its start (after it, and not too many buckets away).
+    ("GET", "/api/v1/reports/usage"): (frozenset({"/to", "/from"}), frozenset()),
     # A signed document: only its signature says whether it is one.
     ("PUT", "/api/v1/license"): (
         frozenset(),

@@ -1185,6 +1185,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/reports/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Usage report
+         * @description Per hour or per day of a period, for one pool or for all: the peak and mean concurrent sessions, sessions started, distinct users, connected hours, failed connections by reason and logon duration percentiles, computed from the recorded sessions and logons. `Accept: text/csv` answers the buckets as CSV (one `failed_<reason>` column per reason). 422 when `to` is not after `from` or the period has too many buckets.
+         *
+         *     Requires the permission `reports:read` (or `platform:admin`).
+         */
+        get: operations["usageReport"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/roles": {
         parameters: {
             query?: never;
@@ -1913,7 +1935,7 @@ export interface components {
             subject_id: string;
             role_key?: string;
             /** @enum {string} */
-            permission?: "platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read" | "schedules:read" | "schedules:manage";
+            permission?: "platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read" | "reports:read" | "schedules:read" | "schedules:manage";
         } & (unknown | unknown);
         Group: {
             id: string;
@@ -2802,6 +2824,48 @@ export interface components {
             /** @description Opaque cursor of the next page, to send back as `cursor`; null on the last page. */
             next: string | null;
         };
+        UsageFigures: {
+            /** Format: date-time */
+            start: string;
+            /** Format: date-time */
+            end: string;
+            /** @description Most user sessions open at once. */
+            peak_concurrent: number;
+            /** @description Sessions open on average (time-weighted over the bucket). */
+            mean_concurrent: number;
+            sessions_started: number;
+            /** @description Users with a session open during it. */
+            distinct_users: number;
+            /** @description Session time inside it, in hours. */
+            connected_hours: number;
+            /** @description Logons asked in it. */
+            logons: number;
+            /** @description Logons asked in it that stopped. */
+            failed_connections: number;
+            /** @description Failed logons by `failure_reason` (see a session's logon). */
+            failed_by_reason: {
+                [key: string]: number;
+            };
+            /** @description Median seconds from request to first frame (nearest rank). */
+            logon_seconds_p50: number | null;
+            /** @description 95th percentile of the same (nearest rank). */
+            logon_seconds_p95: number | null;
+        };
+        UsageReport: {
+            /** Format: date-time */
+            from: string;
+            /** Format: date-time */
+            to: string;
+            bucket: string;
+            pool_id: string | null;
+            /**
+             * Format: date-time
+             * @description Open sessions are counted up to this instant.
+             */
+            generated_at: string;
+            totals: components["schemas"]["UsageFigures"];
+            buckets: components["schemas"]["UsageFigures"][];
+        };
         Role: {
             key: string;
             description: string;
@@ -2817,11 +2881,11 @@ export interface components {
             key: string;
             /** @default  */
             description?: string;
-            permissions: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read" | "schedules:read" | "schedules:manage")[];
+            permissions: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read" | "reports:read" | "schedules:read" | "schedules:manage")[];
         };
         RoleChange: {
             description?: string;
-            permissions?: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read" | "schedules:read" | "schedules:manage")[];
+            permissions?: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read" | "reports:read" | "schedules:read" | "schedules:manage")[];
         };
         ScheduleLogoff: {
             /**
@@ -5712,6 +5776,55 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    usageReport: {
+        parameters: {
+            query: {
+                /** @description Start of the period (widened to the start of its bucket). */
+                from: string;
+                /** @description End of the period, excluded (widened to a bucket's end). */
+                to: string;
+                /** @description `hour` (at most 744 buckets) or `day` (at most 366); buckets are UTC. */
+                bucket?: "hour" | "day";
+                /** @description Only this pool (all pools when left out). */
+                pool_id?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The report. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageReport"];
+                    "text/csv": string;
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            /** @description No pool has the id `pool_id`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
             429: components["responses"]["RateLimited"];
             503: components["responses"]["ServiceUnavailable"];
         };

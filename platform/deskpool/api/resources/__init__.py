@@ -23,6 +23,7 @@ NAMES = (
     "orphans",
     "pools",
     "recordings",
+    "reports",
     "roles",
     "rollouts",
     "schedules",

@@ -26,5 +26,7 @@ CREATE INDEX logons_period ON logons (asked_at, pool_id);
 -- The logon a connection token belongs to (null for a read-only view of another session).
 ALTER TABLE connection_tokens ADD COLUMN logon_id uuid;
 
--- Usage reports read the sessions of a period, for a pool or for all.
-CREATE INDEX desktop_sessions_pool_period ON desktop_sessions (pool_id, started_at);
+-- Usage reports read the sessions that overlap a period, for a pool or for all: those that
+-- ended after its start or are still open (a btree finds IS NULL too), started before its end.
+CREATE INDEX desktop_sessions_ended ON desktop_sessions (ended_at);
+CREATE INDEX desktop_sessions_pool_ended ON desktop_sessions (pool_id, ended_at);
