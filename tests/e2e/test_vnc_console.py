@@ -127,6 +127,18 @@ async def entitled_pool(instance: Instance, vnc: VncServer) -> str:
             admin,
             {"subject_type": "user", "subject_id": me["id"]},
         )
+
+        # My desktops offers Open only for a pool with a desktop ready when the page loads: a
+        # desktop user's event stream carries no pool changes (he lacks pools:read), so a page
+        # loaded before the desktop is ready keeps Open disabled.
+        async def ready_for_the_user() -> bool:
+            mine = await call("GET", "/api/v1/me/pools", user)
+            return any(
+                item["id"] == pool["id"] and item["availability"] == "available"
+                for item in mine["items"]
+            )
+
+        await until(ready_for_the_user, "the pool has a desktop ready for the user", seconds=90)
         return str(pool["name"])
 
 
