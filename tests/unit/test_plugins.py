@@ -54,7 +54,7 @@ def test_a_missing_recording_store_stops_nothing_until_one_is_built() -> None:
         config: ClassVar[dict[str, str]] = {"RECORDING_STORE": "tape"}
 
     with pytest.raises(StartupError) as caught:
-        build_recording_store(host, Process())  # type: ignore[arg-type]
+        build_recording_store(host, Process())
     assert "RECORDING_STORE" in str(caught.value)
     assert "'tape'" in str(caught.value)
 

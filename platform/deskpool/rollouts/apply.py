@@ -280,7 +280,7 @@ async def apply_rollout_action(
             connection, _audit(f"rollout.{action.kind}", "desktops", str(desktop.id), details)
         )
         return delivery
-    else:  # pragma: no cover - every action is handled above
+    else:
         raise ValueError(f"a rollout cannot apply {action!r}")
     if role is not None:
         await store.save_entry(

@@ -116,7 +116,7 @@ async def test_the_discovery_redirect_is_logged_and_counted_as_a_307(
     assert redirect.status == 307
     assert redirect.headers["X-Request-Id"] == "r307"
     (line,) = [r for r in caplog.records if r.name == "deskpool.api.access"]
-    assert (line.route, line.status, line.request_id) == (route, 307, "r307")  # type: ignore[attr-defined]
+    assert (line.route, line.status, line.request_id) == (route, 307, "r307")
     metrics = client.app[RUNTIME_KEY].metrics
     counted = {"route": route, "method": "GET"}
     assert metrics.get_sample_value("deskpool_http_requests_total", {**counted, "status": "307"})

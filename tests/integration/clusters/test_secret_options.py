@@ -37,7 +37,7 @@ async def driver_settings(runtime: Runtime, cluster_id: str) -> Any:
     record = await repository.get_cluster(runtime.db, uuid.UUID(cluster_id))
     assert record is not None
     async with manager.open(record) as driver:
-        return driver.settings  # type: ignore[attr-defined]
+        return driver.settings
 
 
 async def check(client: Any, callers: Callers, cluster_id: str) -> bool:

@@ -69,7 +69,7 @@ class Gateway:
         return await asyncio.wait_for(anext(self._requests), 10)
 
     async def close(self) -> None:
-        await self._requests.aclose()  # type: ignore[attr-defined]
+        await self._requests.aclose()
 
 
 @dataclass

@@ -59,7 +59,7 @@ def rollout_of(pool: Pool, **overrides: object) -> Rollout:
         "created_at": NOW - timedelta(minutes=1),
     }
     fields.update(overrides)
-    return Rollout(**fields)  # type: ignore[arg-type]
+    return Rollout(**fields)
 
 
 def entry(
@@ -72,7 +72,7 @@ def entry(
         role=role,
         state=state,
         updated_at=NOW,
-        **kw,  # type: ignore[arg-type]
+        **kw,
     )
 
 
