@@ -1,6 +1,6 @@
-"""The SQL of usage reports: the sessions and logons of a period, nothing else.
+"""The SQL of reports: the sessions and logons of a period, nothing else.
 
-Both reads use an index on the period (``desktop_sessions_ended`` or
+Every read uses an index on the period (``desktop_sessions_ended`` or
 ``desktop_sessions_pool_ended`` for the sessions, ``logons_period`` for the logons), so a report
 reads only the rows it counts, however long the history before it. Read-only views of other
 sessions are not usage.
@@ -11,8 +11,9 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from deskpool.db.rows import Db
+from deskpool.db.rows import Db, record_from_row
 from deskpool.reports.model import LogonFact, SessionSpan
+from deskpool.sessions.logons import LogonRecord
 
 #: The sessions overlapping ``$1`` to ``$2`` (of the pool ``$3``, or all): found through the
 #: index on ``ended_at`` (those that ended after the start, or are still open).
@@ -22,13 +23,19 @@ SESSIONS_SQL = """
        AND NOT read_only AND ($3::uuid IS NULL OR pool_id = $3)
     """
 
-#: The logons asked from ``$1`` to ``$2`` (of the pool ``$3``, or all).
-LOGONS_SQL = """
+#: The logons asked from ``$1`` to ``$2`` (of the pool ``$3``, or all), through ``logons_period``.
+_LOGONS_OF_PERIOD = "asked_at >= $1 AND asked_at < $2 AND ($3::uuid IS NULL OR pool_id = $3)"
+
+#: The period's logons: when asked, seconds to the first frame, why they stopped.
+LOGONS_SQL = f"""
     SELECT asked_at, EXTRACT(EPOCH FROM first_frame_at - asked_at)::float8 AS duration,
            failure_reason
       FROM logons
-     WHERE asked_at >= $1 AND asked_at < $2 AND ($3::uuid IS NULL OR pool_id = $3)
+     WHERE {_LOGONS_OF_PERIOD}
     """
+
+#: The period's logons with every phase.
+LOGON_PHASES_SQL = f"SELECT * FROM logons WHERE {_LOGONS_OF_PERIOD}"
 
 
 async def sessions_in(
@@ -49,6 +56,14 @@ async def logons_in(
     """The logons asked from ``start`` to ``end`` (of one pool, or all)."""
     rows = await db.fetch(LOGONS_SQL, start, end, pool_id)
     return [LogonFact(row["asked_at"], row["duration"], row["failure_reason"]) for row in rows]
+
+
+async def logon_records_in(
+    db: Db, start: datetime, end: datetime, pool_id: uuid.UUID | None
+) -> list[LogonRecord]:
+    """The logons asked from ``start`` to ``end`` (of one pool, or all), with their phases."""
+    rows = await db.fetch(LOGON_PHASES_SQL, start, end, pool_id)
+    return [record_from_row(LogonRecord, row) for row in rows]
 
 
 async def database_now(db: Db) -> datetime:

@@ -266,6 +266,7 @@ UNSTATABLE: dict[tuple[str, str], tuple[frozenset[str], frozenset[str]]] = {
     ("GET", "/api/v1/pools/{pool_id}/capacity"): (frozenset({"/to"}), frozenset()),
     # A report's end compared with its start (after it, and not too many buckets away).
     ("GET", "/api/v1/reports/usage"): (frozenset({"/to", "/from"}), frozenset()),
+    ("GET", "/api/v1/reports/logon-phases"): (frozenset({"/to", "/from"}), frozenset()),
     # A signed document: only its signature says whether it is one.
     ("PUT", "/api/v1/license"): (
         frozenset(),

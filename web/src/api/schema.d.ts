@@ -1185,6 +1185,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/reports/logon-phases": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Logon phase percentiles
+         * @description Over the logons asked in a period (at most 366 days), for one pool or for all: how many connected, failed or are pending, and for each phase the number of logons that reached it with the median and 95th percentile (nearest rank) of the seconds from the phase before it, as a session's `logon` shows them. 422 when `to` is not after `from` or the period is too long.
+         *
+         *     Requires the permission `reports:read` (or `platform:admin`).
+         */
+        get: operations["logonPhases"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/reports/usage": {
         parameters: {
             query?: never;
@@ -2823,6 +2845,48 @@ export interface components {
             items: components["schemas"]["Recording"][];
             /** @description Opaque cursor of the next page, to send back as `cursor`; null on the last page. */
             next: string | null;
+        };
+        PhaseFigures: {
+            /** @description Logons that reached it. */
+            reached: number;
+            /** @description Median seconds (nearest rank); null when none reached it. */
+            seconds_p50: number | null;
+            /** @description 95th percentile of the seconds (nearest rank). */
+            seconds_p95: number | null;
+            /**
+             * @description In order: `allocated`, `powered_on`, `guest_ready`, `token_issued`, `tunnel_opened`, `daemon_connected`, `first_frame`.
+             * @enum {string}
+             */
+            phase: "allocated" | "powered_on" | "guest_ready" | "token_issued" | "tunnel_opened" | "daemon_connected" | "first_frame";
+        };
+        PhaseSpread: {
+            /** @description Logons that reached it. */
+            reached: number;
+            /** @description Median seconds (nearest rank); null when none reached it. */
+            seconds_p50: number | null;
+            /** @description 95th percentile of the seconds (nearest rank). */
+            seconds_p95: number | null;
+        };
+        LogonPhasesReport: {
+            /** Format: date-time */
+            from: string;
+            /** Format: date-time */
+            to: string;
+            pool_id: string | null;
+            /** Format: date-time */
+            generated_at: string;
+            /** @description Logons asked in it. */
+            logons: number;
+            /** @description Those that drew. */
+            connected: number;
+            /** @description Those that stopped. */
+            failed: number;
+            /** @description Those still under way. */
+            pending: number;
+            /** @description Every phase after `asked`, in order; a failed or pending logon counts for the phases it reached. */
+            phases: components["schemas"]["PhaseFigures"][];
+            /** @description Request to first frame, of the logons that drew. */
+            to_first_frame: components["schemas"]["PhaseSpread"];
         };
         UsageFigures: {
             /** Format: date-time */
@@ -5780,17 +5844,63 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    logonPhases: {
+        parameters: {
+            query: {
+                /** @description Start of the period. */
+                from: string;
+                /** @description End of the period, excluded. */
+                to: string;
+                /** @description Only this pool (all pools when left out). */
+                pool_id?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The phases. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LogonPhasesReport"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            /** @description No pool has the id `pool_id`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     usageReport: {
         parameters: {
             query: {
-                /** @description Start of the period (widened to the start of its bucket). */
+                /** @description Start of the period. */
                 from: string;
-                /** @description End of the period, excluded (widened to a bucket's end). */
+                /** @description End of the period, excluded. */
                 to: string;
-                /** @description `hour` (at most 744 buckets) or `day` (at most 366); buckets are UTC. */
-                bucket?: "hour" | "day";
                 /** @description Only this pool (all pools when left out). */
                 pool_id?: string;
+                /** @description `hour` (at most 744 buckets) or `day` (at most 366); buckets are UTC, and the period is widened to whole buckets. */
+                bucket?: "hour" | "day";
             };
             header?: never;
             path?: never;

@@ -17,6 +17,7 @@ single-use and short-lived (``SESSION_TOKEN_TTL``): the browser hands it to the 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -29,7 +30,7 @@ from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.errors import InvalidCursor
 from deskpool.ids import parse_id
 from deskpool.sessions import service, store
-from deskpool.sessions.logons import PHASES, LogonRecord
+from deskpool.sessions.logons import PHASES, LogonPhase, LogonRecord
 from deskpool.sessions.model import (
     MAX_POLICY_SECONDS,
     AfterDisconnect,
@@ -224,17 +225,20 @@ class SessionSchema(Schema):
     )
 
 
-_PHASE_NAMES = [str(phase) for phase in PHASES]
+def phase_field(phases: Sequence[LogonPhase]) -> fields.String:
+    """A logon phase's name, one of ``phases``."""
+    names = [str(phase) for phase in phases]
+    return fields.String(
+        required=True,
+        validate=validate.OneOf(names),
+        metadata={"description": f"In order: {', '.join(f'`{p}`' for p in names)}."},
+    )
 
 
 class LogonPhaseSchema(Schema):
     """One phase of a logon, when it was reached."""
 
-    phase = fields.String(
-        required=True,
-        validate=validate.OneOf(_PHASE_NAMES),
-        metadata={"description": f"In order: {', '.join(f'`{p}`' for p in _PHASE_NAMES)}."},
-    )
+    phase = phase_field(PHASES)
     at = fields.AwareDateTime(required=True, metadata={"description": "When it was reached."})
     seconds = fields.Float(
         required=True,
