@@ -41,7 +41,8 @@ def _declare_browser_settings(registry: SettingRegistry) -> None:
         parse_list,
         "",
         "Comma-separated browser origins allowed to call the API (exact origins, or `*` without "
-        "credentials).",
+        "credentials). Unset in a process that runs the web component on port 0 "
+        "(`WEB_ADDR=127.0.0.1:0`): the origin it bound.",
         type_name="list",
         required="Yes, if the console is served from a different origin",
     )
@@ -50,7 +51,8 @@ def _declare_browser_settings(registry: SettingRegistry) -> None:
         "WEB_PUBLIC_API_BASE_URL",
         parse_url("http", "https"),
         "http://localhost:8080",
-        "Public base URL of the API that the browser calls.",
+        "Public base URL of the API that the browser calls. Unset in a process that runs the api "
+        "on port 0 (`API_ADDR=127.0.0.1:0`): `http://` the address it bound.",
         type_name="url",
         required="Yes in production",
     )
@@ -109,7 +111,9 @@ def _declare_session_settings(registry: SettingRegistry) -> None:
         "GATEWAY_PUBLIC_WS_URL",
         parse_url("wss", "ws"),
         "",
-        "Public `wss://` URL of the gateway tunnel, returned in the connection-token response.",
+        "Public `wss://` URL of the gateway tunnel, returned in the connection-token response. "
+        "Unset in a process that runs the gateway on port 0 (`GATEWAY_ADDR=127.0.0.1:0`): "
+        "`ws://` the address it bound, `/websocket-tunnel`.",
         type_name="url",
         required="Yes for browser desktop access",
     )

@@ -39,10 +39,16 @@ def _environ() -> dict[str, str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """Run the named components until SIGTERM or SIGINT."""
-    from deskpool.host import Host, bootstrap
+    """Run the named components until SIGTERM or SIGINT.
 
-    process = bootstrap(_environ(), args.components)
+    Listeners asked for port 0 are bound first, and the URLs naming them derived when unset
+    (:mod:`deskpool.bound_ahead`).
+    """
+    from deskpool.bound_ahead import bind_listeners_ahead, derive_public_urls
+    from deskpool.host import Host, bootstrap, expand_components
+
+    environ, ahead = bind_listeners_ahead(_environ(), expand_components(args.components))
+    process = bootstrap(derive_public_urls(environ, ahead), args.components)
     asyncio.run(Host(process).run())
     return 0
 

@@ -14,8 +14,8 @@ is for a developer's machine only: anyone who reaches the issuer signs in.
 
 Any listen address may ask for port 0 (``API_ADDR=127.0.0.1:0``, ``--issuer-port 0``...): the
 listeners whose addresses the URLs above name are bound before those URLs are derived
-(:func:`deskpool.listener.bind_ahead`), and ``LISTEN_ADDRESSES_FILE`` lists what every one
-bound, the issuer (``issuer``) and a desktop daemon simulator (``desktopd``) included.
+(:func:`deskpool.bound_ahead.bind_listeners_ahead`), and ``LISTEN_ADDRESSES_FILE`` lists what
+every one bound, the issuer (``issuer``) and a desktop daemon simulator (``desktopd``) included.
 
 With ``--hypervisor libvirt`` the demo runs on real tiny VMs instead (:mod:`deskpool.dev_libvirt`):
 the local libvirt (``qemu:///system``) gets a template domain booting the project's tiny guest,
@@ -38,12 +38,12 @@ import aiohttp
 import asyncpg
 import voluptuous as vol
 
+from deskpool.bound_ahead import TUNNEL_PATH, bind_listeners_ahead
 from deskpool.config import parse_host_port, parse_listen_address
 from deskpool.db import migrate
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.desktopd.vnc import VncBridge
 from deskpool.host import ALL_COMPONENTS, Host, bootstrap
-from deskpool.listener import bind_ahead
 from deskpool.testing.idp import DevIdentityProvider
 
 log = logging.getLogger(__name__)
@@ -58,8 +58,6 @@ DEV_USERS_CLAIM = "deskpool-users"
 DEV_USERS_GROUP = "desktop-users"
 #: The audience of the API's access tokens: the API's own, distinct from the console's client.
 DEV_API_AUDIENCE = "deskpool-api"
-#: The gateway's tunnel path (the gateway's default, ``/websocket-tunnel``).
-DEV_TUNNEL_PATH = "/websocket-tunnel"
 
 #: The simulated cluster of a fresh development database: slow enough to watch.
 DEMO_CLUSTER: dict[str, Any] = {
@@ -100,7 +98,7 @@ def dev_environ(environ: Mapping[str, str], issuer_url: str) -> dict[str, str]:
         gateway_host = "127.0.0.1"
     defaults = {
         # A clear-text tunnel is accepted only because APP_ENV is development here.
-        "GATEWAY_PUBLIC_WS_URL": f"ws://{gateway_host}:{gateway_port}{DEV_TUNNEL_PATH}",
+        "GATEWAY_PUBLIC_WS_URL": f"ws://{gateway_host}:{gateway_port}{TUNNEL_PATH}",
         "WEB_PUBLIC_API_BASE_URL": f"http://{api_addr}",
         "API_CORS_ALLOWED_ORIGINS": f"http://{web_addr},http://localhost:{web_port}",
         "AUTH_OIDC_ISSUER_URL": issuer_url,
@@ -159,23 +157,6 @@ async def desktop_daemon(
     return simulator, line
 
 
-#: The listen addresses ``deskpool dev`` derives URLs from, bound ahead when they ask for port 0.
-BOUND_AHEAD = ("API_ADDR", "WEB_ADDR", "GATEWAY_ADDR", "METRICS_ADDR")
-
-
-def bind_listeners_ahead(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ``, each of :data:`BOUND_AHEAD` that asks for port 0 bound now (its port set)."""
-    bound = dict(environ)
-    for name in BOUND_AHEAD:
-        try:
-            address = parse_listen_address(environ.get(name) or "")
-        except vol.Invalid:
-            continue  # unset, or wrong: the configuration says so when it is read
-        if address.port == 0:
-            bound[name] = str(bind_ahead(address))
-    return bound
-
-
 @dataclass(frozen=True)
 class Demo:
     """What a fresh development database gets: a cluster and a pool on it."""
@@ -213,7 +194,8 @@ async def run_dev(
     await issuer.start("127.0.0.1", issuer_port)
     simulator: DesktopDaemonSimulator | None = None
     try:
-        merged = dev_environ(bind_listeners_ahead(environ), issuer.issuer_url)
+        bound, _ = bind_listeners_ahead(environ, ALL_COMPONENTS)
+        merged = dev_environ(bound, issuer.issuer_url)
         simulator, daemon_line = await desktop_daemon(merged, demo.bridge)
         process = bootstrap(merged, ALL_COMPONENTS)
         connection = await asyncpg.connect(process.config["DATABASE_URL"])

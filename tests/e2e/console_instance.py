@@ -2,7 +2,10 @@
 
 :func:`console_instance` runs ``deskpool run all`` (API, worker, gateway and the console from
 the built ``web/dist``) on a database of its own, signing in at a test OIDC issuer with a
-sign-in page, its desktops drawn (or bridged) by the desktop daemon simulator it is given.
+sign-in page, its desktops drawn (or bridged) by the desktop daemon simulator it is given. Every
+listener binds port 0: the console's API URL, the API's allowed origin and the gateway's tunnel
+URL are left for the process to derive from what it bound (:mod:`deskpool.bound_ahead`), and
+the test reads those addresses from ``LISTEN_ADDRESSES_FILE``.
 :func:`sign_in` signs a user in through the issuer's page; :func:`visit` saves a screenshot
 of a page and records its serious or critical axe-core violations. :func:`canvas_picture` takes
 the desktop view's picture out of the browser (the display's default layer, as a PNG) and
@@ -32,7 +35,7 @@ from tests.conftest import REPO, deskpool_command
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.ocr import read_text
-from deskpool.testing.processes import free_port, until_ready
+from deskpool.testing.processes import ANY_PORT, read_addresses, until, until_ready
 
 CHROMIUM = "/usr/bin/chromium"
 DIST = REPO / "web" / "dist"
@@ -67,9 +70,7 @@ async def console_instance(
         pytest.fail(f"{CHROMIUM} is missing: run `sudo bash scripts/ensure-browser.sh`")
     artifacts = Path(os.environ.get("DESKPOOL_TEST_ARTIFACTS") or tmp_path) / "console"
     artifacts.mkdir(parents=True, exist_ok=True)
-    ports = {name: free_port() for name in ("api", "web", "gateway", "ops")}
-    console = f"http://127.0.0.1:{ports['web']}"
-    api = f"http://127.0.0.1:{ports['api']}"
+    addresses_file = tmp_path / "deskpool-addresses.json"
     idp = TestIdentityProvider(sign_in_page=True)
     idp.users.clear()
     idp.add_user(ADMIN[0], email="admin@deskpool.test", email_verified=True, name=ADMIN[1])
@@ -84,20 +85,18 @@ async def console_instance(
         "KVSTORE_KEY_PREFIX": f"deskpool-console-{secrets.token_hex(4)}:",
         "SECRETS_MASTER_KEY": base64.b64encode(os.urandom(32)).decode(),
         "APP_ENV": "development",
-        "API_ADDR": f"127.0.0.1:{ports['api']}",
-        "WEB_ADDR": f"127.0.0.1:{ports['web']}",
-        "GATEWAY_ADDR": f"127.0.0.1:{ports['gateway']}",
-        "METRICS_ADDR": f"127.0.0.1:{ports['ops']}",
+        "API_ADDR": ANY_PORT,
+        "WEB_ADDR": ANY_PORT,
+        "GATEWAY_ADDR": ANY_PORT,
+        "METRICS_ADDR": ANY_PORT,
+        "LISTEN_ADDRESSES_FILE": str(addresses_file),
         "WEB_DIST_PATH": str(DIST),
         "AUTH_OIDC_ISSUER_URL": idp.issuer_url,
         "AUTH_OIDC_AUDIENCE": idp.audience,
         "AUTH_BOOTSTRAP_ADMIN_EMAILS": "admin@deskpool.test",
-        "API_CORS_ALLOWED_ORIGINS": console,
-        "WEB_PUBLIC_API_BASE_URL": api,
         "WEB_PUBLIC_OIDC_AUTHORITY": idp.issuer_url,
         "WEB_PUBLIC_OIDC_CLIENT_ID": "deskpool-console",
         "WEB_PUBLIC_OIDC_SCOPE": "openid profile email offline_access",
-        "GATEWAY_PUBLIC_WS_URL": f"ws://127.0.0.1:{ports['gateway']}/websocket-tunnel",
         "DESKTOPD_ADDRESS": daemon.address,
         "WORKER_POLL_INTERVAL": "1s",
         "POOL_RECONCILE_INTERVAL": "2s",
@@ -110,14 +109,20 @@ async def console_instance(
     try:
         async with aiohttp.ClientSession() as session:
             try:
+                bound = await until(
+                    lambda: bound_addresses(addresses_file, process),
+                    "deskpool wrote the addresses it bound",
+                    seconds=60,
+                )
                 await until_ready(
                     session,
-                    f"http://127.0.0.1:{ports['ops']}/readyz",
+                    f"http://{bound['ops']}/readyz",
                     "deskpool is ready",
                     exited=lambda: process.poll() is not None,
                 )
             except AssertionError as failed:
                 pytest.fail(f"{failed}:\n{log.read_text()[-3000:]}")
+            console, api = f"http://{bound['web']}", f"http://{bound['api']}"
             # The desktop user has signed in once before (their user record exists).
             token = idp.issue_token(USER[0], email="user@deskpool.test", name=USER[1])
             async with session.get(
@@ -134,6 +139,13 @@ async def console_instance(
             process.wait(10)
         await daemon.stop()
         await idp.stop()
+
+
+async def bound_addresses(path: Path, process: subprocess.Popen[bytes]) -> dict[str, str] | None:
+    """What the process's listeners bound, once it wrote them; fails when it exited first."""
+    if process.poll() is not None:
+        raise AssertionError("deskpool exited before it wrote the addresses it bound")
+    return read_addresses(path)
 
 
 async def visit(instance: Instance, page: Any, name: str) -> None:

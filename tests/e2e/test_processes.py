@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import signal
 import subprocess
@@ -106,3 +107,32 @@ async def test_api_and_worker_in_one_process_drain_a_request_in_flight_on_sigter
     assert "component api stopped" in output
     assert "testplugin released its resource" in output  # deskpool_shutdown ran
     assert "Traceback" not in output
+
+
+async def test_urls_naming_listeners_on_port_0_follow_what_they_bound(
+    deskpool_environ: dict[str, str],
+) -> None:
+    env = {
+        **deskpool_environ,
+        "PATH": os.environ["PATH"],
+        **dict.fromkeys(("API_ADDR", "GATEWAY_ADDR", "WEB_ADDR", "METRICS_ADDR"), ANY_PORT),
+        "SECRETS_MASTER_KEY": base64.b64encode(os.urandom(32)).decode(),
+    }
+    for unset in ("WEB_PUBLIC_API_BASE_URL", "API_CORS_ALLOWED_ORIGINS", "GATEWAY_PUBLIC_WS_URL"):
+        env.pop(unset, None)
+    process = DeskpoolProcess(["api", "gateway", "web"], env)
+    try:
+        await process.start()
+        api, web = process.url("api"), process.url("web")
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{web}/config.json") as config:
+                assert (await config.json())["apiBaseUrl"] == api
+                policy = config.headers["Content-Security-Policy"]
+            gateway = process.url("gateway", "ws")
+            assert f"; connect-src 'self' {api} {gateway};" in policy, policy
+            preflight = {"Origin": web, "Access-Control-Request-Method": "GET"}
+            async with session.options(f"{api}/api/v1/pools", headers=preflight) as allowed:
+                assert allowed.status == 204
+                assert allowed.headers["Access-Control-Allow-Origin"] == web
+    finally:
+        await process.stop()

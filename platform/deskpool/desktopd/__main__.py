@@ -1,5 +1,8 @@
 """``python -m deskpool.desktopd [--bridge-vnc NETWORK]... [HOST:PORT]``: run the simulator alone.
 
+Port 0 asks for a free port the system picks; the line ``desktop daemon simulator listening on
+HOST:PORT`` says which.
+
 ``--bridge-vnc`` (repeatable) names a network whose VNC servers are real: a ``vnc`` connection
 to an IP address in it shows that server through the VNC bridge (:mod:`deskpool.desktopd.vnc`)
 instead of the simulated desktop. A development and test bridge; production runs guacd.
@@ -12,14 +15,14 @@ import asyncio
 import contextlib
 import logging
 
-from deskpool.config import parse_host_port
+from deskpool.config import parse_listen_address
 from deskpool.desktopd.daemon import DesktopDaemonSimulator
 from deskpool.desktopd.vnc import VncBridge
 
 
 async def serve(address: str, bridge: VncBridge) -> None:
     """Listen on ``address`` until interrupted."""
-    where = parse_host_port(address)
+    where = parse_listen_address(address)
     daemon = DesktopDaemonSimulator(where.host, where.port, vnc_bridge=bridge)
     await daemon.start()
     print(f"desktop daemon simulator listening on {daemon.address}", flush=True)
