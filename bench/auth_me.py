@@ -35,7 +35,6 @@ import asyncio
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,11 +42,13 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from harness import Figure, LoadMonitor, Run, Series, print_run
 
 from deskpool.testing.idp import TestIdentityProvider
+from deskpool.testing.processes import ANY_PORT, read_addresses
 from deskpool.testing.services import (
     ServiceAddresses,
     create_test_database,
@@ -59,15 +60,22 @@ REPO = Path(__file__).resolve().parent.parent
 DB_PREFIX = "dpbench_me"
 
 BARE_SERVER = """
-import sys
+import asyncio
 from aiohttp import web
 
 async def handler(request):
     return web.json_response({"id": "00000000-0000-0000-0000-000000000000", "ok": True})
 
-app = web.Application()
-app.router.add_get("/api/v1/me", handler)
-web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
+async def serve():
+    app = web.Application()
+    app.router.add_get("/api/v1/me", handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    print(f"listening on {runner.addresses[0][1]}", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(serve())
 """
 
 #: wrk script rotating over the tokens in a file, one global sequence per wrk thread, starting
@@ -90,11 +98,37 @@ UNITS = {"us": 0.001, "ms": 1.0, "s": 1000.0}
 WRK_TIMEOUT = 10
 
 
-def free_port() -> int:
-    """A free loopback port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def listening_port(command: list[str], **popen: Any) -> tuple[subprocess.Popen[str], int]:
+    """Start ``command``, a server on a port it picks; it and the port its first line names.
+
+    The server prints ``listening on PORT`` on stdout once it listens.
+    """
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, **popen)
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith("listening on "):
+        process.kill()
+        raise SystemExit(f"{command[:2]} did not start: {line!r}")
+    return process, int(line.rsplit(" ", 1)[1])
+
+
+def deskpool_api(env: dict[str, str], scratch: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+    """``deskpool run api`` on ports it picks; it, its API's and its ops listener's URLs."""
+    addresses = scratch / "addresses.json"
+    env = {
+        **env,
+        "API_ADDR": ANY_PORT,
+        "METRICS_ADDR": ANY_PORT,
+        "LISTEN_ADDRESSES_FILE": str(addresses),
+    }
+    process = subprocess.Popen([sys.executable, "-m", "deskpool", "run", "api"], env=env, cwd=REPO)
+    deadline = time.monotonic() + 60
+    while (bound := read_addresses(addresses)) is None:
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise SystemExit("deskpool run api did not start")
+        time.sleep(0.1)
+    return process, f"http://{bound['api']}", f"http://{bound['ops']}"
 
 
 def wait_for(url: str, headers: dict[str, str] | None = None, timeout: float = 30) -> None:
@@ -271,8 +305,7 @@ def main() -> None:
         raise SystemExit("wrk is not installed: apt-get install wrk")
     servers = ServiceAddresses.from_environ()
     database = asyncio.run(create_test_database(servers.admin_url, DB_PREFIX))
-    bare_port, api_port, metrics_port = free_port(), free_port(), free_port()
-    processes: list[subprocess.Popen[bytes]] = []
+    processes: list[subprocess.Popen[Any]] = []
     scratch = Path(tempfile.mkdtemp(prefix="deskpool-bench-me-"))
     try:
         with IssuerThread() as idp:
@@ -281,8 +314,6 @@ def main() -> None:
                 "DATABASE_URL": database,
                 "KVSTORE_ADDR": servers.kv_addr,
                 "KVSTORE_KEY_PREFIX": "deskpool-bench:",
-                "API_ADDR": f"127.0.0.1:{api_port}",
-                "METRICS_ADDR": f"127.0.0.1:{metrics_port}",
                 "LOG_LEVEL": "warn",
                 "APP_ENV": "bench",
                 "AUTH_OIDC_ISSUER_URL": idp.issuer_url,
@@ -292,11 +323,13 @@ def main() -> None:
             }
             deskpool = [sys.executable, "-m", "deskpool"]
             subprocess.run([*deskpool, "migrate"], env=env, check=True, capture_output=True)
-            processes.append(subprocess.Popen([sys.executable, "-c", BARE_SERVER, str(bare_port)]))
-            processes.append(subprocess.Popen([*deskpool, "run", "api"], env=env, cwd=REPO))
+            bare, bare_port = listening_port([sys.executable, "-c", BARE_SERVER])
+            processes.append(bare)
+            api, api_base, ops = deskpool_api(env, scratch)
+            processes.append(api)
             token = idp.issue_token("bench-user", expires_in=3600, email="bench@example.com")
             bare_url = f"http://127.0.0.1:{bare_port}/api/v1/me"
-            api_url = f"http://127.0.0.1:{api_port}/api/v1/me"
+            api_url = f"{api_base}/api/v1/me"
             wait_for(bare_url)
             wait_for(api_url, {"Authorization": f"Bearer {token}"})
 
@@ -315,9 +348,7 @@ def main() -> None:
             (scratch / "tokens").write_text("\n".join(tokens) + "\n")
             rotate = scratch / "rotate.lua"
 
-            bench = Bench(
-                args, database.rsplit("/", 1)[-1], f"http://127.0.0.1:{metrics_port}/metrics"
-            )
+            bench = Bench(args, database.rsplit("/", 1)[-1], f"{ops}/metrics")
             heading = (
                 f"wrk, {args.threads} thread, {args.connections} connections, "
                 f"{args.seconds} s per run"

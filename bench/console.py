@@ -29,7 +29,6 @@ import base64
 import gzip
 import json
 import re
-import socket
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -62,12 +61,6 @@ new MutationObserver((changes, observer) => {
   }
 }).observe(document, {childList: true, subtree: true, characterData: true});
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def first_load_assets() -> dict[str, list[Path]]:
@@ -141,11 +134,12 @@ def static_table(items: list[dict[str, Any]]) -> str:
 
 
 async def start(app: web.Application) -> tuple[web.AppRunner, str]:
+    """Serve ``app`` on a loopback port the system picks; the runner and its URL."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner, f"http://127.0.0.1:{port}"
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    host, port = runner.addresses[0][:2]
+    return runner, f"http://{host}:{port}"
 
 
 def canned_api(answers: dict[str, Any], items: list[dict[str, Any]]) -> web.Application:

@@ -7,6 +7,8 @@ with asyncpg (a pool of 10 connections, deskpool's ``DATABASE_MAX_CONNS``). No c
 kind. Run by ``bench/login_storm.py``::
 
     python bench/floor_me.py PORT DATABASE_URL ISSUER_URL AUDIENCE
+
+Port 0 asks for a port the system picks; ``listening on PORT`` on stdout says which.
 """
 
 from __future__ import annotations
@@ -76,7 +78,7 @@ async def serve(port: int, database_url: str, issuer: str, audience: str) -> Non
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
-    print("floor (a) listening", file=sys.stderr, flush=True)
+    print(f"listening on {runner.addresses[0][1]}", flush=True)
     await asyncio.Event().wait()
 
 

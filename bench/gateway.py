@@ -29,7 +29,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -51,19 +50,14 @@ LITE_KEY = b"MySuperSecretKeyForParamsToken12"
 LITE_SERVER = """
 const GuacamoleLite = require('guacamole-lite');
 const [port, guacdPort] = process.argv.slice(2).map(Number);
-new GuacamoleLite({host: '127.0.0.1', port}, {host: '127.0.0.1', port: guacdPort}, {
+const lite = new GuacamoleLite({host: '127.0.0.1', port}, {host: '127.0.0.1', port: guacdPort}, {
     crypt: {cypher: 'AES-256-CBC', key: KEY},
     log: {level: 0},
 });
 process.on('SIGUSR2', () => global.gc());
-console.log('ready');
+const listening = lite.webSocketServer;
+listening.on('listening', () => console.log(`ready ${listening.address().port}`));
 """.replace("KEY", json.dumps(LITE_KEY.decode()))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def rss_kib(pid: int) -> int:
@@ -88,9 +82,11 @@ def lite_token(mode: str) -> str:
 class Relay:
     """One relay under test: how to start it and how a client opens a tunnel through it."""
 
-    def __init__(self, name: str, command: list[str], port: int, kind: str) -> None:
-        self.name, self.command, self.port, self.kind = name, command, port, kind
+    def __init__(self, name: str, command: list[str], kind: str) -> None:
+        self.name, self.command, self.kind = name, command, kind
         self.process: subprocess.Popen[str] | None = None
+        #: The port it listens on, from its ``ready PORT`` line (it binds port 0).
+        self.port = 0
 
     def start(self, cwd: Path | None = None) -> None:
         self.log = tempfile.NamedTemporaryFile(prefix=f"bench-{self.kind}-", suffix=".log")  # noqa: SIM115
@@ -104,8 +100,9 @@ class Relay:
         )
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
-        if "ready" not in line:
+        if not line.startswith("ready "):
             raise RuntimeError(f"{self.name} did not start: {line!r}")
+        self.port = int(line.split()[1])
 
     def check_alive(self) -> None:
         """Raise with the process's error output if it died."""
@@ -369,33 +366,21 @@ def main() -> None:
     args = parser.parse_args()
     python = sys.executable
     servers = str(HERE / "gateway_servers.py")
-    daemon_port = free_port()
     with tempfile.TemporaryDirectory(prefix="bench-guacamole-lite-") as folder:
         install_guacamole_lite(Path(folder))
-        daemon = Relay("daemon", [python, servers, "daemon", str(daemon_port)], daemon_port, "")
-        ports = [free_port() for _ in range(3)]
-        upstream = str(daemon_port)
-        relays = [
-            Relay(
-                "deskpool",
-                [python, servers, "deskpool", str(ports[0]), upstream],
-                ports[0],
-                "deskpool",
-            ),
-            Relay(
-                "guacamole-lite",
-                ["node", "--expose-gc", "server.js", str(ports[1]), upstream],
-                ports[1],
-                "lite",
-            ),
-            Relay(
-                "plain relay", [python, servers, "relay", str(ports[2]), upstream], ports[2], "tcp"
-            ),
-        ]
+        daemon = Relay("daemon", [python, servers, "daemon", "0"], "")
         started: list[Relay] = []
         try:
             daemon.start()
             started.append(daemon)
+            upstream = str(daemon.port)
+            relays = [
+                Relay("deskpool", [python, servers, "deskpool", "0", upstream], "deskpool"),
+                Relay(
+                    "guacamole-lite", ["node", "--expose-gc", "server.js", "0", upstream], "lite"
+                ),
+                Relay("plain relay", [python, servers, "relay", "0", upstream], "tcp"),
+            ]
             for relay in relays:
                 relay.start(cwd=Path(folder) if relay.kind == "lite" else None)
                 started.append(relay)

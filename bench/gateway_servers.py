@@ -1,7 +1,7 @@
 """The processes of ``bench/gateway.py``: a fake guacd, deskpool's gateway, and a plain relay.
 
 Each runs as its own process (``python bench/gateway_servers.py ROLE PORT [DAEMON_PORT]``) and
-prints ``ready`` once it listens.
+prints ``ready PORT`` once it listens (port 0 asks for a port the system picks).
 
 - ``daemon``: guacd's side of the handshake (``args`` with ``VERSION_1_5_0``, ``ready``), a
   first frame (a ``sync``: the gateway holds input until then, and ends a tunnel whose daemon
@@ -98,7 +98,7 @@ async def serve_daemon(port: int) -> None:
             writer.close()
 
     server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=4096)
-    print("ready", flush=True)
+    print(f"ready {server.sockets[0].getsockname()[1]}", flush=True)
     async with server:
         await server.serve_forever()
 
@@ -161,7 +161,7 @@ async def serve_deskpool(port: int, daemon_port: int) -> None:
         Runtime(process.config, process.plugins), broker_factory=lambda _: BenchBroker()
     )
     await component.start()
-    print("ready", flush=True)
+    print(f"ready {component.bound.port}", flush=True)
     await asyncio.Event().wait()
 
 
@@ -183,7 +183,7 @@ async def serve_relay(port: int, daemon_port: int) -> None:
         await asyncio.gather(pump(reader, upstream_writer), pump(upstream_reader, writer))
 
     server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=4096)
-    print("ready", flush=True)
+    print(f"ready {server.sockets[0].getsockname()[1]}", flush=True)
     async with server:
         await server.serve_forever()
 

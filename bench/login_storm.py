@@ -47,11 +47,12 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import asyncpg
 from auth_me import FIGURES as ME_FIGURES
-from auth_me import ROTATE, Bench, IssuerThread, free_port, wait_for
+from auth_me import ROTATE, Bench, IssuerThread, deskpool_api, listening_port, wait_for
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from harness import Figure, Load, LoadMonitor, Run, Series, percentile, print_run
 
@@ -59,6 +60,7 @@ from deskpool.db import migrate
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.licensing import TestVendor
 from deskpool.testing.processes import (
+    ANY_PORT,
     QUICK_INTERVALS,
     DeskpoolProcess,
     deployment_environ,
@@ -169,7 +171,7 @@ class Deployment(Part):
     def start_daemon(self) -> None:
         """The desktop daemon simulator, a process of its own."""
         self.daemon = subprocess.Popen(
-            [sys.executable, "-m", "deskpool.desktopd", f"127.0.0.1:{free_port()}"],
+            [sys.executable, "-m", "deskpool.desktopd", ANY_PORT],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
@@ -385,7 +387,7 @@ class ColdMe(Part):
     ) -> None:
         super().__init__(args, idp, servers)
         self.database = ""
-        self.processes: list[subprocess.Popen[bytes]] = []
+        self.processes: list[subprocess.Popen[Any]] = []
         self.sent = 0
 
     async def setup(self) -> None:
@@ -414,42 +416,35 @@ class ColdMe(Part):
     def start(self) -> None:
         """Both servers, once they answer."""
         args = self.args
-        self.floor_port, api_port, metrics_port = free_port(), free_port(), free_port()
         env = {
             **os.environ,
             "DATABASE_URL": self.database,
             "KVSTORE_ADDR": self.servers.kv_addr,
             "KVSTORE_KEY_PREFIX": f"deskpool-bench-storm-me-{secrets.token_hex(4)}:",
-            "API_ADDR": f"127.0.0.1:{api_port}",
-            "METRICS_ADDR": f"127.0.0.1:{metrics_port}",
             "LOG_LEVEL": "warn",
             "APP_ENV": "bench",
             "AUTH_OIDC_ISSUER_URL": self.idp.issuer_url,
             "AUTH_OIDC_AUDIENCE": self.idp.audience,
             "API_RATE_LIMIT_PER_MINUTE": "100000000",
         }
-        self.processes.append(
-            subprocess.Popen([sys.executable, "-m", "deskpool", "run", "api"], env=env, cwd=REPO)
+        api, api_base, ops = deskpool_api(env, self.scratch)
+        self.processes.append(api)
+        floor, floor_port = listening_port(
+            [
+                sys.executable,
+                str(BENCH / "floor_me.py"),
+                "0",
+                self.database,
+                self.idp.issuer_url,
+                self.idp.audience,
+            ]
         )
-        self.processes.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    str(BENCH / "floor_me.py"),
-                    str(self.floor_port),
-                    self.database,
-                    self.idp.issuer_url,
-                    self.idp.audience,
-                ]
-            )
-        )
-        self.api_url = f"http://127.0.0.1:{api_port}/api/v1/me"
-        self.floor_url = f"http://127.0.0.1:{self.floor_port}/api/v1/me"
+        self.processes.append(floor)
+        self.api_url = f"{api_base}/api/v1/me"
+        self.floor_url = f"http://127.0.0.1:{floor_port}/api/v1/me"
         wait_for(self.api_url, self.probe)
         wait_for(self.floor_url, self.probe)
-        self.bench = Bench(
-            args, self.database.rsplit("/", 1)[-1], f"http://127.0.0.1:{metrics_port}/metrics"
-        )
+        self.bench = Bench(args, self.database.rsplit("/", 1)[-1], f"{ops}/metrics")
 
     def run(self, side: str, number: int) -> Run:
         """One wrk run of deskpool or the floor, tokens rotated from where deskpool stopped."""
