@@ -31,6 +31,7 @@ and why) when any of these holds:
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import statistics
@@ -458,6 +459,17 @@ def percentile(values: Sequence[float], fraction: float) -> float:
         raise ValueError("no values")
     rank = max(1, min(len(ordered), math.ceil(fraction * len(ordered))))
     return ordered[rank - 1]
+
+
+def arguments(doc: str | None, runs_help: str) -> argparse.ArgumentParser:
+    """A parser with what every benchmark takes: ``--runs`` (5) and ``--keep-starved``.
+
+    :param doc: the benchmark's docstring (its first line describes the parser).
+    """
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5, help=runs_help)
+    parser.add_argument("--keep-starved", action="store_true", help="for developing only")
+    return parser
 
 
 def rounds(runs: int, sides: Sequence[str]) -> list[tuple[int, str]]:

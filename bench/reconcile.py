@@ -47,7 +47,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
-from harness import Figure, LoadMonitor, Run, Series, fmt, print_run
+from harness import Figure, LoadMonitor, Run, Series, arguments, fmt, print_run
 
 from deskpool.clusters.shared_state import RedisSharedState
 from deskpool.db import migrate
@@ -383,14 +383,12 @@ async def run(args: argparse.Namespace) -> None:
 
 def main() -> None:
     """Parse the arguments and run."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5, help="rounds (every size and drift once)")
+    parser = arguments(__doc__, "rounds (every size and drift once)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[125, 250, 500, 1000])
     parser.add_argument(
         "--drifts", type=float, nargs="+", default=[0.0, 0.01, 0.1], help="fractions of VMs removed"
     )
     parser.add_argument("--list-ms", type=float, default=30.0, help="driver listing time per call")
-    parser.add_argument("--keep-starved", action="store_true", help="for developing only")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     asyncio.run(run(args))
