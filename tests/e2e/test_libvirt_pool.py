@@ -27,7 +27,7 @@ import signal
 import threading
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -40,7 +40,6 @@ from tests.e2e.conftest import DeploymentEnviron
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.libvirt import LOCAL_URI, TCP_URI, LibvirtLab
 from deskpool.testing.processes import ANY_PORT, DeskpoolProcess, running, until
-from deskpool.testing.pytest_plugin import connected
 from deskpool_driver_libvirt.domain_xml import read_domain
 from deskpool_driver_libvirt.hosts import ensure_event_loop
 
@@ -61,12 +60,6 @@ def environ(quick_deployment: DeploymentEnviron) -> dict[str, str]:
         GUEST_AGENT_WAIT_TIMEOUT="120s",
         SECRETS_MASTER_KEY=base64.b64encode(os.urandom(32)).decode(),
     )
-
-
-@pytest.fixture
-async def db(module_database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    async with connected(module_database_url) as connection:
-        yield connection
 
 
 @pytest.fixture

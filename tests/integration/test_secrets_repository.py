@@ -50,15 +50,15 @@ def context(owner: str | uuid.UUID, field: str = "api_token") -> SecretContext:
 
 
 @pytest.fixture
-async def db(isolated_database_url: str) -> AsyncIterator[asyncpg.Pool]:
+async def pool(isolated_database_url: str) -> AsyncIterator[asyncpg.Pool]:
     pool = await asyncpg.create_pool(isolated_database_url, min_size=1, max_size=4)
     yield pool
     await pool.close()
 
 
-async def table_dump(db: asyncpg.Pool) -> str:
+async def table_dump(pool: asyncpg.Pool) -> str:
     """What a database dump of the table would show, as text."""
-    rows = await db.fetch("SELECT row_to_json(s)::text AS line FROM sealed_secrets AS s")
+    rows = await pool.fetch("SELECT row_to_json(s)::text AS line FROM sealed_secrets AS s")
     return "\n".join(row["line"] for row in rows)
 
 
@@ -67,53 +67,53 @@ def plaintexts_in(leak_guard: LeakGuard, text: str) -> list[str]:
     return [found for found in leak_guard.found_in(text) if found.startswith("a test plaintext")]
 
 
-async def test_put_get_metadata_and_delete(db: asyncpg.Pool, leak_guard: LeakGuard) -> None:
+async def test_put_get_metadata_and_delete(pool: asyncpg.Pool, leak_guard: LeakGuard) -> None:
     store = EnvelopeSecretStore(KEY_A)
     owner = uuid.uuid4()
     first, second = leak_guard.plaintext("first"), leak_guard.plaintext("second")
-    assert await get_secret(db, store, context(owner)) is None
-    assert await secret_metadata(db, context(owner)) == SecretMetadata(False, None)
+    assert await get_secret(pool, store, context(owner)) is None
+    assert await secret_metadata(pool, context(owner)) == SecretMetadata(False, None)
 
-    written = await put_secret(db, store, context(owner), first)
+    written = await put_secret(pool, store, context(owner), first)
     assert written.is_set
     assert written.changed_at is not None
-    value = await get_secret(db, store, context(owner))
+    value = await get_secret(pool, store, context(owner))
     assert isinstance(value, SecretValue)
     assert value.reveal() == first
-    assert await secret_metadata(db, context(owner)) == written
+    assert await secret_metadata(pool, context(owner)) == written
 
-    await put_secret(db, store, context(owner), SecretValue(second))
-    assert (await get_secret(db, store, context(owner))) == SecretValue(second)
-    row = await db.fetchrow("SELECT version, key_id, updated_at FROM sealed_secrets")
+    await put_secret(pool, store, context(owner), SecretValue(second))
+    assert (await get_secret(pool, store, context(owner))) == SecretValue(second)
+    row = await pool.fetchrow("SELECT version, key_id, updated_at FROM sealed_secrets")
     assert row["version"] == 2
     assert row["key_id"] == MasterKey(KEY_A).key_id
     assert row["updated_at"] >= written.changed_at
 
-    await put_secret(db, store, context(owner, "password"), first)
-    assert set(await secrets_metadata_of(db, "cluster.credentials", str(owner))) == {
+    await put_secret(pool, store, context(owner, "password"), first)
+    assert set(await secrets_metadata_of(pool, "cluster.credentials", str(owner))) == {
         "api_token",
         "password",
     }
-    dump = await table_dump(db)
+    dump = await table_dump(pool)
     assert first not in dump
     assert second not in dump
     assert not plaintexts_in(leak_guard, dump)
 
-    assert await delete_secret(db, context(owner)) is True
-    assert await delete_secret(db, context(owner)) is False
-    assert await delete_secrets_of(db, "cluster.credentials", str(owner)) == 1
-    assert await count_by_key_id(db) == {}
+    assert await delete_secret(pool, context(owner)) is True
+    assert await delete_secret(pool, context(owner)) is False
+    assert await delete_secrets_of(pool, "cluster.credentials", str(owner)) == 1
+    assert await count_by_key_id(pool) == {}
 
 
 async def test_a_sealed_value_copied_into_another_row_does_not_open(
-    db: asyncpg.Pool, leak_guard: LeakGuard
+    pool: asyncpg.Pool, leak_guard: LeakGuard
 ) -> None:
     store = EnvelopeSecretStore(KEY_A)
     victim, attacker = uuid.uuid4(), uuid.uuid4()
-    await put_secret(db, store, context(victim), leak_guard.plaintext("victim"))
-    await put_secret(db, store, context(attacker), leak_guard.plaintext("attacker"))
-    await put_secret(db, store, context(attacker, "password"), leak_guard.plaintext("pw"))
-    await db.execute(
+    await put_secret(pool, store, context(victim), leak_guard.plaintext("victim"))
+    await put_secret(pool, store, context(attacker), leak_guard.plaintext("attacker"))
+    await put_secret(pool, store, context(attacker, "password"), leak_guard.plaintext("pw"))
+    await pool.execute(
         "UPDATE sealed_secrets SET sealed = (SELECT sealed FROM sealed_secrets WHERE owner_id = $1)"
         " WHERE owner_id = $2",
         str(victim),
@@ -121,29 +121,29 @@ async def test_a_sealed_value_copied_into_another_row_does_not_open(
     )
     for field in ("api_token", "password"):
         with pytest.raises(SecretDecryptionFailed):
-            await get_secret(db, store, context(attacker, field))
-    assert await get_secret(db, store, context(victim)) is not None
+            await get_secret(pool, store, context(attacker, field))
+    assert await get_secret(pool, store, context(victim)) is not None
 
 
 async def test_without_a_key_nothing_is_stored_and_a_wrong_key_opens_nothing(
-    db: asyncpg.Pool, leak_guard: LeakGuard
+    pool: asyncpg.Pool, leak_guard: LeakGuard
 ) -> None:
     owner = uuid.uuid4()
     with pytest.raises(SecretsUnavailable):
-        await put_secret(db, EnvelopeSecretStore(), context(owner), leak_guard.plaintext())
-    assert await count_by_key_id(db) == {}
-    await put_secret(db, EnvelopeSecretStore(KEY_A), context(owner), leak_guard.plaintext())
+        await put_secret(pool, EnvelopeSecretStore(), context(owner), leak_guard.plaintext())
+    assert await count_by_key_id(pool) == {}
+    await put_secret(pool, EnvelopeSecretStore(KEY_A), context(owner), leak_guard.plaintext())
     with pytest.raises(SecretKeyUnknown):
-        await get_secret(db, EnvelopeSecretStore(KEY_B), context(owner))
+        await get_secret(pool, EnvelopeSecretStore(KEY_B), context(owner))
     with pytest.raises(SecretsUnavailable):
-        await get_secret(db, EnvelopeSecretStore(), context(owner))
+        await get_secret(pool, EnvelopeSecretStore(), context(owner))
 
 
 class ConcurrentWriter:
     """A database that lets the api store a new credential just before a re-wrap writes."""
 
-    def __init__(self, db: asyncpg.Pool, write: Callable[[], Any]) -> None:
-        self.db = db
+    def __init__(self, pool: asyncpg.Pool, write: Callable[[], Any]) -> None:
+        self.db = pool
         self.write = write
 
     async def fetch(self, query: str, *args: Any) -> list[Any]:
@@ -159,37 +159,39 @@ class ConcurrentWriter:
 
 
 async def test_rewrap_compares_and_sets_so_a_value_written_meanwhile_is_kept(
-    db: asyncpg.Pool, leak_guard: LeakGuard
+    pool: asyncpg.Pool, leak_guard: LeakGuard
 ) -> None:
     owners = [uuid.uuid4() for _ in range(3)]
     await put_secrets(
-        db, EnvelopeSecretStore(KEY_A), [(context(o), leak_guard.plaintext()) for o in owners]
+        pool, EnvelopeSecretStore(KEY_A), [(context(o), leak_guard.plaintext()) for o in owners]
     )
     rotating = EnvelopeSecretStore(KEY_B, KEY_A)
     fresh = leak_guard.plaintext("written-meanwhile")
 
     async def api_stores_a_new_token() -> None:
-        await put_secret(db, rotating, context(owners[1]), fresh)
+        await put_secret(pool, rotating, context(owners[1]), fresh)
 
     batch = await rewrap_batch(
-        ConcurrentWriter(db, api_stores_a_new_token), rotating, batch_size=10
+        ConcurrentWriter(pool, api_stores_a_new_token), rotating, batch_size=10
     )
     assert (batch.examined, batch.rewrapped, batch.changed_meanwhile) == (3, 2, 1)
-    assert await get_secret(db, rotating, context(owners[1])) == SecretValue(fresh)
-    assert await count_by_key_id(db) == {MasterKey(KEY_B).key_id: 3}
-    rows = await db.fetch("SELECT owner_id, version, rewrapped_at FROM sealed_secrets")
+    assert await get_secret(pool, rotating, context(owners[1])) == SecretValue(fresh)
+    assert await count_by_key_id(pool) == {MasterKey(KEY_B).key_id: 3}
+    rows = await pool.fetch("SELECT owner_id, version, rewrapped_at FROM sealed_secrets")
     for row in rows:
         assert row["version"] == 2
         assert (row["rewrapped_at"] is None) == (row["owner_id"] == str(owners[1]))
 
 
 async def test_rewrap_resumes_after_an_interruption_and_reports_what_it_cannot_open(
-    db: asyncpg.Pool, leak_guard: LeakGuard
+    pool: asyncpg.Pool, leak_guard: LeakGuard
 ) -> None:
     values = {uuid.uuid4(): leak_guard.plaintext() for _ in range(40)}
-    await put_secrets(db, EnvelopeSecretStore(KEY_A), [(context(o), v) for o, v in values.items()])
+    await put_secrets(
+        pool, EnvelopeSecretStore(KEY_A), [(context(o), v) for o, v in values.items()]
+    )
     stray = uuid.uuid4()
-    await put_secret(db, EnvelopeSecretStore(os.urandom(32)), context(stray), "x")
+    await put_secret(pool, EnvelopeSecretStore(os.urandom(32)), context(stray), "x")
     rotating = EnvelopeSecretStore(KEY_B, KEY_A)
 
     class Interrupted(Exception):
@@ -200,20 +202,20 @@ async def test_rewrap_resumes_after_an_interruption_and_reports_what_it_cannot_o
             raise Interrupted
 
     with pytest.raises(Interrupted):
-        await rewrap_all(db, rotating, batch_size=10, on_batch=stop_after_two)
-    counts = await count_by_key_id(db)
+        await rewrap_all(pool, rotating, batch_size=10, on_batch=stop_after_two)
+    counts = await count_by_key_id(pool)
     done = counts[MasterKey(KEY_B).key_id]
     assert done in (19, 20)  # two batches of 10, less the stray value if it was among them
     assert counts[MasterKey(KEY_A).key_id] == 40 - done
 
-    totals = await rewrap_all(db, rotating, batch_size=10)
+    totals = await rewrap_all(pool, rotating, batch_size=10)
     assert [c.owner_id for c in totals.failed] == [str(stray)]
-    counts = await count_by_key_id(db)
+    counts = await count_by_key_id(pool)
     assert counts.get(MasterKey(KEY_A).key_id, 0) == 0
     assert counts[MasterKey(KEY_B).key_id] == 40
     after = EnvelopeSecretStore(KEY_B)
     for owner, plaintext in values.items():
-        assert await get_secret(db, after, context(owner)) == SecretValue(plaintext)
+        assert await get_secret(pool, after, context(owner)) == SecretValue(plaintext)
 
 
 # -------------------------------------------------------------------------------- the API
