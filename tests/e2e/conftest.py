@@ -1,15 +1,22 @@
-"""Fixtures of the end-to-end tests: the environment of a deployment on the module's database."""
+"""Fixtures of the end-to-end tests: a deployment's environment, the console's instance.
+
+A deployment's processes run on the module's database; the browser tests' console instance
+(:mod:`tests.e2e.console_instance`) on a database of the module's own.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.e2e.console_instance import Instance, console_instance
 
+from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.processes import ANY_PORT, QUICK_INTERVALS, deployment_environ
+from deskpool.testing.pytest_plugin import fresh_database
 
 DeploymentEnviron = Callable[..., dict[str, str]]
 
@@ -63,3 +70,22 @@ def quick_deployment(
 def db_url(module_database_url: str) -> str:
     """``db`` connects to the test module's database, where its processes run."""
     return module_database_url
+
+
+@pytest.fixture(scope="module")
+def console_database(test_servers: Any, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A database of the test module's own (named after it), for its console instance."""
+    module = request.module.__name__.rpartition(".")[2]
+    with fresh_database(test_servers, f"deskpool_{module}") as url:
+        yield url
+
+
+@pytest.fixture
+async def instance(
+    console_database: str, test_servers: Any, tmp_path: Path
+) -> AsyncIterator[Instance]:
+    """The console served by ``deskpool run all`` (:func:`console_instance`) on it."""
+    async with console_instance(
+        console_database, test_servers, tmp_path, DesktopDaemonSimulator()
+    ) as running:
+        yield running

@@ -21,9 +21,13 @@ FAST_SIMULATOR = {
 class Api:
     """Calls to one api process as one caller."""
 
-    def __init__(self, http: aiohttp.ClientSession, process: DeskpoolProcess, token: str) -> None:
+    def __init__(
+        self, http: aiohttp.ClientSession, process: DeskpoolProcess | str, token: str
+    ) -> None:
+        """``process``: the api process, or the URL it serves the API at."""
         self.http = http
-        self.base = f"{process.url('api')}/api/v1"
+        base = process if isinstance(process, str) else process.url("api")
+        self.base = f"{base}/api/v1"
         self.headers = {"Authorization": f"Bearer {token}"}
 
     async def status(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:

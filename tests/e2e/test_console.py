@@ -23,42 +23,20 @@ axe-core: no serious or critical violation.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 from tests.e2e.console_instance import (
     ADMIN,
     CHROMIUM,
     TIMEOUT,
     USER,
     Instance,
-    console_instance,
     sign_in,
     visit,
 )
 
-from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.processes import until
-from deskpool.testing.pytest_plugin import fresh_database
-
-
-@pytest.fixture(scope="module")
-def console_database(test_servers: Any) -> Iterator[str]:
-    with fresh_database(test_servers, "deskpool_console") as url:
-        yield url
-
-
-@pytest.fixture
-async def instance(
-    console_database: str, test_servers: Any, tmp_path: Path
-) -> AsyncIterator[Instance]:
-    async with console_instance(
-        console_database, test_servers, tmp_path, DesktopDaemonSimulator()
-    ) as running:
-        yield running
-
 
 #: True when a canvas of the desktop view holds more than one colour.
 CANVAS_NOT_BLANK = """() => [...document.querySelectorAll('.desktop-screen canvas')].some((c) => {

@@ -19,43 +19,20 @@ violation), as in the console test.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 from tests.e2e.console_instance import (
     ADMIN,
     CHROMIUM,
     TIMEOUT,
     USER,
     Instance,
-    console_instance,
     sign_in,
     visit,
 )
 
-from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.processes import until
-from deskpool.testing.pytest_plugin import fresh_database
-
-
-@pytest.fixture(scope="module")
-def console_database(test_servers: Any) -> Iterator[str]:
-    with fresh_database(test_servers, "deskpool_rollouts_console") as url:
-        yield url
-
-
-@pytest.fixture
-async def instance(
-    console_database: str, test_servers: Any, tmp_path: Path
-) -> AsyncIterator[Instance]:
-    async with console_instance(
-        console_database, test_servers, tmp_path, DesktopDaemonSimulator()
-    ) as running:
-        yield running
-
 
 SIMULATOR_OPTIONS = {
     "clone_seconds": 0.3,

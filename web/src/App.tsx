@@ -17,7 +17,9 @@ import { PeoplePage } from "./pages/People";
 import { PoolDetailPage } from "./pages/PoolDetail";
 import { NewPoolPage } from "./pages/PoolForm";
 import { PoolsPage } from "./pages/Pools";
+import { ReportsPage } from "./pages/Reports";
 import { RolloutsPage } from "./pages/Rollouts";
+import { SessionDetailPage } from "./pages/SessionDetail";
 import { SessionsPage } from "./pages/Sessions";
 import { SetupPage } from "./pages/Setup";
 import { useSession } from "./session";
@@ -64,6 +66,8 @@ export function App() {
           <Route path="/pools/:poolId/rollouts" element={<RolloutsPage />} />
           <Route path="/desktops" element={<DesktopsPage />} />
           <Route path="/sessions" element={<SessionsPage />} />
+          <Route path="/sessions/:sessionId" element={<SessionDetailPage />} />
+          <Route path="/reports" element={<ReportsPage />} />
           <Route path="/clusters" element={<ClustersPage />} />
           <Route path="/clusters/:clusterId" element={<ClusterDetailPage />} />
           <Route path="/people/*" element={<PeoplePage />} />

@@ -20,11 +20,13 @@ describe("navigation", () => {
   });
 
   it("shows what the permissions allow", () => {
-    const labels = visibleItems({ ...user, permissions: ["pools:read", "audit:read"] }).map((item) => item.label);
-    expect(labels).toEqual(["Dashboard", "My desktops", "Pools", "Audit"]);
+    const labels = visibleItems({ ...user, permissions: ["pools:read", "audit:read", "reports:read"] }).map(
+      (item) => item.label,
+    );
+    expect(labels).toEqual(["Dashboard", "My desktops", "Pools", "Reports", "Audit"]);
   });
 
   it("shows an administrator everything", () => {
-    expect(visibleItems({ ...user, is_platform_admin: true }).length).toBe(10);
+    expect(visibleItems({ ...user, is_platform_admin: true }).length).toBe(11);
   });
 });

@@ -3,6 +3,7 @@
  * failed jobs, sessions over the last day, and the pools that are not healthy.
  */
 import { useQuery } from "@tanstack/react-query";
+import { useMemo, useState } from "react";
 import { Link } from "react-router";
 import { unwrap } from "../api/client";
 import { allPages } from "../api/lists";
@@ -11,6 +12,9 @@ import { Badge } from "../components/Badge";
 import { SessionsChart } from "../components/SessionsChart";
 import { ProblemAlert } from "../components/Problem";
 import { words } from "../format";
+import { presetPeriod } from "../reports/period";
+import { fromSessions, fromUsage } from "../reports/sessions";
+import { fetchUsage } from "../reports/usage";
 import { useSession } from "../session";
 
 export function DashboardPage() {
@@ -22,9 +26,17 @@ export function DashboardPage() {
       items: await allPages((cursor, limit) => unwrap(api.GET("/api/v1/pools", { params: { query: { limit, cursor } } }))),
     }),
   });
+  // The last day's hours: the usage report's recorded facts when the user may read reports.
+  const reports = can(me, "reports:read");
+  const [day] = useState(() => presetPeriod("24h", "hour", Date.now()));
+  const usage = useQuery({
+    queryKey: ["dashboard", "usage", day],
+    enabled: reports,
+    queryFn: () => fetchUsage(api, { ...day, bucket: "hour" }),
+  });
   const sessions = useQuery({
     queryKey: ["dashboard", "sessions"],
-    enabled: can(me, "sessions:read"),
+    enabled: !reports && can(me, "sessions:read"),
     // The latest 500 sessions (newest first): the chart keeps those of the last day.
     queryFn: () => unwrap(api.GET("/api/v1/sessions", { params: { query: { limit: 500 } } })),
   });
@@ -39,13 +51,17 @@ export function DashboardPage() {
     for (const [state, count] of Object.entries(pool.counts.by_state)) byState[state] = (byState[state] ?? 0) + count;
     inSession += pool.counts.in_session;
   }
+  const hourly = useMemo(
+    () => (usage.data ? fromUsage(usage.data) : sessions.data ? fromSessions(sessions.data.items, Date.now()) : null),
+    [usage.data, sessions.data],
+  );
   const total = Object.values(byState).reduce((a, b) => a + b, 0);
   const unhealthy = (pools.data?.items ?? []).filter((pool) => pool.health?.status !== "healthy");
   const healthy = (pools.data?.items.length ?? 0) - unhealthy.length;
   return (
     <section>
       <h1>Dashboard</h1>
-      <ProblemAlert error={pools.error ?? failedJobs.error ?? sessions.error} />
+      <ProblemAlert error={pools.error ?? failedJobs.error ?? sessions.error ?? usage.error} />
       <div className="cards">
         <article>
           <h2>Desktops by state</h2>
@@ -78,7 +94,7 @@ export function DashboardPage() {
           </p>
         </article>
       </div>
-      {sessions.data ? <SessionsChart sessions={sessions.data.items} /> : null}
+      {hourly ? <SessionsChart hourly={hourly} /> : null}
       <h2>Pool health</h2>
       {pools.data ? (
         <p>

@@ -7,6 +7,7 @@ import { can } from "../auth/permissions";
 import { Badge } from "../components/Badge";
 import { DesktopTable } from "../components/DesktopTable";
 import { SelectField } from "../components/Field";
+import { LogonPhases } from "../components/LogonPhases";
 import { fieldErrorsOf, ProblemAlert } from "../components/Problem";
 import { when, words } from "../format";
 import { useSession } from "../session";
@@ -233,6 +234,7 @@ export function PoolDetailPage() {
       <h2>Desktops</h2>
       <DesktopTable poolId={data.id} />
       <Entitlements pool={data} />
+      {can(me, "reports:read") ? <LogonPhases poolId={data.id} /> : null}
     </section>
   );
 }

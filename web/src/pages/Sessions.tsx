@@ -1,7 +1,7 @@
 /** Sessions: open and recent remote desktop connections; disconnect one, or watch it read-only. */
 import { useMutation, useQueryClient } from "@tanstack/react-query";
 import { useState } from "react";
-import { useNavigate } from "react-router";
+import { Link, useNavigate } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
 import { pageSize, useCursorList } from "../api/lists";
 import { can } from "../auth/permissions";
@@ -47,7 +47,7 @@ export function SessionsPage() {
         rowKey={(s) => s.id}
         empty={state === "open" ? "No open session." : "No session."}
         columns={[
-          { header: "Desktop", cell: (s) => s.desktop_name },
+          { header: "Desktop", cell: (s) => <Link to={`/sessions/${s.id}`}>{s.desktop_name}</Link> },
           { header: "User", cell: (s) => s.user_id },
           { header: "State", cell: (s) => <Badge value={s.state} /> },
           { header: "Started", cell: (s) => when(s.started_at) },
