@@ -19,6 +19,7 @@ import { NewPoolPage } from "./pages/PoolForm";
 import { PoolsPage } from "./pages/Pools";
 import { ReportsPage } from "./pages/Reports";
 import { RolloutsPage } from "./pages/Rollouts";
+import { NewSchedulePage, ScheduleDetailPage, SchedulesPage } from "./pages/Schedules";
 import { SessionDetailPage } from "./pages/SessionDetail";
 import { SessionsPage } from "./pages/Sessions";
 import { SetupPage } from "./pages/Setup";
@@ -64,6 +65,9 @@ export function App() {
           <Route path="/pools/new" element={<NewPoolPage />} />
           <Route path="/pools/:poolId" element={<PoolDetailPage />} />
           <Route path="/pools/:poolId/rollouts" element={<RolloutsPage />} />
+          <Route path="/schedules" element={<SchedulesPage />} />
+          <Route path="/schedules/new" element={<NewSchedulePage />} />
+          <Route path="/schedules/:scheduleId" element={<ScheduleDetailPage />} />
           <Route path="/desktops" element={<DesktopsPage />} />
           <Route path="/sessions" element={<SessionsPage />} />
           <Route path="/sessions/:sessionId" element={<SessionDetailPage />} />

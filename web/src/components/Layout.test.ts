@@ -26,7 +26,12 @@ describe("navigation", () => {
     expect(labels).toEqual(["Dashboard", "My desktops", "Pools", "Reports", "Audit"]);
   });
 
+  it("shows schedules to those who may read them", () => {
+    const labels = visibleItems({ ...user, permissions: ["schedules:read"] }).map((item) => item.label);
+    expect(labels).toEqual(["My desktops", "Schedules"]);
+  });
+
   it("shows an administrator everything", () => {
-    expect(visibleItems({ ...user, is_platform_admin: true }).length).toBe(11);
+    expect(visibleItems({ ...user, is_platform_admin: true }).length).toBe(12);
   });
 });

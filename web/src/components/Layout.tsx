@@ -15,6 +15,7 @@ const ITEMS: Item[] = [
   { to: "/dashboard", label: "Dashboard", anyOf: ["pools:read", "desktops:read", "jobs:read"] },
   { to: "/my", label: "My desktops" },
   { to: "/pools", label: "Pools", permission: "pools:read" },
+  { to: "/schedules", label: "Schedules", permission: "schedules:read" },
   { to: "/desktops", label: "Desktops", permission: "desktops:read" },
   { to: "/sessions", label: "Sessions", permission: "sessions:read" },
   { to: "/clusters", label: "Clusters", permission: "clusters:read" },

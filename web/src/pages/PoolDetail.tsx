@@ -8,6 +8,7 @@ import { Badge } from "../components/Badge";
 import { DesktopTable } from "../components/DesktopTable";
 import { SelectField } from "../components/Field";
 import { LogonPhases } from "../components/LogonPhases";
+import { PoolCapacity } from "../components/PoolCapacity";
 import { fieldErrorsOf, ProblemAlert } from "../components/Problem";
 import { when, words } from "../format";
 import { useSession } from "../session";
@@ -231,6 +232,7 @@ export function PoolDetailPage() {
         </div>
       ) : null}
       {editing ? <PoolForm pool={data} onSaved={() => setEditing(false)} /> : null}
+      <PoolCapacity pool={data} />
       <h2>Desktops</h2>
       <DesktopTable poolId={data.id} />
       <Entitlements pool={data} />

@@ -53,6 +53,12 @@ describe("the pool form", () => {
     expect(body).not.toHaveProperty("domain_join");
   });
 
+  it("sends the pool's schedule, or none", () => {
+    expect(bodyOf(draftOf({ ...pool, schedule_id: "s1" }), pool).schedule_id).toBe("s1");
+    expect(bodyOf({ ...draftOf({ ...pool, schedule_id: "s1" }), schedule_id: "" }, pool).schedule_id).toBeNull();
+    expect(bodyOf(draftOf()).schedule_id).toBeNull();
+  });
+
   it("removes the domain join of a pool when the domain is emptied", () => {
     const body = bodyOf({ ...draftOf(pool), domain: "" }, pool);
     expect(body.domain_join).toBeNull();

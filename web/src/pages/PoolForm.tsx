@@ -6,8 +6,10 @@ import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { useState, type FormEvent } from "react";
 import { useNavigate } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
+import { allPages } from "../api/lists";
 import { SelectField, TextField } from "../components/Field";
 import { fieldErrorsOf, ProblemAlert } from "../components/Problem";
+import { can } from "../auth/permissions";
 import { useSession } from "../session";
 
 type Pool = Schemas["Pool"];
@@ -24,6 +26,8 @@ export interface PoolDraft {
   min_size: string;
   max_size: string;
   spare: string;
+  /** The capacity schedule's id; empty: none. */
+  schedule_id: string;
   naming_pattern: string;
   /** Nodes new desktops may go to; empty: any node. */
   target_nodes: string[];
@@ -52,6 +56,7 @@ export function draftOf(pool?: Pool, clusterId = "", template = ""): PoolDraft {
     min_size: String(pool?.min_size ?? 1),
     max_size: String(pool?.max_size ?? 5),
     spare: String(pool?.spare ?? 1),
+    schedule_id: pool?.schedule_id ?? "",
     naming_pattern: pool?.naming_pattern ?? "desk-{n:03}",
     target_nodes: [...(pool?.target_nodes ?? [])],
     storage: pool?.storage ?? "",
@@ -90,6 +95,7 @@ export function bodyOf(draft: PoolDraft, pool?: Pool): PoolCreate {
     min_size: Number(draft.min_size),
     max_size: Number(draft.max_size),
     spare: Number(draft.spare),
+    schedule_id: draft.schedule_id || null,
     naming_pattern: draft.naming_pattern,
     target_nodes: draft.target_nodes,
     storage: draft.storage.trim() || null,
@@ -127,10 +133,17 @@ export function PoolForm({
   onSaved?: (pool: Pool) => void;
   submitLabel?: string;
 }) {
-  const { api } = useSession();
+  const { api, me } = useSession();
   const client = useQueryClient();
   const navigate = useNavigate();
   const [draft, setDraft] = useState<PoolDraft>(() => draftOf(pool, clusterId, template));
+  const schedules = useQuery({
+    queryKey: ["schedules", "list"],
+    enabled: can(me, "schedules:read"),
+    queryFn: async () => ({
+      items: await allPages((cursor, limit) => unwrap(api.GET("/api/v1/schedules", { params: { query: { limit, cursor } } }))),
+    }),
+  });
   const set = (field: keyof PoolDraft) => (event: { target: { value: string } }) =>
     setDraft((current) => ({ ...current, [field]: event.target.value }));
   const clusters = useQuery({
@@ -244,6 +257,23 @@ export function PoolForm({
         <TextField label="Maximum size" type="number" min={1} value={draft.max_size} onChange={set("max_size")} error={errors.max_size} />
         <TextField label="Spare desktops" type="number" min={0} value={draft.spare} onChange={set("spare")} error={errors.spare} />
       </div>
+      <SelectField
+        label="Capacity schedule"
+        value={draft.schedule_id}
+        onChange={set("schedule_id")}
+        error={errors.schedule_id}
+        hint="Its phase in force sets the ready and spare desktops and powers idle ones off; none: the sizes above around the clock."
+      >
+        <option value="">None</option>
+        {schedules.data?.items.map((schedule) => (
+          <option key={schedule.id} value={schedule.id}>
+            {schedule.name} ({schedule.time_zone})
+          </option>
+        ))}
+        {draft.schedule_id && !schedules.data?.items.some((schedule) => schedule.id === draft.schedule_id) ? (
+          <option value={draft.schedule_id}>{draft.schedule_id}</option>
+        ) : null}
+      </SelectField>
       <details open={Boolean(pool?.target_nodes.length || pool?.storage) || undefined}>
         <summary>Placement</summary>
         <fieldset aria-describedby={nodesError ? "target-nodes-hint target-nodes-error" : "target-nodes-hint"}>
