@@ -171,6 +171,36 @@ async def visit(instance: Instance, page: Any, name: str) -> None:
         instance.violations[name] = serious
 
 
+#: What a chart's canvas (``components/Chart.tsx``, found by its figure's ``data-testid``) holds:
+#: its size, the pixels drawn (not transparent), how many colours, how many pixels of ``rgb`` (±2).
+CHART_PIXELS = """([testId, rgb]) => {
+  const canvas = document.querySelector(`[data-testid="${testId}"] canvas`);
+  if (!canvas || !canvas.width || !canvas.height) return null;
+  const d = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+  const colours = new Set();
+  let drawn = 0, matching = 0;
+  for (let i = 0; i < d.length; i += 4) {
+    if (d[i + 3] === 0) continue;
+    drawn += 1;
+    colours.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]);
+    if (Math.abs(d[i] - rgb[0]) <= 2 && Math.abs(d[i + 1] - rgb[1]) <= 2
+        && Math.abs(d[i + 2] - rgb[2]) <= 2) matching += 1;
+  }
+  return {width: canvas.width, height: canvas.height, drawn, colours: colours.size, matching};
+}"""
+
+
+async def chart_drawn(page: Any, test_id: str, rgb: tuple[int, int, int]) -> dict[str, int]:
+    """The chart's canvas (:data:`CHART_PIXELS`) once it holds pixels of the colour ``rgb``."""
+
+    async def pixels() -> dict[str, int] | None:
+        found: dict[str, int] | None = await page.evaluate(CHART_PIXELS, [test_id, list(rgb)])
+        return found if found and found["colours"] > 2 and found["matching"] > 20 else None
+
+    result: dict[str, int] = await until(pixels, f"the chart {test_id} is drawn", seconds=30)
+    return result
+
+
 async def sign_in(instance: Instance, page: Any, who: tuple[str, str]) -> None:
     await page.goto(instance.console + "/")
     await page.get_by_role("button", name="Sign in").click()

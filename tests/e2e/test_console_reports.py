@@ -39,6 +39,7 @@ from tests.e2e.console_instance import (
     TIMEOUT,
     USER,
     Instance,
+    chart_drawn,
     sign_in,
     visit,
 )
@@ -62,22 +63,6 @@ DREW = [
     "daemon_connected",
     "first_frame",
 ]
-
-#: What a chart's canvas holds: how many colours, and how many pixels of ``rgb`` (±2).
-CANVAS_PIXELS = """([testId, rgb]) => {
-  const canvas = document.querySelector(`[data-testid="${testId}"] canvas`);
-  if (!canvas || !canvas.width || !canvas.height) return null;
-  const d = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
-  const colours = new Set();
-  let matching = 0;
-  for (let i = 0; i < d.length; i += 4) {
-    if (d[i + 3] === 0) continue;
-    colours.add((d[i] << 16) | (d[i + 1] << 8) | d[i + 2]);
-    if (Math.abs(d[i] - rgb[0]) <= 2 && Math.abs(d[i + 1] - rgb[1]) <= 2
-        && Math.abs(d[i + 2] - rgb[2]) <= 2) matching += 1;
-  }
-  return {colours: colours.size, matching};
-}"""
 
 
 async def _sessions(instance: Instance) -> dict[str, Any]:
@@ -182,17 +167,6 @@ async def _reached(logon_of: Any, session_id: str, phase: str) -> bool:
     return logon is not None and phase in [item["phase"] for item in logon["phases"]]
 
 
-async def _drawn(page: Any, test_id: str, rgb: tuple[int, int, int]) -> dict[str, int]:
-    """The chart's canvas once it holds pixels of its series' colour ``rgb``."""
-
-    async def pixels() -> dict[str, int] | None:
-        found: dict[str, int] | None = await page.evaluate(CANVAS_PIXELS, [test_id, list(rgb)])
-        return found if found and found["colours"] > 2 and found["matching"] > 20 else None
-
-    result: dict[str, int] = await until(pixels, f"the chart {test_id} is drawn", seconds=30)
-    return result
-
-
 async def test_reports_page_csv_session_waterfall_and_pool_phases(instance: Instance) -> None:
     from playwright.async_api import async_playwright, expect
 
@@ -230,15 +204,15 @@ async def _steps(instance: Instance, admin: Any, expect: Any, facts: dict[str, A
     await expect(sessions_chart).to_have_attribute(
         "aria-label", "Sessions started per hour (3 in all) and distinct users (1 in all)."
     )
-    await _drawn(admin, "chart-sessions", PRIMARY)
-    await _drawn(admin, "chart-concurrency", PRIMARY)
-    await _drawn(admin, "chart-hours", (0x2F, 0x9E, 0x44))
+    await chart_drawn(admin, "chart-sessions", PRIMARY)
+    await chart_drawn(admin, "chart-concurrency", PRIMARY)
+    await chart_drawn(admin, "chart-hours", (0x2F, 0x9E, 0x44))
     reason = facts["failure_reason"]
     await expect(admin.get_by_test_id("chart-failures").get_by_role("img")).to_have_attribute(
         "aria-label", f"Failed connections per hour by reason: {reason} 1."
     )
-    await _drawn(admin, "chart-failures", FAILURE)
-    await _drawn(admin, "chart-logon", PRIMARY)
+    await chart_drawn(admin, "chart-failures", FAILURE)
+    await chart_drawn(admin, "chart-logon", PRIMARY)
     table = admin.get_by_test_id("usage-table")
     await expect(table.locator("tbody tr")).to_have_count(24)
     totals = table.locator("tfoot tr")
@@ -274,7 +248,7 @@ async def _steps(instance: Instance, admin: Any, expect: Any, facts: dict[str, A
     waterfall = admin.get_by_test_id("logon-waterfall").get_by_role("img")
     await expect(waterfall).to_have_attribute("aria-label", _every_phase_label())
     await expect(admin.get_by_test_id("logon-phases").locator("tbody tr")).to_have_count(len(DREW))
-    await _drawn(admin, "logon-waterfall", PRIMARY)
+    await chart_drawn(admin, "logon-waterfall", PRIMARY)
     await expect(admin.get_by_test_id("logon-outcome")).to_contain_text("First frame")
     await visit(instance, admin, "session-connected")
 
@@ -288,7 +262,7 @@ async def _steps(instance: Instance, admin: Any, expect: Any, facts: dict[str, A
     await expect(admin.get_by_test_id("logon-phases").locator("tbody tr")).to_have_count(
         len(DREW) - 1
     )
-    await _drawn(admin, "logon-waterfall", FAILURE)
+    await chart_drawn(admin, "logon-waterfall", FAILURE)
     await expect(admin.get_by_test_id("logon-outcome")).to_contain_text("Stopped")
     await visit(instance, admin, "session-failed")
 
@@ -305,8 +279,8 @@ async def _steps(instance: Instance, admin: Any, expect: Any, facts: dict[str, A
         row = phase_rows.nth([0, 1, 5, 6][index])
         await expect(row.locator("th")).to_have_text(name)
         await expect(row.locator("td").nth(0)).to_have_text(reached[name])
-    await _drawn(admin, "logon-phase-chart", PRIMARY)
-    await _drawn(admin, "logon-phase-chart", SECONDARY)
+    await chart_drawn(admin, "logon-phase-chart", PRIMARY)
+    await chart_drawn(admin, "logon-phase-chart", SECONDARY)
     await visit(instance, admin, "pool-logon-phases")
 
     # 5. The dashboard's sessions chart, from the usage report.
@@ -316,7 +290,7 @@ async def _steps(instance: Instance, admin: Any, expect: Any, facts: dict[str, A
         "aria-label",
         re.compile(r"^peak concurrent sessions per hour over the last day \(UTC\); peak 1,"),
     )
-    await _drawn(admin, "sessions-chart", PRIMARY)
+    await chart_drawn(admin, "sessions-chart", PRIMARY)
     await visit(instance, admin, "dashboard")
 
 

@@ -32,6 +32,7 @@ from tests.e2e.console_instance import (
     CHROMIUM,
     TIMEOUT,
     Instance,
+    chart_drawn,
     sign_in,
     visit,
 )
@@ -40,21 +41,6 @@ from deskpool.testing.processes import until
 
 #: The planned ``min_ready`` step's colour (``COLORS.min_ready`` in web/src/schedules/chart.ts).
 MIN_READY_RGB = (0x18, 0x64, 0xAB)
-
-#: What a chart's canvas holds: its size, the pixels drawn (not transparent) and those of a colour.
-CANVAS_PIXELS = """([testId, rgb]) => {
-  const canvas = document.querySelector(`[data-testid="${testId}"] canvas`);
-  if (!canvas || !canvas.width || !canvas.height) return null;
-  const data = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
-  let drawn = 0, colour = 0;
-  for (let i = 0; i < data.length; i += 4) {
-    if (data[i + 3] === 0) continue;
-    drawn += 1;
-    if (data[i + 3] > 200 && Math.abs(data[i] - rgb[0]) < 10 && Math.abs(data[i + 1] - rgb[1]) < 10
-        && Math.abs(data[i + 2] - rgb[2]) < 10) colour += 1;
-  }
-  return {width: canvas.width, height: canvas.height, drawn, colour};
-}"""
 
 
 def _containing(text: str) -> re.Pattern[str]:
@@ -125,21 +111,6 @@ async def _prepare(instance: Instance) -> str:
     return str(uuid.UUID(pool["id"]))
 
 
-async def _drawn(page: Any, test_id: str) -> dict[str, int]:
-    """The chart's canvas once ECharts drew the planned step into it (its pixels, counted)."""
-    found: dict[str, int] = {}
-
-    async def drawn() -> bool:
-        pixels = await page.evaluate(CANVAS_PIXELS, [test_id, list(MIN_READY_RGB)])
-        if pixels is None:
-            return False
-        found.update(pixels)
-        return bool(pixels["colour"] > 0)
-
-    await until(drawn, f"the {test_id} chart is drawn", seconds=30, every=0.25)
-    return found
-
-
 async def test_the_schedule_editor_previews_saves_and_the_pool_plots_its_capacity(
     instance: Instance,
 ) -> None:
@@ -192,7 +163,7 @@ async def test_the_schedule_editor_previews_saves_and_the_pool_plots_its_capacit
             await expect(preview.get_by_role("img")).to_have_attribute(
                 "aria-label", _containing("peak: 3 ready, 1 spare"), timeout=TIMEOUT
             )
-            pixels = await _drawn(page, "schedule-preview")
+            pixels = await chart_drawn(page, "schedule-preview", MIN_READY_RGB)
             assert pixels["drawn"] > 0.005 * pixels["width"] * pixels["height"], pixels
             assert page.url.endswith("/schedules/new")
             assert (await _api(instance, "GET", "/schedules"))["items"] == []
@@ -235,7 +206,7 @@ async def test_the_schedule_editor_previews_saves_and_the_pool_plots_its_capacit
             await expect(plot).to_have_attribute(
                 "aria-label", _containing("Recorded: "), timeout=TIMEOUT
             )
-            pixels = await _drawn(page, "pool-capacity")
+            pixels = await chart_drawn(page, "pool-capacity", MIN_READY_RGB)
             assert pixels["drawn"] > 0.005 * pixels["width"] * pixels["height"], pixels
             assert (await _api(instance, "GET", f"/pools/{pool_id}"))["schedule_id"] == schedules[
                 0
