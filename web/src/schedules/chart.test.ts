@@ -199,9 +199,14 @@ describe("the tooltip and the bands' names", () => {
   });
 
   it("says which phase is in force now", () => {
-    expect(inForceText({ in_force: null })).toBe("none");
-    const since = "2026-11-24T00:00:00Z";
-    expect(inForceText({ in_force: { phase: "off-peak", exception: "christmas", since } })).toMatch(/^off-peak \(christmas\) since /);
-    expect(inForceText({ in_force: { phase: "exam", exception: "exam", since } })).toMatch(/^exam since /);
+    const time_zone = "Europe/Berlin";
+    expect(inForceText({ in_force: null, time_zone })).toBe("none");
+    const since = "2026-12-23T23:00:00Z";
+    expect(inForceText({ in_force: { phase: "off-peak", exception: "christmas", since }, time_zone })).toBe(
+      "off-peak (christmas) since Thu 2026-12-24 00:00",
+    );
+    expect(inForceText({ in_force: { phase: "exam", exception: "exam", since }, time_zone: "UTC" })).toBe(
+      "exam since Wed 2026-12-23 23:00",
+    );
   });
 });

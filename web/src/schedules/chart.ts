@@ -14,7 +14,6 @@
 import type { LineSeriesOption } from "echarts/charts";
 import type { Schemas } from "../api/client";
 import type { ChartOption } from "../components/Chart";
-import { when } from "../format";
 
 type PlannedTargets = Schemas["PlannedTargets"];
 type CapacitySample = Schemas["CapacitySample"];
@@ -108,12 +107,15 @@ export function phaseLabel(entry: Pick<PlannedTargets, "phase" | "exception">): 
   return entry.exception ?? entry.phase ?? "no schedule";
 }
 
-/** The phase a schedule has in force now, in words (`peak since …`, `off-peak (christmas) since …`). */
-export function inForceText(schedule: Pick<Schemas["Schedule"], "in_force">): string {
+/**
+ * The phase a schedule has in force now, in words, its start in the schedule's zone
+ * (`peak since Mon 2026-11-23 07:00`, `off-peak (christmas) since Thu 2026-12-24 00:00`).
+ */
+export function inForceText(schedule: Pick<Schemas["Schedule"], "in_force" | "time_zone">): string {
   const found = schedule.in_force;
   if (!found) return "none";
   const what = found.exception && found.exception !== found.phase ? `${found.phase} (${found.exception})` : found.phase;
-  return `${what} since ${when(found.since)}`;
+  return `${what} since ${wallText(wallClock(Date.parse(found.since), schedule.time_zone))}`;
 }
 
 export interface PhaseSpan {
