@@ -3,13 +3,15 @@
 The bundled PostgreSQL, Redis and guacd images cannot be pulled on this machine: the test
 derives a composition from ``deploy/compose/compose.yaml`` in which this machine's PostgreSQL and
 Redis stand in for them and the desktop daemon simulator (from deskpool's image) stands in for
-guacd. Every service uses the host's network on ports of the test's own. Everything else (the
-env file, the migration step first, commands, stop signals and grace periods) is the shipped
-composition's.
+guacd. Every service uses the host's network and its listeners bind port 0; each writes the
+addresses it bound to ``LISTEN_ADDRESSES_FILE`` in a folder of the test's. The simulator comes up
+first, so that the gateway is told where it listens. Everything else (the env file, the
+migration step first, commands, stop signals and grace periods) is the shipped composition's.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import secrets
@@ -23,15 +25,27 @@ from typing import Any
 import pytest
 import yaml
 
-from deskpool.testing.processes import free_port
+from deskpool.testing.processes import ANY_PORT
 from deskpool.testing.pytest_plugin import fresh_database
 from deskpool.testing.services import ServiceAddresses
 from tests.deploy.conftest import DEPLOY
-from tests.deploy.podman import build_image, podman, podman_environ, wait_http
+from tests.deploy.podman import (
+    ADDRESSES_MOUNT,
+    addresses_folder,
+    bound_addresses,
+    build_image,
+    podman,
+    podman_environ,
+    printed_address,
+    wait_http,
+)
 from tests.deploy.test_image import IMAGE
 
 COMPONENTS = ("api", "worker", "gateway", "web")
 BUNDLED = ("postgres", "redis", "desktopd")
+SIMULATOR = "desktopd-simulator"
+#: Each component's listen address settings besides METRICS_ADDR.
+LISTENERS = {"api": "API_ADDR", "gateway": "GATEWAY_ADDR", "web": "WEB_ADDR"}
 pytestmark = pytest.mark.timeout(1800)
 
 
@@ -47,10 +61,11 @@ def database_url(test_servers: ServiceAddresses) -> Iterator[str]:
         yield url
 
 
-def derive_composition(
-    shipped: dict[str, Any], ports: dict[str, int], ops: dict[str, int], desktopd_port: int
-) -> dict[str, Any]:
-    """The shipped composition on the host's network, with this machine's services."""
+def derive_composition(shipped: dict[str, Any], addresses: Path) -> dict[str, Any]:
+    """The shipped composition on the host's network, with this machine's services.
+
+    :param addresses: the folder where each component writes what it bound (``NAME.json``).
+    """
     composition = {key: value for key, value in shipped.items() if key != "volumes"}
     services = {k: dict(v) for k, v in shipped["services"].items() if k not in BUNDLED}
     for name, service in services.items():
@@ -63,23 +78,24 @@ def derive_composition(
         else:
             service.pop("depends_on", None)
         environment = dict(service.get("environment", {}))
-        if name in ops:
-            environment["METRICS_ADDR"] = f"127.0.0.1:{ops[name]}"
+        if name in COMPONENTS:
+            environment["METRICS_ADDR"] = ANY_PORT
+            environment["LISTEN_ADDRESSES_FILE"] = f"{ADDRESSES_MOUNT}/{name}.json"
+            if name in LISTENERS:
+                environment[LISTENERS[name]] = ANY_PORT
+            service["volumes"] = [f"{addresses}:{ADDRESSES_MOUNT}"]
         service["environment"] = environment
-    services["api"]["environment"]["API_ADDR"] = f"127.0.0.1:{ports['api']}"
-    services["gateway"]["environment"]["GATEWAY_ADDR"] = f"127.0.0.1:{ports['gateway']}"
-    services["gateway"]["environment"]["DESKTOPD_ADDRESS"] = f"127.0.0.1:{desktopd_port}"
-    services["web"]["environment"]["WEB_ADDR"] = f"127.0.0.1:{ports['web']}"
-    services["desktopd-simulator"] = {
+    services[SIMULATOR] = {
         "image": "${DESKPOOL_IMAGE}",
         "network_mode": "host",
-        "entrypoint": ["python", "-m", "deskpool.desktopd", f"127.0.0.1:{desktopd_port}"],
+        "entrypoint": ["python", "-m", "deskpool.desktopd", ANY_PORT],
     }
     composition["services"] = services
     return composition
 
 
 def compose(workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run podman-compose on ``workdir/compose.yaml``; fail with its output unless it succeeds."""
     result = subprocess.run(
         [str(Path(sys.executable).parent / "podman-compose"), "-f", "compose.yaml", *args],
         cwd=workdir,
@@ -93,13 +109,12 @@ def compose(workdir: Path, *args: str, timeout: float = 300) -> subprocess.Compl
     return result
 
 
-def test_composition_comes_up_migrated_and_stops_within_the_grace_period(
+async def test_composition_comes_up_migrated_and_stops_within_the_grace_period(
     image: str, database_url: str, test_servers: ServiceAddresses, tmp_path: Path
 ) -> None:
     shipped = yaml.safe_load((DEPLOY / "compose" / "compose.yaml").read_text())
-    ports = {name: free_port() for name in ("api", "gateway", "web")}
-    ops = {name: free_port() for name in COMPONENTS}
-    composition = derive_composition(shipped, ports, ops, free_port())
+    folder = addresses_folder(tmp_path)
+    composition = derive_composition(shipped, folder)
     project = f"deskpool-compose-{secrets.token_hex(3)}"
     composition["name"] = project
     (tmp_path / "compose.yaml").write_text(yaml.safe_dump(composition, sort_keys=False))
@@ -111,30 +126,37 @@ def test_composition_comes_up_migrated_and_stops_within_the_grace_period(
                 f"KVSTORE_ADDR={test_servers.kv_addr}",
                 f"KVSTORE_KEY_PREFIX=deskpool-compose-{secrets.token_hex(4)}:",
                 f"SECRETS_MASTER_KEY={base64.b64encode(os.urandom(32)).decode()}",
-                f"GATEWAY_PUBLIC_WS_URL=ws://127.0.0.1:{ports['gateway']}/websocket-tunnel",
                 "",
             ]
         )
     )
     try:
-        compose(tmp_path, "up", "-d")
+        await asyncio.to_thread(compose, tmp_path, "up", "-d", SIMULATOR)
+        daemon = await printed_address(f"{project}_{SIMULATOR}_1")
+        composition["services"]["gateway"]["environment"]["DESKTOPD_ADDRESS"] = daemon
+        (tmp_path / "compose.yaml").write_text(yaml.safe_dump(composition, sort_keys=False))
+        await asyncio.to_thread(compose, tmp_path, "up", "-d", "migrate", *COMPONENTS)
+        bound = {
+            name: await bound_addresses(folder, name, f"{project}_{name}_1") for name in COMPONENTS
+        }
         for name in COMPONENTS:
-            wait_http(f"http://127.0.0.1:{ops[name]}/readyz", within=120)
-        wait_http(f"http://127.0.0.1:{ports['api']}/openapi.yaml")
-        wait_http(f"http://127.0.0.1:{ports['web']}/config.json")
+            await wait_http(f"http://{bound[name]['ops']}/readyz", within=120)
+        await wait_http(f"http://{bound['api']['api']}/openapi.yaml")
+        await wait_http(f"http://{bound['web']['web']}/config.json")
         migrate = podman("inspect", "-f", "{{.State.ExitCode}}", f"{project}_migrate_1")
         assert migrate.stdout.strip() == "0"
 
         grace = max(int(shipped["services"][name]["stop_grace_period"][:-1]) for name in COMPONENTS)
         started = time.monotonic()
-        compose(tmp_path, "stop", timeout=grace + 60)
+        await asyncio.to_thread(compose, tmp_path, "stop", timeout=grace + 60)
         took = time.monotonic() - started
         assert took < grace, f"stopping took {took:.1f}s, over the {grace}s grace period"
         for name in COMPONENTS:
             code = podman("inspect", "-f", "{{.State.ExitCode}}", f"{project}_{name}_1")
             assert code.stdout.strip() == "0", f"{name} exited {code.stdout.strip()}"
     finally:
-        subprocess.run(
+        await asyncio.to_thread(
+            subprocess.run,
             [str(Path(sys.executable).parent / "podman-compose"), "-f", "compose.yaml", "down"],
             cwd=tmp_path,
             env=podman_environ() | {"DESKPOOL_IMAGE": IMAGE},

@@ -2,7 +2,9 @@
 
 One image; the migration and each component (api, worker, gateway, web) run in containers of
 their own on the host's network, against this machine's PostgreSQL and Redis (a fresh database)
-and the test issuer. The desktop daemon simulator stands in for guacd, from the same image. The
+and the test issuer. The desktop daemon simulator stands in for guacd, from the same image. Every
+listener binds port 0: the containers start one after the other, each told the addresses the
+ones before it bound (the gateway's for the API's tunnel URL, the API's for the console). The
 test then opens a desktop through the REST API and the gateway's tunnel.
 """
 
@@ -10,22 +12,31 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import secrets
-import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
 from deskpool.testing.idp import TestIdentityProvider
-from deskpool.testing.processes import free_port
+from deskpool.testing.processes import ANY_PORT, until
 from deskpool.testing.pytest_plugin import fresh_database
 from deskpool.testing.services import ServiceAddresses
 from deskpool.testing.tunnels import WebSocketTunnelClient
 from tests.deploy.conftest import REPO
-from tests.deploy.podman import Containers, build_image, podman, wait_http
+from tests.deploy.podman import (
+    Containers,
+    addresses_folder,
+    bound_addresses,
+    build_image,
+    podman,
+    printed_address,
+    wait_http,
+)
 
 IMAGE = "localhost/deskpool:test"
 COMPONENTS = ("api", "worker", "gateway", "web")
@@ -92,15 +103,17 @@ async def api_call(
 async def wait_ready_desktop(
     session: aiohttp.ClientSession, api: str, token: str, pool_id: str
 ) -> None:
-    deadline = time.monotonic() + 120
     states: list[str] = []
-    while time.monotonic() < deadline:
+
+    async def ready() -> bool:
         page = await api_call(session, "GET", f"{api}/api/v1/desktops?pool_id={pool_id}", token)
-        states = [d["state"] for d in page["items"]]
-        if "ready" in states:
-            return
-        await asyncio.sleep(1)
-    raise AssertionError(f"no desktop of the pool became ready: {states}")
+        states[:] = [d["state"] for d in page["items"]]
+        return "ready" in states
+
+    try:
+        await until(ready, "a desktop of the pool is ready", seconds=120, every=1)
+    except AssertionError as late:
+        raise AssertionError(f"{late}: {states}") from None
 
 
 async def test_image_runs_migration_and_every_component_and_opens_a_desktop(
@@ -108,6 +121,7 @@ async def test_image_runs_migration_and_every_component_and_opens_a_desktop(
     database_url: str,
     test_servers: ServiceAddresses,
     issuer: TestIdentityProvider,
+    tmp_path: Path,
 ) -> None:
     env = service_environ(database_url, test_servers, issuer)
     migrate = await asyncio.to_thread(
@@ -124,43 +138,47 @@ async def test_image_runs_migration_and_every_component_and_opens_a_desktop(
     )
     assert manifest.stdout.startswith("unsigned"), manifest.stdout + manifest.stderr
 
-    ports = {name: free_port() for name in (*COMPONENTS, "desktopd")}
-    ops = {name: free_port() for name in COMPONENTS}
-    gateway_url = f"ws://127.0.0.1:{ports['gateway']}/websocket-tunnel"
-    env |= {
-        "API_ADDR": f"127.0.0.1:{ports['api']}",
-        "GATEWAY_ADDR": f"127.0.0.1:{ports['gateway']}",
-        "WEB_ADDR": f"127.0.0.1:{ports['web']}",
-        "DESKTOPD_ADDRESS": f"127.0.0.1:{ports['desktopd']}",
-        "GATEWAY_PUBLIC_WS_URL": gateway_url,
-        "WEB_PUBLIC_API_BASE_URL": f"http://127.0.0.1:{ports['api']}",
-        "WEB_PUBLIC_OIDC_AUTHORITY": issuer.issuer_url,
-        "WEB_PUBLIC_OIDC_CLIENT_ID": "deskpool-console",
-    }
     await asyncio.to_thread(
         containers.run,
         "deskpool-test-desktopd",
-        ["-m", "deskpool.desktopd", f"127.0.0.1:{ports['desktopd']}"],
+        ["-m", "deskpool.desktopd", ANY_PORT],
         {},
         entrypoint="python",
     )
-    for name in COMPONENTS:
-        await asyncio.to_thread(
-            containers.run,
-            f"deskpool-test-{name}",
-            ["run", name],
-            env | {"METRICS_ADDR": f"127.0.0.1:{ops[name]}"},
-        )
+    env |= {
+        "API_ADDR": ANY_PORT,
+        "GATEWAY_ADDR": ANY_PORT,
+        "WEB_ADDR": ANY_PORT,
+        "METRICS_ADDR": ANY_PORT,
+        "DESKTOPD_ADDRESS": await printed_address("deskpool-test-desktopd"),
+        "WEB_PUBLIC_OIDC_AUTHORITY": issuer.issuer_url,
+        "WEB_PUBLIC_OIDC_CLIENT_ID": "deskpool-console",
+    }
+    # One after the other, each told where the ones before it listen.
+    folder = addresses_folder(tmp_path)
+    bound: dict[str, dict[str, str]] = {}
+    for name in ("gateway", "api", "web", "worker"):
+        if name == "api":
+            env["GATEWAY_PUBLIC_WS_URL"] = f"ws://{bound['gateway']['gateway']}/websocket-tunnel"
+        if name == "web":
+            env["WEB_PUBLIC_API_BASE_URL"] = f"http://{bound['api']['api']}"
+        container = f"deskpool-test-{name}"
+        await asyncio.to_thread(containers.run, container, ["run", name], env, addresses=folder)
+        bound[name] = await bound_addresses(folder, container)
     for name in COMPONENTS:
         try:
-            await asyncio.to_thread(wait_http, f"http://127.0.0.1:{ops[name]}/readyz")
+            await wait_http(f"http://{bound[name]['ops']}/readyz")
         except AssertionError as error:
             raise AssertionError(f"{error}\n{containers.logs(f'deskpool-test-{name}')}") from None
 
-    api = f"http://127.0.0.1:{ports['api']}"
-    served = await asyncio.to_thread(wait_http, f"{api}/openapi.yaml")
+    api = f"http://{bound['api']['api']}"
+    gateway_url = env["GATEWAY_PUBLIC_WS_URL"]
+    served = await wait_http(f"{api}/openapi.yaml")
     assert served == (REPO / "api" / "openapi" / "openapi.yaml").read_bytes()
-    console = (await asyncio.to_thread(wait_http, f"http://127.0.0.1:{ports['web']}/")).decode()
+    web = f"http://{bound['web']['web']}"
+    console = (await wait_http(f"{web}/")).decode()
+    config = json.loads(await wait_http(f"{web}/config.json"))
+    assert config["apiBaseUrl"] == api
     assert '<div id="root">' in console or "<script" in console, console[:300]
     assert "console build was not found" not in console
 

@@ -30,7 +30,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -41,17 +40,6 @@ import aiohttp
 
 #: A listen address on loopback whose port the system picks when the listener binds.
 ANY_PORT = "127.0.0.1:0"
-
-
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that is free now, for a program that cannot bind port 0 itself.
-
-    Another process may take it before the program binds it: a deskpool listener is given
-    :data:`ANY_PORT` instead, and reports the port it bound.
-    """
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def read_addresses(path: Path) -> dict[str, str] | None:
