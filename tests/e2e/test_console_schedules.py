@@ -12,7 +12,9 @@ a simulated cluster and a pool without a schedule are made. Then the administrat
    lists no schedule), and it names the exception;
 3. saves it: the schedule's page says the off-peak phase is in force because of the exception;
 4. picks the schedule in the pool's settings; the pool's capacity plot names the schedule's
-   phases, counts the recorded samples, and its canvas is drawn (read pixel by pixel too).
+   phases, counts the recorded samples, and its canvas is drawn (read pixel by pixel too);
+5. changes the schedule from its page (saved: a new generation), and deleting it while the pool
+   uses it shows the API's refusal.
 
 Every page visited is saved as a screenshot and checked with axe-core (no serious or critical
 violation), as in the console test.
@@ -212,6 +214,24 @@ async def test_the_schedule_editor_previews_saves_and_the_pool_plots_its_capacit
                 0
             ]["id"]
             await visit(instance, page, "pool-capacity")
+
+            # 5. A change to the schedule is saved; deleting it while the pool uses it is refused.
+            section = page.get_by_test_id("pool-schedule")
+            await section.get_by_role("link", name="Office hours").click()
+            form = page.get_by_role("form", name="Schedule Office hours")
+            await form.get_by_role("group", name="Phase 2").get_by_label("Spare desktops").fill("2")
+            await form.get_by_role("button", name="Save the schedule").click()
+
+            async def changed() -> bool:
+                shown = await _api(instance, "GET", f"/schedules/{schedules[0]['id']}")
+                return bool(shown["phases"][1]["spare"] == 2 and shown["generation"] == 2)
+
+            await until(changed, "the changed schedule is saved", seconds=30, every=0.25)
+            page.once("dialog", lambda dialog: dialog.accept())
+            await page.get_by_role("button", name="Delete").click()
+            await expect(page.get_by_role("alert")).to_contain_text("office-pool", timeout=TIMEOUT)
+            assert len((await _api(instance, "GET", "/schedules"))["items"]) == 1
+            await visit(instance, page, "schedule-in-use")
         except BaseException:
             await page.screenshot(path=str(instance.artifacts / "failed-schedules.png"))
             raise
