@@ -84,7 +84,7 @@ async def logon_phases(
     if errors:
         raise ValidationFailed(errors)
     async with _snapshot(runtime, pool_id) as (connection, now):
-        logons = await store.logon_records_in(connection, start, end, pool_id)
+        logons = await store.logon_times_in(connection, start, end, pool_id)
     return {
         "start": start,
         "end": end,

@@ -11,9 +11,10 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
-from deskpool.db.rows import Db, record_from_row
+from deskpool.db.rows import Db
 from deskpool.reports.model import LogonFact, SessionSpan
-from deskpool.sessions.logons import LogonRecord
+from deskpool.reports.phases import LogonTimes
+from deskpool.sessions.logons import PHASES
 
 #: The sessions overlapping ``$1`` to ``$2`` (of the pool ``$3``, or all): found through the
 #: index on ``ended_at`` (those that ended after the start, or are still open).
@@ -34,8 +35,12 @@ LOGONS_SQL = f"""
      WHERE {_LOGONS_OF_PERIOD}
     """
 
-#: The period's logons with every phase.
-LOGON_PHASES_SQL = f"SELECT * FROM logons WHERE {_LOGONS_OF_PERIOD}"
+#: The period's logons: when each phase was reached, in order, and when it failed.
+LOGON_PHASES_SQL = f"""
+    SELECT {", ".join(phase.column for phase in PHASES)}, failed_at
+      FROM logons
+     WHERE {_LOGONS_OF_PERIOD}
+    """
 
 
 async def sessions_in(
@@ -58,12 +63,13 @@ async def logons_in(
     return [LogonFact(row["asked_at"], row["duration"], row["failure_reason"]) for row in rows]
 
 
-async def logon_records_in(
+async def logon_times_in(
     db: Db, start: datetime, end: datetime, pool_id: uuid.UUID | None
-) -> list[LogonRecord]:
+) -> list[LogonTimes]:
     """The logons asked from ``start`` to ``end`` (of one pool, or all), with their phases."""
     rows = await db.fetch(LOGON_PHASES_SQL, start, end, pool_id)
-    return [record_from_row(LogonRecord, row) for row in rows]
+    last = len(PHASES)
+    return [LogonTimes(tuple(row[:last]), row[last]) for row in rows]
 
 
 async def database_now(db: Db) -> datetime:

@@ -20,6 +20,7 @@ A logon that stops before the first frame keeps the phases it reached, ``failed_
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -55,6 +56,28 @@ class LogonPhase(StrEnum):
 PHASES: tuple[LogonPhase, ...] = tuple(LogonPhase)
 
 
+def phase_steps(
+    times: Sequence[datetime | None],
+) -> Iterator[tuple[LogonPhase, datetime, float]]:
+    """The phases reached, in order, with when and the seconds since the one reached before.
+
+    :param times: when each of :data:`PHASES` was reached (``None``: not reached), in order.
+    """
+    previous: datetime | None = None
+    for phase, at in zip(PHASES, times, strict=True):
+        if at is None:
+            continue
+        yield phase, at, 0.0 if previous is None else (at - previous).total_seconds()
+        previous = at
+
+
+def outcome_of(first_frame_at: datetime | None, failed_at: datetime | None) -> str:
+    """``connected`` (first frame drawn), ``failed``, or ``pending``."""
+    if first_frame_at is not None:
+        return "connected"
+    return "failed" if failed_at is not None else "pending"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogonRecord:
     """One logon as it is stored: when each phase was reached (``None``: not reached)."""
@@ -83,9 +106,7 @@ class LogonRecord:
     @property
     def outcome(self) -> str:
         """``connected`` (first frame drawn), ``failed``, or ``pending``."""
-        if self.first_frame_at is not None:
-            return "connected"
-        return "failed" if self.failed_at is not None else "pending"
+        return outcome_of(self.first_frame_at, self.failed_at)
 
     @property
     def duration(self) -> float | None:
@@ -96,21 +117,11 @@ class LogonRecord:
 
     def phases(self) -> list[dict[str, Any]]:
         """The phases reached, in order: name, time, and seconds since the previous one."""
-        out: list[dict[str, Any]] = []
-        previous: datetime | None = None
-        for phase in PHASES:
-            at = self.at(phase)
-            if at is None:
-                continue
-            out.append(
-                {
-                    "phase": str(phase),
-                    "at": at,
-                    "seconds": 0.0 if previous is None else (at - previous).total_seconds(),
-                }
-            )
-            previous = at
-        return out
+        times = [self.at(phase) for phase in PHASES]
+        return [
+            {"phase": str(phase), "at": at, "seconds": seconds}
+            for phase, at, seconds in phase_steps(times)
+        ]
 
     def as_json(self) -> dict[str, Any]:
         """The logon as the API shows it (times as datetimes, for the schema to render)."""

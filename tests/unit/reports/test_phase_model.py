@@ -7,23 +7,24 @@ from typing import Any
 
 from tests.unit.sessions.test_logons import T0, record
 
-from deskpool.reports.phases import phase_figures, span_errors
-from deskpool.sessions.logons import LogonPhase, LogonRecord
+from deskpool.reports.phases import LogonTimes, phase_figures, span_errors
+from deskpool.sessions.logons import PHASES, LogonPhase
 
 
-def logon(steps: dict[str, float], failed: str | None = None) -> LogonRecord:
+def logon(steps: dict[str, float], failed: str | None = None) -> LogonTimes:
     """A logon asked at T0 that reached each phase ``steps`` names ``seconds`` after T0."""
-    return record(
+    stored = record(
         **{f"{phase}_at": T0 + timedelta(seconds=seconds) for phase, seconds in steps.items()},
         failed_at=None if failed is None else T0 + timedelta(seconds=60),
         failure_reason=failed,
     )
+    return LogonTimes(tuple(stored.at(phase) for phase in PHASES), stored.failed_at)
 
 
 FULL = ("allocated", "guest_ready", "token_issued", "tunnel_opened", "daemon_connected")
 
 
-def drew(*seconds: float) -> LogonRecord:
+def drew(*seconds: float) -> LogonTimes:
     """A logon that reached every phase but ``powered_on``, at the cumulative ``seconds``."""
     return logon(dict(zip((*FULL, "first_frame"), seconds, strict=True)))
 
