@@ -166,6 +166,9 @@ async def test_the_schedule_editor_previews_saves_and_the_pool_plots_its_capacit
                 "aria-label", _containing("peak: 3 ready, 1 spare"), timeout=TIMEOUT
             )
             pixels = await chart_drawn(page, "schedule-preview", MIN_READY_RGB)
+            # Its tooltip names the phase at the pointer (the middle of the week: Thursday).
+            await preview.locator("canvas").first.hover()
+            await expect(preview.get_by_text("phase: ")).to_be_visible(timeout=TIMEOUT)
             assert pixels["drawn"] > 0.005 * pixels["width"] * pixels["height"], pixels
             assert page.url.endswith("/schedules/new")
             assert (await _api(instance, "GET", "/schedules"))["items"] == []

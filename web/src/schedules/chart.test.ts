@@ -175,12 +175,12 @@ describe("the tooltip and the bands' names", () => {
   it("says the time, the phase there and each value, escaped", () => {
     const html = tooltipHtml(
       [
-        { axisValue: at("2026-11-24T10:00:00Z"), seriesName: "ready", marker: "<i></i>", value: [0, 2] },
-        { axisValue: at("2026-11-24T10:00:00Z"), seriesName: "in use", marker: "", value: [0, null] },
+        { axisValue: at("2026-11-24T10:00:00Z"), seriesName: "ready", value: [0, 2] },
+        { axisValue: at("2026-11-24T10:00:00Z"), seriesName: "in use", value: [0, null] },
       ],
       phases,
     );
-    expect(html).toBe("<strong>Tue 2026-11-24 10:00</strong><br/>phase: &#60;b&#62;closed&#60;/b&#62;<br/><i></i>ready: 2");
+    expect(html).toBe("<strong>Tue 2026-11-24 10:00</strong><br/>phase: &#60;b&#62;closed&#60;/b&#62;<br/>ready: 2");
     expect(tooltipHtml([{ axisValue: at("2026-11-23T06:00:00Z"), seriesName: "spare", value: [0, 1] }], phases)).toBe(
       "<strong>Mon 2026-11-23 06:00</strong><br/>spare: 1",
     );

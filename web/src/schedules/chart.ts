@@ -214,11 +214,14 @@ export function escapeHtml(text: string): string {
 export interface TooltipItem {
   axisValue?: number | string;
   seriesName?: string;
-  marker?: unknown;
   value?: unknown;
 }
 
-/** The tooltip at a point of the time axis: the time, the phase in force there, each series' value. */
+/**
+ * The tooltip at a point of the time axis: the time, the phase in force there, each series' value.
+ * Markup without a style attribute: the console's `style-src 'self'` would refuse one (ECharts'
+ * own series markers are such inline styles, so they are left out).
+ */
 export function tooltipHtml(items: TooltipItem[], phases: PhaseSpan[]): string {
   const x = Number(items[0]?.axisValue);
   if (!Number.isFinite(x)) return "";
@@ -228,8 +231,7 @@ export function tooltipHtml(items: TooltipItem[], phases: PhaseSpan[]): string {
   for (const item of items) {
     const value = Array.isArray(item.value) ? item.value[1] : item.value;
     if (value === null || value === undefined) continue;
-    const marker = typeof item.marker === "string" ? item.marker : "";
-    lines.push(`${marker}${escapeHtml(item.seriesName ?? "")}: ${escapeHtml(String(value))}`);
+    lines.push(`${escapeHtml(item.seriesName ?? "")}: ${escapeHtml(String(value))}`);
   }
   return lines.join("<br/>");
 }
