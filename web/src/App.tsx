@@ -18,6 +18,7 @@ import { PoolDetailPage } from "./pages/PoolDetail";
 import { NewPoolPage } from "./pages/PoolForm";
 import { PoolsPage } from "./pages/Pools";
 import { ReportsPage } from "./pages/Reports";
+import { RecordingPage, RecordingsPage } from "./pages/Recordings";
 import { RolloutsPage } from "./pages/Rollouts";
 import { NewSchedulePage, ScheduleDetailPage, SchedulesPage } from "./pages/Schedules";
 import { SessionDetailPage } from "./pages/SessionDetail";
@@ -75,6 +76,8 @@ export function App() {
           <Route path="/clusters" element={<ClustersPage />} />
           <Route path="/clusters/:clusterId" element={<ClusterDetailPage />} />
           <Route path="/people/*" element={<PeoplePage />} />
+          <Route path="/recordings" element={<RecordingsPage />} />
+          <Route path="/recordings/:recordingId" element={<RecordingPage />} />
           <Route path="/audit" element={<AuditPage />} />
           <Route path="/jobs" element={<JobsPage />} />
           <Route path="/license" element={<LicensePage />} />

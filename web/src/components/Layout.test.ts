@@ -32,6 +32,16 @@ describe("navigation", () => {
   });
 
   it("shows an administrator everything", () => {
-    expect(visibleItems({ ...user, is_platform_admin: true }).length).toBe(12);
+    expect(visibleItems({ ...user, is_platform_admin: true }).length).toBe(13);
+  });
+
+  it("shows Recordings to holders of recordings:read only", () => {
+    expect(visibleItems({ ...user, permissions: ["recordings:read"] }).map((item) => item.label)).toEqual([
+      "My desktops",
+      "Recordings",
+    ]);
+    expect(visibleItems({ ...user, permissions: ["sessions:read"] }).map((item) => item.label)).not.toContain(
+      "Recordings",
+    );
   });
 });

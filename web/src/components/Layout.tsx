@@ -21,6 +21,7 @@ const ITEMS: Item[] = [
   { to: "/clusters", label: "Clusters", permission: "clusters:read" },
   { to: "/people", label: "People", anyOf: ["users:read", "groups:read", "roles:read"] },
   { to: "/reports", label: "Reports", permission: "reports:read" },
+  { to: "/recordings", label: "Recordings", permission: "recordings:read" },
   { to: "/audit", label: "Audit", permission: "audit:read" },
   { to: "/jobs", label: "Jobs", permission: "jobs:read" },
   { to: "/license", label: "License", permission: "license:read" },
