@@ -77,12 +77,15 @@ export async function openRecording(
     }
     seeking = true;
     recording.seek(position, () => {
-      seeking = false;
-      shown = position;
-      const next = wanted;
-      wanted = null;
-      if (next !== null && next !== shown) seekTo(next);
-      else emit();
+      // The frames are replayed; their images may still be drawing: done once the display is.
+      display.flush(() => {
+        seeking = false;
+        shown = position;
+        const next = wanted;
+        wanted = null;
+        if (next !== null && next !== shown) seekTo(next);
+        else emit();
+      });
     });
   };
 
