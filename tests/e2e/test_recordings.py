@@ -8,17 +8,29 @@ creates a pool whose session policy records sessions with the user's keys. Then:
    (filters by session, pool and user), downloads as a Guacamole instruction stream (the
    daemon's frames and the user's ``key`` events with their timestamps), a ``Range`` gives the
    same bytes as the whole, a range past the end is 416, every download is audited, a user
-   without ``recordings:read`` is refused, and no chunk on disk holds any of it in plain text;
+   without ``recordings:read`` is refused, and no chunk on disk holds any of it in plain text.
+   The session's logon has every phase recorded (``powered_on`` aside: its desktop was on), and
+   the usage report counts it in the hour it started, as JSON and as CSV;
 2. a session through gateway B, SIGKILLed mid-session, leaves a recording that ends when its
    session ends (``gateway_lost``) and plays up to the kill: complete instructions, frames
-   included, everything the gateway wrote before it died.
+   included, everything the gateway wrote before it died;
+3. the console (an ``api`` and ``web`` process serving the built ``web/dist``) plays both in
+   Chromium: the administrator signs in, finds the recordings on the Recordings page, and the
+   player's canvas is not blank a second into the first; seeking to its end shows another
+   picture (the simulator's clock moved on), back to the start the first again, and 4x plays
+   to that last picture; the killed gateway's recording plays to its last frame, its timeline
+   as long as the frames the download holds. Every playback is a download the API audits.
 """
 
 from __future__ import annotations
 
+import base64
+import csv
+import io
 import time
 import uuid
-from datetime import datetime
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +38,7 @@ import aiohttp
 import asyncpg
 import pytest
 from tests.e2e.conftest import DeploymentEnviron
+from tests.e2e.console_instance import CHROMIUM, DIST, TIMEOUT, Instance, visit
 from tests.e2e.test_desktop_sessions import (
     LEASE_SECONDS,
     PUBLIC_URL,
@@ -38,11 +51,22 @@ from tests.secret_leak_guard import LeakGuard
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import InstructionParser
 from deskpool.testing.idp import TestIdentityProvider
-from deskpool.testing.processes import ANY_PORT, DeskpoolProcess, until
+from deskpool.testing.processes import ANY_PORT, DeskpoolProcess, running, until
 from deskpool.testing.tunnels import TunnelClosed, WebSocketTunnelClient
 
 ADMIN = "e2e-recording-admin"
+ADMIN_NAME = "Recordings Administrator"
 USER = "e2e-recording-user"
+#: The logon phases of a session on a desktop that was already on.
+PHASES = [
+    "asked",
+    "allocated",
+    "guest_ready",
+    "token_issued",
+    "tunnel_opened",
+    "daemon_connected",
+    "first_frame",
+]
 #: The api, a worker and two gateways, as the session test runs them (with this environ).
 __all__ = ["processes"]
 
@@ -61,6 +85,7 @@ def environ(
     desktop_daemon: DesktopDaemonSimulator,
     leak_guard: LeakGuard,
     recordings_path: Path,
+    identity_provider: TestIdentityProvider,
 ) -> dict[str, str]:
     """The environment every process shares."""
     return quick_deployment(
@@ -73,14 +98,37 @@ def environ(
         WORKER_LEASE_DURATION="5s",
         RECORDINGS_PATH=str(recordings_path),
         RECORDINGS_CHUNK_SECONDS="500ms",
+        WEB_DIST_PATH=str(DIST),
+        WEB_PUBLIC_OIDC_AUTHORITY=identity_provider.issuer_url,
+        WEB_PUBLIC_OIDC_CLIENT_ID="deskpool-console",
+        WEB_PUBLIC_OIDC_SCOPE="openid profile email",
     )
+
+
+@pytest.fixture
+async def console(
+    processes: dict[str, DeskpoolProcess], environ: dict[str, str]
+) -> AsyncIterator[str]:
+    """The console and an api of its own, in one process on ports it picked; the console's URL.
+
+    The process names its own listeners in the URLs it derives (the api's base URL the console
+    is given, the console's origin the api allows); its api shares the others' database.
+    """
+    if not (DIST / "index.html").is_file():
+        pytest.fail("the console is not built: run `make console` (or `make test`)", pytrace=False)
+    web = DeskpoolProcess(["api", "web"], {**environ, "API_ADDR": ANY_PORT, "WEB_ADDR": ANY_PORT})
+    async with running({"web": web}):
+        yield web.url("web")
 
 
 async def test_a_recorded_session_is_listed_downloaded_sealed_and_survives_a_killed_gateway(
     processes: dict[str, DeskpoolProcess],
+    console: str,
     identity_provider: TestIdentityProvider,
+    desktop_daemon: DesktopDaemonSimulator,
     db: asyncpg.Connection,
     recordings_path: Path,
+    tmp_path: Path,
 ) -> None:
     api = f"{processes['api'].url('api')}/api/v1"
     admin = {"Authorization": f"Bearer {identity_provider.issue_token(ADMIN)}"}
@@ -159,10 +207,12 @@ async def test_a_recorded_session_is_listed_downloaded_sealed_and_survives_a_kil
             http, tunnel_url(processes["gateway-a"]), {"token": opened["connection"]["token"]}
         )
         await client.until("sync", within=20)
+        drawn = time.monotonic()
         await client.send("key", ord("q"), 1)
         await client.send("key", ord("q"), 0)
         await client.until("sync")
-        await client.until("sync")
+        while time.monotonic() - drawn < 3:  # a few seconds of the simulator's clock
+            await client.until("sync")
         session_id = client.uuid
         assert session_id is not None
         await client.ws.close()
@@ -231,6 +281,57 @@ async def test_a_recorded_session_is_listed_downloaded_sealed_and_survives_a_kil
             f"{len(on_disk)} bytes sealed on disk"
         )
 
+        # The session's logon phases are all recorded...
+        session = await call("GET", f"/sessions/{session_id}", admin)
+        logon = session["logon"]
+        assert logon["outcome"] == "connected", logon
+        assert [phase["phase"] for phase in logon["phases"]] == PHASES
+        times = [datetime.fromisoformat(phase["at"]) for phase in logon["phases"]]
+        assert times == sorted(times)
+        assert logon["duration_seconds"] >= 0
+        # ...and the usage report counts it in the hour it started, as JSON and as CSV.
+        started = datetime.fromisoformat(session["started_at"]).astimezone(UTC)
+        hour = started.replace(minute=0, second=0, microsecond=0)
+        period = {
+            "from": (hour - timedelta(hours=1)).isoformat(),
+            "to": (hour + timedelta(hours=2)).isoformat(),
+            "bucket": "hour",
+            "pool_id": pool_id,
+        }
+        async with http.get(f"{api}/reports/usage", headers=admin, params=period) as answer:
+            assert answer.status == 200, await answer.text()
+            report = await answer.json()
+        buckets = {datetime.fromisoformat(b["start"]): b for b in report["buckets"]}
+        assert set(buckets) == {hour - timedelta(hours=1), hour, hour + timedelta(hours=1)}
+        assert buckets[hour]["sessions_started"] == 1
+        assert buckets[hour]["distinct_users"] == 1
+        assert buckets[hour]["peak_concurrent"] == 1
+        assert buckets[hour]["logons"] == 1
+        assert buckets[hour]["failed_connections"] == 0
+        assert buckets[hour]["connected_hours"] > 0
+        assert buckets[hour]["logon_seconds_p50"] == pytest.approx(
+            logon["duration_seconds"], abs=0.001
+        )
+        for other in (hour - timedelta(hours=1), hour + timedelta(hours=1)):
+            assert buckets[other]["sessions_started"] == 0
+        assert report["totals"]["sessions_started"] == 1
+        async with http.get(
+            f"{api}/reports/usage", headers={**admin, "Accept": "text/csv"}, params=period
+        ) as answer:
+            assert answer.status == 200
+            assert answer.headers["Content-Type"].startswith("text/csv")
+            rows = list(csv.DictReader(io.StringIO(await answer.text())))
+        by_start = {datetime.fromisoformat(row["start"]): row for row in rows}
+        assert set(by_start) == set(buckets)
+        assert by_start[hour]["sessions_started"] == "1"
+        assert by_start[hour]["distinct_users"] == "1"
+        assert by_start[hour]["logons"] == "1"
+        assert float(by_start[hour]["connected_hours"]) == pytest.approx(
+            buckets[hour]["connected_hours"]
+        )
+        for other in (hour - timedelta(hours=1), hour + timedelta(hours=1)):
+            assert by_start[other]["sessions_started"] == "0"
+
         # 2. A session through gateway B, whose gateway is SIGKILLed mid-session.
         again = await call("POST", f"/me/pools/{pool_id}/desktop", user)
         client = await WebSocketTunnelClient.connect(
@@ -261,6 +362,167 @@ async def test_a_recorded_session_is_listed_downloaded_sealed_and_survives_a_kil
         instructions = parser.feed_instructions(played.decode())
         assert parser.pending == 0  # ends on a complete instruction: plays to the kill
         print(f"killed gateway's recording: {len(played)} bytes over ~{recorded_for:.1f} s")
-        assert [i.opcode for i in instructions].count("sync") >= 2
+        syncs = [int(i.args[0]) for i in instructions if i.opcode == "sync"]
+        assert len(syncs) >= 2
+        first_syncs = [
+            int(i.args[0])
+            for i in InstructionParser().feed_instructions(whole.decode())
+            if i.opcode == "sync"
+        ]
+
+        # 3. Both play in the console, in Chromium.
+        downloads = await _downloads(db)
+        await _play_in_chromium(
+            Instance(
+                console,
+                api,
+                identity_provider,
+                desktop_daemon,
+                tmp_path / "console",
+                tmp_path / "web.log",
+            ),
+            played={
+                recording["id"]: first_syncs[-1] - first_syncs[0],
+                kept["id"]: syncs[-1] - syncs[0],
+            },
+            first=recording["id"],
+            killed=kept["id"],
+        )
+        # Every playback downloaded its recording once, and the API audited it.
+        playbacks = await _downloads(db)
+        for recording_id in (recording["id"], kept["id"]):
+            assert playbacks.get(recording_id, 0) > downloads.get(recording_id, 0)
     for name in ("api", "worker", "gateway-a"):
         assert "Traceback" not in processes[name].output, processes[name].output
+
+
+async def _downloads(db: asyncpg.Connection) -> dict[str, int]:
+    """How many downloads of each recording the API audited."""
+    rows = await db.fetch(
+        "SELECT resource_id, count(*) AS n FROM audit_events "
+        "WHERE action = 'recording.download' GROUP BY resource_id"
+    )
+    return {row["resource_id"]: int(row["n"]) for row in rows}
+
+
+#: The player's display layer (the largest canvas) as a PNG data URL, and whether it holds one
+#: colour only (blank); null before the display has a canvas.
+PICTURE = """() => {
+  const canvas = [...document.querySelectorAll('.recording-screen canvas')]
+    .reduce((a, c) => (!a || c.width * c.height > a.width * a.height ? c : a), null);
+  if (!canvas || !canvas.width || !canvas.height) return null;
+  const d = canvas.getContext('2d').getImageData(0, 0, canvas.width, canvas.height).data;
+  let blank = true;
+  for (let i = 4; i < d.length && blank; i += 4) {
+    if (d[i] !== d[0] || d[i + 1] !== d[1] || d[i + 2] !== d[2] || d[i + 3] !== d[3]) blank = false;
+  }
+  return {url: canvas.toDataURL('image/png'), blank};
+}"""
+
+
+async def _picture(page: Any) -> str:
+    """The player's picture (a PNG data URL), which must not be blank."""
+    shown = await page.evaluate(PICTURE)
+    assert shown is not None, "the player has no canvas"
+    assert not shown["blank"], "the player's canvas is blank"
+    base64.b64decode(shown["url"].partition(",")[2], validate=True)
+    return str(shown["url"])
+
+
+async def _shown(page: Any, expect: Any) -> str:
+    """The picture once the player has brought its display to the position it shows."""
+    await expect(page.locator('.recording-screen[aria-busy="true"]')).to_have_count(
+        0, timeout=TIMEOUT
+    )
+    return await _picture(page)
+
+
+async def _open_player(page: Any, recording_id: str, duration_ms: int, expect: Any) -> Any:
+    """Open a recording's player from the Recordings page; its timeline, once loaded."""
+    await page.get_by_role("link", name="Recordings", exact=True).click()
+    await page.wait_for_url("**/recordings")
+    link = page.locator(f'a[href="/recordings/{recording_id}"]')
+    await expect(link).to_be_visible(timeout=TIMEOUT)
+    await link.click()
+    await page.wait_for_url(f"**/recordings/{recording_id}")
+    slider = page.get_by_role("slider", name="Position")
+    await expect(slider).to_be_enabled(timeout=TIMEOUT)
+    await expect(page.locator(".recording-time")).not_to_contain_text("loading", timeout=TIMEOUT)
+    # The timeline is the recording's: from its first frame to its last.
+    await expect(slider).to_have_attribute("max", str(duration_ms), timeout=TIMEOUT)
+    return slider
+
+
+async def _value(slider: Any) -> int:
+    return int(float(await slider.input_value()))
+
+
+async def _play_in_chromium(
+    instance: Instance, *, played: dict[str, int], first: str, killed: str
+) -> None:
+    """Sign in to the console and play ``first`` and ``killed`` (durations in ``played``)."""
+    from playwright.async_api import async_playwright, expect
+
+    instance.artifacts.mkdir(parents=True, exist_ok=True)
+    # The issuer signs the console's administrator in (the first of its users).
+    instance.idp.users.clear()
+    instance.idp.add_user(ADMIN, email="recordings@deskpool.test", name=ADMIN_NAME)
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        page = await (await browser.new_context(viewport={"width": 1280, "height": 800})).new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.on(
+            "console",
+            lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None,
+        )
+        try:
+            await page.goto(instance.console + "/")
+            await page.get_by_role("button", name="Sign in").click()
+            await page.get_by_role("button", name="Sign out").wait_for(timeout=TIMEOUT)
+
+            # The first recording: a second in, the canvas holds a picture.
+            slider = await _open_player(page, first, played[first], expect)
+            await visit(instance, page, "recording-player")
+            start = await _shown(page, expect)
+            assert await _value(slider) == 0
+            await page.get_by_role("button", name="Play").click()
+            await page.wait_for_function(
+                "() => Number(document.querySelector('.recording-controls input').value) >= 1000",
+                timeout=TIMEOUT,
+            )
+            await page.get_by_role("button", name="Pause").click()
+            await _picture(page)
+            # Seeking: to the end (the simulator's clock moved on), back to the start.
+            await slider.focus()
+            await page.keyboard.press("End")
+            await expect(slider).to_have_value(str(played[first]), timeout=TIMEOUT)
+            end = await _shown(page, expect)
+            assert end != start
+            await page.keyboard.press("Home")
+            await expect(slider).to_have_value("0", timeout=TIMEOUT)
+            assert await _shown(page, expect) == start
+            # At 4x from the start to the end, where playing stops.
+            await page.get_by_label("Speed").select_option("4")
+            await page.get_by_role("button", name="Play").click()
+            await expect(page.get_by_role("button", name="Play")).to_be_visible(timeout=TIMEOUT)
+            assert await _value(slider) == played[first]
+            assert await _shown(page, expect) == end
+
+            # The killed gateway's recording plays to its last frame.
+            slider = await _open_player(page, killed, played[killed], expect)
+            await visit(instance, page, "recording-player-killed-gateway")
+            await page.get_by_label("Speed").select_option("4")
+            await page.get_by_role("button", name="Play").click()
+            await expect(page.get_by_role("button", name="Play")).to_be_visible(timeout=TIMEOUT)
+            assert await _value(slider) == played[killed]
+            await _shown(page, expect)
+        except BaseException:
+            await page.screenshot(path=str(instance.artifacts / "failed-recordings.png"))
+            raise
+        finally:
+            await browser.close()
+    assert errors == []
+    assert instance.violations == {}, instance.violations
