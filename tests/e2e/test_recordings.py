@@ -18,8 +18,9 @@ creates a pool whose session policy records sessions with the user's keys. Then:
    Chromium: the administrator signs in, finds the recordings on the Recordings page, and the
    player's canvas is not blank a second into the first; seeking to its end shows another
    picture (the simulator's clock moved on), back to the start the first again, and 4x plays
-   to that last picture; the killed gateway's recording plays to its last frame, its timeline
-   as long as the frames the download holds. Every playback is a download the API audits.
+   to that last picture; the killed gateway's recording, opened from its session's page, plays
+   to its last frame, its timeline as long as the frames the download holds. Every playback is
+   a download the API audits.
 """
 
 from __future__ import annotations
@@ -387,6 +388,7 @@ async def test_a_recorded_session_is_listed_downloaded_sealed_and_survives_a_kil
             },
             first=recording["id"],
             killed=kept["id"],
+            killed_session=lost_session,
         )
         # Every playback downloaded its recording once, and the API audited it.
         playbacks = await _downloads(db)
@@ -437,11 +439,20 @@ async def _shown(page: Any, expect: Any) -> str:
     return await _picture(page)
 
 
-async def _open_player(page: Any, recording_id: str, duration_ms: int, expect: Any) -> Any:
-    """Open a recording's player from the Recordings page; its timeline, once loaded."""
-    await page.get_by_role("link", name="Recordings", exact=True).click()
-    await page.wait_for_url("**/recordings")
-    link = page.locator(f'a[href="/recordings/{recording_id}"]')
+async def _open_player(
+    page: Any, recording_id: str, duration_ms: int, expect: Any, session_id: str | None = None
+) -> Any:
+    """Open a recording's player; its timeline, once loaded.
+
+    From the Recordings page, or from its session's page when ``session_id`` is given.
+    """
+    if session_id is None:
+        await page.get_by_role("link", name="Recordings", exact=True).click()
+        await page.wait_for_url("**/recordings")
+        link = page.locator(f'a[href="/recordings/{recording_id}"]')
+    else:
+        await page.goto(f"{page.url.split('/recordings')[0]}/sessions/{session_id}")
+        link = page.get_by_role("link", name="Play the session's recording")
     await expect(link).to_be_visible(timeout=TIMEOUT)
     await link.click()
     await page.wait_for_url(f"**/recordings/{recording_id}")
@@ -458,9 +469,12 @@ async def _value(slider: Any) -> int:
 
 
 async def _play_in_chromium(
-    instance: Instance, *, played: dict[str, int], first: str, killed: str
+    instance: Instance, *, played: dict[str, int], first: str, killed: str, killed_session: str
 ) -> None:
-    """Sign in to the console and play ``first`` and ``killed`` (durations in ``played``)."""
+    """Sign in to the console and play ``first`` and ``killed`` (durations in ``played``).
+
+    ``first`` is opened from the Recordings page, ``killed`` from its session's page.
+    """
     from playwright.async_api import async_playwright, expect
 
     instance.artifacts.mkdir(parents=True, exist_ok=True)
@@ -512,7 +526,7 @@ async def _play_in_chromium(
             assert await _shown(page, expect) == end
 
             # The killed gateway's recording plays to its last frame.
-            slider = await _open_player(page, killed, played[killed], expect)
+            slider = await _open_player(page, killed, played[killed], expect, killed_session)
             await visit(instance, page, "recording-player-killed-gateway")
             await page.get_by_label("Speed").select_option("4")
             await page.get_by_role("button", name="Play").click()

@@ -10,6 +10,7 @@ import { ProblemAlert } from "../components/Problem";
 import { bytes, when, words } from "../format";
 import { waterfallLabel, waterfallOption, waterfallRows } from "../reports/logon";
 import { seconds } from "../reports/usage";
+import { SessionRecordingLink } from "../recordings/SessionRecordingLink";
 import { useSession } from "../session";
 
 function Logon({ logon }: { logon: Schemas["Logon"] }) {
@@ -88,6 +89,7 @@ export function SessionDetailPage() {
       <p>
         <Link to="/sessions">All sessions</Link>
       </p>
+      <SessionRecordingLink sessionId={s.id} />
       <dl className="facts" data-testid="session-facts">
         {facts.map(([term, value]) => (
           <div key={term}>
