@@ -15,6 +15,8 @@ a simulated cluster and a pool without a schedule are made. Then the administrat
    phases, counts the recorded samples, and its canvas is drawn (read pixel by pixel too);
 5. changes the schedule from its page (saved: a new generation), and deleting it while the pool
    uses it shows the API's refusal.
+6. a user granted only ``schedules:read`` finds Schedules in the navigation and sees the
+   schedule read-only (disabled fields, no save, no delete) with its preview drawn.
 
 Every page visited is saved as a screenshot and checked with axe-core (no serious or critical
 violation), as in the console test.
@@ -33,6 +35,7 @@ from tests.e2e.console_instance import (
     ADMIN,
     CHROMIUM,
     TIMEOUT,
+    USER,
     Instance,
     chart_drawn,
     sign_in,
@@ -50,10 +53,12 @@ def _containing(text: str) -> re.Pattern[str]:
     return re.compile(re.escape(text))
 
 
-async def _api(instance: Instance, method: str, path: str, **kw: Any) -> Any:
-    token = instance.idp.issue_token(
-        ADMIN[0], email="admin@deskpool.test", email_verified=True, name=ADMIN[1]
-    )
+async def _api(
+    instance: Instance, method: str, path: str, who: tuple[str, str] = ADMIN, **kw: Any
+) -> Any:
+    """Call the API as the administrator (or as ``who``); the JSON body of a success."""
+    email = "admin@deskpool.test" if who == ADMIN else "user@deskpool.test"
+    token = instance.idp.issue_token(who[0], email=email, email_verified=True, name=who[1])
     async with (
         aiohttp.ClientSession() as http,
         http.request(
@@ -235,6 +240,38 @@ async def test_the_schedule_editor_previews_saves_and_the_pool_plots_its_capacit
             await expect(page.get_by_role("alert")).to_contain_text("office-pool", timeout=TIMEOUT)
             assert len((await _api(instance, "GET", "/schedules"))["items"]) == 1
             await visit(instance, page, "schedule-in-use")
+
+            # 6. A user who may only read schedules sees the schedule read-only, with its preview.
+            user_id = (await _api(instance, "GET", "/me", USER))["id"]
+            await _api(
+                instance,
+                "POST",
+                "/grants",
+                json={
+                    "subject_type": "user",
+                    "subject_id": user_id,
+                    "permission": "schedules:read",
+                },
+            )
+            reader_context = await browser.new_context(viewport={"width": 1280, "height": 1000})
+            reader = await reader_context.new_page()
+            await sign_in(instance, reader, USER)
+            await (
+                reader.get_by_role("navigation", name="Main")
+                .get_by_role("link", name="Schedules")
+                .click()
+            )
+            await reader.get_by_role("link", name="Office hours").click()
+            shown = reader.get_by_role("form", name="Schedule Office hours")
+            await expect(shown.get_by_role("textbox", name="Name").first).to_be_disabled(
+                timeout=TIMEOUT
+            )
+            await expect(shown.get_by_role("button", name="Save the schedule")).to_have_count(0)
+            await expect(shown.get_by_role("button", name="Add a phase")).to_have_count(0)
+            await expect(reader.get_by_role("button", name="Delete")).to_have_count(0)
+            await expect(reader.get_by_test_id("schedule-in-force")).to_contain_text("read-only")
+            await chart_drawn(reader, "schedule-preview", MIN_READY_RGB)
+            await visit(instance, reader, "schedule-read-only")
         except BaseException:
             await page.screenshot(path=str(instance.artifacts / "failed-schedules.png"))
             raise
