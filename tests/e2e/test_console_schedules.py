@@ -14,7 +14,7 @@ a simulated cluster and a pool without a schedule are made. Then the administrat
 4. picks the schedule in the pool's settings; the pool's capacity plot names the schedule's
    phases, counts the recorded samples, and its canvas is drawn (read pixel by pixel too);
 5. changes the schedule from its page (saved: a new generation), and deleting it while the pool
-   uses it shows the API's refusal.
+   uses it shows the API's refusal; the list says the pool uses it.
 6. a user granted only ``schedules:read`` finds Schedules in the navigation and sees the
    schedule read-only (disabled fields, no save, no delete) with its preview drawn.
 
@@ -240,6 +240,14 @@ async def test_the_schedule_editor_previews_saves_and_the_pool_plots_its_capacit
             await expect(page.get_by_role("alert")).to_contain_text("office-pool", timeout=TIMEOUT)
             assert len((await _api(instance, "GET", "/schedules"))["items"]) == 1
             await visit(instance, page, "schedule-in-use")
+            await (
+                page.get_by_role("navigation", name="Main")
+                .get_by_role("link", name="Schedules")
+                .click()
+            )
+            listed = page.get_by_role("table", name="Schedules")
+            await expect(listed).to_contain_text("office-pool", timeout=TIMEOUT)  # used by
+            await expect(listed).to_contain_text("off-peak (site closed) since")
 
             # 6. A user who may only read schedules sees the schedule read-only, with its preview.
             user_id = (await _api(instance, "GET", "/me", USER))["id"]

@@ -16,13 +16,27 @@ import { useSession } from "../session";
 
 type Schedule = Schemas["Schedule"];
 
-const COLUMNS: Column<Schedule>[] = [
-  { header: "Name", cell: (schedule) => <Link to={`/schedules/${schedule.id}`}>{schedule.name}</Link> },
-  { header: "Time zone", cell: (schedule) => schedule.time_zone },
-  { header: "Phases", cell: (schedule) => schedule.phases.map((phase) => phase.name).join(", ") },
-  { header: "Exceptions", className: "num", cell: (schedule) => schedule.exceptions.length },
-  { header: "In force now", cell: (schedule) => inForceText(schedule) },
-];
+/** The names of the pools that use each schedule, by schedule id, in the pools' order. */
+export function poolsBySchedule(pools: Pick<Schemas["Pool"], "name" | "schedule_id">[]): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  for (const pool of pools) {
+    if (!pool.schedule_id) continue;
+    out.set(pool.schedule_id, [...(out.get(pool.schedule_id) ?? []), pool.name]);
+  }
+  return out;
+}
+
+function columns(users: Map<string, string[]> | null): Column<Schedule>[] {
+  return [
+    { header: "Name", cell: (schedule) => <Link to={`/schedules/${schedule.id}`}>{schedule.name}</Link> },
+    { header: "Time zone", cell: (schedule) => schedule.time_zone },
+    { header: "Phases", cell: (schedule) => schedule.phases.map((phase) => phase.name).join(", ") },
+    { header: "Exceptions", className: "num", cell: (schedule) => schedule.exceptions.length },
+    { header: "In force now", cell: (schedule) => inForceText(schedule) },
+    // Only for those who may read pools.
+    ...(users ? [{ header: "Used by", cell: (schedule: Schedule) => (users.get(schedule.id) ?? []).join(", ") || "no pool" }] : []),
+  ];
+}
 
 export function SchedulesPage() {
   const { api, me } = useSession();
@@ -31,6 +45,11 @@ export function SchedulesPage() {
     queryFn: async () => ({
       items: await allPages((cursor, limit) => unwrap(api.GET("/api/v1/schedules", { params: { query: { limit, cursor } } }))),
     }),
+  });
+  const pools = useQuery({
+    queryKey: ["pools", "all"],
+    enabled: can(me, "pools:read"),
+    queryFn: () => allPages((cursor, limit) => unwrap(api.GET("/api/v1/pools", { params: { query: { limit, cursor } } }))),
   });
   return (
     <section>
@@ -49,7 +68,7 @@ export function SchedulesPage() {
       <ProblemAlert error={schedules.error} />
       <DataTable
         caption="Schedules"
-        columns={COLUMNS}
+        columns={columns(pools.data ? poolsBySchedule(pools.data) : null)}
         rows={schedules.data?.items ?? []}
         rowKey={(schedule) => schedule.id}
         loading={schedules.isLoading}
