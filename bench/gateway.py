@@ -13,10 +13,17 @@ alternated runs (the order rotates every run) the client measures:
   the plain relay;
 - **memory**: ``--idle`` idle tunnels (the daemon sends ``nop`` every 5 s, the client every 4 s)
   opened to deskpool and to guacamole-lite; the relay process's RSS growth per tunnel.
+- **recording**: the throughput above through deskpool's gateway with recording off and with
+  it on (a second gateway process recording every tunnel into sealed chunk files, issue 26),
+  in ``--recording-runs`` alternated rounds under the harness's load monitor (``harness.py``:
+  starved runs are refused); what the recorded runs wrote and whether any recording stopped
+  early (``truncated``: the store fell behind and the recorder gave up rather than slow the
+  relay) are printed with the figures. ``--recording-only`` runs just this (no node needed).
 
 Run from the repository root (node and npm on the PATH)::
 
     .venv/bin/python bench/gateway.py [--runs 5] [--tunnels 4] [--megabytes 32] [--idle 1000]
+    .venv/bin/python bench/gateway.py --recording-only [--recording-runs 5]
 """
 
 from __future__ import annotations
@@ -40,6 +47,17 @@ from pathlib import Path
 import aiohttp
 from cryptography.hazmat.primitives import padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from harness import (
+    CLOCK_TICKS,
+    Figure,
+    LoadMonitor,
+    Run,
+    Series,
+    arguments,
+    print_run,
+    read_processes,
+    rounds,
+)
 
 from deskpool.guacamole import encode
 from deskpool.guacamole.handshake import ClientInfo, perform_handshake
@@ -339,6 +357,79 @@ async def run(args: argparse.Namespace, relays: list[Relay]) -> None:
                 print(f"  {relay.name:16} {await idle_memory(relay, args.idle):8.1f}")
 
 
+def cpu_seconds(relay: Relay) -> float:
+    """The CPU time the relay's process used so far (all its threads)."""
+    assert relay.process is not None
+    return read_processes()[relay.process.pid].ticks / CLOCK_TICKS
+
+
+def sealed_size(folder: Path) -> int:
+    """The bytes of the sealed chunk files under ``folder``."""
+    return sum(path.stat().st_size for path in folder.rglob("*.chunk"))
+
+
+async def settled(folder: Path) -> None:
+    """Wait until the gateway wrote the recordings' last chunks (the tunnels have closed)."""
+    before = -1
+    while True:
+        await asyncio.sleep(0.5)
+        now = await asyncio.to_thread(sealed_size, folder)
+        if now == before:
+            return
+        before = now
+
+
+def recorded_bytes(folder: Path) -> tuple[int, int]:
+    """Sealed bytes written under ``folder`` and the recordings marked truncated; then empty it."""
+    written = sealed_size(folder)
+    truncated = len(list(folder.glob("*.truncated")))
+    for path in folder.iterdir():
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    return written, truncated
+
+
+async def recording_overhead(
+    args: argparse.Namespace, on: Relay, off: Relay, folder: Path
+) -> Series:
+    """Throughput through the gateway recording every tunnel and not, rounds alternated."""
+    for relay in (on, off):
+        await wait_listening(relay.port)
+    series = Series(
+        f"deskpool gateway throughput with recording on and off "
+        f"({args.tunnels} tunnels x {args.megabytes} MB)",
+        sides=("recording on", "recording off"),
+        figures=(
+            Figure("mbps", "throughput, MB/s", 1, ratio=True),
+            Figure("cpu", "gateway CPU per MB relayed, ms", 2, ratio=True),
+            Figure("sealed", "sealed on disk, MB", 1),
+            Figure("truncated", "recordings truncated", 0),
+        ),
+        keep_starved=args.keep_starved,
+    )
+    for number, side in rounds(args.recording_runs, series.sides):
+        relay = on if side == "recording on" else off
+        monitor = LoadMonitor()
+        cpu = cpu_seconds(relay)
+        monitor.start()
+        mbps = await throughput(relay, args.tunnels, args.megabytes)
+        load = monitor.stop()
+        relay.check_alive()
+        if relay is on:
+            await settled(folder)  # the recording's last chunks are its cost too
+        cpu = cpu_seconds(relay) - cpu
+        figures = {"mbps": mbps, "cpu": cpu * 1000 / (args.tunnels * args.megabytes)}
+        if relay is on:
+            sealed, truncated = recorded_bytes(folder)
+            figures |= {"sealed": sealed / 1e6, "truncated": float(truncated)}
+        print_run(
+            series, Run(side, number, figures, load), lambda line: print(line, file=sys.stderr)
+        )
+    return series
+
+
 def install_guacamole_lite(folder: Path) -> None:
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
@@ -357,34 +448,52 @@ def install_guacamole_lite(folder: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5)
+    parser = arguments(__doc__, "rounds of the relay comparison")
     parser.add_argument("--tunnels", type=int, default=4)
     parser.add_argument("--megabytes", type=int, default=32)
     parser.add_argument("--round-trips", type=int, default=1000)
     parser.add_argument("--idle", type=int, default=1000)
+    parser.add_argument("--recording-runs", type=int, default=5, help="rounds of recording on/off")
+    parser.add_argument("--recording-only", action="store_true")
     args = parser.parse_args()
     python = sys.executable
     servers = str(HERE / "gateway_servers.py")
-    with tempfile.TemporaryDirectory(prefix="bench-guacamole-lite-") as folder:
-        install_guacamole_lite(Path(folder))
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-guacamole-lite-") as folder,
+        tempfile.TemporaryDirectory(prefix="bench-recordings-") as recordings,
+    ):
+        if not args.recording_only:
+            install_guacamole_lite(Path(folder))
         daemon = Relay("daemon", [python, servers, "daemon", "0"], "")
         started: list[Relay] = []
         try:
             daemon.start()
             started.append(daemon)
             upstream = str(daemon.port)
+            deskpool = Relay("deskpool", [python, servers, "deskpool", "0", upstream], "deskpool")
+            recorded = Relay(
+                "deskpool recording",
+                [python, servers, "deskpool-recorded", "0", upstream, recordings],
+                "deskpool",
+            )
             relays = [
-                Relay("deskpool", [python, servers, "deskpool", "0", upstream], "deskpool"),
+                deskpool,
                 Relay(
                     "guacamole-lite", ["node", "--expose-gc", "server.js", "0", upstream], "lite"
                 ),
                 Relay("plain relay", [python, servers, "relay", "0", upstream], "tcp"),
             ]
-            for relay in relays:
+            if args.recording_only:
+                relays = [deskpool]
+            for relay in [*relays, recorded]:
                 relay.start(cwd=Path(folder) if relay.kind == "lite" else None)
                 started.append(relay)
-            asyncio.run(run(args, relays))
+            if not args.recording_only:
+                asyncio.run(run(args, relays))
+            if args.recording_runs:
+                series = asyncio.run(recording_overhead(args, recorded, deskpool, Path(recordings)))
+                print()
+                print(series.table())
         finally:
             for relay in reversed(started):
                 relay.stop()

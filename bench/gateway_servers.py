@@ -1,7 +1,8 @@
 """The processes of ``bench/gateway.py``: a fake guacd, deskpool's gateway, and a plain relay.
 
-Each runs as its own process (``python bench/gateway_servers.py ROLE PORT [DAEMON_PORT]``) and
-prints ``ready PORT`` once it listens (port 0 asks for a port the system picks).
+Each runs as its own process (``python bench/gateway_servers.py ROLE PORT [DAEMON_PORT
+[RECORDINGS_DIR]]``) and prints ``ready PORT`` once it listens (port 0 asks for a port the
+system picks).
 
 - ``daemon``: guacd's side of the handshake (``args`` with ``VERSION_1_5_0``, ``ready``), a
   first frame (a ``sync``: the gateway holds input until then, and ends a tunnel whose daemon
@@ -12,6 +13,11 @@ prints ``ready PORT`` once it listens (port 0 asks for a port the system picks).
   every 5 s as guacd does.
 - ``deskpool``: the real gateway component with a broker that grants any token (the token is
   the daemon mode), so token redemption costs nothing on either side of the comparison.
+- ``deskpool-recorded``: the same, recording every tunnel (``RECORDINGS_DIR`` the 4th argument):
+  the gateway's own recorder, and chunks sealed and written by the real ``files`` recording
+  store in a thread, as the platform's broker does (its per-chunk row update in PostgreSQL is
+  left out: no database here). A recording that stopped early (``truncated``) leaves a
+  ``<id>.truncated`` file next to the chunks, so the benchmark can tell.
 - ``relay``: a plain asyncio TCP relay to the daemon, the floor a relay in Python can reach.
 """
 
@@ -19,14 +25,18 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import os
 import random
 import sys
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
 
 from deskpool.guacamole import encode
 from deskpool.guacamole.stream import InstructionReader, StreamClosed
+from deskpool.recordings.model import store_key
+from deskpool.recordings.stores import RecordingStore
 from deskpool.sessions.tunnel import (
     DesktopTarget,
     SessionEndReason,
@@ -140,8 +150,30 @@ class BenchBroker:
         yield uuid.uuid4()
 
 
-async def serve_deskpool(port: int, daemon_port: int) -> None:
-    """The real gateway component."""
+class RecordingBenchBroker(BenchBroker):
+    """Grants like :class:`BenchBroker`, each tunnel recorded into ``store`` under ``folder``."""
+
+    def __init__(self, store: RecordingStore, folder: Path) -> None:
+        self.store = store
+        self.folder = folder
+
+    async def redeem(self, token: str, *, gateway_id: str) -> TunnelGrant:
+        """A grant for the daemon mode ``token``, recorded."""
+        grant = await super().redeem(token, gateway_id=gateway_id)
+        return dataclasses.replace(grant, recording_id=uuid.uuid4())
+
+    async def record_chunk(self, recording_id: uuid.UUID, index: int, data: bytes) -> None:
+        """Seal and write the chunk off the event loop, as the platform's broker does."""
+        await asyncio.to_thread(self.store.put_chunk, store_key(recording_id), index, data)
+
+    async def recording_ended(self, recording_id: uuid.UUID, *, truncated: bool) -> None:
+        """Leave a mark when the recording stopped before the tunnel."""
+        if truncated:
+            (self.folder / f"{recording_id}.truncated").touch()
+
+
+async def serve_deskpool(port: int, daemon_port: int, recordings: str | None = None) -> None:
+    """The real gateway component (recording every tunnel into ``recordings`` when given)."""
     from deskpool.host import bootstrap
     from deskpool.runtime import Runtime
     from deskpool_gateway import GatewayComponent
@@ -156,10 +188,16 @@ async def serve_deskpool(port: int, daemon_port: int) -> None:
         "LOG_LEVEL": "warn",
         "APP_ENV": "production",
     }
+    if recordings is not None:
+        environ["RECORDINGS_PATH"] = recordings
     process = bootstrap(environ, ["gateway"])
-    component = GatewayComponent(
-        Runtime(process.config, process.plugins), broker_factory=lambda _: BenchBroker()
+    runtime = Runtime(process.config, process.plugins)
+    broker = (
+        BenchBroker()
+        if recordings is None
+        else RecordingBenchBroker(runtime.recording_store, Path(recordings))
     )
+    component = GatewayComponent(runtime, broker_factory=lambda _: broker)
     await component.start()
     print(f"ready {component.bound.port}", flush=True)
     await asyncio.Event().wait()
@@ -189,13 +227,15 @@ async def serve_relay(port: int, daemon_port: int) -> None:
 
 
 def main() -> None:
-    """``ROLE PORT [DAEMON_PORT]``."""
+    """``ROLE PORT [DAEMON_PORT [RECORDINGS_DIR]]``."""
     role, port = sys.argv[1], int(sys.argv[2])
     daemon_port = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     if role == "daemon":
         asyncio.run(serve_daemon(port))
     elif role == "deskpool":
         asyncio.run(serve_deskpool(port, daemon_port))
+    elif role == "deskpool-recorded":
+        asyncio.run(serve_deskpool(port, daemon_port, sys.argv[4]))
     elif role == "relay":
         asyncio.run(serve_relay(port, daemon_port))
     else:
