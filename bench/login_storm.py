@@ -4,7 +4,7 @@
 worker and gateway processes (``deskpool run``, through ``bench/licensed_deskpool.py`` so a
 license for U desktops can be installed), PostgreSQL, Redis and the desktop daemon simulator
 (``python -m deskpool.desktopd``, its own process). Through the REST API an administrator
-makes a simulated cluster and pools holding U ready desktops (``--per-pool`` each),
+makes a simulated cluster per pool and pools holding U ready desktops (``--per-pool`` each),
 entitled to a group bound to an OIDC group claim, and waits until the worker has provisioned
 them all. Then U users, each with a token the API has never seen, go in one burst
 (:mod:`deskpool.testing.storm`): list their pools, open a desktop, redeem the connection token
@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import os
 import secrets
 import shutil
@@ -48,9 +49,11 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import asyncpg
+import redis.asyncio as redis
 from auth_me import FIGURES as ME_FIGURES
 from auth_me import ROTATE, Bench, IssuerThread, deskpool_api, listening_port, wait_for
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
@@ -60,7 +63,6 @@ from deskpool.db import migrate
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.licensing import TestVendor
 from deskpool.testing.processes import (
-    ANY_PORT,
     QUICK_INTERVALS,
     DeskpoolProcess,
     deployment_environ,
@@ -75,11 +77,14 @@ from deskpool.testing.services import (
 from deskpool.testing.storm import (
     CLAIM,
     STEPS,
+    Prepared,
     StormResult,
     check_allocations,
+    daemon_processes,
     new_subjects,
     prepare,
     storm,
+    wait_ready,
 )
 
 BENCH = Path(__file__).resolve().parent
@@ -110,7 +115,6 @@ STORM_FIGURES = (
     Figure("server_errors", "5xx answers"),
     Figure("double", "double allocations (database)"),
     Figure("without", "users without a desktop (database)"),
-    Figure("prepare", "set-up: desktops provisioned in, s (not part of the storm)", 1),
 )
 ALLOCATION_FIGURES = (Figure("rate", "allocations/s", ratio=True),)
 
@@ -142,7 +146,13 @@ class Part:
 
 
 class Deployment(Part):
-    """What every storm run shares: the issuer, the license, the daemon, the servers."""
+    """What every storm run shares: the issuer, the license, the daemons, the provisioned pools.
+
+    The pools are provisioned once (:meth:`provision`: through the REST API, by a worker, into
+    a template database); every run then gets a fresh database cloned from it
+    (``CREATE DATABASE … TEMPLATE``) and a copy of the simulated clusters' state in Redis, so
+    the minutes the simulator takes to clone a thousand VMs are spent once, not per run.
+    """
 
     def __init__(
         self, args: argparse.Namespace, idp: TestIdentityProvider, servers: ServiceAddresses
@@ -163,41 +173,35 @@ class Deployment(Part):
             .public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
             .decode()
         )
-        self.daemon: subprocess.Popen[str] | None = None
+        self.daemons = contextlib.ExitStack()
         self.daemon_address = ""
+        #: Sealed secrets and the license watermark of the template hold in every clone.
+        self.master_key = secrets.token_urlsafe(32)
+        self.template = ""
+        self.template_prefix = ""
+        self.prepared: Prepared | None = None
+        self.provisioned = 0.0
         #: Refusals retried, 5xx and users not served of each run, by (side, round).
         self.reasons: dict[tuple[str, int], tuple[collections.Counter[str], ...]] = {}
 
-    def start_daemon(self) -> None:
-        """The desktop daemon simulator, a process of its own."""
-        self.daemon = subprocess.Popen(
-            [sys.executable, "-m", "deskpool.desktopd", ANY_PORT],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        assert self.daemon.stdout is not None
-        line = self.daemon.stdout.readline()
-        self.daemon_address = line.rsplit(" ", 1)[-1].strip()
-        if not self.daemon_address:
-            raise SystemExit("the desktop daemon simulator did not start")
+    def start_daemons(self) -> None:
+        """The desktop daemon simulator processes, sharing one address."""
+        self.daemon_address = self.daemons.enter_context(daemon_processes(self.args.daemons))
 
     def stop(self) -> None:
-        """Stop the daemon and forget the scratch folder."""
-        if self.daemon is not None:
-            self.daemon.terminate()
-            self.daemon.wait(10)
+        """Stop the daemons and forget the scratch folder."""
+        self.daemons.close()
         self.vendor.forget()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
-    def environ(self, database: str) -> dict[str, str]:
+    def environ(self, database: str, prefix: str) -> dict[str, str]:
         """The environment of one run's processes."""
         base = {
             **os.environ,
             "KVSTORE_ADDR": self.servers.kv_addr,
-            "KVSTORE_KEY_PREFIX": f"deskpool-bench-storm-{secrets.token_hex(4)}:",
+            "KVSTORE_KEY_PREFIX": prefix,
             "METRICS_ADDR": "",
-            "SECRETS_MASTER_KEY": secrets.token_urlsafe(32),
+            "SECRETS_MASTER_KEY": self.master_key,
             "DESKTOPD_ADDRESS": self.daemon_address,
             "GATEWAY_PUBLIC_WS_URL": "wss://desktops.bench.test/websocket-tunnel",
             "API_RATE_LIMIT_PER_MINUTE": "100000000",
@@ -209,16 +213,90 @@ class Deployment(Part):
         """Run a ``deskpool`` command of the licensed launcher to its end."""
         subprocess.run([*self.command, *arguments], env=env, check=True, capture_output=True)
 
-    async def run(self, side: str, number: int, processes: int) -> Run:
-        """One storm with ``processes`` api and gateway processes."""
+    async def provision(self) -> None:
+        """The template: a database whose pools hold U ready desktops, made by a worker."""
         args = self.args
-        database = await create_test_database(self.servers.admin_url, DB_PREFIX)
+        self.template = await create_test_database(self.servers.admin_url, f"{DB_PREFIX}_tpl")
+        self.template_prefix = f"deskpool-bench-storm-{secrets.token_hex(4)}:"
+        env = self.environ(self.template, self.template_prefix)
+        self.deskpool(env, "migrate")
+        self.deskpool(env, "license", "install", str(self.license))
+        started = {
+            "api": listening(["api"], env, "API_ADDR", self.command),
+            "worker": DeskpoolProcess(["worker"], env, command=self.command),
+        }
+        began = time.perf_counter()
+        async with running(started) as processes:
+            db = await asyncpg.connect(self.template)
+            try:
+                async with aiohttp.ClientSession() as http:
+                    self.prepared = await prepare(
+                        http,
+                        processes["api"].url("api"),
+                        self.idp.issue_token(ADMIN, expires_in=3600),
+                        db,
+                        desktops=args.users,
+                        per_pool=args.per_pool,
+                        within=1800,
+                    )
+            finally:
+                await db.close()
+        self.provisioned = time.perf_counter() - began
+        log(f"provisioned {args.users:,} desktops in {self.provisioned:.0f} s (once, not timed)")
+
+    async def clone(self) -> tuple[str, str]:
+        """A fresh database cloned from the template and a Redis prefix holding its clusters."""
+        name = f"{DB_PREFIX}_{secrets.token_hex(6)}"
+        template = urlsplit(self.template).path.lstrip("/")
+        admin = await asyncpg.connect(self.servers.admin_url)
+        try:
+            await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+        finally:
+            await admin.close()
+        prefix = f"deskpool-bench-storm-{secrets.token_hex(4)}:"
+        kv = redis.Redis.from_url(f"redis://{self.servers.kv_addr}")
+        try:
+            async for key in kv.scan_iter(match=f"{self.template_prefix}driver:*"):
+                dumped = await kv.dump(key)
+                if dumped is not None:
+                    renamed = prefix.encode() + key[len(self.template_prefix) :]
+                    await kv.restore(renamed, 0, dumped, replace=True)
+        finally:
+            await kv.aclose()
+        return urlunsplit(urlsplit(self.template)._replace(path=f"/{name}")), prefix
+
+    async def forget_template(self) -> None:
+        """Drop the template database and its Redis keys."""
+        if self.template:
+            await drop_test_database(self.servers.admin_url, self.template)
+            await forget_prefix(self.servers.kv_addr, self.template_prefix)
+
+    async def run(self, side: str, number: int, processes: int, code: str = "") -> Run:
+        """One storm with ``processes`` api and gateway processes.
+
+        :param code: a source tree whose deskpool the processes run instead of this one's
+            (``--baseline``), for a before/after comparison in the same rounds.
+        """
+        args = self.args
+        assert self.prepared is not None
+        database, prefix = await self.clone()
         try:
             # The shared server allows 100 connections: n processes of a role share the 10
             # connections (DATABASE_MAX_CONNS) one process of it has.
-            env = {**self.environ(database), "DATABASE_MAX_CONNS": str(10 // processes)}
-            self.deskpool(env, "migrate")
-            self.deskpool(env, "license", "install", str(self.license))
+            env = {
+                **self.environ(database, prefix),
+                "DATABASE_MAX_CONNS": str(10 // processes),
+            }
+            if code:
+                env["PYTHONPATH"] = os.pathsep.join(
+                    str(Path(code) / folder)
+                    for folder in (
+                        "platform",
+                        "plugins",
+                        "hypervisor_drivers/contract",
+                        "hypervisor_drivers/simulator",
+                    )
+                )
             started = {
                 **{
                     f"api-{n}": listening(["api"], env, "API_ADDR", self.command)
@@ -238,17 +316,7 @@ class Deployment(Part):
                 ]
                 db = await asyncpg.connect(database)
                 try:
-                    began = time.perf_counter()
-                    async with aiohttp.ClientSession() as http:
-                        await prepare(
-                            http,
-                            apis[0],
-                            self.idp.issue_token(ADMIN, expires_in=3600),
-                            db,
-                            desktops=args.users,
-                            per_pool=args.per_pool,
-                        )
-                    provisioned = time.perf_counter() - began
+                    await wait_ready(db, self.prepared, within=300)
                     tokens = [
                         (
                             subject,
@@ -276,10 +344,10 @@ class Deployment(Part):
                     await db.close()
         finally:
             await drop_test_database(self.servers.admin_url, database)
+            await forget_prefix(self.servers.kv_addr, prefix)
         figures = storm_figures(result)
         figures["double"] = check.desktops_with_several_users + check.users_with_several
         figures["without"] = check.users_without_desktop
-        figures["prepare"] = provisioned
         for reason, count in sorted(result.retries().items()):
             log(f"  {side} round {number}: retried {count} x {reason}")
         for reason, count in sorted(result.server_errors().items()):
@@ -290,6 +358,17 @@ class Deployment(Part):
             log(f"  {side} round {number}: ALLOCATION CHECK FAILED: {check}")
         self.reasons[side, number] = (result.retries(), result.server_errors(), result.failures())
         return Run(side, number, figures, load)
+
+
+async def forget_prefix(kv_addr: str, prefix: str) -> None:
+    """Delete every Redis key under ``prefix`` (a run's or the template's)."""
+    kv = redis.Redis.from_url(f"redis://{kv_addr}")
+    try:
+        keys = [key async for key in kv.scan_iter(match=f"{prefix}*")]
+        for start in range(0, len(keys), 500):
+            await kv.delete(*keys[start : start + 500])
+    finally:
+        await kv.aclose()
 
 
 def storm_figures(result: StormResult) -> dict[str, float]:
@@ -558,14 +637,22 @@ def verdicts(storm_series: Series, allocation: Series, me: Series, users: int) -
 async def bench(args: argparse.Namespace) -> None:
     """Every round: the storm on 1 and 2 processes, floor (b), cold /me and floor (a)."""
     servers = ServiceAddresses.from_environ()
+    began = time.perf_counter()
     with IssuerThread() as idp:
         deployment = Deployment(args, idp, servers)
         cold = ColdMe(args, idp, servers)
         try:
-            deployment.start_daemon()
-            await cold.setup()
-            cold.start()
-            sides = [f"{n} api + {n} gateway" for n in args.processes]
+            deployment.start_daemons()
+            await deployment.provision()
+            if "me" in args.parts:
+                await cold.setup()
+                cold.start()
+            runs = [(n, f"{n} api + {n} gateway", "") for n in args.processes]
+            if args.baseline:
+                runs += [
+                    (n, f"{n} api + {n} gateway, baseline", args.baseline) for n in args.processes
+                ]
+            sides = [side for _, side, _ in runs]
             storm_series = Series(
                 f"Login storm: {args.users:,} users with unseen tokens in one burst, pools of "
                 f"{args.per_pool} ready desktops, one worker",
@@ -592,10 +679,10 @@ async def bench(args: argparse.Namespace) -> None:
                 keep_starved=args.keep_starved,
             )
             for number in range(1, args.runs + 1):
-                for processes, side in zip(args.processes, sides, strict=True):
-                    run = await deployment.run(side, number, processes)
+                for processes, side, code in runs:
+                    run = await deployment.run(side, number, processes, code)
                     print_run(storm_series, run, log)
-                    if processes == args.processes[0]:
+                    if side == sides[0]:
                         opened = Run(
                             f"deskpool ({sides[0]})",
                             number,
@@ -603,10 +690,16 @@ async def bench(args: argparse.Namespace) -> None:
                             run.load,
                         )
                         print_run(allocation, opened, log)
-                rate, load = await floor_allocations(servers, args.users)
-                print_run(allocation, Run("floor (b)", number, {"rate": rate}, load), log)
-                print_run(me, cold.run("deskpool", number), log)
-                print_run(me, cold.run("floor (a)", number), log)
+                if "floors" in args.parts:
+                    rate, load = await floor_allocations(servers, args.users)
+                    print_run(allocation, Run("floor (b)", number, {"rate": rate}, load), log)
+                if "me" in args.parts:
+                    print_run(me, cold.run("deskpool", number), log)
+                    print_run(me, cold.run("floor (a)", number), log)
+            print(
+                f"{args.users:,} desktops provisioned once in {deployment.provisioned:.0f} s "
+                f"(not timed); {args.daemons} desktop daemon simulator processes"
+            )
             print()
             print(storm_series.table())
             print()
@@ -617,8 +710,11 @@ async def bench(args: argparse.Namespace) -> None:
             print(me.table())
             print()
             print("\n".join(verdicts(storm_series, allocation, me, args.users)))
+            print()
+            print(f"The whole run took {time.perf_counter() - began:.0f} s.")
         finally:
             await cold.close()
+            await deployment.forget_template()
             deployment.stop()
 
 
@@ -636,6 +732,21 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=5, help="seconds per wrk run")
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="wrk threads")
+    parser.add_argument(
+        "--daemons", type=int, default=4, help="desktop daemon simulator processes (one address)"
+    )
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        choices=("storm", "floors", "me"),
+        default=["storm", "floors", "me"],
+        help="what to run besides the storm (for developing: the tables need all three)",
+    )
+    parser.add_argument(
+        "--baseline",
+        default="",
+        help="a source tree (git archive of another commit): its storms run as more sides",
+    )
     parser.add_argument("--keep-starved", action="store_true", help="for developing only")
     args = parser.parse_args()
     if shutil.which("wrk") is None:

@@ -1,4 +1,4 @@
-"""``python -m deskpool.desktopd [--bridge-vnc NETWORK]... [HOST:PORT]``: run the simulator alone.
+"""``python -m deskpool.desktopd [OPTIONS] [HOST:PORT]``: run the simulator alone.
 
 Port 0 asks for a free port the system picks; the line ``desktop daemon simulator listening on
 HOST:PORT`` says which.
@@ -6,6 +6,8 @@ HOST:PORT`` says which.
 ``--bridge-vnc`` (repeatable) names a network whose VNC servers are real: a ``vnc`` connection
 to an IP address in it shows that server through the VNC bridge (:mod:`deskpool.desktopd.vnc`)
 instead of the simulated desktop. A development and test bridge; production runs guacd.
+``--reuse-port`` listens with ``SO_REUSEPORT``: several simulator processes started on the same
+address share the handshakes of a burst (the login storm benchmark starts several).
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from deskpool.desktopd.daemon import DesktopDaemonSimulator
 from deskpool.desktopd.vnc import VncBridge
 
 
-async def serve(address: str, bridge: VncBridge) -> None:
+async def serve(address: str, bridge: VncBridge, reuse_port: bool = False) -> None:
     """Listen on ``address`` until interrupted."""
     where = parse_listen_address(address)
-    daemon = DesktopDaemonSimulator(where.host, where.port, vnc_bridge=bridge)
+    daemon = DesktopDaemonSimulator(
+        where.host, where.port, vnc_bridge=bridge, reuse_port=reuse_port
+    )
     await daemon.start()
     print(f"desktop daemon simulator listening on {daemon.address}", flush=True)
     try:
@@ -43,6 +47,11 @@ def main() -> None:
         metavar="NETWORK",
         help="bridge the real VNC servers at IP addresses in NETWORK (e.g. 127.0.0.0/8)",
     )
+    parser.add_argument(
+        "--reuse-port",
+        action="store_true",
+        help="listen with SO_REUSEPORT (several simulator processes on one address)",
+    )
     args = parser.parse_args()
     try:
         bridge = VncBridge.of(args.bridge_vnc)
@@ -50,7 +59,7 @@ def main() -> None:
         parser.error(str(error))
     logging.basicConfig(level=logging.INFO)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.address, bridge))
+        asyncio.run(serve(args.address, bridge, args.reuse_port))
 
 
 if __name__ == "__main__":

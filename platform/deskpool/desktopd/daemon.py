@@ -166,6 +166,10 @@ class DesktopDaemonSimulator:
         by default; see :class:`deskpool.desktopd.vnc.VncBridge`).
     :param connect_delay: seconds a new connection takes before its first frame (guacd's VNC
         or RDP client connecting); input before it kills the connection, as in guacd 1.6.0.
+    :param reuse_port: listen with ``SO_REUSEPORT``, so several simulator processes can share
+        one address and the kernel spreads new sockets over them (as guacd spreads its
+        connections over processes); joining a connection (``select $id``) then works only
+        when the joining socket lands in the process holding that connection.
     """
 
     def __init__(
@@ -176,9 +180,11 @@ class DesktopDaemonSimulator:
         user_timeout: float = 15.0,
         vnc_bridge: VncBridge | None = None,
         connect_delay: float = 0.1,
+        reuse_port: bool = False,
     ):
         self.host = host
         self.port = port
+        self.reuse_port = reuse_port
         self.user_timeout = user_timeout
         self.vnc_bridge = vnc_bridge or VncBridge()
         #: Seconds a new connection's remote desktop client takes to connect (then it draws).
@@ -201,7 +207,9 @@ class DesktopDaemonSimulator:
 
     async def start(self) -> None:
         """Listen."""
-        self._server = await asyncio.start_server(self._accept, self.host, self.port)
+        self._server = await asyncio.start_server(
+            self._accept, self.host, self.port, reuse_port=self.reuse_port or None
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("desktop daemon simulator listening on %s", self.address)
 

@@ -2,10 +2,10 @@
 
 Shared by the correctness test (50 users, ``tests/e2e/test_login_storm.py``) and the
 benchmark (``bench/login_storm.py``). :func:`prepare` makes, through the REST API of a running
-deployment, a simulated cluster and pools holding the users' desktops, entitles a group bound
-to an OIDC group claim (so users who never signed in are entitled through their token), and
-waits until every desktop is ready. :func:`storm` then sends every user at once, each with a
-token the API has never seen, along the path a browser takes:
+deployment, simulated clusters (one per pool) and pools holding the users' desktops, entitles
+a group bound to an OIDC group claim (so users who never signed in are entitled through their
+token), and waits until every desktop is ready. :func:`storm` then sends every user at once,
+each with a token the API has never seen, along the path a browser takes:
 
 1. ``list_pools``: ``GET /api/v1/me/pools`` (the token is verified and the user created);
 2. ``open_desktop``: ``POST /api/v1/me/pools/{id}/desktop`` (a desktop is allocated);
@@ -14,23 +14,28 @@ token the API has never seen, along the path a browser takes:
 
 Each user's step durations, the answers that were refused (by status and problem type) and
 retried, and the 5xx answers are recorded. :func:`check_allocations` reads the database: no
-desktop went to two users and every user got one.
+desktop went to two users and every user got one. :func:`daemon_processes` starts several
+desktop daemon simulator processes on one address, for a burst one process cannot answer in
+time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import asyncpg
 
-from deskpool.testing.processes import until
+from deskpool.testing.processes import ANY_PORT, until
 from deskpool.testing.tunnels import TunnelClosed, WebSocketTunnelClient
 
 #: The steps of one user, in order.
@@ -130,22 +135,14 @@ async def prepare(
     name: str = "storm",
     within: float = 600,
 ) -> Prepared:
-    """A simulated cluster and ``desktops`` ready desktops in pools of ``per_pool``.
+    """``desktops`` ready desktops in pools of ``per_pool``, each pool on a simulated cluster.
 
     The group bound to :data:`CLAIM` is entitled to every pool. Returns once every desktop is
-    ready (read from ``db``, the deployment's database).
+    ready (read from ``db``, the deployment's database). Each pool has a cluster of its own:
+    the simulator keeps a cluster's VMs as one document that every driver call reads whole,
+    so one cluster of a thousand VMs would make every call (and provisioning) cost a thousand.
     """
     api = Api(http, api_url, admin_token)
-    cluster = await api.call(
-        "POST",
-        "/clusters",
-        json={
-            "name": name,
-            "driver": "simulator",
-            "endpoint": f"simulator://{name}",
-            "options": SIMULATOR_OPTIONS,
-        },
-    )
     group = await api.call("POST", "/groups", json={"key": name, "name": name})
     await api.call(
         "POST", "/oidc-group-bindings", json={"claim_value": CLAIM, "group_id": group["id"]}
@@ -155,6 +152,16 @@ async def prepare(
     )
     pool_ids = []
     for number, size in enumerate(sizes, 1):
+        cluster = await api.call(
+            "POST",
+            "/clusters",
+            json={
+                "name": f"{name}-{number}",
+                "driver": "simulator",
+                "endpoint": f"simulator://{name}-{number}",
+                "options": SIMULATOR_OPTIONS,
+            },
+        )
         pool = await api.call(
             "POST",
             "/pools",
@@ -177,16 +184,23 @@ async def prepare(
         )
         pool_ids.append(pool["id"])
 
+    prepared = Prepared(pool_ids, desktops)
+    await wait_ready(db, prepared, within)
+    return prepared
+
+
+async def wait_ready(db: asyncpg.Connection, prepared: Prepared, within: float = 600) -> None:
+    """Return once every desktop of ``prepared`` is ready and free (read from ``db``)."""
+
     async def all_ready() -> bool:
         ready = await db.fetchval(
             "SELECT count(*) FROM desktops WHERE pool_id = ANY($1::uuid[]) AND state = 'ready' "
             "AND assigned_user IS NULL AND NOT in_session AND NOT used_since_refresh",
-            pool_ids,
+            prepared.pool_ids,
         )
-        return int(ready) == desktops
+        return int(ready) == prepared.desktops
 
-    await until(all_ready, f"{desktops} desktops are ready", within, every=0.5)
-    return Prepared(pool_ids, desktops)
+    await until(all_ready, f"{prepared.desktops} desktops are ready", within, every=0.5)
 
 
 def _reason(body: Any) -> str:
@@ -409,6 +423,39 @@ async def check_allocations(
         desktops_with_several_users=int(shared),
         mismatches=mismatches,
     )
+
+
+@contextlib.contextmanager
+def daemon_processes(count: int) -> Iterator[str]:
+    """``count`` desktop daemon simulator processes sharing one address; yields ``host:port``.
+
+    Each listens with ``SO_REUSEPORT`` (``python -m deskpool.desktopd --reuse-port``), so the
+    kernel spreads the gateways' connections over them: one Python process cannot complete a
+    thousand handshakes at once on a loaded machine, as guacd would not in one process. The
+    first binds a port the system picks; the others bind the one it printed.
+    """
+    started: list[subprocess.Popen[str]] = []
+    address = ANY_PORT
+    try:
+        for _ in range(count):
+            daemon = subprocess.Popen(
+                [sys.executable, "-m", "deskpool.desktopd", "--reuse-port", address],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            started.append(daemon)
+            assert daemon.stdout is not None
+            printed = daemon.stdout.readline().rsplit(" ", 1)[-1].strip()
+            if not printed:
+                raise RuntimeError(f"a desktop daemon simulator did not start on {address}")
+            address = printed
+        yield address
+    finally:
+        for daemon in started:
+            daemon.terminate()
+        for daemon in started:
+            daemon.wait(10)
 
 
 def new_subjects(count: int) -> list[str]:
