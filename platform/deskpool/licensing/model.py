@@ -599,6 +599,19 @@ def headroom(judgement: Judgement, usage: Usage, resource: Resource) -> int | No
     return max(0, limit - usage.of(resource))
 
 
+def room_for_concurrent(
+    judgement: Judgement, usage: Usage, resource: Resource, concurrent: int
+) -> bool:
+    """Whether one more of ``resource`` is allowed even if ``concurrent`` adders count at once.
+
+    ``usage`` was counted while up to ``concurrent - 1`` other transactions, not yet committed
+    and invisible to the count, may each be adding one too: if the limit leaves room for all of
+    them, none can take more than the limit, and no serialization is needed.
+    """
+    room = headroom(judgement, usage, resource)
+    return room is None or room >= max(concurrent, 1)
+
+
 def limit_reason(judgement: Judgement, usage: Usage, resource: Resource) -> str:
     """Why no more of ``resource`` may be added (for problems, pool health and the audit)."""
     limit = judgement.limits.of(resource)

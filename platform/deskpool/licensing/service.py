@@ -41,6 +41,7 @@ from deskpool.licensing.model import (
     judge,
     judged_time,
     limit_reason,
+    room_for_concurrent,
     verify_document,
 )
 from deskpool.licensing.reporting import (
@@ -412,9 +413,24 @@ async def check_can_open_session(
     Sessions count per desktop (an open tunnel, or a connection token not used yet), so a
     desktop that already has one is always allowed another connection: reconnecting never
     counts twice, and nothing open is ever cut.
+
+    Far from the limit, the check shares the growth lock (concurrent openings do not wait for
+    each other): the sessions counted, plus one for every transaction that may be open on the
+    server at once, must stay within the limit. Nearer, it gives the shared lock back and takes
+    the growth lock alone, as every other growth check does, and counts exactly. Either way the
+    lock lasts until the caller's transaction ends: call this last in it.
     """
-    if desktop_id is not None and await store.has_session(connection, desktop_id):
+    await store.lock_growth_shared(connection)
+    judgement = await current_judgement(connection, context)
+    usage, held, connections = await store.session_usage(connection, desktop_id)
+    if held:
         return
+    if room_for_concurrent(judgement, usage, Resource.SESSIONS, connections):
+        metrics = context.metrics
+        if metrics is not None:
+            _show(connection, context, lambda: metrics.observe(judgement, usage))
+        return
+    await store.unlock_growth_shared(connection)
     await _check(connection, context, Resource.SESSIONS)
 
 

@@ -244,35 +244,81 @@ async def lock_growth(connection: asyncpg.Connection) -> None:
     await connection.execute("SELECT pg_advisory_xact_lock($1)", GROWTH_LOCK_KEY)
 
 
-#: Desktops with a session: an open tunnel, or a connection token handed out and not yet used
-#: (read-only views of another session aside).
-_SESSION_DESKTOPS = """
+#: How long a logon allocated without a token counts as a session.
+PENDING_LOGON = "10 minutes"
+#: Desktops with a session: an open tunnel, a connection token handed out and not yet used
+#: (read-only views of another session aside), or a desktop just allocated to a logon whose
+#: token is being issued (a logon allocated, its token not issued, not failed: it gets its
+#: token within seconds; one a crash left behind stops counting after :data:`PENDING_LOGON`).
+_SESSION_DESKTOPS = f"""
     SELECT desktop_id FROM desktop_sessions WHERE ended_at IS NULL AND NOT read_only
     UNION
     SELECT desktop_id FROM connection_tokens
      WHERE redeemed_at IS NULL AND expires_at > now() AND shadow_of IS NULL
+    UNION
+    SELECT desktop_id FROM logons
+     WHERE allocated_at IS NOT NULL AND token_issued_at IS NULL AND failed_at IS NULL
+       AND allocated_at > now() - interval '{PENDING_LOGON}' AND desktop_id IS NOT NULL
+"""
+
+
+#: What :class:`Usage` counts, as the columns of a ``SELECT``.
+_USAGE = f"""
+    (SELECT count(*) FROM desktops WHERE state <> 'deleting') AS desktops,
+    (SELECT count(*) FROM pools) AS pools,
+    (SELECT count(*) FROM ({_SESSION_DESKTOPS}) AS s) AS sessions
 """
 
 
 async def usage(connection: asyncpg.Connection) -> Usage:
     """Desktops (those not being deleted), pools, and desktops with a session."""
-    row = await connection.fetchrow(
-        f"""
-        SELECT (SELECT count(*) FROM desktops WHERE state <> 'deleting') AS desktops,
-               (SELECT count(*) FROM pools) AS pools,
-               (SELECT count(*) FROM ({_SESSION_DESKTOPS}) AS s) AS sessions
-        """
-    )
+    row = await connection.fetchrow(f"SELECT {_USAGE}")
     return Usage(desktops=row["desktops"], pools=row["pools"], sessions=row["sessions"])
 
 
-async def has_session(connection: asyncpg.Connection, desktop_id: uuid.UUID) -> bool:
-    """Whether the desktop already counts as one with a session."""
-    found = await connection.fetchval(
-        f"SELECT EXISTS (SELECT 1 FROM ({_SESSION_DESKTOPS}) AS s WHERE desktop_id = $1)",
+#: The savepoint the optimistic growth check takes its shared lock in.
+_SHARED_GROWTH = "deskpool_growth_shared"
+
+
+async def lock_growth_shared(connection: asyncpg.Connection) -> None:
+    """Share the growth lock until the caller's transaction ends (a savepoint may give it back).
+
+    Shared holders never wait for each other; :func:`lock_growth` waits until none is left.
+    The lock is taken in a savepoint of its own, which :func:`unlock_growth_shared` rolls back
+    to give the lock back early; otherwise the savepoint commits with the transaction. One
+    round trip.
+    """
+    await connection.execute(
+        f"SAVEPOINT {_SHARED_GROWTH}; SELECT pg_advisory_xact_lock_shared({GROWTH_LOCK_KEY})"
+    )
+
+
+async def unlock_growth_shared(connection: asyncpg.Connection) -> None:
+    """Give back the lock :func:`lock_growth_shared` took (nothing else was done since)."""
+    await connection.execute(
+        f"ROLLBACK TO SAVEPOINT {_SHARED_GROWTH}; RELEASE SAVEPOINT {_SHARED_GROWTH}"
+    )
+
+
+async def session_usage(
+    connection: asyncpg.Connection, desktop_id: uuid.UUID | None
+) -> tuple[Usage, bool, int]:
+    """The usage, whether ``desktop_id`` already has a session, and the server's connections.
+
+    The last is ``max_connections``: no more transactions than that can be open at once on
+    the server, so no more than that can be adding a session while this one counts.
+    """
+    row = await connection.fetchrow(
+        f"""
+        SELECT {_USAGE},
+               EXISTS (SELECT 1 FROM ({_SESSION_DESKTOPS}) AS s WHERE desktop_id = $1) AS held,
+               current_setting('max_connections')::int AS connections
+        """,
         desktop_id,
     )
-    return bool(found)
+    assert row is not None
+    usage = Usage(desktops=row["desktops"], pools=row["pools"], sessions=row["sessions"])
+    return usage, bool(row["held"]), int(row["connections"])
 
 
 # --------------------------------------------------------------------------- reports

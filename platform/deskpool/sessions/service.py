@@ -410,12 +410,15 @@ async def open_pool_desktop(
     async with timed_logon(runtime, user_id=user_id, pool_id=pool.id) as logon:
         async with runtime.db.acquire() as connection, connection.transaction():
             desktop = await store_allocation.allocate_desktop(connection, pool, principal.id)
-            # Over the license's session limit the allocation is rolled back (409).
-            await check_can_open_session(connection, runtime.licensing, desktop.id)
             await _audit_allocation(connection, audit, desktop, str(principal.id))
-            await mark_phase(
-                runtime, connection, logon, LogonPhase.ALLOCATED, desktop_id=desktop.id
+            # Over the license's session limit the allocation is rolled back (409). Late, as
+            # the check's lock lasts until the commit; before the logon is marked allocated,
+            # which makes the desktop count as one with a session until its token is issued.
+            await check_can_open_session(connection, runtime.licensing, desktop.id)
+            allocated = await store.mark_logon(
+                connection, logon, LogonPhase.ALLOCATED, desktop_id=desktop.id
             )
+        observe_phase(runtime, LogonPhase.ALLOCATED, allocated)
         return await _connect(runtime, url, user_id, desktop, pool, logon)
 
 

@@ -28,7 +28,9 @@ from tests.integration.pools.conftest import (  # noqa: F401 (fixtures)
     ready_desktops,
 )
 
+from deskpool.actor import Actor
 from deskpool.desktopd import DesktopDaemonSimulator
+from deskpool.licensing import service as licensing_service
 from deskpool.pools import store_pools
 from deskpool.pools.model import DesktopState, Pool, PoolKind
 from deskpool.runtime import Runtime
@@ -36,6 +38,7 @@ from deskpool.sessions import store
 from deskpool.sessions.broker import PlatformSessionBroker
 from deskpool.sessions.model import SessionPolicy
 from deskpool.sessions.tunnel import TunnelGrant
+from deskpool.testing.licensing import TestVendor
 from deskpool.testing.processes import ANY_PORT
 from deskpool.testing.pytest_plugin import opened_runtime
 from deskpool_gateway import GatewayComponent
@@ -167,3 +170,14 @@ __all__ = [
     "open_desktop",
     "running_gateway",
 ]
+
+
+async def install_license(runtime: Runtime, vendor: TestVendor, **limits: int) -> None:
+    """Install a license of ``vendor`` with these ``limits`` (``sessions=1``...)."""
+    async with runtime.db.acquire() as connection:
+        await licensing_service.install_license(
+            connection,
+            runtime.licensing,
+            vendor.issue(limits=limits),
+            Actor.system("test:sessions"),
+        )

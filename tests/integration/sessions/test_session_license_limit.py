@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tests.integration.sessions.conftest import Estate, desktop_row, open_desktop
+from tests.integration.sessions.conftest import (
+    Estate,
+    desktop_row,
+    install_license,
+    open_desktop,
+)
 
 from deskpool.actor import Actor
 from deskpool.licensing import service
@@ -23,13 +28,7 @@ async def test_a_session_beyond_the_license_is_refused_and_open_ones_stay(
     broker: PlatformSessionBroker,
     license_vendor: TestVendor,
 ) -> None:
-    async with pools_runtime.db.acquire() as connection:
-        await service.install_license(
-            connection,
-            pools_runtime.licensing,
-            license_vendor.issue(limits={"sessions": 1}),
-            Actor.system("test:sessions"),
-        )
+    await install_license(pools_runtime, license_vendor, sessions=1)
     first, second = await estate(ready=1), await estate(ready=1)
     opened = await open_desktop(client, first)
     await broker.redeem(opened["connection"]["token"], gateway_id="gw-lic")

@@ -34,6 +34,7 @@ from deskpool.licensing.model import (
     judge,
     judged_time,
     key_fingerprint,
+    room_for_concurrent,
     sign_document,
     verify_document,
 )
@@ -230,6 +231,25 @@ def test_enforcement_only_decides_additions() -> None:
     assert "nothing existing is changed" in refused.value.detail
     # Over the limit (after a downgrade): still never a negative headroom.
     assert headroom(free, Usage(desktops=FREE_LIMITS.desktops + 9), Resource.DESKTOPS) == 0
+
+
+def test_only_room_for_every_concurrent_adder_skips_serialization(vendor: TestVendor) -> None:
+    free = judge(None, now=T0, watermark=NO_WATERMARK, build=BuildIntegrity.UNSIGNED)
+    assert FREE_LIMITS.sessions is not None
+    limit = FREE_LIMITS.sessions
+    # 10 transactions may add at once: room for 10 more is enough, 9 is not.
+    assert room_for_concurrent(free, Usage(sessions=limit - 10), Resource.SESSIONS, 10)
+    assert not room_for_concurrent(free, Usage(sessions=limit - 9), Resource.SESSIONS, 10)
+    assert not room_for_concurrent(free, Usage(sessions=limit), Resource.SESSIONS, 1)
+    assert room_for_concurrent(free, Usage(sessions=limit - 1), Resource.SESSIONS, 0)
+    license = verify_document(
+        issue(vendor, edition="enterprise", limits={"sessions": None}), trusted(vendor)
+    )
+    unlimited = judge(
+        license, now=T0 - timedelta(days=1), watermark=NO_WATERMARK, build=BuildIntegrity.UNSIGNED
+    )
+    assert unlimited.limits.sessions is None
+    assert room_for_concurrent(unlimited, Usage(sessions=10**9), Resource.SESSIONS, 100)
 
 
 def test_the_free_edition_runs_the_quick_start_demo() -> None:
