@@ -249,5 +249,6 @@ class Authenticator:
         return principal
 
     async def _resolve(self, token: VerifiedToken) -> Principal:
-        async with self.runtime.db.acquire() as connection, connection.transaction():
+        # One statement, committed on its own (sign_in opens a transaction where it needs one).
+        async with self.runtime.db.acquire() as connection:
             return await sign_in(connection, self.config, token)

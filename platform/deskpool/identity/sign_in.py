@@ -24,8 +24,10 @@ from typing import TYPE_CHECKING
 import asyncpg
 
 from deskpool.actor import BOOTSTRAP, Actor
+from deskpool.audit import record_audit_event
 from deskpool.auth import VerifiedToken
-from deskpool.identity import store, store_roles
+from deskpool.events import AuditEvent
+from deskpool.identity import store, store_roles, store_sign_in
 from deskpool.identity.principal import GroupRef, Principal
 from deskpool.permissions import EffectivePermissions, resolve_permissions
 
@@ -76,11 +78,31 @@ async def sign_in(
 ) -> Principal:
     """The principal of a verified token; creates the user at its first sign-in.
 
-    Run it in a transaction: the user, its bootstrap grant and their audit events are
-    committed together.
+    One statement (:func:`deskpool.identity.store_sign_in.sign_in_user`): the user written,
+    its ``user.create`` event at a first sign-in, and its groups, grants and roles read, all
+    committed together with no transaction around them. A token that may make a bootstrap
+    admin takes :func:`sign_in_bootstrap` instead.
     """
-    user = await store.upsert_user(
+    if bootstrap_admin_reason(config, token) is not None:
+        async with connection.transaction():
+            return await sign_in_bootstrap(connection, config, token)
+    new_id = uuid.uuid4()
+    signed = await store_sign_in.sign_in_user(
         connection,
+        _user_fields(token),
+        created_event=_created_event(str(new_id), token.issuer, token.subject, token.email),
+        new_id=new_id,
+    )
+    effective = resolve_permissions(
+        signed.user_grants, signed.group_grants, signed.roles, claimed_roles=token.roles
+    )
+    groups = tuple(GroupRef(*group) for group in signed.groups)
+    return _principal(signed.user, token, groups, effective)
+
+
+def _user_fields(token: VerifiedToken) -> store.UserFields:
+    """What a sign-in writes of the user, from its token."""
+    return store.UserFields(
         issuer=token.issuer,
         subject=token.subject,
         email=token.email,
@@ -88,9 +110,23 @@ async def sign_in(
         claimed_groups=token.groups,
         claimed_roles=token.roles,
     )
-    if user.created:
-        await _first_sign_in(connection, config, user, token)
-    groups, effective = await resolve_effective(connection, user.id, token.groups, token.roles)
+
+
+def _created_event(user_id: str, issuer: str, subject: str, email: str | None) -> AuditEvent:
+    return Actor(user_id).audit_event(
+        "user.create",
+        "users",
+        user_id,
+        {"reason": "first sign-in", "issuer": issuer, "subject": subject, "email": email},
+    )
+
+
+def _principal(
+    user: store.UserRow,
+    token: VerifiedToken,
+    groups: tuple[GroupRef, ...],
+    effective: EffectivePermissions,
+) -> Principal:
     return Principal(
         id=user.id,
         issuer=user.issuer,
@@ -105,20 +141,26 @@ async def sign_in(
     )
 
 
+async def sign_in_bootstrap(
+    connection: asyncpg.Connection, config: Config, token: VerifiedToken
+) -> Principal:
+    """:func:`sign_in` of a token that may make a bootstrap admin, statement by statement.
+
+    Run it in a transaction: the user, its bootstrap grant and their audit events are
+    committed together.
+    """
+    user = await store.upsert_user(connection, _user_fields(token))
+    if user.created:
+        await _first_sign_in(connection, config, user, token)
+    groups, effective = await resolve_effective(connection, user.id, token.groups, token.roles)
+    return _principal(user, token, groups, effective)
+
+
 async def _first_sign_in(
     connection: asyncpg.Connection, config: Config, user: store.UserRow, token: VerifiedToken
 ) -> None:
-    await Actor(user.id).record(
-        connection,
-        "user.create",
-        "users",
-        user.id,
-        {
-            "reason": "first sign-in",
-            "issuer": user.issuer,
-            "subject": user.subject,
-            "email": user.email,
-        },
+    await record_audit_event(
+        connection, _created_event(user.id, user.issuer, user.subject, user.email)
     )
     reason = bootstrap_admin_reason(config, token)
     if reason is None:

@@ -45,41 +45,47 @@ class UserRow:
     created: bool
 
 
-async def upsert_user(
-    connection: asyncpg.Connection,
-    *,
-    issuer: str,
-    subject: str,
-    email: str | None,
-    display_name: str | None,
-    claimed_groups: Sequence[str] = (),
-    claimed_roles: Sequence[str] = (),
-) -> UserRow:
-    """Create the user at first sign-in, or refresh its email, name, claims and last sign-in.
+#: Creates the user at first sign-in with the id ``$1``, or refreshes its email (``$4``), name
+#: (``$5``), claims (``$6``, ``$7``) and last sign-in; ``$2``, ``$3``: issuer and subject.
+UPSERT_USER = """
+    INSERT INTO users (id, issuer, subject, email, display_name, claimed_groups, claimed_roles)
+    VALUES ($1, $2, $3, $4, $5, $6::text[], $7::text[])
+    ON CONFLICT (issuer, subject) DO UPDATE
+        SET email = coalesce(EXCLUDED.email, users.email),
+            display_name = coalesce(EXCLUDED.display_name, users.display_name),
+            claimed_groups = EXCLUDED.claimed_groups,
+            claimed_roles = EXCLUDED.claimed_roles,
+            last_seen_at = now()
+    RETURNING id, issuer, subject, email, display_name, disabled, (xmax = 0) AS created
+"""
 
-    The group and role claims of this sign-in are kept, so a later change of access can be
-    judged while the user is away (:mod:`deskpool.revocation`).
-    """
-    row = await connection.fetchrow(
-        """
-        INSERT INTO users (issuer, subject, email, display_name, claimed_groups, claimed_roles)
-        VALUES ($1, $2, $3, $4, $5::text[], $6::text[])
-        ON CONFLICT (issuer, subject) DO UPDATE
-            SET email = coalesce(EXCLUDED.email, users.email),
-                display_name = coalesce(EXCLUDED.display_name, users.display_name),
-                claimed_groups = EXCLUDED.claimed_groups,
-                claimed_roles = EXCLUDED.claimed_roles,
-                last_seen_at = now()
-        RETURNING id, issuer, subject, email, display_name, disabled, (xmax = 0) AS created
-        """,
-        issuer,
-        subject,
-        email,
-        display_name,
-        list(claimed_groups),
-        list(claimed_roles),
-    )
-    assert row is not None
+
+@dataclass(frozen=True)
+class UserFields:
+    """What a sign-in writes of a user, from its token."""
+
+    issuer: str
+    subject: str
+    email: str | None
+    display_name: str | None
+    claimed_groups: Sequence[str] = ()
+    claimed_roles: Sequence[str] = ()
+
+    def parameters(self, new_id: uuid.UUID) -> tuple[Any, ...]:
+        """The parameters ``$1`` to ``$7`` of :data:`UPSERT_USER`."""
+        return (
+            new_id,
+            self.issuer,
+            self.subject,
+            self.email,
+            self.display_name,
+            list(self.claimed_groups),
+            list(self.claimed_roles),
+        )
+
+
+def user_row(row: Mapping[str, Any]) -> UserRow:
+    """The :class:`UserRow` of a row :data:`UPSERT_USER` returned."""
     return UserRow(
         str(row["id"]),
         row["issuer"],
@@ -89,6 +95,17 @@ async def upsert_user(
         row["disabled"],
         row["created"],
     )
+
+
+async def upsert_user(connection: asyncpg.Connection, fields: UserFields) -> UserRow:
+    """Create the user at first sign-in, or refresh its email, name, claims and last sign-in.
+
+    The group and role claims of this sign-in are kept, so a later change of access can be
+    judged while the user is away (:mod:`deskpool.revocation`).
+    """
+    row = await connection.fetchrow(UPSERT_USER, *fields.parameters(uuid.uuid4()))
+    assert row is not None
+    return user_row(row)
 
 
 async def list_users(

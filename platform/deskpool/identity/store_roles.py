@@ -21,11 +21,18 @@ from deskpool.permissions import PLATFORM_ADMIN, Grant, Role, builtin_roles
 
 async def role_definitions(connection: asyncpg.Connection) -> dict[str, Role]:
     """Every defined role: the built-in ones and the custom ones."""
+    rows = await connection.fetch("SELECT key, description, permissions FROM roles")
+    return roles_with((row["key"], row["description"], row["permissions"]) for row in rows)
+
+
+def roles_with(custom: Iterable[tuple[str, Any, Iterable[str]]]) -> dict[str, Role]:
+    """The built-in roles and the ``(key, description, permissions)`` of the custom ones.
+
+    A custom role never replaces a built-in one of the same key.
+    """
     roles = builtin_roles()
-    for row in await connection.fetch("SELECT key, description, permissions FROM roles"):
-        roles.setdefault(
-            row["key"], Role(row["key"], frozenset(row["permissions"]), row["description"])
-        )
+    for key, description, permissions in custom:
+        roles.setdefault(key, Role(key, frozenset(permissions), description))
     return roles
 
 

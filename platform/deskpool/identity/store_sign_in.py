@@ -1,0 +1,110 @@
+"""SQL of a sign-in: the user written and its principal read, in one statement.
+
+A request with a token the process has not seen resolves a principal: the user is created (at
+its first sign-in) or refreshed, and its groups, its grants, its groups' grants and the custom
+roles are read. :func:`sign_in_user` does all of it in one statement, so a cold request costs
+one database round trip and one commit, not a transaction of five statements: the reads share
+the statement's snapshot and see the database as it is (nothing comes from a cache), and the
+first sign-in's ``user.create`` audit event is inserted by the same statement, so the user
+and its event commit together. A bootstrap admin's first sign-in, which also grants a role,
+is not done here (see :mod:`deskpool.identity.sign_in`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+
+import asyncpg
+
+from deskpool.audit import AUDIT_TABLE
+from deskpool.events import AuditEvent
+from deskpool.identity.store import UPSERT_USER, UserFields, UserRow, user_row
+from deskpool.identity.store_roles import roles_with
+from deskpool.permissions import Grant, Role
+
+_SIGN_IN = f"""
+WITH upserted AS ({UPSERT_USER}),
+audited AS (
+    INSERT INTO {AUDIT_TABLE} (occurred_at, actor, action, resource_type, resource_id,
+                               outcome, request_id, source_address, details)
+    SELECT $8, u.id::text, $9, 'users', u.id::text, 'success', NULL, NULL, $10::jsonb
+      FROM upserted u WHERE u.created
+),
+user_groups AS (
+    SELECT g.id, g.key, 'member' AS via FROM groups g
+      JOIN group_members m ON m.group_id = g.id
+      JOIN upserted u ON m.user_id = u.id
+    UNION
+    SELECT g.id, g.key, 'claim' AS via FROM groups g
+      JOIN oidc_group_bindings b ON b.group_id = g.id AND b.claim_value = ANY($6::text[])
+)
+SELECT u.id, u.issuer, u.subject, u.email, u.display_name, u.disabled, u.created,
+       (SELECT coalesce(json_agg(json_build_array(g.id, g.key, g.via) ORDER BY g.key, g.via DESC),
+                        '[]')
+          FROM user_groups g) AS groups,
+       (SELECT coalesce(json_agg(json_build_array(gr.subject_type, gr.role_key, gr.permission)),
+                        '[]')
+          FROM grants gr
+         WHERE (gr.subject_type = 'user' AND gr.subject_id = u.id)
+            OR (gr.subject_type = 'group' AND gr.subject_id IN (SELECT id FROM user_groups)))
+           AS grants,
+       (SELECT coalesce(json_agg(json_build_array(r.key, r.description, r.permissions)), '[]')
+          FROM roles r) AS roles
+  FROM upserted u
+"""
+
+
+@dataclass(frozen=True)
+class SignedIn:
+    """What one sign-in statement wrote and read."""
+
+    user: UserRow
+    #: (id, key, via) of the user's groups, by membership or by a bound claim, each once
+    #: (membership first), ordered by key.
+    groups: list[tuple[str, str, str]]
+    user_grants: list[Grant]
+    group_grants: list[Grant]
+    #: Every defined role: the built-in ones and the custom ones.
+    roles: dict[str, Role]
+
+
+async def sign_in_user(
+    connection: asyncpg.Connection,
+    fields: UserFields,
+    *,
+    created_event: AuditEvent,
+    new_id: uuid.UUID,
+) -> SignedIn:
+    """Create or refresh the user and read what its principal is made of, in one statement.
+
+    The user is written as :func:`~deskpool.identity.store.upsert_user` writes it; the
+    statement is atomic on its own (no transaction needed).
+
+    :param created_event: the ``user.create`` event, recorded only if this creates the user
+        (its actor and resource are the created user's id, ``new_id``).
+    :param new_id: the id the user gets if this creates it.
+    """
+    row = await connection.fetchrow(
+        _SIGN_IN,
+        *fields.parameters(new_id),
+        created_event.occurred_at,
+        created_event.action,
+        json.dumps(created_event.details, default=str),
+    )
+    assert row is not None
+    user = user_row(row)
+    seen: dict[str, tuple[str, str, str]] = {}
+    for group_id, key, via in json.loads(row["groups"]):
+        seen.setdefault(str(group_id), (str(group_id), key, via))
+    user_grants: list[Grant] = []
+    group_grants: list[Grant] = []
+    for subject_type, role_key, permission in json.loads(row["grants"]):
+        grant = Grant(role=role_key, permission=permission)
+        (user_grants if subject_type == "user" else group_grants).append(grant)
+    roles = roles_with(
+        (key, description, permissions)
+        for key, description, permissions in json.loads(row["roles"])
+    )
+    return SignedIn(user, list(seen.values()), user_grants, group_grants, roles)
