@@ -180,7 +180,12 @@ async def test_reports_page_csv_session_waterfall_and_pool_phases(instance: Inst
         )
         admin = await context.new_page()
         page_errors: list[str] = []
+        csp_errors: list[str] = []
         admin.on("pageerror", lambda error: page_errors.append(str(error)))
+        admin.on(
+            "console",
+            lambda m: csp_errors.append(m.text) if "Content Security Policy" in m.text else None,
+        )
         try:
             await _steps(instance, admin, expect, facts)
         except BaseException:
@@ -189,6 +194,7 @@ async def test_reports_page_csv_session_waterfall_and_pool_phases(instance: Inst
         finally:
             await browser.close()
     assert page_errors == []
+    assert csp_errors == []  # the charts' tooltips included: no inline style
     assert instance.violations == {}, instance.violations
 
 
@@ -205,6 +211,12 @@ async def _steps(instance: Instance, admin: Any, expect: Any, facts: dict[str, A
         "aria-label", "Sessions started per hour (3 in all) and distinct users (1 in all)."
     )
     await chart_drawn(admin, "chart-sessions", PRIMARY)
+    # The tooltip of the hour under the pointer (the last one, where the sessions ran).
+    canvas = admin.get_by_test_id("chart-sessions").locator("canvas").first
+    box = await canvas.bounding_box()
+    await canvas.hover(position={"x": box["width"] - 30, "y": box["height"] / 2})
+    tooltip = admin.get_by_test_id("chart-sessions").get_by_text(re.compile(r"Distinct users: \d"))
+    await expect(tooltip).to_be_visible(timeout=TIMEOUT)
     await chart_drawn(admin, "chart-concurrency", PRIMARY)
     await chart_drawn(admin, "chart-hours", (0x2F, 0x9E, 0x44))
     reason = facts["failure_reason"]

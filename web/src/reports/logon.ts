@@ -11,6 +11,7 @@ import type { Schemas } from "../api/client";
 import type { ChartOption } from "../components/Chart";
 import { words } from "../format";
 import { COLORS } from "./palette";
+import { axisTooltipOption } from "./tooltip";
 
 type Logon = Schemas["Logon"];
 
@@ -68,27 +69,29 @@ export function waterfallLabel(logon: Logon): string {
   return `Logon phases: ${reached}; ${end}.`;
 }
 
+/** The name of the waterfall's invisible series (each row's start). */
+const OFFSET = "from the request";
+
 /** The waterfall: a transparent bar to each row's start, then the row's own bar. */
 export function waterfallOption(rows: WaterfallRow[]): ChartOption {
   return {
     animation: false,
-    tooltip: { trigger: "axis", axisPointer: { type: "shadow" } },
+    tooltip: { ...axisTooltipOption((value) => `${value.toFixed(3)} s`, [OFFSET]), axisPointer: { type: "shadow" } },
     grid: { left: 170, right: 24, top: 16, bottom: 40 },
     xAxis: { type: "value", name: "seconds since the request", nameLocation: "middle", nameGap: 26 },
     yAxis: { type: "category", inverse: true, data: rows.map((row) => row.label) },
     series: [
       {
         type: "bar",
-        name: "from the request",
+        name: OFFSET,
         stack: "waterfall",
         silent: true,
         itemStyle: { color: "transparent" },
         data: rows.map((row) => row.start),
-        tooltip: { show: false },
       },
       {
         type: "bar",
-        name: "seconds",
+        name: "lasted",
         stack: "waterfall",
         barMinHeight: 3,
         data: rows.map((row) => ({
@@ -108,7 +111,7 @@ export function phasePercentilesOption(report: PhaseReport): ChartOption {
   return {
     animation: false,
     color: [COLORS.primary, COLORS.secondary],
-    tooltip: { trigger: "axis" },
+    tooltip: axisTooltipOption((value) => `${value} s`),
     legend: { top: 0 },
     grid: { left: 48, right: 16, top: 32, bottom: 48 },
     xAxis: { type: "category", data: phases.map((phase) => words(phase.phase)), axisLabel: { interval: 0, rotate: 20 } },

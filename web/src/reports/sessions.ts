@@ -7,6 +7,7 @@ import type { Schemas } from "../api/client";
 import type { ChartOption } from "../components/Chart";
 import { COLORS } from "./palette";
 import { bucketLabel } from "./period";
+import { axisTooltipOption, plain } from "./tooltip";
 
 type Session = Schemas["Session"];
 const HOUR = 3_600_000;
@@ -56,7 +57,7 @@ export function fromUsage(report: Schemas["UsageReport"]): HourlySessions {
 export function hourlyOption(hourly: HourlySessions): ChartOption {
   return {
     animation: false,
-    tooltip: { trigger: "axis" },
+    tooltip: axisTooltipOption(plain),
     grid: { left: 40, right: 16, top: 16, bottom: 40 },
     xAxis: { type: "category", data: hourly.labels.map((label) => label.slice(11)), axisLabel: { hideOverlap: true } },
     yAxis: { type: "value", minInterval: 1 },

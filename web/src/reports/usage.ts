@@ -7,6 +7,7 @@ import type { paths } from "../api/schema";
 import type { ChartOption } from "../components/Chart";
 import { COLORS, SEQUENCE } from "./palette";
 import { bucketLabel, type Bucket } from "./period";
+import { axisTooltipOption, plain } from "./tooltip";
 
 type Report = Schemas["UsageReport"];
 type Figures = Schemas["UsageFigures"];
@@ -32,7 +33,7 @@ export function bucketChart(labels: string[], lines: Line[], unit: string): Char
   return {
     animation: false,
     color: lines.map((line) => line.color),
-    tooltip: { trigger: "axis" },
+    tooltip: axisTooltipOption(unit === "seconds" ? seconds : plain),
     legend: { show: lines.length > 1, top: 0 },
     grid: { left: 48, right: 16, top: lines.length > 1 ? 32 : 16, bottom: 48 },
     xAxis: { type: "category", data: labels, axisLabel: { hideOverlap: true } },
