@@ -38,7 +38,10 @@ class BucketSize(StrEnum):
     @property
     def length(self) -> timedelta:
         """The bucket's length."""
-        return timedelta(hours=1) if self is BucketSize.HOUR else timedelta(days=1)
+        return _LENGTHS[self]
+
+
+_LENGTHS = {BucketSize.HOUR: timedelta(hours=1), BucketSize.DAY: timedelta(days=1)}
 
 
 #: The most buckets a report has (31 days of hours, a year of days).
@@ -164,8 +167,13 @@ class BucketFigures:
         }
 
 
-def _index(period: Period, moment: datetime) -> int:
-    return int((moment - period.start) / period.bucket.length)
+#: The smallest step of time: a session ending on a bucket's start is not in that bucket.
+_TICK = timedelta(microseconds=1)
+
+
+def _index(start: datetime, step: timedelta, moment: datetime) -> int:
+    """The bucket of ``moment`` in buckets of ``step`` from ``start`` (``moment`` >= ``start``)."""
+    return (moment - start) // step
 
 
 def usage(
@@ -190,7 +198,7 @@ def usage(
         begin = max(span.started_at, period.start)
         finish = min(span.ended_at or now, horizon)
         if period.start <= span.started_at < period.end:
-            buckets[_index(period, span.started_at)].sessions_started += 1
+            buckets[_index(period.start, step, span.started_at)].sessions_started += 1
             total.sessions_started += 1
         if finish <= begin:
             continue
@@ -198,8 +206,8 @@ def usage(
         changes.append((finish, -1))
         total.users.add(span.user_id)
         total.session_seconds += (finish - begin).total_seconds()
-        first = _index(period, begin)
-        last = min(_index(period, finish - timedelta(microseconds=1)), len(buckets) - 1)
+        first = _index(period.start, step, begin)
+        last = min(_index(period.start, step, finish - _TICK), len(buckets) - 1)
         for index in range(first, last + 1):
             bucket = buckets[index]
             inside = min(finish, bucket.end) - max(begin, bucket.start)
@@ -210,7 +218,7 @@ def usage(
     for logon in logons:
         if not period.start <= logon.asked_at < period.end:
             continue
-        bucket = buckets[_index(period, logon.asked_at)]
+        bucket = buckets[_index(period.start, step, logon.asked_at)]
         for figures in (bucket, total):
             figures.logons += 1
             if logon.duration is not None:
