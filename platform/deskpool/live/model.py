@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +91,33 @@ def may_see(event: LiveEvent, permissions: frozenset[str] | set[str], user_id: s
         return True
     needed = READ_PERMISSIONS.get(event.kind)
     return needed is not None and any(permission in permissions for permission in needed)
+
+
+#: What a user entitled to a pool receives for a change of a desktop of it he may not see.
+AVAILABILITY_EVENT = "pool.availability"
+
+
+def view_for(
+    event: LiveEvent,
+    permissions: frozenset[str] | set[str],
+    user_id: str,
+    entitled_pools: Collection[str] = (),
+) -> LiveEvent | None:
+    """What a caller receives of ``event``: the event, an availability hint, or nothing.
+
+    A desktop user sees the events of his own desktops (:func:`may_see`). A change of another
+    desktop of a pool he is entitled to (``entitled_pools``) reaches him as
+    ``pool.availability``: the pool's id only, so his pool list refreshes (a desktop became
+    ready, or was taken) without telling him whose desktop changed or how.
+    """
+    if may_see(event, permissions, user_id):
+        return event
+    if event.kind != "desktop":
+        return None
+    pool_id = event.data.get("pool_id")
+    if not isinstance(pool_id, str) or pool_id not in entitled_pools:
+        return None
+    return LiveEvent(AVAILABILITY_EVENT, pool_id, {"pool_id": pool_id}, owner=user_id)
 
 
 def stream_id_key(stream_id: str) -> tuple[int, int]:

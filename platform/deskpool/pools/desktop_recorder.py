@@ -8,6 +8,9 @@ the step started from; a desktop deleted meanwhile is left alone. It also decide
 leads to (:meth:`DesktopRecorder.settle`): a retry of the job when a later attempt may succeed,
 else a failed desktop, with ``failed_step`` and a short ``last_error`` that never holds a secret
 (:func:`describe_failure`). The steps themselves are :mod:`deskpool.pools.provisioning`.
+
+A desktop started for a user (start on connect, :mod:`deskpool.starts`) is handed to him in the
+transaction that records it ``ready``, and a failure ends the start with the reason.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from deskpool.pools.model import Desktop, DesktopState, Pool
 from deskpool.pools.provisioning_store import apply_event_in_state
 from deskpool.pools.states import DesktopEvent, Failed, IllegalTransition
 from deskpool.pools.store_desktops import get_desktop, set_desktop_node
+from deskpool.starts import service as starts
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +110,8 @@ class DesktopRecorder:
             )
             if after is not None and node is not None:
                 await set_desktop_node(connection, self.desktop.id, node)
+            if after is not None:
+                after = await starts.hand_over(self.context.runtime, connection, after, self.pool)
         if after is None:
             log.info(
                 "desktop %s left %s while the job worked on it; %s not recorded",
@@ -151,6 +157,7 @@ class DesktopRecorder:
             await self.audit(
                 connection, "desktop.fail", now, "failure", step=str(step), error=error
             )
+            await starts.end_start(connection, self.desktop.id, starts.START_FAILED)
         self.desktop = after
         await publish_desktop(self.context.runtime, after)
         log.warning("desktop %s failed at %s: %s", after.name, step, error)

@@ -41,7 +41,9 @@ The rules, in the order they are applied:
    all. Powered-off desktops are powered on first when it wants more, before new ones are
    created. Free desktops beyond what it wants are never deleted (only those beyond
    ``max_size`` are): the phase's ``idle`` policy keeps them running, or powers off the free,
-   ready, clean ones (never one a user holds). A pool without a schedule wants
+   ready, clean ones (never one a user is logged on to); with ``power_off`` a persistent pool's
+   ready desktops whose owner has no session are powered off too, and stay assigned (the
+   owner's open powers his own on: start on connect). A pool without a schedule wants
    every desktop powered on: a desktop a former schedule powered off is powered on again.
 7. *Rollouts.* When the pool has an active rollout, :func:`deskpool.rollouts.planner.plan_rollout`
    plans its part first (``rollouts`` of :func:`plan_pools`); the desktops it acts on get no
@@ -375,6 +377,7 @@ def _plan(
             powered_target,
             targets if pool.state is PoolState.ENABLED else None,
             hold=rollout_plan is not None,
+            busy=busy,
         )
         actions.extend(powering)
         handled.update(action.desktop_id for action in powering)
@@ -437,39 +440,58 @@ def _power(
     targets: Targets | None,
     *,
     hold: bool,
+    busy: int,
 ) -> list[PowerUpDesktop | PowerOffDesktop]:
     """Power powered-off desktops up to ``wanted`` powered on, or idle ones off beyond it.
 
     Desktops handled earlier in the pass (``deleted``, repaired) are left alone, and deleted
-    ones are not counted; while a rollout
-    is under way (``hold``) nothing is powered off.
+    ones are not counted; while a rollout is under way (``hold``) nothing is powered off.
+    With ``idle: power_off``, a persistent pool's desktops whose owner has no session are
+    powered off whatever the targets (nobody else may use them) and left off: they stay their
+    owner's, who powers his own on by opening it (start on connect). They count as busy in
+    ``busy`` (the pool's busy desktops), so they are taken out of it.
     """
     present = [look for look in looks if look.live and look.desktop.id not in handled]
-    asleep = sorted(
-        (look for look in present if look.desktop.state is S.POWERED_OFF),
-        key=lambda look: name_key(look.desktop.name),
-    )
     powered = sum(
         1
         for look in looks
         if look.live and look.desktop.state is not S.POWERED_OFF and look.desktop.id not in deleted
     )
-    phase = "the pool's settings" if targets is None else "the schedule's phase"
-    why = f"{phase} wants {wanted} desktops powered on in pool {pool.name}; {powered} are"
     actions: list[PowerUpDesktop | PowerOffDesktop] = []
     if targets is None:  # without a schedule (or draining), nothing stays powered off
-        for look in asleep:
+        for look in _asleep(present, owned=None):
             actions.append(
                 PowerUpDesktop(
                     look.desktop.id, f"{look.desktop.name}: pool {pool.name} has no schedule"
                 )
             )
         return actions
+    power_off = targets.idle is IdlePolicy.POWER_OFF
+    resting_now = power_off and not hold
+    owned_idle = [look for look in present if _owned_idle(pool, look)] if resting_now else []
+    if power_off:
+        # Owned desktops left off (or going off now) are not what the phase's targets count.
+        resting = len(owned_idle) + len(_asleep(present, owned=True))
+        wanted = _powered_target(pool, targets, busy - resting)
+        powered -= len(owned_idle)
+    why = (
+        f"the schedule's phase wants {wanted} desktops powered on in pool {pool.name}; "
+        f"{powered} are"
+    )
+    for look in owned_idle:
+        actions.append(
+            PowerOffDesktop(
+                look.desktop.id,
+                f"{look.desktop.name} is assigned to {look.desktop.assigned_user}, who has no "
+                "session: the schedule's phase powers idle desktops off (idle: power_off)",
+            )
+        )
     if powered < wanted:
+        asleep = _asleep(present, owned=False if power_off else None)
         for look in asleep[: wanted - powered]:
             actions.append(PowerUpDesktop(look.desktop.id, f"{look.desktop.name}: {why}"))
         return actions
-    if hold or targets.idle is not IdlePolicy.POWER_OFF or powered <= wanted:
+    if hold or not power_off:
         return actions
     idle = sorted(
         (look for look in present if look.desktop.is_available and not look.stuck),
@@ -483,6 +505,31 @@ def _power(
             )
         )
     return actions
+
+
+def _asleep(present: Sequence[_Look], *, owned: bool | None) -> list[_Look]:
+    """Powered-off desktops in name order: owned ones only, free ones only, or all (``None``)."""
+    return sorted(
+        (
+            look
+            for look in present
+            if look.desktop.state is S.POWERED_OFF
+            and (owned is None or (look.desktop.assigned_user is not None) is owned)
+        ),
+        key=lambda look: name_key(look.desktop.name),
+    )
+
+
+def _owned_idle(pool: Pool, look: _Look) -> bool:
+    """A persistent pool's ready desktop whose owner has no session (it may be powered off)."""
+    desktop = look.desktop
+    return (
+        pool.is_persistent
+        and desktop.assigned_user is not None
+        and desktop.state is S.READY
+        and not desktop.in_session
+        and not look.stuck
+    )
 
 
 def _removal_order(removable: list[_Look]) -> list[_Look]:

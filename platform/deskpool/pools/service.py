@@ -68,6 +68,7 @@ from deskpool.rollouts import store as rollout_store
 from deskpool.rollouts.model import RolloutConflict
 from deskpool.sessions import service as sessions
 from deskpool.sessions.model import SessionPolicy
+from deskpool.starts import store as starts_store
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime
@@ -594,6 +595,15 @@ class HeldPool:
     record: PoolRecord
     available: int
     held: list[Desktop]
+    #: Free powered-off desktops: opening the pool starts one for the user (start on connect).
+    startable: int = 0
+
+
+async def entitled_pool_ids(
+    runtime: Runtime, user_id: str | uuid.UUID, group_ids: Iterable[str | uuid.UUID]
+) -> set[uuid.UUID]:
+    """The pools the user is entitled to, directly or through one of ``group_ids``."""
+    return await store_entitlements.entitled_pools(runtime.db, user_id, group_ids)
 
 
 async def held_in_pools(
@@ -605,7 +615,13 @@ async def held_in_pools(
     held: dict[uuid.UUID, list[Desktop]] = {pool_id: [] for pool_id in ids}
     for desktop in await store_desktops.desktops_held_by(runtime.db, user_id, ids):
         held[desktop.pool_id].append(desktop)
+    startable = await starts_store.startable_counts(runtime.db, ids)
     return [
-        HeldPool(record, counts[record.pool.id].available, held[record.pool.id])
+        HeldPool(
+            record,
+            counts[record.pool.id].available,
+            held[record.pool.id],
+            startable.get(record.pool.id, 0),
+        )
         for record in records
     ]

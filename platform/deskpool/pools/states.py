@@ -5,7 +5,8 @@ A desktop is provisioned through named steps, then handed out and taken back::
     provisioning -> starting -> waiting_for_agent -> [waiting_for_windows] -> ready
     ready -> in_use -> ready                    (persistent: the user keeps the desktop)
     ready -> in_use -> refreshing -> starting   (non-persistent: rebuilt after logoff)
-    ready -> powered_off -> starting            (a schedule powers free desktops off and on)
+    ready -> powered_off -> starting            (a schedule powers idle desktops off; the
+                                                 schedule or a user opening one powers it on)
     any step -> failed -> provisioning          (retry; a failed deletion retries the deletion)
     almost anything -> deleting
 
@@ -154,16 +155,25 @@ class Unassigned:
 
 @dataclass(frozen=True, slots=True)
 class PowerOff:
-    """A schedule powers the free, ready desktop off (its VM is shut down next)."""
+    """A schedule powers the idle, ready desktop off (its VM is shut down next).
+
+    A free desktop must be clean; a persistent pool's desktop may be its owner's (with no
+    session): it stays assigned to them while powered off.
+    """
 
     name: ClassVar[str] = "power_off"
 
 
 @dataclass(frozen=True, slots=True)
 class PowerUp:
-    """The powered-off desktop is needed: its VM is started and provisioning waits for it."""
+    """The powered-off desktop is needed: its VM is started and provisioning waits for it.
+
+    :ivar user: the user it is started for (start on connect): it is reserved to them, so
+        nobody else gets it; ``None`` when the schedule needs it.
+    """
 
     name: ClassVar[str] = "power_up"
+    user: str | None = None
 
 
 # --------------------------------------------------------------------------- repair
@@ -382,11 +392,16 @@ def _apply(desktop: Desktop, event: DesktopEvent, pool: Pool, now: datetime) -> 
                 raise IllegalTransition(desktop, event, "a session is open")
             return replace(desktop, assigned_user=None)
         case PowerOff():
-            if desktop.in_session or desktop.used_since_refresh:
+            owned = pool.kind is PoolKind.PERSISTENT and desktop.assigned_user is not None
+            if desktop.in_session or (desktop.used_since_refresh and not owned):
                 raise IllegalTransition(desktop, event, "it is in use or not refreshed")
             return replace(desktop, state=S.POWERED_OFF)
-        case PowerUp():
-            return replace(desktop, state=S.STARTING)
+        case PowerUp(user=user):
+            if user is None:
+                return replace(desktop, state=S.STARTING)
+            if desktop.assigned_user not in (None, user):
+                raise IllegalTransition(desktop, event, "it is assigned to another user")
+            return replace(desktop, state=S.STARTING, assigned_user=user)
         case Refresh():
             return replace(
                 desktop,

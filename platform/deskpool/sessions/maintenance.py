@@ -10,7 +10,9 @@ Registered by the ``worker`` component as the periodic task ``session_check`` (e
 3. logs off desktops whose user disconnected and whose pool's ``logoff_delay`` has passed (a
    non-persistent desktop is then rebuilt before anyone else gets it);
 4. records the logons whose token expired unused as failed (``token_expired``), and deletes
-   connection tokens that expired more than an hour ago.
+   connection tokens that expired more than an hour ago;
+5. ends the starts on connect (:mod:`deskpool.starts`) whose desktop failed, was deleted or
+   given to someone else, or whose user never connected to it: their logons record why.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from deskpool.sessions.broker import end_lost_gateways
 from deskpool.sessions.model import logoff_due, over_limits
 from deskpool.sessions.service import log_off, publish_disconnect
 from deskpool.sessions.tunnel import SessionEndReason
+from deskpool.starts.service import end_stale_starts
 
 log = logging.getLogger(__name__)
 
@@ -99,4 +102,5 @@ async def check_sessions(runtime: Runtime) -> SessionCheck:
         # Before the tokens go: a logon whose token expired unused stopped there.
         await store.fail_unused_tokens(connection)
         pruned = await store.prune_tokens(connection, now - EXPIRED_TOKEN_RETENTION)
+    await end_stale_starts(runtime)
     return SessionCheck(lost, requested, logged_off, pruned)

@@ -42,11 +42,12 @@ from deskpool.errors import (
 from deskpool.events import AuditEvent
 from deskpool.identity.principal import Principal
 from deskpool.licensing.service import check_can_open_session
+from deskpool.live.publishers import publish_desktop
 from deskpool.pools import store_allocation, store_desktops, store_entitlements, store_pools
-from deskpool.pools.allocation import DesktopNotReady
-from deskpool.pools.desktop_jobs import REBUILD, enqueue_desktop_job
+from deskpool.pools.allocation import DesktopNotReady, NoDesktopAvailable
+from deskpool.pools.desktop_jobs import PROVISION, REBUILD, enqueue_desktop_job
 from deskpool.pools.model import Desktop, DesktopState, Pool
-from deskpool.pools.states import Allocated, Released, SessionClosed
+from deskpool.pools.states import Allocated, PowerUp, Released, SessionClosed
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretContext, SecretsUnavailable
 from deskpool.sessions import store
@@ -62,6 +63,8 @@ from deskpool.sessions.model import (
     validate_policy,
 )
 from deskpool.sessions.tunnel import DesktopTarget, SessionEndReason
+from deskpool.starts import store as starts
+from deskpool.starts.model import choose_start
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +140,24 @@ class DesktopConnection:
 
     def __repr__(self) -> str:
         return f"DesktopConnection({self.desktop.name}, {self.protocol}, <token hidden>)"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingConnection:
+    """A desktop being started for the user (start on connect): no token yet.
+
+    The user's live events carry the desktop's state changes; once it is ``in_use`` (handed
+    to him by the worker that started it), a new connection
+    (:func:`reconnect_desktop`) opens it, continuing the same logon.
+    """
+
+    desktop: Desktop
+    requested_at: datetime
+    logon_id: uuid.UUID
+
+
+#: What opening a desktop answers: a connection, or a desktop being started for the user.
+Opened = DesktopConnection | PendingConnection
 
 
 # ------------------------------------------------------------------------------ policies
@@ -285,6 +306,11 @@ async def _connect(
             runtime, connection, user_id=user_id, desktop=desktop, target=target, logon_id=logon
         )
         await mark_phase(runtime, connection, logon, LogonPhase.TOKEN_ISSUED)
+        # A start on connect ends with the token; a logon it had that is not this one waits
+        # no more (the user opened the pool again rather than connecting).
+        start = await starts.remove_start(connection, desktop.id)
+        if start is not None and start.logon_id not in (None, logon):
+            await store.fail_logon(connection, start.logon_id, "superseded")
     return DesktopConnection(
         desktop, token, url, target.protocol, expires_at, recorded=policy.recording.enabled
     )
@@ -345,14 +371,18 @@ async def timed_logon(
     user_id: uuid.UUID,
     pool_id: uuid.UUID,
     desktop_id: uuid.UUID | None = None,
+    continued: uuid.UUID | None = None,
 ) -> AsyncIterator[uuid.UUID]:
     """Record a logon asked now; if the block fails, record why it stopped.
 
     The reason is the error's code (``desktop_unreachable``, ``no_desktop_available``,
     ``license_limit_reached``...), or ``error`` for anything else. A failure to record the
     failure (the database gone) is logged and the original error goes on.
+
+    :param continued: a logon asked earlier that this block carries on (a desktop started for
+        the user, who now connects to it): no new one is recorded.
     """
-    logon_id = await store.start_logon(
+    logon_id = continued or await store.start_logon(
         runtime.db, user_id=user_id, pool_id=pool_id, desktop_id=desktop_id
     )
     try:
@@ -391,12 +421,15 @@ async def may_open(runtime: Runtime, principal: Principal, pool_id: uuid.UUID) -
 
 async def open_pool_desktop(
     runtime: Runtime, principal: Principal, pool_id: uuid.UUID, audit: AuditOf
-) -> DesktopConnection:
+) -> Opened:
     """Hand the caller a desktop of the pool and a connection token to it.
 
     The tunnel's configuration is checked before the allocation, so nothing is allocated when
     no browser could connect. The allocation is
-    :func:`deskpool.pools.store_allocation.allocate_desktop`'s.
+    :func:`deskpool.pools.store_allocation.allocate_desktop`'s. When no desktop is ready but
+    one can be started for the caller (a powered-off one, or his own on its way to ready), it
+    is, in the same transaction (:func:`start_for_user`), and a :class:`PendingConnection`
+    is answered.
 
     :raises NotFound: no such pool, or one the caller may not open: both answer the same, so
         the answer never tells whether a pool exists.
@@ -409,29 +442,106 @@ async def open_pool_desktop(
     user_id = uuid.UUID(str(principal.id))
     async with timed_logon(runtime, user_id=user_id, pool_id=pool.id) as logon:
         async with runtime.db.acquire() as connection, connection.transaction():
-            desktop = await store_allocation.allocate_desktop(connection, pool, principal.id)
-            await _audit_allocation(connection, audit, desktop, str(principal.id))
-            # Over the license's session limit the allocation is rolled back (409). Late, as
-            # the check's lock lasts until the commit; before the logon is marked allocated,
-            # which makes the desktop count as one with a session until its token is issued.
-            await check_can_open_session(connection, runtime.licensing, desktop.id)
-            allocated = await store.mark_logon(
-                connection, logon, LogonPhase.ALLOCATED, desktop_id=desktop.id
-            )
+            try:
+                desktop = await store_allocation.allocate_desktop(connection, pool, principal.id)
+            except (NoDesktopAvailable, DesktopNotReady):
+                pending = await start_for_user(runtime, connection, pool, user_id, logon, audit)
+                if pending is None:
+                    raise
+                allocated = None
+            else:
+                pending = None
+                await _audit_allocation(connection, audit, desktop, str(principal.id))
+                # Over the license's session limit the allocation is rolled back (409). Late,
+                # as the check's lock lasts until the commit; before the logon is marked
+                # allocated, which makes the desktop count as one with a session until its
+                # token is issued.
+                await check_can_open_session(connection, runtime.licensing, desktop.id)
+                allocated = await store.mark_logon(
+                    connection, logon, LogonPhase.ALLOCATED, desktop_id=desktop.id
+                )
         observe_phase(runtime, LogonPhase.ALLOCATED, allocated)
+        if pending is not None:
+            await publish_desktop(runtime, pending.desktop)
+            return pending
         return await _connect(runtime, url, user_id, desktop, pool, logon)
+
+
+async def start_for_user(
+    runtime: Runtime,
+    connection: asyncpg.Connection,
+    pool: Pool,
+    user_id: uuid.UUID,
+    logon: uuid.UUID,
+    audit: AuditOf,
+    *,
+    desktop_id: uuid.UUID | None = None,
+) -> PendingConnection | None:
+    """Start a desktop for the user (start on connect), in the caller's transaction.
+
+    The desktop :func:`deskpool.starts.model.choose_start` picks is reserved to the user: a
+    powered-off one is powered up for him (``PowerUp(user)``, its ``desktop.provision`` job
+    enqueued), one already on its way to ready for him is waited for. The start names the
+    logon, which records ``allocated`` now; the worker that makes the desktop ready hands it
+    over (:func:`deskpool.starts.service.hand_over`). Requests of one user in one pool are
+    serialized by the allocation's lock, and a free desktop is locked ``SKIP LOCKED``, so
+    nobody else gets it.
+
+    :param desktop_id: start only this desktop the user holds (reconnecting to it).
+    :returns: the pending connection, or ``None`` when nothing can be started.
+    :raises LicenseLimitReached: one more session would go beyond the license (rolled back).
+    """
+    user = str(user_id)
+    await starts.lock_user_in_pool(connection, pool.id, user)
+    current = await store_pools.get_pool(connection, pool.id) or pool
+    found = await starts.candidates(connection, pool.id, user)
+    choice = choose_start(current, found, user, held_only=desktop_id is not None)
+    if choice is None or desktop_id not in (None, choice.desktop.id):
+        return None
+    desktop = choice.desktop
+    if choice.power_up:
+        desktop = await store_desktops.apply_event(
+            connection, desktop.id, PowerUp(user), pool=current
+        )
+        await enqueue_desktop_job(connection, PROVISION, desktop)
+    start, replaced = await starts.put_start(
+        connection, desktop_id=desktop.id, pool_id=pool.id, user_id=user_id, logon_id=logon
+    )
+    if replaced is not None:
+        await store.fail_logon(connection, replaced, "superseded")
+    await record_audit_event(
+        connection,
+        audit(
+            "desktop.start_on_connect",
+            "desktops",
+            str(desktop.id),
+            {
+                "pool_id": str(pool.id),
+                "user_id": user,
+                "state": str(desktop.state),
+                "powered_up": choice.power_up,
+            },
+        ),
+    )
+    # Over the license's session limit the start is rolled back (409); late, as in an open.
+    await check_can_open_session(connection, runtime.licensing, desktop.id)
+    await mark_phase(runtime, connection, logon, LogonPhase.ALLOCATED, desktop_id=desktop.id)
+    return PendingConnection(desktop, start.requested_at, logon)
 
 
 async def reconnect_desktop(
     runtime: Runtime, principal: Principal, desktop_id: uuid.UUID, audit: AuditOf
-) -> DesktopConnection:
+) -> Opened:
     """A new connection token to a desktop the caller holds.
 
     A persistent desktop the caller was logged off from (``ready``, still assigned) is
-    allocated to them again first.
+    allocated to them again first. One that rests powered off is started for them, and one on
+    its way to ready for them is waited for: a :class:`PendingConnection` is answered
+    (:func:`start_for_user`). A desktop handed to the caller by a start on connect carries on
+    the start's logon.
 
     :raises NotFound: no such desktop, or it is not the caller's.
-    :raises DesktopNotReady: it is being rebuilt or repaired.
+    :raises DesktopNotReady: it failed, or is being deleted.
     """
     user = str(principal.id)
     desktop = await store_desktops.get_desktop(runtime.db, desktop_id)
@@ -447,8 +557,15 @@ async def reconnect_desktop(
             f"You may no longer open the desktops of the pool of desktop {desktop.name}."
         )
     url = tunnel_url(runtime)
+    start = await starts.start_of(runtime.db, desktop_id)
+    # A desktop started for the caller: this request carries on the logon that asked for it.
+    continued = start.logon_id if start is not None and str(start.user_id) == user else None
     async with timed_logon(
-        runtime, user_id=uuid.UUID(user), pool_id=pool.id, desktop_id=desktop_id
+        runtime,
+        user_id=uuid.UUID(user),
+        pool_id=pool.id,
+        desktop_id=desktop_id,
+        continued=continued,
     ) as logon:
         async with runtime.db.acquire() as connection, connection.transaction():
             await check_can_open_session(connection, runtime.licensing, desktop_id)
@@ -459,10 +576,17 @@ async def reconnect_desktop(
                 )
                 await _audit_allocation(connection, audit, desktop, user)
         if desktop.state is not DesktopState.IN_USE:
-            raise DesktopNotReady(
-                f"your desktop {desktop.name} is {desktop.state}; try again when it is ready",
-                headers=_RETRY,
-            )
+            async with runtime.db.acquire() as connection, connection.transaction():
+                pending = await start_for_user(
+                    runtime, connection, pool, uuid.UUID(user), logon, audit, desktop_id=desktop_id
+                )
+            if pending is None:
+                raise DesktopNotReady(
+                    f"your desktop {desktop.name} is {desktop.state}; try again when it is ready",
+                    headers=_RETRY,
+                )
+            await publish_desktop(runtime, pending.desktop)
+            return pending
         # A desktop already the user's counts as allocated once its state is checked.
         await mark_phase(runtime, runtime.db, logon, LogonPhase.ALLOCATED)
         return await _connect(runtime, url, uuid.UUID(user), desktop, pool, logon)

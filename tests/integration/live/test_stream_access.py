@@ -140,3 +140,64 @@ async def test_the_largest_id_redis_accepts_resumes(api: Any, bearer: Bearer) ->
     )
     assert stream.status == 200
     stream.close()
+
+
+async def test_a_user_entitled_to_a_pool_hears_its_availability_change_and_nothing_more(
+    api: Any, bearer: Bearer
+) -> None:
+    admin = bearer(ADMIN)
+    user = bearer("stream-entitled")
+    user_id = await signed_in(api, user)
+    cluster = await api.post(
+        "/api/v1/clusters",
+        json={
+            "name": "stream-cluster",
+            "driver": "simulator",
+            "endpoint": "simulator://stream-cluster",
+            "options": {"templates": [{"name": "ubuntu-22.04"}]},
+        },
+        headers=admin,
+    )
+    assert cluster.status == 201, await cluster.text()
+    pools = []
+    for name in ("stream-pool", "stream-other"):
+        created = await api.post(
+            "/api/v1/pools",
+            json={
+                "name": name,
+                "cluster_id": (await cluster.json())["id"],
+                "template": "ubuntu-22.04",
+                "kind": "non_persistent",
+                "os_type": "linux",
+                "min_size": 0,
+                "max_size": 2,
+                "naming_pattern": f"{name}-{{n:02}}",
+            },
+            headers=admin,
+        )
+        assert created.status == 201, await created.text()
+        pools.append((await created.json())["id"])
+    entitled, other = pools
+    stream = await api.get("/api/v1/events", headers=user)
+    assert stream.status == 200
+    # Granted while the stream is open: the grant's pool.changed makes it read entitlements again.
+    granted = await api.post(
+        f"/api/v1/pools/{entitled}/entitlements",
+        json={"subject_type": "user", "subject_id": user_id},
+        headers=admin,
+    )
+    assert granted.status == 201, await granted.text()
+
+    someone = "00000000-0000-0000-0000-00000000050e"
+    details = {"name": "stream-pool-01", "state": "ready", "in_session": False}
+    await publish(
+        api, LiveEvent("desktop.state", "d-other-pool", {"pool_id": other, **details}, someone)
+    )
+    await publish(
+        api, LiveEvent("desktop.state", "d-theirs", {"pool_id": entitled, **details}, someone)
+    )
+    [hint] = await read_events(stream, 1)
+    assert hint["event"] == "pool.availability"
+    # The pool's id only: not whose desktop, which one, or its state.
+    assert hint["data"] == {"type": "pool.availability", "id": entitled, "pool_id": entitled}
+    stream.close()

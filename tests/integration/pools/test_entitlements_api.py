@@ -202,6 +202,14 @@ async def test_a_persistent_pool_gives_the_same_desktop_back(
         await connection.execute(
             "UPDATE desktops SET state = 'refreshing' WHERE id = $1::uuid", first["id"]
         )
+    # On its way to ready: she waits for it (a pending connection), not for another one.
+    waiting = await client.post(url, headers=alice.headers)
+    assert waiting.status == 202
+    assert (await waiting.json())["id"] == first["id"]
+    async with pools_runtime.db.acquire() as connection:  # the rebuild failed
+        await connection.execute(
+            "UPDATE desktops SET state = 'failed' WHERE id = $1::uuid", first["id"]
+        )
     not_ready = await client.post(url, headers=alice.headers)
     assert not_ready.status == 503
     assert (await not_ready.json())["code"] == "desktop_not_ready"

@@ -132,6 +132,12 @@ async def test_reconnecting_gives_a_new_token_to_the_same_desktop(
         await db.execute(
             "UPDATE desktops SET state = 'refreshing' WHERE id = $1::uuid", opened["id"]
         )
+    # Being rebuilt: it is on its way to ready, so the user waits for it (start on connect).
+    waiting = await client.post(url, headers=place.user.headers)
+    assert waiting.status == 202
+    assert (await waiting.json())["id"] == opened["id"]
+    async with pools_runtime.db.acquire() as db:
+        await db.execute("UPDATE desktops SET state = 'failed' WHERE id = $1::uuid", opened["id"])
     not_ready = await client.post(url, headers=place.user.headers)
     assert not_ready.status == 503
     assert (await not_ready.json())["code"] == "desktop_not_ready"

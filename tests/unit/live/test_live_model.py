@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from deskpool.live.model import MAX_STREAM_ID_PART, StreamSlots, valid_stream_id
+from deskpool.live.model import (
+    AVAILABILITY_EVENT,
+    MAX_STREAM_ID_PART,
+    LiveEvent,
+    StreamSlots,
+    valid_stream_id,
+    view_for,
+)
 
 
 @pytest.mark.parametrize(
@@ -51,3 +58,27 @@ def test_each_user_holds_at_most_the_limit_and_gets_slots_back() -> None:
     assert slots.take("a")
     slots.give_back("b")
     assert slots.held("b") == 0
+
+
+def test_a_user_entitled_to_a_pool_hears_its_desktops_change_without_their_details() -> None:
+    pool = "00000000-0000-0000-0000-0000000000aa"
+    other = "00000000-0000-0000-0000-0000000000bb"
+    theirs = LiveEvent(
+        "desktop.state",
+        "d-1",
+        {"pool_id": pool, "name": "lab-001", "state": "ready", "in_session": False},
+        owner="someone-else",
+    )
+    hint = view_for(theirs, frozenset(), "me", entitled_pools={pool})
+    assert hint is not None
+    assert hint.type == AVAILABILITY_EVENT
+    assert hint.body() == {"type": AVAILABILITY_EVENT, "id": pool, "pool_id": pool}
+    # Not entitled to the pool: nothing at all.
+    assert view_for(theirs, frozenset(), "me", entitled_pools={other}) is None
+    # His own desktop, and a reader of pools: the event itself.
+    mine = LiveEvent("desktop.state", "d-2", {"pool_id": pool, "state": "starting"}, owner="me")
+    assert view_for(mine, frozenset(), "me", entitled_pools={pool}) is mine
+    assert view_for(theirs, frozenset({"pools:read"}), "me") is theirs
+    # Other kinds never turn into hints.
+    job = LiveEvent("job.dead", "7", {"pool_id": pool})
+    assert view_for(job, frozenset(), "me", entitled_pools={pool}) is None

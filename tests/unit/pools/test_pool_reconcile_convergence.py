@@ -372,12 +372,28 @@ def check_scheduled(world: World, seed: int) -> None:
     assert targets is not None
     states = {desktop.state for desktop in world.desktops}
     assert states <= {S.READY, S.IN_USE, S.POWERED_OFF}, (seed, states)
-    busy = sum(1 for d in world.desktops if d.is_busy)
+    power_off = targets.idle is IdlePolicy.POWER_OFF
+    # With power_off, a persistent pool's desktops whose owner has no session rest powered off
+    # (still assigned); the targets count the others.
+    resting = [
+        d
+        for d in world.desktops
+        if power_off
+        and pool.is_persistent
+        and d.assigned_user is not None
+        and d.state in (S.READY, S.POWERED_OFF)
+        and not d.in_session
+    ]
+    assert all(d.state is S.POWERED_OFF for d in resting), seed
+    busy = sum(1 for d in world.desktops if d.is_busy) - len(resting)
     wanted = min(pool.max_size, max(targets.min_ready, busy + targets.spare))
     powered = [d for d in world.desktops if d.state is not S.POWERED_OFF]
-    assert len(powered) >= min(wanted, len(world.desktops)), seed
-    assert len(world.desktops) >= min(pool.max_size, max(pool.min_size, wanted)), seed
-    if targets.idle is IdlePolicy.POWER_OFF:
+    assert len(powered) >= min(wanted, len(world.desktops) - len(resting)), seed
+    everyone = busy + len(resting) + targets.spare
+    assert len(world.desktops) >= min(
+        pool.max_size, max(pool.min_size, targets.min_ready, everyone)
+    ), seed
+    if power_off:
         free = [d for d in powered if d.is_available]
         assert len(powered) <= wanted or not free, seed
 

@@ -323,15 +323,17 @@ export interface paths {
          *     - `id`: its position in the stream; reconnect with the `Last-Event-ID` header set to the last
          *       one received to get what was missed (events are kept for a while: when the position is too
          *       old, the first event is a `reset`, meaning "read everything again");
-         *     - `event`: `<kind>.<what>`: `desktop.state`, `desktop.deleted`, `pool.changed`, `job.succeeded`,
-         *       `job.dead`, `job.retrying`, `session.changed`, `<kind>.changed` for any change made through the
-         *       API;
+         *     - `event`: `<kind>.<what>`: `desktop.state`, `desktop.deleted`, `pool.changed`,
+         *       `pool.availability`, `job.succeeded`, `job.dead`, `job.retrying`, `session.changed`,
+         *       `<kind>.changed` for any change made through the API;
          *     - `data`: a JSON object with `type`, `id` (the changed object's id) and what changed (a desktop's
          *       `state` and `pool_id`, a job's `kind` and `state`...).
          *
          *     A comment line is sent every 15 seconds on a quiet stream. Desktop users receive the events of
-         *     their own desktops and sessions; other events need the resource's read permission, as the caller
-         *     holds it when the event is sent (a permission taken away stops the events it allowed; the stream
+         *     their own desktops and sessions, and `pool.availability` (with the pool's id only) when another
+         *     desktop of a pool they are entitled to changes, so their list of pools follows what opening one
+         *     would give; other events need the resource's read permission, as the caller holds it when the
+         *     event is sent (a permission taken away stops the events it allowed; the stream
          *     closes when the caller is disabled).
          *
          *     One user may hold `API_EVENT_STREAMS_PER_USER` streams open at once per api process: one more is
@@ -666,7 +668,7 @@ export interface paths {
         put?: never;
         /**
          * Reconnect to a desktop the caller holds
-         * @description A new single-use connection token to the caller's desktop (a persistent desktop the caller was logged off from is handed back first). 404 when the caller does not hold it; 403 `access_revoked` when the caller may no longer open desktops of its pool (the entitlement was removed: a persistent desktop stays assigned until it comes back); 409 `license_limit_reached` when the desktop has no session and one more would go beyond the license's concurrent sessions.
+         * @description A new single-use connection token to the caller's desktop (a persistent desktop the caller was logged off from is handed back first). A desktop resting powered off (a schedule's off-peak phase) is started for the caller, and one on its way to ready for him is waited for: 202 with the pending connection (start on connect). 404 when the caller does not hold it; 403 `access_revoked` when the caller may no longer open desktops of its pool (the entitlement was removed: a persistent desktop stays assigned until it comes back); 409 `license_limit_reached` when the desktop has no session and one more would go beyond the license's concurrent sessions.
          *
          *     Requires a valid access token; no particular permission.
          */
@@ -732,7 +734,7 @@ export interface paths {
         put?: never;
         /**
          * Open a desktop of a pool
-         * @description Hands the caller a desktop: the one they hold (persistent pools, reconnects), else a free ready one, and a single-use connection token to it (valid `SESSION_TOKEN_TTL`) with the gateway tunnel's URL. Entitled users (directly or through a group) and holders of `pools:manage` may; a pool the caller may not open answers 404 exactly as a pool that does not exist. 409 `pool_unavailable` when the pool is disabled, or draining and the caller holds nothing there; 503 `no_desktop_available` (or `desktop_not_ready` for the caller's own desktop) with `Retry-After`; 503 `gateway_not_configured` (nothing is allocated) when `GATEWAY_PUBLIC_WS_URL` is unset, or not `wss://` outside development; 503 `desktop_unreachable` with `Retry-After` when the desktop's address is not known yet (the desktop stays the caller's: ask again); 409 `license_limit_reached` (nothing is allocated) when a new session would go beyond the license's concurrent sessions.
+         * @description Hands the caller a desktop: the one they hold (persistent pools, reconnects), else a free ready one, and a single-use connection token to it (valid `SESSION_TOKEN_TTL`) with the gateway tunnel's URL. Entitled users (directly or through a group) and holders of `pools:manage` may; a pool the caller may not open answers 404 exactly as a pool that does not exist. 409 `pool_unavailable` when the pool is disabled, or draining and the caller holds nothing there. When no desktop is ready but one can be started for the caller (a free one the pool's schedule powered off, the caller's own resting powered off, or his own on its way to ready), it is reserved to him and started: 202 with the pending connection (start on connect). 503 `no_desktop_available` (or `desktop_not_ready` for the caller's own desktop) with `Retry-After` when nothing can be; 503 `gateway_not_configured` (nothing is allocated) when `GATEWAY_PUBLIC_WS_URL` is unset, or not `wss://` outside development; 503 `desktop_unreachable` with `Retry-After` when the desktop's address is not known yet (the desktop stays the caller's: ask again); 409 `license_limit_reached` (nothing is allocated) when a new session would go beyond the license's concurrent sessions.
          *
          *     Requires the permission `pools:manage`, or an entitlement to the addressed pool (or `platform:admin`).
          */
@@ -2148,17 +2150,34 @@ export interface components {
         DesktopConnection: {
             id: string;
             name: string;
+            pool_id: string;
             /** @description The desktop's state (`in_use`). */
             state: string;
-            pool_id: string;
             connection: components["schemas"]["Connection"];
+        };
+        Starting: {
+            /**
+             * Format: date-time
+             * @description When the caller asked for the desktop.
+             */
+            requested_at: string;
+            /** @description The logon that waits for the desktop (its timing carries on). */
+            logon_id: string;
+        };
+        PendingConnection: {
+            id: string;
+            name: string;
+            pool_id: string;
+            /** @description The desktop's state: `starting`, `waiting_for_agent`... (`in_use` once it is handed to the caller). */
+            state: string;
+            starting: components["schemas"]["Starting"];
         };
         Logoff: {
             id: string;
             name: string;
+            pool_id: string;
             /** @description The desktop's state: still `in_use` while its sessions close, then `ready` (persistent pools: still the caller's) or `refreshing` (rebuilt). */
             state: string;
-            pool_id: string;
             /** @description The open sessions asked to close; their end logs off. */
             closing_sessions: string[];
         };
@@ -2191,10 +2210,10 @@ export interface components {
              */
             state: "enabled" | "disabled" | "draining";
             /**
-             * @description `available`: opening it gives a desktop now; `no_desktop_available`: none is ready, try again shortly; `desktop_not_ready`: the caller's own desktop is being built or repaired; `disabled` / `draining`: the pool gives out no new desktop.
+             * @description `available`: opening it gives a desktop now; `startable`: none is ready, but opening it starts one for the caller (a desktop the pool's schedule powered off, or the caller's own, powered off or on its way to ready): the open answers a pending connection (202); `no_desktop_available`: none is ready, try again shortly; `desktop_not_ready`: the caller's own desktop is being built or repaired; `disabled` / `draining`: the pool gives out no new desktop.
              * @enum {string}
              */
-            availability: "available" | "no_desktop_available" | "desktop_not_ready" | "disabled" | "draining";
+            availability: "available" | "startable" | "no_desktop_available" | "desktop_not_ready" | "disabled" | "draining";
             /** @description The desktop the caller holds in the pool, if any. */
             desktop: components["schemas"]["HeldDesktop"] | null;
         };
@@ -4774,6 +4793,19 @@ export interface operations {
                     "application/json": components["schemas"]["DesktopConnection"];
                 };
             };
+            /** @description No desktop was ready: one is being started for the caller and reserved to him (start on connect). The caller's live events (`GET /api/v1/events`) carry its `desktop.state` changes; once it is `in_use`, `POST /api/v1/me/desktops/{desktop_id}/connection` answers its connection (asking earlier answers 202 again). */
+            202: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PendingConnection"];
+                };
+            };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
@@ -4883,6 +4915,19 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["DesktopConnection"];
+                };
+            };
+            /** @description No desktop was ready: one is being started for the caller and reserved to him (start on connect). The caller's live events (`GET /api/v1/events`) carry its `desktop.state` changes; once it is `in_use`, `POST /api/v1/me/desktops/{desktop_id}/connection` answers its connection (asking earlier answers 202 again). */
+            202: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PendingConnection"];
                 };
             };
             400: components["responses"]["BadRequest"];

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { bodyOf } from "../pages/Rollouts";
-import { countdown } from "./NoticeBanner";
+import { startStep } from "../pages/DesktopView";
+import { countdown, WHY } from "./NoticeBanner";
 
 describe("countdown", () => {
   it("shows minutes and seconds left, never below zero", () => {
@@ -37,5 +38,23 @@ describe("a rollout's request body", () => {
       recreate_assigned: false,
     });
     expect("min_ready" in body).toBe(false);
+  });
+});
+
+describe("why a session ends", () => {
+  it("has a sentence for each reason deskpool warns with", () => {
+    expect(WHY.image_rollout).toMatch(/new image/);
+    expect(WHY.capacity_schedule).toMatch(/capacity schedule/);
+  });
+});
+
+describe("the steps of a desktop started for the user", () => {
+  it("follows the desktop's states to ready", () => {
+    expect(startStep("powered_off")).toBe(0);
+    expect(startStep("starting")).toBe(1);
+    expect(startStep("waiting_for_agent")).toBe(2);
+    expect(startStep("waiting_for_windows")).toBe(2);
+    expect(startStep("in_use")).toBe(3);
+    expect(startStep("something new")).toBe(0);
   });
 });

@@ -15,8 +15,9 @@ export function countdown(seconds: number): string {
   return `${minutes}:${String(left % 60).padStart(2, "0")}`;
 }
 
-const WHY: Record<string, string> = {
+export const WHY: Record<string, string> = {
   image_rollout: "This desktop is being updated to a new image.",
+  capacity_schedule: "Fewer desktops are kept running at this hour (the pool's capacity schedule).",
 };
 
 export function NoticeBanner({ desktopId }: { desktopId: string }) {

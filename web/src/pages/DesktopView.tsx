@@ -5,7 +5,14 @@
  * (at once). An administrator watching a session (`?watch=<session id>`) sees it read-only.
  * A desktop that does not draw in time (status 514 before it was connected) is reconnected
  * once by itself before the error is shown.
+ *
+ * Start on connect: when no desktop was running, the API answers a desktop being started for
+ * the user (202, a pending connection). The view shows "Starting your desktop" with its
+ * progress, read from `GET /api/v1/me/desktops`, which the user's live events refresh at each
+ * of the desktop's state changes, and connects by itself once the desktop is handed to the
+ * user (`in_use`).
  */
+import { useQuery } from "@tanstack/react-query";
 import { useCallback, useEffect, useRef, useState } from "react";
 import { Link, useLocation, useNavigate, useParams, useSearchParams } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
@@ -15,12 +22,29 @@ import type { DesktopHandle, DesktopState } from "../desktop/guacamole";
 import { useSession } from "../session";
 
 type Connection = Schemas["Connection"];
+type Pending = Schemas["PendingConnection"];
+type ViewState = DesktopState | "idle" | "starting";
+
+/** The steps of a desktop started for the user, and what each is called on the way. */
+const START_STEPS: { states: string[]; label: string }[] = [
+  { states: ["powered_off", "provisioning", "refreshing"], label: "Preparing the machine" },
+  { states: ["starting"], label: "Powering on" },
+  { states: ["waiting_for_agent", "waiting_for_windows"], label: "Waiting for the system to start" },
+  { states: ["ready", "in_use"], label: "Ready: connecting" },
+];
+
+/** Which step a desktop state is (0-based). */
+export function startStep(state: string): number {
+  const index = START_STEPS.findIndex((step) => step.states.includes(state));
+  return index < 0 ? 0 : index;
+}
 
 /** Guacamole status UPSTREAM_TIMEOUT: the desktop did not answer (or draw) in time. */
 const UPSTREAM_TIMEOUT = 514;
 
-const LABEL: Record<DesktopState | "idle", string> = {
+const LABEL: Record<ViewState, string> = {
   idle: "Not connected",
+  starting: "Starting your desktop",
   connecting: "Connecting…",
   waiting: "Waiting for the desktop…",
   connected: "Connected",
@@ -37,13 +61,18 @@ export function DesktopViewPage() {
   const location = useLocation();
   const screen = useRef<HTMLDivElement>(null);
   const handle = useRef<DesktopHandle | null>(null);
-  const [state, setState] = useState<DesktopState | "idle">("idle");
+  const [state, setState] = useState<ViewState>("idle");
   const [detail, setDetail] = useState("");
   const [clipboard, setClipboard] = useState("");
   const [showClipboard, setShowClipboard] = useState(false);
   // The pool records this session: said before the desktop's first frame is drawn.
   const [recorded, setRecorded] = useState(false);
-  const first = useRef<Connection | null>((location.state as { connection?: Connection } | null)?.connection ?? null);
+  const opened = location.state as { connection?: Connection; starting?: Pending } | null;
+  const first = useRef<Connection | null>(opened?.connection ?? null);
+  // A desktop being started for the user (start on connect), and when this view learnt it.
+  const [starting, setStarting] = useState<{ pending: Pending; since: number } | null>(
+    opened?.starting ? { pending: opened.starting, since: Date.now() } : null,
+  );
 
   // Which connection attempt is current (callbacks of older ones are ignored), and whether
   // the current one is already the automatic retry.
@@ -67,10 +96,17 @@ export function DesktopViewPage() {
         );
         connection = shadow.connection;
       } else if (!connection) {
-        const opened = await unwrap(
+        const answer = await unwrap(
           api.POST("/api/v1/me/desktops/{desktop_id}/connection", { params: { path: { desktop_id: desktopId } } }),
         );
-        connection = opened.connection;
+        if (current !== attempt.current) return;
+        if (!("connection" in answer)) {
+          // 202: the desktop is being started for the user; the live events say when it is in use.
+          setStarting({ pending: answer, since: Date.now() });
+          setState("starting");
+          return;
+        }
+        connection = answer.connection;
       }
       setRecorded(Boolean(connection.recorded));
       const { openDesktop } = await import("../desktop/guacamole");
@@ -99,7 +135,8 @@ export function DesktopViewPage() {
   }, [api, desktopId, watching]);
 
   useEffect(() => {
-    void connect();
+    if (starting) setState("starting");
+    else void connect();
     return () => {
       attempt.current += 1;
       handle.current?.disconnect();
@@ -118,6 +155,27 @@ export function DesktopViewPage() {
     observer.observe(element);
     return () => observer.disconnect();
   }, []);
+
+  // While a desktop is started for the user: its state, from the user's desktops (refreshed by
+  // the live events at each change); once it is the user's, in use, connect.
+  const mine = useQuery({
+    queryKey: ["my-desktops"],
+    queryFn: () => unwrap(api.GET("/api/v1/me/desktops")),
+    enabled: starting !== null,
+  });
+  const startedDesktop = mine.data?.items.find((item) => item.id === desktopId) ?? null;
+  const progress = startedDesktop?.state ?? starting?.pending.state ?? "starting";
+  useEffect(() => {
+    if (!starting || !mine.data || mine.dataUpdatedAt < starting.since) return;
+    if (startedDesktop?.state === "in_use") {
+      setStarting(null);
+      void connect();
+    } else if (!startedDesktop || startedDesktop.state === "failed") {
+      setStarting(null);
+      setState("error");
+      setDetail("your desktop could not be started; try again, or ask your administrator");
+    }
+  }, [starting, mine.data, mine.dataUpdatedAt, startedDesktop, connect]);
 
   const back = watching ? "/sessions" : "/my";
   const disconnect = () => {
@@ -143,7 +201,7 @@ export function DesktopViewPage() {
       setLoggingOff(false);
     }
   };
-  const live = state === "connected" || state === "waiting" || state === "connecting";
+  const live = state === "connected" || state === "waiting" || state === "connecting" || state === "starting";
   return (
     <div className="desktop-view">
       <div className="desktop-bar" role="toolbar" aria-label="Desktop">
@@ -186,6 +244,33 @@ export function DesktopViewPage() {
         <Link to={back}>{watching ? "Sessions" : "My desktops"}</Link>
       </div>
       {watching ? null : <NoticeBanner desktopId={desktopId} />}
+      {state === "starting" ? (
+        <div className="desktop-starting" role="status" aria-live="polite" data-testid="desktop-starting">
+          <h2>Starting your desktop</h2>
+          <p>
+            No desktop was running, so one is being started for you
+            {startedDesktop ? (
+              <>
+                {" "}
+                (<strong>{startedDesktop.name}</strong>)
+              </>
+            ) : null}
+            . You are connected as soon as it is ready.
+          </p>
+          <progress value={startStep(progress) + 1} max={START_STEPS.length} aria-label="Starting your desktop" />
+          <ol className="start-steps">
+            {START_STEPS.map((step, index) => (
+              <li
+                key={step.label}
+                data-step={index < startStep(progress) ? "done" : index === startStep(progress) ? "current" : "next"}
+                aria-current={index === startStep(progress) ? "step" : undefined}
+              >
+                {step.label}
+              </li>
+            ))}
+          </ol>
+        </div>
+      ) : null}
       {recorded ? (
         <p className="recording-notice" role="note" data-testid="recording-notice">
           This session is recorded: what the desktop shows is kept and may be watched by

@@ -11,6 +11,7 @@ type MyPool = Schemas["MyPool"];
 
 const AVAILABILITY: Record<MyPool["availability"], string> = {
   available: "A desktop is ready for you.",
+  startable: "No desktop is running: opening this pool starts one for you.",
   no_desktop_available: "No desktop is free right now; try again shortly.",
   desktop_not_ready: "Your desktop is being prepared.",
   disabled: "This pool is disabled.",
@@ -32,7 +33,9 @@ export function MyDesktopsPage() {
       unwrap(api.POST("/api/v1/me/pools/{pool_id}/desktop", { params: { path: { pool_id: pool.id } } })),
     onSuccess: (allocated) => {
       void client.invalidateQueries({ queryKey: ["my-pools"] });
-      navigate(`/desktop/${allocated.id}`, { state: { connection: allocated.connection } });
+      // 200: the desktop and its connection; 202: a desktop being started for the user.
+      const state = "connection" in allocated ? { connection: allocated.connection } : { starting: allocated };
+      navigate(`/desktop/${allocated.id}`, { state });
     },
   });
   return (
@@ -64,14 +67,14 @@ export function MyDesktopsPage() {
               </p>
             ) : null}
             <p>{AVAILABILITY[pool.availability]}</p>
-            {pool.desktop && (pool.desktop.state === "in_use" || pool.desktop.state === "ready") ? (
+            {pool.desktop && ["in_use", "ready", "powered_off"].includes(pool.desktop.state) ? (
               <button type="button" className="secondary" onClick={() => navigate(`/desktop/${pool.desktop!.id}`)}>
                 Connect to {pool.desktop.name}
               </button>
             ) : null}
             <button
               type="button"
-              disabled={pool.availability !== "available"}
+              disabled={pool.availability !== "available" && pool.availability !== "startable"}
               aria-busy={open.isPending && open.variables?.id === pool.id}
               onClick={() => open.mutate(pool)}
             >

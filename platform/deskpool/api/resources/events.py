@@ -11,7 +11,11 @@ puts a marker in the stream (:func:`deskpool.identity.authenticator.identity_cha
 subscriber's permissions are read again before the next event after it is sent (also when the
 process hears of a change on the invalidation channel, and at the latest every
 :data:`~deskpool.identity.authenticator.PRINCIPAL_CACHE_SECONDS`); the stream closes once its
-user is disabled. One
+user is disabled. A
+user entitled to a pool gets ``pool.availability`` (the pool's id only) for a change of a
+desktop of it he does not hold (:func:`deskpool.live.model.view_for`), so his pool list
+follows; his entitlements are read again with his permissions and after any ``pool.changed``
+(granting or revoking one publishes it). One
 user holds at most ``API_EVENT_STREAMS_PER_USER`` streams per api process (429 past it).
 """
 
@@ -40,9 +44,11 @@ from deskpool.live.model import (
     KIND_OF_RESOURCE,
     LiveEvent,
     StreamSlots,
-    may_see,
     valid_stream_id,
+    view_for,
 )
+from deskpool.pools.service import entitled_pool_ids
+from deskpool.runtime import Runtime
 
 #: Seconds between keep-alive comments on a quiet stream (proxies close idle connections).
 HEARTBEAT_SECONDS = 15.0
@@ -61,15 +67,17 @@ the changes of what the caller may read. Each event has:
 - `id`: its position in the stream; reconnect with the `Last-Event-ID` header set to the last
   one received to get what was missed (events are kept for a while: when the position is too
   old, the first event is a `reset`, meaning "read everything again");
-- `event`: `<kind>.<what>`: `desktop.state`, `desktop.deleted`, `pool.changed`, `job.succeeded`,
-  `job.dead`, `job.retrying`, `session.changed`, `<kind>.changed` for any change made through the
-  API;
+- `event`: `<kind>.<what>`: `desktop.state`, `desktop.deleted`, `pool.changed`,
+  `pool.availability`, `job.succeeded`, `job.dead`, `job.retrying`, `session.changed`,
+  `<kind>.changed` for any change made through the API;
 - `data`: a JSON object with `type`, `id` (the changed object's id) and what changed (a desktop's
   `state` and `pool_id`, a job's `kind` and `state`...).
 
 A comment line is sent every 15 seconds on a quiet stream. Desktop users receive the events of
-their own desktops and sessions; other events need the resource's read permission, as the caller
-holds it when the event is sent (a permission taken away stops the events it allowed; the stream
+their own desktops and sessions, and `pool.availability` (with the pool's id only) when another
+desktop of a pool they are entitled to changes, so their list of pools follows what opening one
+would give; other events need the resource's read permission, as the caller holds it when the
+event is sent (a permission taken away stops the events it allowed; the stream
 closes when the caller is disabled).
 
 One user may hold `API_EVENT_STREAMS_PER_USER` streams open at once per api process: one more is
@@ -112,7 +120,7 @@ async def stream_events(call: Call) -> web.StreamResponse:
             headers={"Retry-After": str(RETRY_MS // 1000)},
         )
     try:
-        subscriber = Subscriber(request.app[AUTHENTICATOR_KEY], principal)
+        subscriber = Subscriber(request.app[AUTHENTICATOR_KEY], principal, call.runtime)
         return await _stream(request, resume, subscriber)
     finally:
         slots.give_back(principal.id)
@@ -128,16 +136,40 @@ class TooManyStreams(RateLimited):
 class Subscriber:
     """The caller of one stream, as they are now (read again after each identity change)."""
 
-    def __init__(self, authenticator: Authenticator, principal: Principal) -> None:
+    def __init__(
+        self, authenticator: Authenticator, principal: Principal, runtime: Runtime | None = None
+    ) -> None:
         self.authenticator = authenticator
         self.principal = principal
+        self.runtime = runtime
         self._generation = authenticator.generation
         self._loaded = time.monotonic()
         self._changed = False
+        #: The pools the subscriber is entitled to (``None``: to be read).
+        self._entitled: frozenset[str] | None = None
+        self._entitled_at = 0.0
 
     def changed(self) -> None:
         """An identity change was read from the stream: read the principal again."""
         self._changed = True
+        self._entitled = None
+
+    def pools_changed(self) -> None:
+        """A pool changed (an entitlement granted or revoked, say): read entitlements again."""
+        self._entitled = None
+
+    async def entitled(self) -> frozenset[str]:
+        """The ids of the pools the subscriber is entitled to, read when needed."""
+        if time.monotonic() - self._entitled_at >= PRINCIPAL_CACHE_SECONDS:
+            self._entitled = None
+        if self._entitled is None:
+            if self.runtime is None:
+                return frozenset()
+            principal = await self.current()
+            ids = await entitled_pool_ids(self.runtime, principal.id, principal.group_ids)
+            self._entitled = frozenset(str(pool_id) for pool_id in ids)
+            self._entitled_at = time.monotonic()
+        return self._entitled
 
     @property
     def stale(self) -> bool:
@@ -210,11 +242,15 @@ async def _relay(
                 # In stream order: every event after it is judged with what holds after it.
                 subscriber.changed()
                 continue
+            if event.type == "pool.changed":
+                subscriber.pools_changed()
             principal = await subscriber.current()
             if principal.disabled:
                 return
-            if may_see(event, principal.effective.permissions, principal.id):
-                await response.write(_format(entry_id, event.type, event.body()))
+            entitled = await subscriber.entitled() if event.kind == "desktop" else frozenset()
+            shown = view_for(event, principal.effective.permissions, principal.id, entitled)
+            if shown is not None:
+                await response.write(_format(entry_id, shown.type, shown.body()))
     except bus.LiveResumeGap as gap:
         await response.write(_format(gap.oldest, "reset", {"type": "reset"}))
     except (ConnectionResetError, RuntimeError):

@@ -437,7 +437,14 @@ class HeldDesktopSchema(Schema):
     state = _choice(_DESKTOP_STATES, "The desktop's state.", required=True)
 
 
-_AVAILABILITY = ["available", "no_desktop_available", "desktop_not_ready", "disabled", "draining"]
+_AVAILABILITY = [
+    "available",
+    "startable",
+    "no_desktop_available",
+    "desktop_not_ready",
+    "disabled",
+    "draining",
+]
 
 
 class MyPoolSchema(Schema):
@@ -452,7 +459,10 @@ class MyPoolSchema(Schema):
     availability = _choice(
         _AVAILABILITY,
         (
-            "`available`: opening it gives a desktop now; `no_desktop_available`: none is "
+            "`available`: opening it gives a desktop now; `startable`: none is ready, but "
+            "opening it starts one for the caller (a desktop the pool's schedule powered off, "
+            "or the caller's own, powered off or on its way to ready): the open answers a "
+            "pending connection (202); `no_desktop_available`: none is "
             "ready, try again shortly; `desktop_not_ready`: the caller's own desktop is being "
             "built or repaired; `disabled` / `draining`: the pool gives out no new desktop."
         ),

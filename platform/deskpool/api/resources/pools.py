@@ -30,8 +30,9 @@ desktop counts by state.
   (:func:`deskpool.pools.store_allocation.allocate_desktop`) and a connection token to it
   (:func:`deskpool.sessions.service.open_pool_desktop`): entitled users (directly or through a
   group) and holders of ``pools:manage`` may; a pool the caller may not open is 404, exactly as
-  one that does not exist; 409 when the pool is disabled or draining, 503 with ``Retry-After``
-  when no desktop is ready.
+  one that does not exist; 409 when the pool is disabled or draining; 202 with a pending
+  connection when a desktop is started for the caller (start on connect, :mod:`deskpool.starts`);
+  503 with ``Retry-After`` when no desktop is ready and none can be started.
 
 Every change is recorded in the audit trail in the same transaction.
 """
@@ -58,8 +59,9 @@ from deskpool.api.resources.pool_schemas import (
     PoolWriteSchema,
 )
 from deskpool.api.resources.sessions import (
+    PENDING_CONNECTION,
     DesktopConnectionSchema,
-    connection_view,
+    opened_view,
 )
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.errors import NotFound
@@ -73,6 +75,7 @@ from deskpool.pools.model import (
     PoolState,
 )
 from deskpool.pools.plan import PoolSummary
+from deskpool.pools.states import IN_FLIGHT_STATES
 from deskpool.pools.store_entitlements import Entitlement, SubjectType
 from deskpool.pools.store_pools import PoolRecord
 from deskpool.sessions import service as sessions
@@ -161,18 +164,22 @@ def pool_id_of(call: Call) -> uuid.UUID:
     return parse_id(call.path_param("pool_id"), "pool")
 
 
-def _availability(pool: Pool, held: Sequence[Desktop], available: int) -> str:
-    """What opening ``pool`` would give now (as :func:`.allocation.choose_desktop` decides)."""
+def _availability(pool: Pool, held: Sequence[Desktop], available: int, startable: int) -> str:
+    """What opening ``pool`` would give now (allocation's rules, then start on connect's)."""
     if pool.state is PoolState.DISABLED:
         return "disabled"
     usable = [d for d in held if d.state in (DesktopState.READY, DesktopState.IN_USE)]
+    # The caller's own desktop resting powered off, or on its way to ready: started, waited for.
+    coming = [d for d in held if d.state is DesktopState.POWERED_OFF or d.state in IN_FLIGHT_STATES]
     if pool.is_persistent and held:
-        return "available" if usable else "desktop_not_ready"
+        return "available" if usable else "startable" if coming else "desktop_not_ready"
     if not pool.is_persistent and any(d.state is DesktopState.IN_USE for d in usable):
         return "available"
+    if coming:
+        return "startable"
     if pool.state is PoolState.DRAINING:
         return "draining"
-    return "available" if available else "no_desktop_available"
+    return "available" if available else "startable" if startable else "no_desktop_available"
 
 
 def _retry_after(call: Call) -> str:
@@ -428,7 +435,7 @@ async def list_my_pools(call: Call) -> Page:
                 "kind": str(pool.kind),
                 "os_type": str(pool.os_type),
                 "state": str(pool.state),
-                "availability": _availability(pool, mine, shown.available),
+                "availability": _availability(pool, mine, shown.available, shown.startable),
                 "desktop": (
                     {"id": str(mine[0].id), "name": mine[0].name, "state": str(mine[0].state)}
                     if mine
@@ -450,8 +457,12 @@ async def list_my_pools(call: Call) -> Page:
         "through a group) and holders of `pools:manage` may; a pool the caller may not "
         "open answers 404 exactly as a pool that does not exist. 409 "
         "`pool_unavailable` when the pool is disabled, or draining and the caller holds "
-        "nothing there; 503 `no_desktop_available` (or `desktop_not_ready` for the "
-        "caller's own desktop) with `Retry-After`; 503 `gateway_not_configured` (nothing "
+        "nothing there. When no desktop is ready but one can be started for the caller (a "
+        "free one the pool's schedule powered off, the caller's own resting powered off, or "
+        "his own on its way to ready), it is reserved to him and started: 202 with the "
+        "pending connection (start on connect). 503 `no_desktop_available` (or "
+        "`desktop_not_ready` for the caller's own desktop) with `Retry-After` when nothing "
+        "can be; 503 `gateway_not_configured` (nothing "
         "is allocated) when `GATEWAY_PUBLIC_WS_URL` is unset, or not `wss://` outside "
         "development; 503 `desktop_unreachable` with `Retry-After` when the desktop's "
         "address is not known yet (the desktop stays the caller's: ask again); 409 "
@@ -463,18 +474,19 @@ async def list_my_pools(call: Call) -> Page:
     entitlement=True,
     responses={
         200: ResponseSpec("The caller's desktop and its connection.", DesktopConnectionSchema),
+        202: PENDING_CONNECTION,
         **ALLOCATION_PROBLEMS,
     },
 )
-async def open_pool_desktop(call: Call) -> dict[str, Any]:
+async def open_pool_desktop(call: Call) -> Reply:
     try:
-        connection = await sessions.open_pool_desktop(
+        opened = await sessions.open_pool_desktop(
             call.runtime, call.caller, pool_id_of(call), call.actor.audit_event
         )
     except (NoDesktopAvailable, DesktopNotReady) as error:
         error.headers = {**error.headers, "Retry-After": _retry_after(call)}
         raise
-    return connection_view(connection)
+    return opened_view(opened)
 
 
 def _entitlement_view(entitlement: Entitlement) -> dict[str, Any]:

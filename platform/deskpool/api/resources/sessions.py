@@ -29,6 +29,7 @@ from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.errors import InvalidCursor
 from deskpool.ids import parse_id
+from deskpool.pools.model import Desktop
 from deskpool.sessions import service, store
 from deskpool.sessions.logons import PHASES, LogonPhase, LogonRecord
 from deskpool.sessions.model import (
@@ -37,7 +38,7 @@ from deskpool.sessions.model import (
     DisplayProtocol,
     SessionRecord,
 )
-from deskpool.sessions.service import DesktopConnection
+from deskpool.sessions.service import DesktopConnection, Opened, PendingConnection
 from deskpool.sessions.tunnel import SessionEndReason
 
 _STATES = ["open", "ended"]
@@ -77,17 +78,58 @@ class ConnectionSchema(Schema):
     )
 
 
-class DesktopConnectionSchema(Schema):
-    """The caller's desktop and the connection token that opens it."""
+class MyDesktopRefSchema(Schema):
+    """The caller's desktop, as opening or logging off answers it (each describes its state)."""
 
     id = fields.String(required=True)
     name = fields.String(required=True)
+    pool_id = fields.String(required=True)
+
+
+class DesktopConnectionSchema(MyDesktopRefSchema):
+    """The caller's desktop and the connection token that opens it."""
+
     state = fields.String(
         required=True, metadata={"description": "The desktop's state (`in_use`)."}
     )
-    pool_id = fields.String(required=True)
     connection = fields.Nested(ConnectionSchema, required=True)
 
+
+class StartingSchema(Schema):
+    """A desktop being started for the caller (start on connect)."""
+
+    requested_at = fields.AwareDateTime(
+        required=True, metadata={"description": "When the caller asked for the desktop."}
+    )
+    logon_id = fields.String(
+        required=True,
+        metadata={"description": "The logon that waits for the desktop (its timing carries on)."},
+    )
+
+
+class PendingConnectionSchema(MyDesktopRefSchema):
+    """The desktop being started for the caller: no connection yet."""
+
+    state = fields.String(
+        required=True,
+        metadata={
+            "description": (
+                "The desktop's state: `starting`, `waiting_for_agent`... (`in_use` once it is "
+                "handed to the caller)."
+            )
+        },
+    )
+    starting = fields.Nested(StartingSchema, required=True)
+
+
+#: The answer of an open that started a desktop for the caller (start on connect).
+PENDING_CONNECTION = ResponseSpec(
+    "No desktop was ready: one is being started for the caller and reserved to him (start on "
+    "connect). The caller's live events (`GET /api/v1/events`) carry its `desktop.state` "
+    "changes; once it is `in_use`, `POST /api/v1/me/desktops/{desktop_id}/connection` answers "
+    "its connection (asking earlier answers 202 again).",
+    PendingConnectionSchema,
+)
 
 _PROTOCOLS = [item.value for item in DisplayProtocol]
 _AFTER_DISCONNECT = [item.value for item in AfterDisconnect]
@@ -297,11 +339,9 @@ class SessionDetailSchema(SessionSchema):
     )
 
 
-class LogoffSchema(Schema):
+class LogoffSchema(MyDesktopRefSchema):
     """The caller's desktop as a log-off left it, and the sessions asked to close first."""
 
-    id = fields.String(required=True)
-    name = fields.String(required=True)
     state = fields.String(
         required=True,
         metadata={
@@ -311,7 +351,6 @@ class LogoffSchema(Schema):
             )
         },
     )
-    pool_id = fields.String(required=True)
     closing_sessions = fields.List(
         fields.String(),
         required=True,
@@ -358,14 +397,20 @@ _UNAVAILABLE = {
 # ---------------------------------------------------------------------------------- views
 
 
-def connection_view(connection: DesktopConnection) -> dict[str, Any]:
-    """The desktop and its connection, as opening a desktop answers them."""
-    desktop = connection.desktop
+def my_desktop_view(desktop: Desktop) -> dict[str, Any]:
+    """The caller's desktop as opening or logging off answers it (with its state)."""
     return {
         "id": str(desktop.id),
         "name": desktop.name,
         "state": str(desktop.state),
         "pool_id": str(desktop.pool_id),
+    }
+
+
+def connection_view(connection: DesktopConnection) -> dict[str, Any]:
+    """The desktop and its connection, as opening a desktop answers them."""
+    return {
+        **my_desktop_view(connection.desktop),
         "connection": {
             "token": connection.token,
             "url": connection.url,
@@ -373,6 +418,21 @@ def connection_view(connection: DesktopConnection) -> dict[str, Any]:
             "expires_at": connection.expires_at,
             "recorded": connection.recorded,
         },
+    }
+
+
+def opened_view(opened: Opened) -> Reply:
+    """What opening a desktop answers: 200 with its connection, or 202 while it starts."""
+    if isinstance(opened, DesktopConnection):
+        return Reply(connection_view(opened))
+    return Reply(pending_view(opened), 202)
+
+
+def pending_view(pending: PendingConnection) -> dict[str, Any]:
+    """A desktop being started for the caller."""
+    return {
+        **my_desktop_view(pending.desktop),
+        "starting": {"requested_at": pending.requested_at, "logon_id": str(pending.logon_id)},
     }
 
 
@@ -550,7 +610,10 @@ async def list_my_sessions(call: Call) -> Page:
     summary="Reconnect to a desktop the caller holds",
     description=(
         "A new single-use connection token to the caller's desktop (a persistent desktop "
-        "the caller was logged off from is handed back first). 404 when the caller does not "
+        "the caller was logged off from is handed back first). A desktop resting powered off "
+        "(a schedule's off-peak phase) is started for the caller, and one on its way to ready "
+        "for him is waited for: 202 with the pending connection (start on connect). 404 when "
+        "the caller does not "
         "hold it; 403 `access_revoked` when the caller may no longer open desktops of its pool "
         "(the entitlement was removed: a persistent desktop stays assigned until it comes "
         "back); 409 `license_limit_reached` when the desktop has no session and one more "
@@ -561,15 +624,16 @@ async def list_my_sessions(call: Call) -> Page:
     authenticated=True,
     responses={
         200: ResponseSpec("The desktop and its connection.", DesktopConnectionSchema),
+        202: PENDING_CONNECTION,
         **_UNAVAILABLE,
     },
 )
-async def connect_my_desktop(call: Call) -> dict[str, Any]:
+async def connect_my_desktop(call: Call) -> Reply:
     desktop_id = parse_id(call.path_param("desktop_id"), "desktop")
-    connection = await service.reconnect_desktop(
+    opened = await service.reconnect_desktop(
         call.runtime, call.caller, desktop_id, call.actor.audit_event
     )
-    return connection_view(connection)
+    return opened_view(opened)
 
 
 @ROUTES.route(
@@ -594,13 +658,9 @@ async def log_off_my_desktop(call: Call) -> Reply:
     request = await service.log_off_my_desktop(
         call.runtime, call.caller, desktop_id, call.actor.audit_event
     )
-    desktop = request.desktop
     return Reply(
         {
-            "id": str(desktop.id),
-            "name": desktop.name,
-            "state": str(desktop.state),
-            "pool_id": str(desktop.pool_id),
+            **my_desktop_view(request.desktop),
             "closing_sessions": [str(session.id) for session in request.closing],
         },
         202,

@@ -1,0 +1,167 @@
+"""The SQL of start on connect: ``desktop_starts`` and the desktops a start may take."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from deskpool.db.rows import Db, as_uuid, fetch_record, record_from_row
+from deskpool.pools.model import Desktop
+from deskpool.pools.store_desktops import desktop_from_row
+
+
+@dataclass(frozen=True, slots=True)
+class StartRecord:
+    """A desktop being started for a user, and the logon that waits for it."""
+
+    desktop_id: uuid.UUID
+    pool_id: uuid.UUID
+    user_id: uuid.UUID
+    logon_id: uuid.UUID | None
+    requested_at: datetime
+    powered_on_at: datetime | None
+
+
+def _start(row: Any) -> StartRecord:
+    return record_from_row(StartRecord, row)
+
+
+async def lock_user_in_pool(connection: asyncpg.Connection, pool_id: uuid.UUID, user: str) -> None:
+    """Serialize the opens of one user in one pool (the allocation's advisory lock)."""
+    await connection.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+        f"deskpool.allocate:{pool_id}:{user}",
+    )
+
+
+async def candidates(
+    connection: asyncpg.Connection, pool_id: uuid.UUID, user: str
+) -> list[Desktop]:
+    """The user's desktops of the pool and one free powered-off desktop, all locked.
+
+    The free one is the oldest not locked by another transaction (``SKIP LOCKED``), so two
+    users opening at once never get the same desktop.
+    """
+    held = await connection.fetch(
+        """
+        SELECT * FROM desktops
+         WHERE pool_id = $1 AND assigned_user = $2 AND state <> 'deleting'
+         FOR UPDATE
+        """,
+        pool_id,
+        as_uuid(user),
+    )
+    free = await connection.fetch(
+        """
+        SELECT * FROM desktops
+         WHERE pool_id = $1 AND state = 'powered_off' AND assigned_user IS NULL
+           AND NOT in_session
+         ORDER BY created_at, name, id
+         LIMIT 1
+         FOR UPDATE SKIP LOCKED
+        """,
+        pool_id,
+    )
+    return [desktop_from_row(row) for row in [*held, *free]]
+
+
+async def put_start(
+    connection: asyncpg.Connection,
+    *,
+    desktop_id: uuid.UUID,
+    pool_id: uuid.UUID,
+    user_id: uuid.UUID,
+    logon_id: uuid.UUID | None,
+) -> tuple[StartRecord, uuid.UUID | None]:
+    """Record the start (or give an existing one of the user the new logon).
+
+    :returns: the start, and the logon it named before if another one (it waits no more).
+    """
+    before = await connection.fetchval(
+        "SELECT logon_id FROM desktop_starts WHERE desktop_id = $1 AND user_id = $2 FOR UPDATE",
+        desktop_id,
+        user_id,
+    )
+    row = await connection.fetchrow(
+        """
+        INSERT INTO desktop_starts (desktop_id, pool_id, user_id, logon_id)
+        VALUES ($1, $2, $3, $4)
+        ON CONFLICT (desktop_id) DO UPDATE
+           SET logon_id = EXCLUDED.logon_id, user_id = EXCLUDED.user_id,
+               requested_at = CASE WHEN desktop_starts.user_id = EXCLUDED.user_id
+                                   THEN desktop_starts.requested_at ELSE now() END
+        RETURNING *
+        """,
+        desktop_id,
+        pool_id,
+        user_id,
+        logon_id,
+    )
+    replaced = before if before is not None and before != logon_id else None
+    return _start(row), replaced
+
+
+async def start_of(
+    db: Db, desktop_id: uuid.UUID, *, for_update: bool = False
+) -> StartRecord | None:
+    """The start of ``desktop_id``, if one is recorded."""
+    query = "SELECT * FROM desktop_starts WHERE desktop_id = $1" + (
+        " FOR UPDATE" if for_update else ""
+    )
+    return await fetch_record(db, _start, query, desktop_id)
+
+
+async def mark_powered_on(connection: asyncpg.Connection, desktop_id: uuid.UUID) -> None:
+    """The desktop was handed to its user: remember when."""
+    await connection.execute(
+        "UPDATE desktop_starts SET powered_on_at = now() WHERE desktop_id = $1", desktop_id
+    )
+
+
+async def remove_start(connection: Db, desktop_id: uuid.UUID) -> StartRecord | None:
+    """Forget the start of ``desktop_id``; return it (``None``: there was none)."""
+    query = "DELETE FROM desktop_starts WHERE desktop_id = $1 RETURNING *"
+    return await fetch_record(connection, _start, query, desktop_id)
+
+
+@dataclass(frozen=True, slots=True)
+class StaleStart:
+    """A start whose desktop is no longer on its way to the user, and why."""
+
+    start: StartRecord
+    desktop_state: str | None
+
+
+async def stale_starts(db: Db) -> list[StaleStart]:
+    """Starts whose desktop is gone, failed, or no longer the user's on its way or in use."""
+    rows = await db.fetch(
+        """
+        SELECT s.*, d.state AS desktop_state
+          FROM desktop_starts AS s
+          LEFT JOIN desktops AS d ON d.id = s.desktop_id
+         WHERE d.id IS NULL
+            OR d.assigned_user IS DISTINCT FROM s.user_id
+            OR d.state NOT IN ('provisioning', 'starting', 'waiting_for_agent',
+                               'waiting_for_windows', 'refreshing', 'ready', 'in_use')
+            OR (d.state = 'ready' AND s.powered_on_at IS NOT NULL)
+        """
+    )
+    return [StaleStart(_start(row), row["desktop_state"]) for row in rows]
+
+
+async def startable_counts(db: Db, pool_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, int]:
+    """How many free powered-off desktops each pool has (a start on connect may take them)."""
+    rows = await db.fetch(
+        """
+        SELECT pool_id, count(*) AS startable FROM desktops
+         WHERE pool_id = ANY($1::uuid[]) AND state = 'powered_off' AND assigned_user IS NULL
+         GROUP BY pool_id
+        """,
+        list(pool_ids),
+    )
+    return {row["pool_id"]: int(row["startable"]) for row in rows}
