@@ -443,7 +443,12 @@ async def _shown(page: Any, expect: Any) -> str:
 
 
 async def _open_player(
-    page: Any, recording_id: str, duration_ms: int, expect: Any, session_id: str | None = None
+    instance: Instance,
+    page: Any,
+    recording_id: str,
+    duration_ms: int,
+    expect: Any,
+    session_id: str | None = None,
 ) -> Any:
     """Open a recording's player; its timeline, once loaded.
 
@@ -453,6 +458,8 @@ async def _open_player(
         await page.get_by_role("link", name="Recordings", exact=True).click()
         await page.wait_for_url("**/recordings")
         link = page.locator(f'a[href="/recordings/{recording_id}"]')
+        await expect(link).to_be_visible(timeout=TIMEOUT)
+        await visit(instance, page, "recordings")
     else:
         await page.goto(f"{page.url.split('/recordings')[0]}/sessions/{session_id}")
         link = page.get_by_role("link", name="Play the session's recording")
@@ -501,7 +508,7 @@ async def _play_in_chromium(
             await page.get_by_role("button", name="Sign out").wait_for(timeout=TIMEOUT)
 
             # The first recording: a second in, the canvas holds a picture.
-            slider = await _open_player(page, first, played[first], expect)
+            slider = await _open_player(instance, page, first, played[first], expect)
             await visit(instance, page, "recording-player")
             start = await _shown(page, expect)
             assert await _value(slider) == 0
@@ -529,7 +536,9 @@ async def _play_in_chromium(
             assert await _shown(page, expect) == end
 
             # The killed gateway's recording plays to its last frame.
-            slider = await _open_player(page, killed, played[killed], expect, killed_session)
+            slider = await _open_player(
+                instance, page, killed, played[killed], expect, killed_session
+            )
             await visit(instance, page, "recording-player-killed-gateway")
             await page.get_by_label("Speed").select_option("4")
             await page.get_by_role("button", name="Play").click()
