@@ -68,7 +68,13 @@ export function PoolCapacity({ pool }: { pool: Schemas["Pool"] }) {
       </p>
       <ProblemAlert error={capacity.error} />
       {option && capacity.data ? (
-        <Chart option={option} label={capacitySummary(capacity.data.data, zone)} height="20rem" testId="pool-capacity" />
+        <Chart
+          option={option}
+          label={capacitySummary(capacity.data.data, zone)}
+          height="20rem"
+          testId="pool-capacity"
+          caption="Planned steps over recorded counts; Ctrl and the mouse wheel zoom in, dragging moves along."
+        />
       ) : capacity.isLoading ? (
         <p aria-busy="true">Loading the capacity…</p>
       ) : null}

@@ -159,6 +159,13 @@ describe("recorded samples", () => {
       ["planned spare", null],
     ]);
     expect(series[4]!.markLine!.data).toEqual([{ xAxis: now }]);
+    // One sample is no line: it is shown as a dot; two or more are lines.
+    const dot = series[0] as { symbol?: string; symbolSize?: (value: unknown) => number };
+    expect(dot.symbol).toBe("circle");
+    expect([dot.symbolSize!([0, 2]), dot.symbolSize!([0, 0]), dot.symbolSize!([0, null])]).toEqual([6, 0, 0]);
+    const lines = capacityOption({ ...capacity, actual: [...capacity.actual, sample("2026-11-23T10:05:00Z", 1)] }, start, end, now, "UTC");
+    expect((lines.series as { symbol?: string }[])[0]!.symbol).toBe("none");
+    expect(option.dataZoom).toEqual([{ type: "inside", filterMode: "none", zoomOnMouseWheel: "ctrl", moveOnMouseWheel: false }]);
     expect(capacitySummary(capacity, "UTC")).toBe(
       "Planned: peak: 3 ready, 1 spare. Recorded: 1 sample; the latest (Mon 2026-11-23 10:00 UTC): 2 ready, 1 in use, 4 powered off, 0 other.",
     );

@@ -330,18 +330,27 @@ export function capacityOption(
   zone: string,
 ): ChartOption {
   const samples = sampleSeries(capacity.actual, zone);
+  // A line needs two samples: a pool with fewer shows them as dots.
+  const sparse = capacity.actual.length < 2;
   const recorded = SAMPLE_KEYS.map((key): LineSeriesOption => ({
     type: "line",
     name: SAMPLE_NAMES[key],
     stack: "recorded",
-    symbol: "none",
+    symbol: sparse ? "circle" : "none",
+    // Stacked zeros would hide the count that is there under the dot of another series.
+    symbolSize: (value: unknown) => (Array.isArray(value) && value[1] ? 6 : 0),
     data: samples[key],
     color: COLORS[key],
     lineStyle: { width: 1 },
     areaStyle: { opacity: 0.35 },
   }));
   const steps = plannedSteps(capacity.planned, start, end, zone);
-  return { ...baseOption(start, end, zone, steps.phases), series: [...recorded, ...plannedSeries(steps, now, zone)] };
+  return {
+    ...baseOption(start, end, zone, steps.phases),
+    // Two weeks of 5-minute samples: Ctrl + wheel zooms into a day, dragging moves along.
+    dataZoom: [{ type: "inside", filterMode: "none", zoomOnMouseWheel: "ctrl", moveOnMouseWheel: false }],
+    series: [...recorded, ...plannedSeries(steps, now, zone)],
+  };
 }
 
 /** The capacity plot in words. */
