@@ -1,7 +1,7 @@
 """Capacity and power schedules end to end, with real ``deskpool run`` processes and the simulator.
 
-One api process and two workers share a database of this module's own and a simulated cluster
-(the fixtures of the rollouts' end-to-end test, the same deployment).
+One api process, three workers and a gateway (in front of the desktop daemon simulator) share a
+database of this module's own and a simulated cluster.
 Through the REST API an administrator creates a schedule whose phase in force now asks for 3
 ready desktops and a pool (``min_size`` 0, ``max_size`` 5) that references it:
 
@@ -12,7 +12,13 @@ ready desktops and a pool (``min_size`` 0, ``max_size`` 5) that references it:
    off (their VMs stopped) and the one in use is left alone; once its user logs off, it is
    refreshed and powered off too;
 3. the pool's capacity shows the phases planned and the samples the reconciler recorded, with
-   powered-off desktops counted.
+   powered-off desktops counted;
+4. start on connect: with every desktop powered off, the user opens the pool and gets 202 with
+   a pending connection (never a 503), the desktop reserved to him; the worker powering it on
+   is SIGKILLed while it waits for the guest agent, another finishes the job and hands the
+   desktop to him; the connection that follows opens through the gateway to the daemon's
+   first frame, and the logon records every phase from asked to first frame, powered_on
+   included, with no failure in between.
 
 Every wait is for a condition read from the database or the API.
 """
@@ -20,18 +26,23 @@ Every wait is for a condition read from the database or the API.
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import aiohttp
 import asyncpg
 import pytest
-from tests.e2e.test_rollouts import ADMIN, environ, hands, processes, wait
+from tests.e2e.conftest import DeploymentEnviron
+from tests.e2e.test_rollouts import ADMIN, hands, wait
+from tests.secret_leak_guard import LeakGuard
 
 from deskpool.clusters.repository import get_cluster
+from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.runtime import Runtime
 from deskpool.testing.idp import TestIdentityProvider
-from deskpool.testing.processes import DeskpoolProcess
+from deskpool.testing.processes import ANY_PORT, DeskpoolProcess, listening, running
+from deskpool.testing.tunnels import WebSocketTunnelClient
 from deskpool_driver_api import PowerState
 from deskpool_driver_simulator import SimulatorDriver
 
@@ -50,7 +61,41 @@ EVERY_DAY = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 
 pytestmark = pytest.mark.slow
 
-__all__ = ["environ", "hands", "processes"]
+__all__ = ["hands"]
+
+PUBLIC_URL = "wss://desktops.e2e.test/websocket-tunnel"
+
+
+@pytest.fixture
+def environ(
+    quick_deployment: DeploymentEnviron,
+    desktop_daemon: DesktopDaemonSimulator,
+    leak_guard: LeakGuard,
+) -> dict[str, str]:
+    """The environment every process of the test shares."""
+    return quick_deployment(
+        ADMIN,
+        API_ADDR=ANY_PORT,
+        SECRETS_MASTER_KEY=leak_guard.master_key(),
+        GATEWAY_PUBLIC_WS_URL=PUBLIC_URL,
+        DESKTOPD_ADDRESS=desktop_daemon.address,
+        POOL_FAILURE_BACKOFF="1s",
+        WORKER_LEASE_DURATION="2s",
+    )
+
+
+@pytest.fixture
+async def processes(environ: dict[str, str]) -> AsyncIterator[dict[str, DeskpoolProcess]]:
+    """The api, three workers (two are killed on the way) and a gateway."""
+    started = {
+        "api": DeskpoolProcess(["api"], environ),
+        "worker-1": DeskpoolProcess(["worker"], environ),
+        "worker-2": DeskpoolProcess(["worker"], environ),
+        "worker-3": DeskpoolProcess(["worker"], environ),
+        "gateway": listening(["gateway"], environ, "GATEWAY_ADDR"),
+    }
+    async with running(started) as processes:
+        yield processes
 
 
 def phase(name: str, min_ready: int, idle: str = "keep") -> dict[str, Any]:
@@ -218,3 +263,73 @@ async def test_a_schedule_ramps_a_pool_up_powers_idle_desktops_off_and_loses_not
         )
         assert {row["resource_id"] for row in audited} == {str(r["id"]) for r in rows}
         assert {row["job"] for row in audited} == {"desktop.power_off"}
+
+        # 4. Start on connect: everything is powered off, the user opens the pool. The guests'
+        # agents stay silent until the worker powering his desktop on has been killed.
+        await simulator.admin.inject(agent_never_answers="sc-*")
+        async with http.post(f"{api}/me/pools/{pool_id}/desktop", headers=user) as response:
+            pending = await response.json()
+            assert response.status == 202, pending  # a pending connection, not a 503
+        started_id = uuid.UUID(pending["id"])
+        row = await db.fetchrow("SELECT * FROM desktops WHERE id = $1", started_id)
+        assert row is not None
+        assert str(row["assigned_user"]) == me["id"]  # reserved to him in the same transaction
+
+        async def powering_worker() -> str | None:
+            job = await db.fetchrow(
+                """SELECT j.worker FROM jobs j JOIN desktops d ON d.id::text = j.resource_id
+                    WHERE j.kind = 'desktop.provision' AND j.state = 'running'
+                      AND d.id = $1 AND d.state = 'waiting_for_agent'""",
+                started_id,
+            )
+            return None if job is None else str(job["worker"])
+
+        worker_id = await wait(powering_worker, "a worker powers the desktop on", seconds=60)
+        [victim] = [p for p in processes.values() if p.pid == int(worker_id.split(":")[1])]
+        victim.kill()
+        await simulator.admin.clear_faults()
+
+        async def handed_over() -> bool:
+            row = await db.fetchrow(
+                "SELECT state, assigned_user FROM desktops WHERE id = $1", started_id
+            )
+            return row is not None and (row["state"], str(row["assigned_user"])) == (
+                "in_use",
+                me["id"],
+            )
+
+        await wait(handed_over, "another worker hands the started desktop to the user", 120)
+        opened = await call("POST", f"/me/desktops/{started_id}/connection", user)
+        gateway_url = f"{processes['gateway'].url('gateway', 'ws')}/websocket-tunnel"
+        client = await WebSocketTunnelClient.connect(
+            http, gateway_url, {"token": opened["connection"]["token"]}
+        )
+        drawn = await client.until("sync", within=30)
+        assert any(instruction.opcode in ("img", "png") for instruction in drawn)
+        logon = await db.fetchrow(
+            "SELECT * FROM logons WHERE id = $1", uuid.UUID(pending["starting"]["logon_id"])
+        )
+        assert logon is not None
+
+        async def first_frame_recorded() -> bool:
+            found = await db.fetchrow(
+                "SELECT first_frame_at FROM logons WHERE id = $1", logon["id"]
+            )
+            return found is not None and found["first_frame_at"] is not None
+
+        await wait(first_frame_recorded, "the logon records the first frame", seconds=30)
+        logon = await db.fetchrow("SELECT * FROM logons WHERE id = $1", logon["id"])
+        assert logon is not None
+        phases = ["asked", "allocated", "powered_on", "guest_ready", "token_issued"]
+        phases += ["tunnel_opened", "daemon_connected", "first_frame"]
+        assert [phase for phase in phases if logon[f"{phase}_at"] is None] == []
+        assert logon["failed_at"] is None
+        assert logon["desktop_id"] == started_id
+        failed = await db.fetchval(
+            "SELECT count(*) FROM logons WHERE user_id = $1 AND failed_at IS NOT NULL",
+            uuid.UUID(me["id"]),
+        )
+        assert failed == 0  # no error in between
+        owned = [vm for vm in await simulator.list_owned_vms() if vm.desktop_id == str(started_id)]
+        assert len(owned) == 1  # the killed worker's attempt left no second VM
+        await client.ws.close()
