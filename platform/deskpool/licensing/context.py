@@ -81,6 +81,9 @@ class LicensingContext:
         #: The skew from the database's clock last logged (``None``: within the tolerance).
         self._skew_logged: timedelta | None = None
         self._build: ManifestCheck | None = None
+        #: Whether the last session check found the limit too near to share the growth lock
+        #: (a hint only: the next check starts with the exclusive lock, and learns again).
+        self.sessions_near_limit = False
 
     @classmethod
     def from_config(

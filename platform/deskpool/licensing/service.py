@@ -159,6 +159,15 @@ async def _read(connection: asyncpg.Connection, context: LicensingContext) -> _R
     return _Reading(installation, view, clock)
 
 
+def _observe(
+    connection: asyncpg.Connection, context: LicensingContext, judgement: Judgement, usage: Usage
+) -> None:
+    """Show ``judgement`` and ``usage`` in the metrics (once committed)."""
+    metrics = context.metrics
+    if metrics is not None:
+        _show(connection, context, lambda: metrics.observe(judgement, usage))
+
+
 def _show(connection: asyncpg.Connection, context: LicensingContext, change: Any) -> None:
     """Update a metric with what was read on ``connection`` (once it is committed)."""
     context.commits.apply(connection, change, foreign="apply")
@@ -392,6 +401,12 @@ async def _check(
     connection: asyncpg.Connection, context: LicensingContext, resource: Resource
 ) -> None:
     judgement, usage = await _growth(connection, context)
+    _check_judged(context, judgement, usage, resource)
+
+
+def _check_judged(
+    context: LicensingContext, judgement: Judgement, usage: Usage, resource: Resource
+) -> None:
     try:
         check_growth(judgement, usage, resource)
     except LicenseLimitReached:
@@ -417,21 +432,31 @@ async def check_can_open_session(
     Far from the limit, the check shares the growth lock (concurrent openings do not wait for
     each other): the sessions counted, plus one for every transaction that may be open on the
     server at once, must stay within the limit. Nearer, it gives the shared lock back and takes
-    the growth lock alone, as every other growth check does, and counts exactly. Either way the
-    lock lasts until the caller's transaction ends: call this last in it.
+    the growth lock alone, as every other growth check does, and counts exactly; the process
+    then starts there until a check finds the room again. Either way the lock lasts until the
+    caller's transaction ends: call this last in it.
     """
-    await store.lock_growth_shared(connection)
+    if not context.sessions_near_limit:
+        await store.lock_growth_shared(connection)
+        judgement = await current_judgement(connection, context)
+        usage, held, connections = await store.session_usage(connection, desktop_id)
+        if held:
+            return
+        if room_for_concurrent(judgement, usage, Resource.SESSIONS, connections):
+            _observe(connection, context, judgement, usage)
+            return
+        await store.unlock_growth_shared(connection)
+    await store.lock_growth(connection)
     judgement = await current_judgement(connection, context)
     usage, held, connections = await store.session_usage(connection, desktop_id)
+    # Far from the limit again (sessions ended): the next check shares the lock.
+    context.sessions_near_limit = not room_for_concurrent(
+        judgement, usage, Resource.SESSIONS, connections
+    )
     if held:
         return
-    if room_for_concurrent(judgement, usage, Resource.SESSIONS, connections):
-        metrics = context.metrics
-        if metrics is not None:
-            _show(connection, context, lambda: metrics.observe(judgement, usage))
-        return
-    await store.unlock_growth_shared(connection)
-    await _check(connection, context, Resource.SESSIONS)
+    _observe(connection, context, judgement, usage)
+    _check_judged(context, judgement, usage, Resource.SESSIONS)
 
 
 async def desktop_headroom(connection: asyncpg.Connection, context: LicensingContext) -> Headroom:

@@ -8,6 +8,7 @@ per pool and user (a transaction advisory lock) so one user never gets two.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from datetime import UTC, datetime
 
@@ -34,8 +35,8 @@ async def allocate_desktop(
     then ready), else a free, ready, clean desktop, oldest first. Free desktops are locked with
     ``FOR UPDATE SKIP LOCKED`` and re-checked, so two concurrent requests never get the same
     desktop; requests of one user for one pool are serialized by a transaction advisory lock,
-    so a user never gets two. Runs in a transaction of its own (a savepoint inside the
-    caller's); the lock lasts until the outermost transaction ends.
+    so a user never gets two. Runs in the caller's transaction, or in one of its own when the
+    caller has none; the lock lasts until that transaction ends.
 
     :param pool: the pool as the caller read it; its state is read again here.
     :raises PoolUnavailable: the pool is disabled, or draining and the user holds nothing.
@@ -45,7 +46,10 @@ async def allocate_desktop(
     """
     user = str(user_id)
     when = now or datetime.now(UTC)
-    async with connection.transaction():
+    # In the caller's transaction, no savepoint: an error here rolls the caller's back anyway
+    # (two round trips fewer per opening).
+    opened = contextlib.nullcontext() if connection.is_in_transaction() else None
+    async with opened or connection.transaction():
         await connection.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
             f"deskpool.allocate:{pool.id}:{user}",

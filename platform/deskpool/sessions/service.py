@@ -235,10 +235,11 @@ async def resolve_target(
 
     :raises DesktopUnreachable: the VM does not run, has no address yet, or the driver fails.
     """
-    record = await store_desktops.get_desktop_record(runtime.db, desktop.id)
-    if record is None or desktop.vm_id is None:
-        raise DesktopUnreachable(f"desktop {desktop.name} has no VM yet", headers=_RETRY)
-    cluster = await get_cluster(runtime.db, record.cluster_id)
+    async with runtime.db.acquire() as connection:
+        record = await store_desktops.get_desktop_record(connection, desktop.id)
+        if record is None or desktop.vm_id is None:
+            raise DesktopUnreachable(f"desktop {desktop.name} has no VM yet", headers=_RETRY)
+        cluster = await get_cluster(connection, record.cluster_id)
     if cluster is None:
         raise DesktopUnreachable(f"the cluster of desktop {desktop.name} is gone")
     preferred = preferred_protocol(policy)
@@ -300,8 +301,9 @@ async def _connect(
 ) -> DesktopConnection:
     policy = await store.get_policy(runtime.db, pool.id)
     target = await resolve_target(runtime, desktop, pool, policy)
-    await mark_phase(runtime, runtime.db, logon, LogonPhase.GUEST_READY)
     async with runtime.db.acquire() as connection, connection.transaction():
+        # The guest answered (resolve_target): recorded with the token, one commit for both.
+        await mark_phase(runtime, connection, logon, LogonPhase.GUEST_READY)
         token, expires_at = await issue_token(
             runtime, connection, user_id=user_id, desktop=desktop, target=target, logon_id=logon
         )
