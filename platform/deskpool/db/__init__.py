@@ -8,13 +8,15 @@ migrating at the same time do not collide.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import importlib.resources
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -81,8 +83,37 @@ def describe_database(url: str) -> str:
     return f"{host}:{parts.port or 5432}{parts.path or '/'}"
 
 
+#: How long opening a pool connection is tried again while the server has no room for one.
+REFUSED_CONNECTION_PATIENCE = 5.0
+
+
+async def connect_patiently(*args: Any, **kwargs: Any) -> asyncpg.Connection:
+    """:func:`asyncpg.connect`, tried again for a while when the server has no room for it.
+
+    The pool opens connections as a burst of requests needs them. When the server refuses one
+    because it holds as many as it allows (``max_connections``, a role's or a database's
+    connection limit: SQLSTATE 53300), the request that asked for it would fail (a 503) though
+    the server is up and the pool's other connections go on serving. It waits instead, trying
+    again after 50 ms, then twice as long each time up to 1 s, for
+    :data:`REFUSED_CONNECTION_PATIENCE` seconds; then the refusal goes to the request.
+    """
+    delay = 0.05
+    deadline = time.monotonic() + REFUSED_CONNECTION_PATIENCE
+    while True:
+        try:
+            connection: asyncpg.Connection = await asyncpg.connect(*args, **kwargs)
+            return connection
+        except asyncpg.TooManyConnectionsError:
+            if time.monotonic() + delay > deadline:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
 async def connect_pool(config: Config) -> asyncpg.Pool:
     """Open the connection pool sized by ``DATABASE_MAX_CONNS``.
+
+    New connections are opened by :func:`connect_patiently`.
 
     :raises StartupError: naming the server (never the password) when it cannot be reached.
     """
@@ -90,7 +121,12 @@ async def connect_pool(config: Config) -> asyncpg.Pool:
     size = config["DATABASE_MAX_CONNS"]
     try:
         pool = await asyncpg.create_pool(
-            url, min_size=min(1, size), max_size=size, timeout=10, command_timeout=60
+            url,
+            min_size=min(1, size),
+            max_size=size,
+            timeout=10,
+            command_timeout=60,
+            connect=connect_patiently,
         )
     except (OSError, asyncpg.PostgresError, TimeoutError) as error:
         raise StartupError(

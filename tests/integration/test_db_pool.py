@@ -1,0 +1,52 @@
+"""The connection pool under a burst while the server has no room for more connections.
+
+A pool opens connections as requests need them. When the server refuses one because it holds
+as many as it allows (a server shared with other work, full for a moment), the request that
+asked for it must wait for room, not fail: a 503 under a burst with the database up is a bug
+(issue 27).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+from deskpool.db import connect_pool
+from deskpool.testing.services import ServiceAddresses
+
+
+async def test_a_burst_beyond_the_servers_room_waits_instead_of_failing(
+    migrated_database_url: str, test_servers: ServiceAddresses, make_config: Callable[..., Any]
+) -> None:
+    role = f"pool_burst_{secrets.token_hex(4)}"
+    admin = await asyncpg.connect(test_servers.admin_url)
+    try:
+        # The server (here: the role's limit) allows 2 connections for a second; the pool may
+        # open 6.
+        await admin.execute(f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT 2')
+        parts = urlsplit(migrated_database_url)
+        url = urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port or 5432}"))
+        pool = await connect_pool(make_config(DATABASE_URL=url, DATABASE_MAX_CONNS="6").config)
+
+        async def room_soon() -> None:
+            await asyncio.sleep(1)
+            await admin.execute(f'ALTER ROLE "{role}" CONNECTION LIMIT 6')
+
+        try:
+            answers = await asyncio.gather(
+                *(pool.fetchval("SELECT $1::int FROM pg_sleep(0.1)", n) for n in range(40)),
+                room_soon(),
+                return_exceptions=True,
+            )
+        finally:
+            await pool.close()
+    finally:
+        await admin.execute(f'DROP ROLE IF EXISTS "{role}"')
+        await admin.close()
+
+    assert answers == [*range(40), None]
