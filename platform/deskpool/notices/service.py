@@ -64,27 +64,69 @@ async def warn(
     :param source: who warns (``rollout:<id>``); a second warning of the same source moves the
         first one instead of adding another.
     """
+    warned = await _warn(
+        connection,
+        NoticeRequest(
+            desktop_id, pool_id, uuid.UUID(str(user_id)), ends_at, reason, message, source
+        ),
+        audit,
+        move=True,
+    )
+    assert warned is not None  # moving never keeps
+    return warned
+
+
+@dataclass(frozen=True)
+class NoticeRequest:
+    """What a warning says: to whom, on which desktop, until when, why, and from whom."""
+
+    desktop_id: uuid.UUID
+    pool_id: uuid.UUID
+    user_id: uuid.UUID
+    ends_at: datetime
+    reason: str
+    message: str
+    source: str
+
+
+async def warn_once(
+    connection: asyncpg.Connection, what: NoticeRequest, audit: AuditOf = system_audit
+) -> tuple[Notice, Delivery] | None:
+    """:func:`warn`, unless ``what.source`` already warned this user of this desktop (``None``).
+
+    The open warning keeps its deadline: a caller that runs again (another worker, or after a
+    crash between the warning and the log-off) neither repeats nor postpones it.
+    """
+    return await _warn(connection, what, audit, move=False)
+
+
+async def _warn(
+    connection: asyncpg.Connection, what: NoticeRequest, audit: AuditOf, *, move: bool
+) -> tuple[Notice, Delivery] | None:
     notice = await store.open_notice(
         connection,
-        desktop_id=desktop_id,
-        pool_id=pool_id,
-        user_id=uuid.UUID(str(user_id)),
-        ends_at=ends_at,
-        reason=reason,
-        message=message,
-        source=source,
+        desktop_id=what.desktop_id,
+        pool_id=what.pool_id,
+        user_id=what.user_id,
+        ends_at=what.ends_at,
+        reason=what.reason,
+        message=what.message,
+        source=what.source,
+        move=move,
     )
+    if notice is None:
+        return None
     await record_audit_event(
         connection,
         audit(
             "desktop.notice",
             "desktops",
-            str(desktop_id),
+            str(what.desktop_id),
             {
-                "user_id": str(user_id),
-                "ends_at": ends_at.isoformat(),
-                "reason": reason,
-                "source": source,
+                "user_id": str(what.user_id),
+                "ends_at": what.ends_at.isoformat(),
+                "reason": what.reason,
+                "source": what.source,
             },
         ),
     )

@@ -29,6 +29,14 @@ def notice_of(row: Any) -> Notice:
     )
 
 
+_OPEN = """
+        INSERT INTO desktop_notices (desktop_id, pool_id, user_id, ends_at, reason, message,
+                                     source)
+        VALUES ($1, $2, $3, $4, $5, $6, $7)
+        ON CONFLICT (desktop_id, user_id, source) WHERE cleared_at IS NULL
+        """
+
+
 async def open_notice(
     connection: asyncpg.Connection,
     *,
@@ -39,18 +47,21 @@ async def open_notice(
     reason: str,
     message: str,
     source: str,
-) -> Notice:
-    """Record a notice, or move the open one of the same source to the new time and text."""
+    move: bool = True,
+) -> Notice | None:
+    """Record a notice, or move the open one of the same source to the new time and text.
+
+    With ``move=False`` an open notice of the same source is left as it is (its deadline
+    kept) and ``None`` is returned.
+    """
+    conflict = (
+        """DO UPDATE SET ends_at = EXCLUDED.ends_at, reason = EXCLUDED.reason,
+                      message = EXCLUDED.message"""
+        if move
+        else "DO NOTHING"
+    )
     row = await connection.fetchrow(
-        """
-        INSERT INTO desktop_notices (desktop_id, pool_id, user_id, ends_at, reason, message,
-                                     source)
-        VALUES ($1, $2, $3, $4, $5, $6, $7)
-        ON CONFLICT (desktop_id, user_id, source) WHERE cleared_at IS NULL
-        DO UPDATE SET ends_at = EXCLUDED.ends_at, reason = EXCLUDED.reason,
-                      message = EXCLUDED.message
-        RETURNING *
-        """,
+        f"{_OPEN} {conflict} RETURNING *",
         desktop_id,
         pool_id,
         user_id,
@@ -59,7 +70,7 @@ async def open_notice(
         message,
         source,
     )
-    return notice_of(row)
+    return None if row is None else notice_of(row)
 
 
 async def clear_notices(
@@ -96,3 +107,31 @@ async def notices_for(
         list(desktop_ids),
     )
     return {row["desktop_id"]: notice_of(row) for row in rows}
+
+
+async def open_notices_of_pools(
+    db: Db, pool_ids: Collection[uuid.UUID], reason: str
+) -> dict[uuid.UUID, list[Notice]]:
+    """The open notices of ``reason`` on the desktops of ``pool_ids``, by pool."""
+    rows = await db.fetch(
+        """
+        SELECT * FROM desktop_notices
+         WHERE cleared_at IS NULL AND reason = $2 AND pool_id = ANY($1::uuid[])
+         ORDER BY created_at
+        """,
+        list(pool_ids),
+        reason,
+    )
+    found: dict[uuid.UUID, list[Notice]] = {}
+    for row in rows:
+        found.setdefault(row["pool_id"], []).append(notice_of(row))
+    return found
+
+
+async def get_open_notice(connection: asyncpg.Connection, notice_id: uuid.UUID) -> Notice | None:
+    """The notice ``notice_id`` if it is still open (its row locked), else ``None``."""
+    row = await connection.fetchrow(
+        "SELECT * FROM desktop_notices WHERE id = $1 AND cleared_at IS NULL FOR UPDATE",
+        notice_id,
+    )
+    return None if row is None else notice_of(row)

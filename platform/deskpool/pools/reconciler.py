@@ -56,7 +56,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import asyncpg
 
@@ -68,6 +68,7 @@ from deskpool.jobs.periodic import PeriodicContext
 from deskpool.licensing.service import cap_desktops
 from deskpool.live.model import LiveEvent
 from deskpool.live.publishers import publish
+from deskpool.notices import store as notice_store
 from deskpool.notices.service import Delivery, deliver
 from deskpool.pools.cluster_vms import list_clusters, unowned_vms
 from deskpool.pools.desktop_jobs import (
@@ -78,7 +79,7 @@ from deskpool.pools.desktop_jobs import (
     job_for_state,
 )
 from deskpool.pools.errors import DesktopNameTaken
-from deskpool.pools.model import Desktop, ObservedVm, Pool
+from deskpool.pools.model import Desktop, ObservedVm, Pool, PoolState
 from deskpool.pools.plan import (
     Action,
     CreateDesktop,
@@ -111,11 +112,14 @@ from deskpool.pools.store_reconcile import (
 from deskpool.rollouts import store as rollout_store
 from deskpool.rollouts.apply import apply_rollout_action
 from deskpool.rollouts.model import ENDED
-from deskpool.rollouts.plan import ChangeRollout
+from deskpool.rollouts.plan import ChangeRollout, RolloutAction
 from deskpool.rollouts.planner import RolloutView
 from deskpool.schedules import store as schedule_store
-from deskpool.schedules.model import InForce, phase_at, targets_of
+from deskpool.schedules.apply import apply_logoff_action
+from deskpool.schedules.logoffs import NOTICE_REASON, LogoffAction, notice_source, plan_logoffs
+from deskpool.schedules.model import InForce, LogoffScope, phase_at, targets_of
 from deskpool.schedules.samples import SAMPLE_MINUTES, SAMPLE_RETENTION, capacity_sample
+from deskpool.sessions.store import last_input_of_pools
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime
@@ -150,7 +154,14 @@ def collector_paused() -> Iterator[None]:
 
 
 class _Skipped(Exception):
-    """A rollout action whose rollout or desktop moved on since the plan (rolled back)."""
+    """A rollout or schedule action whose subject moved on since the plan (rolled back)."""
+
+
+class _Kinded(Protocol):
+    """An action counted by its kind."""
+
+    @property
+    def kind(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -163,6 +174,8 @@ class PlannedPool:
     :ivar unowned: VMs of the cluster that no pool or desktop owns, to record with this pool's
         actions (given to one pool of the cluster per plan).
     :ivar rollout: the pool's active rollout as the plan saw it, if it has one.
+    :ivar logoffs: the warnings and log-offs of the phase in force
+        (:mod:`deskpool.schedules.logoffs`).
     """
 
     pool: Pool
@@ -172,6 +185,7 @@ class PlannedPool:
     observed: bool
     unowned: tuple[ObservedVm, ...] = ()
     rollout: RolloutView | None = None
+    logoffs: tuple[LogoffAction, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -408,6 +422,7 @@ class PoolReconcilerService:
             },
         )
         await self._sample(pools, desktops, in_force, now)
+        logoffs = await self._logoffs(pools, desktops, in_force, now)
         vms_by_cluster = {
             cluster_id: {vm.vm_id: vm for vm in vms} for cluster_id, vms in observed.items()
         }
@@ -421,8 +436,43 @@ class PoolReconcilerService:
                 observed=pool.cluster_id in observed,
                 unowned=tuple(unowned.pop(pool.cluster_id, ())),
                 rollout=rollouts.get(pool.id),
+                logoffs=logoffs.get(pool.id, ()),
             )
         return planned
+
+    async def _logoffs(
+        self,
+        pools: Sequence[Pool],
+        desktops: Mapping[uuid.UUID, Sequence[Desktop]],
+        in_force: Mapping[uuid.UUID, InForce | None],
+        now: datetime,
+    ) -> dict[uuid.UUID, tuple[LogoffAction, ...]]:
+        """Each pool's warnings and log-offs of its phase in force, and stale warnings cleared."""
+        pool_ids = [pool.id for pool in pools]
+        found = await notice_store.open_notices_of_pools(self.runtime.db, pool_ids, NOTICE_REASON)
+        idle = [
+            pool_id
+            for pool_id, phase in in_force.items()
+            if phase is not None
+            and phase.settings.logoff is not None
+            and phase.settings.logoff.scope is LogoffScope.IDLE
+        ]
+        last_input = await last_input_of_pools(self.runtime.db, idle)
+        out: dict[uuid.UUID, tuple[LogoffAction, ...]] = {}
+        for pool in pools:
+            phase = in_force.get(pool.id)
+            logoff = None if phase is None else phase.settings.logoff
+            if logoff is None and pool.id not in found:
+                continue
+            out[pool.id] = plan_logoffs(
+                desktops.get(pool.id, ()),
+                found.get(pool.id, ()),
+                logoff if pool.state is PoolState.ENABLED else None,
+                source=None if pool.schedule_id is None else notice_source(pool.schedule_id),
+                last_input=last_input,
+                now=now,
+            )
+        return out
 
     # ------------------------------------------------------------------ applying
 
@@ -440,18 +490,22 @@ class PoolReconcilerService:
         applied = skipped = 0
         rollout_actions = plan.rollout.actions if plan.rollout is not None else ()
         delivery = Delivery()
-        if defer_mark and not (planned.unowned or plan.actions or rollout_actions):
+        acting = bool(plan.actions or rollout_actions or planned.logoffs)
+        if defer_mark and not (planned.unowned or acting):
             self._marks.append(self._mark(planned))
             return AppliedPlan(pool.id, 0, 0)
         async with self.runtime.db.acquire() as connection:
             if planned.unowned:
                 await self._report_unowned(connection, planned, fence)
-            if plan.actions or rollout_actions:
+            if acting:
                 async with connection.transaction():
                     await fence(connection)
                     await lock_pool_for_reconciliation(connection, pool.id)
                     applied, skipped = await self._apply_actions(connection, planned)
                     done, left = await self._apply_rollout(connection, planned, delivery)
+                    applied += done
+                    skipped += left
+                    done, left = await self._apply_logoffs(connection, planned, delivery)
                     applied += done
                     skipped += left
                     mark = self._mark(planned)
@@ -546,15 +600,41 @@ class PoolReconcilerService:
         part, view = planned.plan.rollout, planned.rollout
         if part is None or view is None:
             return 0, 0
+        desktops = dict(planned.desktops)
+
+        def one(action: RolloutAction, now: datetime) -> Awaitable[Delivery | None]:
+            return apply_rollout_action(connection, planned.pool, part, view, desktops, action, now)
+
+        return await self._each(connection, planned, part.actions, one, delivery)
+
+    async def _apply_logoffs(
+        self, connection: asyncpg.Connection, planned: PlannedPool, delivery: Delivery
+    ) -> tuple[int, int]:
+        """Apply the phase's warnings and log-offs, each in a savepoint; applied and skipped.
+
+        One whose desktop or warning moved on since the plan is left to the next pass.
+        """
+
+        def one(action: LogoffAction, now: datetime) -> Awaitable[Delivery | None]:
+            return apply_logoff_action(connection, planned.pool, planned.desktops, action, now)
+
+        return await self._each(connection, planned, planned.logoffs, one, delivery)
+
+    async def _each(
+        self,
+        connection: asyncpg.Connection,
+        planned: PlannedPool,
+        actions: Sequence[_Kinded],
+        apply_one: Callable[[Any, datetime], Awaitable[Delivery | None]],
+        delivery: Delivery,
+    ) -> tuple[int, int]:
+        """Apply ``actions`` with ``apply_one``, each in a savepoint (``None``: skipped)."""
         applied = skipped = 0
         now = datetime.now(UTC)
-        desktops = dict(planned.desktops)
-        for action in part.actions:
+        for action in actions:
             try:
                 async with connection.transaction():
-                    done = await apply_rollout_action(
-                        connection, planned.pool, part, view, desktops, action, now
-                    )
+                    done = await apply_one(action, now)
                     if done is None:
                         raise _Skipped()
             except (_Skipped, IllegalTransition, NotFound) as error:

@@ -370,6 +370,22 @@ async def has_open_session(connection: Db, desktop_id: uuid.UUID) -> bool:
     )
 
 
+async def last_input_of_pools(db: Db, pool_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, datetime]:
+    """The latest input of the open (not read-only) sessions of each desktop of ``pool_ids``."""
+    if not pool_ids:
+        return {}
+    rows = await db.fetch(
+        """
+        SELECT desktop_id, max(last_activity_at) AS last_input
+          FROM desktop_sessions
+         WHERE pool_id = ANY($1::uuid[]) AND ended_at IS NULL AND NOT read_only
+         GROUP BY desktop_id
+        """,
+        list(pool_ids),
+    )
+    return {row["desktop_id"]: row["last_input"] for row in rows}
+
+
 async def request_disconnect(
     connection: Db, session_id: uuid.UUID, reason: str
 ) -> SessionRecord | None:
