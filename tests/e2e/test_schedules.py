@@ -26,7 +26,7 @@ Every wait is for a condition read from the database or the API.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -109,6 +109,71 @@ def phase(name: str, min_ready: int, idle: str = "keep") -> dict[str, Any]:
     }
 
 
+Call = Callable[..., Awaitable[Any]]
+
+
+def caller(http: aiohttp.ClientSession, api: str) -> Call:
+    """``await call(method, path, headers, **kw)``: the API's answer, asserted successful."""
+
+    async def call(method: str, path: str, headers: dict[str, str], **kw: Any) -> Any:
+        async with http.request(method, f"{api}{path}", headers=headers, **kw) as response:
+            body = await response.json() if response.status != 204 else None
+            assert response.status < 300, (method, path, response.status, body)
+            return body
+
+    return call
+
+
+async def simulated_cluster(call: Call, admin: dict[str, str], name: str) -> Any:
+    """A simulated cluster ``name`` with :data:`SIMULATOR_OPTIONS`, created through the API."""
+    return await call(
+        "POST",
+        "/clusters",
+        admin,
+        json={
+            "name": name,
+            "driver": "simulator",
+            "endpoint": f"simulator://{name}",
+            "options": SIMULATOR_OPTIONS,
+        },
+    )
+
+
+async def scheduled_pool(
+    call: Call, admin: dict[str, str], cluster_id: str, schedule_id: str, **fields: Any
+) -> Any:
+    """A Linux pool of the schedule, ``min_size`` and ``spare`` 0, whose policy never logs off.
+
+    ``fields`` are the rest (``name`` and ``max_size`` at least); its desktops are ``sc-01``...
+    unless ``naming_pattern`` says otherwise.
+    """
+    body = {
+        "cluster_id": cluster_id,
+        "template": "ubuntu-22.04",
+        "kind": "non_persistent",
+        "os_type": "linux",
+        "min_size": 0,
+        "spare": 0,
+        "naming_pattern": "sc-{n:02}",
+        "schedule_id": schedule_id,
+        "session_policy": {"after_disconnect": "never"},
+        **fields,
+    }
+    return await call("POST", "/pools", admin, json=body)
+
+
+def closed_today(weekly: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """``weekly`` with the exception *closed today* (yesterday to tomorrow) of ``settings``."""
+    today = datetime.now(UTC).date()
+    exception = {
+        "name": "closed today",
+        "first": (today - timedelta(days=1)).isoformat(),
+        "last": (today + timedelta(days=1)).isoformat(),
+        "settings": settings,
+    }
+    return {**weekly, "exceptions": [exception]}
+
+
 async def test_a_schedule_ramps_a_pool_up_powers_idle_desktops_off_and_loses_nothing(
     processes: dict[str, DeskpoolProcess],
     identity_provider: TestIdentityProvider,
@@ -119,44 +184,13 @@ async def test_a_schedule_ramps_a_pool_up_powers_idle_desktops_off_and_loses_not
     admin = {"Authorization": f"Bearer {identity_provider.issue_token(ADMIN)}"}
     user = {"Authorization": f"Bearer {identity_provider.issue_token(USER)}"}
     async with aiohttp.ClientSession() as http:
-
-        async def call(method: str, path: str, headers: dict[str, str], **kw: Any) -> Any:
-            async with http.request(method, f"{api}{path}", headers=headers, **kw) as response:
-                body = await response.json() if response.status != 204 else None
-                assert response.status < 300, (method, path, response.status, body)
-                return body
-
-        cluster = await call(
-            "POST",
-            "/clusters",
-            admin,
-            json={
-                "name": "e2e-schedules",
-                "driver": "simulator",
-                "endpoint": "simulator://e2e-schedules",
-                "options": SIMULATOR_OPTIONS,
-            },
-        )
+        call = caller(http, api)
+        cluster = await simulated_cluster(call, admin, "e2e-schedules")
         weekly = {"name": "e2e", "time_zone": "UTC", "phases": [phase("working day", 3)]}
         schedule = await call("POST", "/schedules", admin, json=weekly)
         assert schedule["in_force"]["phase"] == "working day"
-        pool = await call(
-            "POST",
-            "/pools",
-            admin,
-            json={
-                "name": "e2e-schedules",
-                "cluster_id": cluster["id"],
-                "template": "ubuntu-22.04",
-                "kind": "non_persistent",
-                "os_type": "linux",
-                "min_size": 0,
-                "spare": 0,
-                "max_size": 5,
-                "naming_pattern": "sc-{n:02}",
-                "schedule_id": schedule["id"],
-                "session_policy": {"after_disconnect": "never"},
-            },
+        pool = await scheduled_pool(
+            call, admin, cluster["id"], schedule["id"], name="e2e-schedules", max_size=5
         )
         pool_id = uuid.UUID(pool["id"])
         me = await call("GET", "/me", user)
@@ -204,19 +238,8 @@ async def test_a_schedule_ramps_a_pool_up_powers_idle_desktops_off_and_loses_not
 
         # 2. A user holds one; an exception for today powers the idle ones off.
         held = await call("POST", f"/me/pools/{pool_id}/desktop", user)
-        today = datetime.now(UTC).date()
         off_peak = {"min_ready": 0, "spare": 0, "idle": "power_off"}
-        closed = {
-            **weekly,
-            "exceptions": [
-                {
-                    "name": "closed today",
-                    "first": (today - timedelta(days=1)).isoformat(),
-                    "last": (today + timedelta(days=1)).isoformat(),
-                    "settings": off_peak,
-                }
-            ],
-        }
+        closed = closed_today(weekly, off_peak)
         changed = await call("PUT", f"/schedules/{schedule['id']}", admin, json=closed)
         assert changed["in_force"]["exception"] == "closed today"
 
