@@ -62,6 +62,7 @@ from harness import (
 from deskpool.guacamole import encode
 from deskpool.guacamole.handshake import ClientInfo, perform_handshake
 from deskpool.guacamole.stream import InstructionReader
+from deskpool_recording_files import SEGMENTS
 
 HERE = Path(__file__).resolve().parent
 LITE_KEY = b"MySuperSecretKeyForParamsToken12"
@@ -364,8 +365,13 @@ def cpu_seconds(relay: Relay) -> float:
 
 
 def sealed_size(folder: Path) -> int:
-    """The bytes of the sealed chunk files under ``folder``."""
-    return sum(path.stat().st_size for path in folder.rglob("*.chunk"))
+    """The bytes of the sealed chunk files under ``folder``.
+
+    Segment files, or a file per chunk in the layout before them.
+    """
+    return sum(
+        path.stat().st_size for pattern in ("*.chunk", SEGMENTS) for path in folder.rglob(pattern)
+    )
 
 
 async def settled(folder: Path) -> None:

@@ -30,7 +30,7 @@ import os
 import random
 import sys
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 from deskpool.guacamole import encode
@@ -162,9 +162,12 @@ class RecordingBenchBroker(BenchBroker):
         grant = await super().redeem(token, gateway_id=gateway_id)
         return dataclasses.replace(grant, recording_id=uuid.uuid4())
 
-    async def record_chunk(self, recording_id: uuid.UUID, index: int, data: bytes) -> None:
-        """Seal and write the chunk off the event loop, as the platform's broker does."""
-        await asyncio.to_thread(self.store.put_chunk, store_key(recording_id), index, data)
+    async def record_chunks(
+        self, recording_id: uuid.UUID, first_index: int, chunks: Sequence[bytes]
+    ) -> None:
+        """Seal and write the chunks off the event loop, as the platform's broker does."""
+        key = store_key(recording_id)
+        await asyncio.to_thread(self.store.put_chunks, key, first_index, chunks)
 
     async def recording_ended(self, recording_id: uuid.UUID, *, truncated: bool) -> None:
         """Leave a mark when the recording stopped before the tunnel."""

@@ -6,7 +6,8 @@ The relay hands the recorder each message of complete instructions it sends the 
 time in milliseconds). Both only append to a buffer: nothing waits. The buffer is cut into a
 chunk when it reaches :data:`CHUNK_BYTES` or when it waited ``RECORDINGS_CHUNK_SECONDS``, and the
 chunk goes into a bounded queue that one writer task per tunnel empties through the broker
-(:class:`~deskpool.sessions.tunnel.RecordingSink`: sealed by the recording store in a thread).
+(:class:`~deskpool.sessions.tunnel.RecordingSink`: sealed by the recording store in a thread),
+every chunk that waited in one call (at most :data:`BATCH_CHUNKS`).
 So a gateway killed mid-session loses at most the last ``RECORDINGS_CHUNK_SECONDS`` and what
 was queued. A queue that is full (the store is slower than the session) or a store that fails
 stops the recording (marked ``truncated``), never the relay.
@@ -23,7 +24,7 @@ from deskpool.guacamole import InstructionParser, ProtocolError
 from deskpool.recordings.model import key_instruction
 from deskpool.sessions.tunnel import RecordingSink
 
-__all__ = ["CHUNK_BYTES", "Recorder"]
+__all__ = ["BATCH_CHUNKS", "CHUNK_BYTES", "Recorder"]
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 CHUNK_BYTES = 60 * 1024
 #: Chunks waiting for the writer at most.
 QUEUE_CHUNKS = 64
+#: Most chunks written in one call to the sink.
+BATCH_CHUNKS = 64
 
 
 class Recorder:
@@ -113,26 +116,38 @@ class Recorder:
 
     async def _write(self) -> None:
         index = 0
-        while True:
+        ended = False
+        while not ended:
             try:
                 data = await asyncio.wait_for(self._queue.get(), self.chunk_seconds)
             except TimeoutError:
                 self._cut()
                 continue
-            if data is None:
+            # Every chunk that waited while the last ones were written goes in one call: one
+            # thread handoff, one append and sync, one row update (a writer that falls behind
+            # catches up in larger writes instead of giving up).
+            batch: list[bytes] = []
+            while data is not None:
+                batch.append(data)
+                if len(batch) >= BATCH_CHUNKS or self._queue.empty():
+                    break
+                data = self._queue.get_nowait()
+            ended = data is None
+            if not batch:
                 break
             try:
-                await self.sink.record_chunk(self.recording_id, index, data)
+                await self.sink.record_chunks(self.recording_id, index, batch)
             except Exception as error:
                 log.warning(
-                    "recording %s: chunk %d not written (%s); recording stopped",
+                    "recording %s: chunks %d-%d not written (%s); recording stopped",
                     self.recording_id,
                     index,
+                    index + len(batch) - 1,
                     type(error).__name__,
                 )
                 self._stop()
                 break
-            index += 1
+            index += len(batch)
         try:
             await self.sink.recording_ended(self.recording_id, truncated=self.truncated)
         except Exception as error:

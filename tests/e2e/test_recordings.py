@@ -54,6 +54,7 @@ from deskpool.guacamole import InstructionParser
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.processes import ANY_PORT, DeskpoolProcess, running, until
 from deskpool.testing.tunnels import TunnelClosed, WebSocketTunnelClient
+from deskpool_recording_files import SEGMENTS
 
 ADMIN = "e2e-recording-admin"
 ADMIN_NAME = "Recordings Administrator"
@@ -267,9 +268,10 @@ async def test_a_recorded_session_is_listed_downloaded_sealed_and_survives_a_kil
         ) as refused:
             assert refused.status == 403
 
-        files = sorted((recordings_path / recording["id"]).glob("*.chunk"))
-        assert len(files) == recording["chunks"]
-        on_disk = b"".join(path.read_bytes() for path in files)
+        files = sorted((recordings_path / recording["id"]).iterdir())
+        assert [path.name for path in files] == [SEGMENTS]  # the chunks appended to one file
+        on_disk = files[0].read_bytes()
+        assert _frame_count(on_disk) == recording["chunks"]
         for plain in (b"sync", b"3.key", whole[:24], whole[-24:]):
             assert plain not in on_disk
         seconds = (
@@ -552,3 +554,14 @@ async def _play_in_chromium(
             await browser.close()
     assert errors == []
     assert instance.violations == {}, instance.violations
+
+
+def _frame_count(segments: bytes) -> int:
+    """The sealed frames of a segment file (an 8-byte header: length, index; then the seal)."""
+    count, at = 0, 0
+    while at < len(segments):
+        assert int.from_bytes(segments[at + 4 : at + 8], "big") == count
+        at += 8 + int.from_bytes(segments[at : at + 4], "big")
+        count += 1
+    assert at == len(segments)
+    return count

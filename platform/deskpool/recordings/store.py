@@ -69,21 +69,24 @@ async def insert_recording(
     return recording_of(row)
 
 
-async def add_chunk(db: Db, recording_id: uuid.UUID, index: int, size: int) -> None:
-    """Record that chunk ``index`` (``size`` plaintext bytes) is written.
+async def add_chunks(
+    db: Db, recording_id: uuid.UUID, first_index: int, sizes: Sequence[int]
+) -> None:
+    """Record that chunks ``first_index``... (``sizes`` plaintext bytes each) are written.
 
-    Chunks are written in order by one writer; a chunk recorded twice (a retry) is not added
+    Chunks are written in order by one writer; chunks recorded twice (a retry) are not added
     again.
     """
     await db.execute(
         """
         UPDATE session_recordings
-           SET chunk_sizes = chunk_sizes || $3::bigint, size_bytes = size_bytes + $3
+           SET chunk_sizes = chunk_sizes || $3::bigint[], size_bytes = size_bytes + $4
          WHERE id = $1 AND cardinality(chunk_sizes) = $2
         """,
         recording_id,
-        index,
-        size,
+        first_index,
+        list(sizes),
+        sum(sizes),
     )
 
 

@@ -11,7 +11,7 @@ loop (``asyncio.to_thread``).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeAlias
 
 from deskpool.errors import StartupError
@@ -29,6 +29,17 @@ class RecordingStore(ABC):
     @abstractmethod
     def put_chunk(self, key: str, index: int, data: bytes) -> None:
         """Keep chunk ``index`` of recording ``key`` (sealed; replaces one of that index)."""
+
+    def put_chunks(self, key: str, first_index: int, chunks: Sequence[bytes]) -> None:
+        """Keep ``chunks`` as chunks ``first_index``, ``first_index + 1``... of recording ``key``.
+
+        Every one is kept when this returns. The gateway's recorder hands a store every chunk
+        that waited while it wrote the last ones: a store that can keep several at the cost of
+        one (one append and one sync: the ``files`` store) overrides this; by default each is
+        :meth:`put_chunk`.
+        """
+        for offset, data in enumerate(chunks):
+            self.put_chunk(key, first_index + offset, data)
 
     @abstractmethod
     def get_chunk(self, key: str, index: int) -> bytes:

@@ -22,7 +22,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -322,11 +322,18 @@ class PlatformSessionBroker:
 
     # -------------------------------------------------------------------------- recording
 
-    async def record_chunk(self, recording_id: uuid.UUID, index: int, data: bytes) -> None:
-        """Seal and keep chunk ``index`` (off the event loop), then count it in the row."""
+    async def record_chunks(
+        self, recording_id: uuid.UUID, first_index: int, chunks: Sequence[bytes]
+    ) -> None:
+        """Seal and keep the chunks, then count them in the row.
+
+        One store call off the event loop, then one update.
+        """
         key = store_key(recording_id)
-        await asyncio.to_thread(self.runtime.recording_store.put_chunk, key, index, data)
-        await recordings_store.add_chunk(self.runtime.db, recording_id, index, len(data))
+        put = self.runtime.recording_store.put_chunks
+        await asyncio.to_thread(put, key, first_index, chunks)
+        sizes = [len(data) for data in chunks]
+        await recordings_store.add_chunks(self.runtime.db, recording_id, first_index, sizes)
 
     async def recording_ended(self, recording_id: uuid.UUID, *, truncated: bool) -> None:
         """Mark the recording ended (``truncated`` when it stopped before the session)."""

@@ -11,7 +11,7 @@ resolved (through the cluster's driver) when it issued the token.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
@@ -73,7 +73,7 @@ class TunnelGrant:
     #: For shadowing: the daemon connection id (``$...``) of the session being joined.
     join_connection_id: str | None = None
     #: The session's recording when the pool records sessions (the gateway writes its chunks
-    #: through the broker's ``record_chunk``), and whether the user's key events go in it.
+    #: through the broker's ``record_chunks``), and whether the user's key events go in it.
     recording_id: UUID | None = None
     record_keys: bool = False
 
@@ -170,8 +170,13 @@ class SessionBroker(Protocol):
 class RecordingSink(Protocol):
     """Where the gateway writes a session's recording (the platform's broker is one)."""
 
-    async def record_chunk(self, recording_id: UUID, index: int, data: bytes) -> None:
-        """Keep chunk ``index`` of the recording (sealed by the recording store)."""
+    async def record_chunks(
+        self, recording_id: UUID, first_index: int, chunks: Sequence[bytes]
+    ) -> None:
+        """Keep chunks ``first_index``, ``first_index + 1``... of the recording.
+
+        Sealed by the recording store, all of them before it returns.
+        """
 
     async def recording_ended(self, recording_id: UUID, *, truncated: bool) -> None:
         """No more chunks come; ``truncated`` when recording stopped before the session."""

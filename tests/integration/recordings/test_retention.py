@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import base64
-import secrets
-import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+from tests.integration.recordings.conftest import new_recording
 
 from deskpool.recordings import service, store
 from deskpool.recordings.model import store_key
@@ -14,26 +13,13 @@ from deskpool.testing.pytest_plugin import opened_runtime
 
 
 async def test_old_recordings_are_deleted_and_recent_ones_kept(
-    deskpool_environ: dict[str, str], tmp_path: Path
+    recordings_environ: dict[str, str], tmp_path: Path
 ) -> None:
-    environ = {
-        **deskpool_environ,
-        "SECRETS_MASTER_KEY": base64.b64encode(secrets.token_bytes(32)).decode(),
-        "RECORDINGS_PATH": str(tmp_path),
-        "RECORDINGS_RETENTION_DAYS": "30",
-    }
+    environ = {**recordings_environ, "RECORDINGS_RETENTION_DAYS": "30"}
     async with opened_runtime(environ, ["worker"]) as runtime:
         made = []
         for age in (40, 31, 2):
-            recording = await store.insert_recording(
-                runtime.db,
-                session_id=uuid.uuid4(),
-                pool_id=uuid.uuid4(),
-                user_id=uuid.uuid4(),
-                desktop_name="ret-01",
-                include_keys=False,
-                store="files",
-            )
+            recording = await new_recording(runtime, "ret-01")
             await runtime.db.execute(
                 "UPDATE session_recordings SET started_at = now() - make_interval(days => $2) "
                 "WHERE id = $1",
@@ -41,7 +27,7 @@ async def test_old_recordings_are_deleted_and_recent_ones_kept(
                 age,
             )
             runtime.recording_store.put_chunk(store_key(recording.id), 0, b"4.sync,1.1,1.1;")
-            await store.add_chunk(runtime.db, recording.id, 0, 15)
+            await store.add_chunks(runtime.db, recording.id, 0, [15])
             made.append(recording.id)
         deleted = await service.delete_expired(runtime)
         assert deleted >= 2
