@@ -4,13 +4,16 @@ An off-peak phase (``min_ready`` 0, ``idle: power_off``, ``logoff`` of disconnec
 after a short wait) in force on a persistent pool: the user whose session is disconnected is
 warned (the notice ``GET /api/v1/me/desktops`` shows, from ``notices.held_desktops``), once,
 with a deadline that passes by other workers do not move, and logged off after it; his
-desktop stays his and is powered off, as is the desktop of an owner with no session. The pure
+desktop stays his and is powered off, as is the desktop of an owner with no session. A user
+who reconnects before the deadline has the warning withdrawn and is not logged off; one who
+disconnects again is warned afresh. The pure
 rules are tested in tests/unit/pools/test_schedule_logoffs.py.
 """
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, time
 
 import asyncpg
@@ -27,7 +30,7 @@ from deskpool.pools import store_desktops
 from deskpool.pools.desktop_jobs import POWER_OFF
 from deskpool.pools.model import Desktop, DesktopState, PoolKind
 from deskpool.pools.reconciler import PoolReconcilerService
-from deskpool.pools.states import Allocated
+from deskpool.pools.states import Allocated, SessionClosed, SessionOpened
 from deskpool.runtime import Runtime
 from deskpool.schedules import store as schedule_store
 from deskpool.schedules.logoffs import NOTICE_REASON
@@ -60,13 +63,13 @@ async def new_user(db: asyncpg.Connection) -> str:
     return str(user)
 
 
-async def off_peak_all_week(db: asyncpg.Connection) -> uuid.UUID:
+async def off_peak_all_week(db: asyncpg.Connection, settings: Settings = OFF_PEAK) -> uuid.UUID:
     schedule = Schedule(
         id=uuid.uuid4(),
         name=f"night-{uuid.uuid4().hex[:8]}",
         time_zone="Europe/Berlin",
         phases=(
-            Phase(name="off-peak", days=frozenset(range(7)), start=time(0), settings=OFF_PEAK),
+            Phase(name="off-peak", days=frozenset(range(7)), start=time(0), settings=settings),
         ),
     )
     record = await schedule_store.insert_schedule(db, schedule)
@@ -160,3 +163,47 @@ async def test_a_disconnected_session_is_warned_logged_off_and_its_desktop_power
     [mine] = await notices.held_desktops(runtime, alice)
     assert (mine.desktop.id, mine.notice) == (first.id, None)
     assert [d.state for d in await desktops(db, pool)] == [S.POWERED_OFF, S.POWERED_OFF]
+
+
+async def test_a_user_who_reconnects_before_the_deadline_is_not_logged_off(
+    db: asyncpg.Connection,
+    runtime: Runtime,
+    converged_pool: ConvergedPool,
+    reconciler: PoolReconcilerService,
+) -> None:
+    pool, [desktop] = await converged_pool(min_size=1)
+    alice = await new_user(db)
+    await store_desktops.apply_event(db, desktop.id, Allocated(alice), datetime.now(UTC))
+    long_wait = replace(OFF_PEAK, logoff=Logoff(wait_seconds=3600, message="Closing"))
+    schedule_id = await off_peak_all_week(db, long_wait)
+    await db.execute("UPDATE pools SET schedule_id = $2 WHERE id = $1", pool.id, schedule_id)
+
+    await reconciler.reconcile_now(pool.id, no_fence)
+    [held] = await notices.held_desktops(runtime, alice)
+    assert held.notice is not None
+    first = held.notice
+
+    # She opens a connection again: the warning is withdrawn and she stays logged on.
+    await store_desktops.apply_event(db, desktop.id, SessionOpened(), pool=pool)
+    await reconciler.reconcile_now(pool.id, no_fence)
+    [back] = await notices.held_desktops(runtime, alice)
+    assert back.notice is None
+    assert back.desktop.state is S.IN_USE
+    cleared = await db.fetchval("SELECT cleared_at FROM desktop_notices WHERE id = $1", first.id)
+    assert cleared is not None
+
+    # She disconnects again while the phase is in force: a fresh warning, a fresh wait.
+    await store_desktops.apply_event(db, desktop.id, SessionClosed(), pool=pool)
+    await reconciler.reconcile_now(pool.id, no_fence)
+    [again] = await notices.held_desktops(runtime, alice)
+    assert again.notice is not None
+    assert again.notice.id != first.id
+    assert again.notice.ends_at > first.ends_at
+    assert (
+        await db.fetchval(
+            "SELECT count(*) FROM audit_events WHERE action = 'desktop.forced_logoff' "
+            "AND resource_id = $1",
+            str(desktop.id),
+        )
+        == 0
+    )
