@@ -6,7 +6,8 @@ drains and the phase's ``idle`` action (``power_off``) applies to it afterwards:
 
 - a session is in scope when its desktop is ``in_use`` by its user and no remote connection
   is open to it (``disconnected``), or, with scope ``idle``, also when the open connection had
-  no input for :data:`IDLE_AFTER`;
+  no input for :data:`IDLE_AFTER` (a connection already asked to close is not counted: the
+  log-off of an idle session is under way until its gateway closes it);
 - a session in scope without a warning is warned (:class:`WarnSession`): the deadline is
   *now + wait_seconds*, stored with the notice (``desktop_notices.ends_at``) and never moved
   afterwards, so a pass that runs again, on another worker or after a crash, neither repeats

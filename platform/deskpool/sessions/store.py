@@ -371,7 +371,11 @@ async def has_open_session(connection: Db, desktop_id: uuid.UUID) -> bool:
 
 
 async def last_input_of_pools(db: Db, pool_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, datetime]:
-    """The latest input of the open (not read-only) sessions of each desktop of ``pool_ids``."""
+    """The latest input of the open user sessions of each desktop of ``pool_ids``.
+
+    Sessions already asked to close (a disconnect or log-off requested) are left out: a desktop
+    whose only tunnels are closing has no entry.
+    """
     if not pool_ids:
         return {}
     rows = await db.fetch(
@@ -379,6 +383,7 @@ async def last_input_of_pools(db: Db, pool_ids: Collection[uuid.UUID]) -> dict[u
         SELECT desktop_id, max(last_activity_at) AS last_input
           FROM desktop_sessions
          WHERE pool_id = ANY($1::uuid[]) AND ended_at IS NULL AND NOT read_only
+           AND disconnect_requested_at IS NULL
          GROUP BY desktop_id
         """,
         list(pool_ids),

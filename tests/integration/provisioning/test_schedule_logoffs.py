@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
-from datetime import UTC, datetime, time
+from datetime import UTC, datetime, time, timedelta
 
 import asyncpg
+import pytest
 from tests.integration.provisioning.conftest import (
     POLICY,
     ConvergedPool,
@@ -28,12 +29,12 @@ from tests.integration.provisioning.conftest import (
 from deskpool.notices import service as notices
 from deskpool.pools import store_desktops
 from deskpool.pools.desktop_jobs import POWER_OFF
-from deskpool.pools.model import Desktop, DesktopState, PoolKind
+from deskpool.pools.model import Desktop, DesktopState, Pool, PoolKind
 from deskpool.pools.reconciler import PoolReconcilerService
 from deskpool.pools.states import Allocated, SessionClosed, SessionOpened
 from deskpool.runtime import Runtime
 from deskpool.schedules import store as schedule_store
-from deskpool.schedules.logoffs import NOTICE_REASON
+from deskpool.schedules.logoffs import IDLE_AFTER, NOTICE_REASON
 from deskpool.schedules.model import (
     IdlePolicy,
     Logoff,
@@ -43,6 +44,7 @@ from deskpool.schedules.model import (
     Settings,
 )
 from deskpool.sessions import service as sessions
+from deskpool.sessions import store as session_store
 from deskpool.testing.processes import until
 
 S = DesktopState
@@ -74,6 +76,17 @@ async def off_peak_all_week(db: asyncpg.Connection, settings: Settings = OFF_PEA
     )
     record = await schedule_store.insert_schedule(db, schedule)
     return record.schedule.id
+
+
+@pytest.fixture
+async def held_by_alice(
+    db: asyncpg.Connection, converged_pool: ConvergedPool
+) -> tuple[Pool, Desktop, str]:
+    """A pool of one desktop that a new user, Alice, is logged on to (no connection open)."""
+    pool, [desktop] = await converged_pool(min_size=1)
+    alice = await new_user(db)
+    await store_desktops.apply_event(db, desktop.id, Allocated(alice), datetime.now(UTC))
+    return pool, desktop, alice
 
 
 async def run_power_offs(db: asyncpg.Connection, run_job: RunJob) -> None:
@@ -168,12 +181,10 @@ async def test_a_disconnected_session_is_warned_logged_off_and_its_desktop_power
 async def test_a_user_who_reconnects_before_the_deadline_is_not_logged_off(
     db: asyncpg.Connection,
     runtime: Runtime,
-    converged_pool: ConvergedPool,
+    held_by_alice: tuple[Pool, Desktop, str],
     reconciler: PoolReconcilerService,
 ) -> None:
-    pool, [desktop] = await converged_pool(min_size=1)
-    alice = await new_user(db)
-    await store_desktops.apply_event(db, desktop.id, Allocated(alice), datetime.now(UTC))
+    pool, desktop, alice = held_by_alice
     long_wait = replace(OFF_PEAK, logoff=Logoff(wait_seconds=3600, message="Closing"))
     schedule_id = await off_peak_all_week(db, long_wait)
     await db.execute("UPDATE pools SET schedule_id = $2 WHERE id = $1", pool.id, schedule_id)
@@ -207,3 +218,54 @@ async def test_a_user_who_reconnects_before_the_deadline_is_not_logged_off(
         )
         == 0
     )
+
+
+async def test_an_idle_connected_session_is_warned_and_its_connection_closed_for_a_logoff(
+    db: asyncpg.Connection,
+    runtime: Runtime,
+    held_by_alice: tuple[Pool, Desktop, str],
+    reconciler: PoolReconcilerService,
+) -> None:
+    pool, desktop, alice = held_by_alice
+    await store_desktops.apply_event(db, desktop.id, SessionOpened(), pool=pool)
+    tunnel = await session_store.insert_session(
+        db,
+        user_id=uuid.UUID(alice),
+        desktop_id=desktop.id,
+        pool_id=pool.id,
+        desktop_name=desktop.name,
+        protocol="vnc",
+        gateway_id="gateway-test",
+    )
+    # Her last input was longer ago than IDLE_AFTER.
+    await db.execute(
+        "UPDATE desktop_sessions SET last_activity_at = now() - $2::interval WHERE id = $1",
+        tunnel.id,
+        IDLE_AFTER + timedelta(minutes=1),
+    )
+    idle = replace(OFF_PEAK, logoff=Logoff(scope=LogoffScope.IDLE, wait_seconds=0))
+    await db.execute(
+        "UPDATE pools SET schedule_id = $2 WHERE id = $1",
+        pool.id,
+        await off_peak_all_week(db, idle),
+    )
+
+    await reconciler.reconcile_now(pool.id, no_fence)  # warned, due at once
+    [held] = await notices.held_desktops(runtime, alice)
+    assert held.notice is not None
+    await reconciler.reconcile_now(pool.id, no_fence)  # logged off: her tunnel asked to close
+    closing = await session_store.get_session(db, tunnel.id)
+    assert closing is not None
+    assert closing.disconnect_requested_at is not None
+    assert closing.disconnect_reason == "user_logoff"  # its end logs her off
+    # Until her gateway closes the tunnel, later passes neither warn nor log her off again.
+    await reconciler.reconcile_now(pool.id, no_fence)
+    [left] = await notices.held_desktops(runtime, alice)
+    assert left.notice is None
+    counts = await db.fetchrow(
+        """SELECT count(*) FILTER (WHERE action = 'desktop.notice') AS warned,
+                  count(*) FILTER (WHERE action = 'desktop.forced_logoff') AS forced
+             FROM audit_events WHERE resource_id = $1""",
+        str(desktop.id),
+    )
+    assert (counts["warned"], counts["forced"]) == (1, 1)
