@@ -201,6 +201,26 @@ async def chart_drawn(page: Any, test_id: str, rgb: tuple[int, int, int]) -> dic
     return result
 
 
+async def api_call(
+    instance: Instance, method: str, path: str, who: tuple[str, str] = ADMIN, **kw: Any
+) -> Any:
+    """Call the instance's API as the administrator (or as ``who``); the JSON of a success."""
+    email = "admin@deskpool.test" if who == ADMIN else "user@deskpool.test"
+    token = instance.idp.issue_token(who[0], email=email, email_verified=True, name=who[1])
+    async with (
+        aiohttp.ClientSession() as http,
+        http.request(
+            method,
+            f"{instance.api}/api/v1{path}",
+            headers={"Authorization": f"Bearer {token}"},
+            **kw,
+        ) as response,
+    ):
+        body = await response.json()
+        assert response.status < 300, (method, path, response.status, body)
+        return body
+
+
 async def sign_in(instance: Instance, page: Any, who: tuple[str, str]) -> None:
     await page.goto(instance.console + "/")
     await page.get_by_role("button", name="Sign in").click()

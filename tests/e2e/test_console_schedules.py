@@ -27,16 +27,15 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import datetime
-from typing import Any
 from zoneinfo import ZoneInfo
 
-import aiohttp
 from tests.e2e.console_instance import (
     ADMIN,
     CHROMIUM,
     TIMEOUT,
     USER,
     Instance,
+    api_call,
     chart_drawn,
     sign_in,
     visit,
@@ -53,24 +52,8 @@ def _containing(text: str) -> re.Pattern[str]:
     return re.compile(re.escape(text))
 
 
-async def _api(
-    instance: Instance, method: str, path: str, who: tuple[str, str] = ADMIN, **kw: Any
-) -> Any:
-    """Call the API as the administrator (or as ``who``); the JSON body of a success."""
-    email = "admin@deskpool.test" if who == ADMIN else "user@deskpool.test"
-    token = instance.idp.issue_token(who[0], email=email, email_verified=True, name=who[1])
-    async with (
-        aiohttp.ClientSession() as http,
-        http.request(
-            method,
-            f"{instance.api}/api/v1{path}",
-            headers={"Authorization": f"Bearer {token}"},
-            **kw,
-        ) as response,
-    ):
-        body = await response.json()
-        assert response.status < 300, (method, path, response.status, body)
-        return body
+#: The API as the administrator (or as ``who``).
+_api = api_call
 
 
 async def _prepare(instance: Instance) -> str:

@@ -106,15 +106,19 @@ def view_for(
     """What a caller receives of ``event``: the event, an availability hint, or nothing.
 
     A desktop user sees the events of his own desktops (:func:`may_see`). A change of another
-    desktop of a pool he is entitled to (``entitled_pools``) reaches him as
+    desktop of a pool he is entitled to (``entitled_pools``), or of the pool itself (changed
+    through the API, or reconciled: desktops created, powered off or on), reaches him as
     ``pool.availability``: the pool's id only, so his pool list refreshes (a desktop became
     ready, or was taken) without telling him whose desktop changed or how.
     """
     if may_see(event, permissions, user_id):
         return event
-    if event.kind != "desktop":
+    if event.kind == "desktop":
+        pool_id = event.data.get("pool_id")
+    elif event.kind == "pool" and event.type != AVAILABILITY_EVENT:
+        pool_id = event.resource_id
+    else:
         return None
-    pool_id = event.data.get("pool_id")
     if not isinstance(pool_id, str) or pool_id not in entitled_pools:
         return None
     return LiveEvent(AVAILABILITY_EVENT, pool_id, {"pool_id": pool_id}, owner=user_id)

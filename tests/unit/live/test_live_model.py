@@ -79,6 +79,12 @@ def test_a_user_entitled_to_a_pool_hears_its_desktops_change_without_their_detai
     mine = LiveEvent("desktop.state", "d-2", {"pool_id": pool, "state": "starting"}, owner="me")
     assert view_for(mine, frozenset(), "me", entitled_pools={pool}) is mine
     assert view_for(theirs, frozenset({"pools:read"}), "me") is theirs
+    # The pool's own changes (a reconciliation pass powered desktops off) are hinted the same way.
+    reconciled = LiveEvent("pool.reconciled", pool, {"health": "healthy", "applied": 1})
+    passed = view_for(reconciled, frozenset(), "me", entitled_pools={pool})
+    assert passed is not None
+    assert passed.body() == {"type": AVAILABILITY_EVENT, "id": pool, "pool_id": pool}
+    assert view_for(reconciled, frozenset(), "me", entitled_pools={other}) is None
     # Other kinds never turn into hints.
     job = LiveEvent("job.dead", "7", {"pool_id": pool})
     assert view_for(job, frozenset(), "me", entitled_pools={pool}) is None

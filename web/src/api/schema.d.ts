@@ -330,10 +330,10 @@ export interface paths {
          *       `state` and `pool_id`, a job's `kind` and `state`...).
          *
          *     A comment line is sent every 15 seconds on a quiet stream. Desktop users receive the events of
-         *     their own desktops and sessions, and `pool.availability` (with the pool's id only) when another
-         *     desktop of a pool they are entitled to changes, so their list of pools follows what opening one
-         *     would give; other events need the resource's read permission, as the caller holds it when the
-         *     event is sent (a permission taken away stops the events it allowed; the stream
+         *     their own desktops and sessions, and `pool.availability` (with the pool's id only) when a pool
+         *     they are entitled to, or another desktop of it, changes, so their list of pools follows what
+         *     opening one would give; other events need the resource's read permission, as the caller holds
+         *     it when the event is sent (a permission taken away stops the events it allowed; the stream
          *     closes when the caller is disabled).
          *
          *     One user may hold `API_EVENT_STREAMS_PER_USER` streams open at once per api process: one more is

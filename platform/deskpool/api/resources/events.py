@@ -12,8 +12,9 @@ subscriber's permissions are read again before the next event after it is sent (
 process hears of a change on the invalidation channel, and at the latest every
 :data:`~deskpool.identity.authenticator.PRINCIPAL_CACHE_SECONDS`); the stream closes once its
 user is disabled. A
-user entitled to a pool gets ``pool.availability`` (the pool's id only) for a change of a
-desktop of it he does not hold (:func:`deskpool.live.model.view_for`), so his pool list
+user entitled to a pool gets ``pool.availability`` (the pool's id only) for a change of the
+pool or of a desktop of it he does not hold (:func:`deskpool.live.model.view_for`), so his
+pool list
 follows; his entitlements are read again with his permissions and after any ``pool.changed``
 (granting or revoking one publishes it). One
 user holds at most ``API_EVENT_STREAMS_PER_USER`` streams per api process (429 past it).
@@ -74,10 +75,10 @@ the changes of what the caller may read. Each event has:
   `state` and `pool_id`, a job's `kind` and `state`...).
 
 A comment line is sent every 15 seconds on a quiet stream. Desktop users receive the events of
-their own desktops and sessions, and `pool.availability` (with the pool's id only) when another
-desktop of a pool they are entitled to changes, so their list of pools follows what opening one
-would give; other events need the resource's read permission, as the caller holds it when the
-event is sent (a permission taken away stops the events it allowed; the stream
+their own desktops and sessions, and `pool.availability` (with the pool's id only) when a pool
+they are entitled to, or another desktop of it, changes, so their list of pools follows what
+opening one would give; other events need the resource's read permission, as the caller holds
+it when the event is sent (a permission taken away stops the events it allowed; the stream
 closes when the caller is disabled).
 
 One user may hold `API_EVENT_STREAMS_PER_USER` streams open at once per api process: one more is
@@ -247,7 +248,8 @@ async def _relay(
             principal = await subscriber.current()
             if principal.disabled:
                 return
-            entitled = await subscriber.entitled() if event.kind == "desktop" else frozenset()
+            hinted = event.kind in ("desktop", "pool")
+            entitled = await subscriber.entitled() if hinted else frozenset()
             shown = view_for(event, principal.effective.permissions, principal.id, entitled)
             if shown is not None:
                 await response.write(_format(entry_id, shown.type, shown.body()))
