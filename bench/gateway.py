@@ -62,6 +62,7 @@ from harness import (
 from deskpool.guacamole import encode
 from deskpool.guacamole.handshake import ClientInfo, perform_handshake
 from deskpool.guacamole.stream import InstructionReader
+from deskpool.testing.processes import until
 from deskpool_recording_files import SEGMENTS
 
 HERE = Path(__file__).resolve().parent
@@ -374,15 +375,21 @@ def sealed_size(folder: Path) -> int:
     )
 
 
-async def settled(folder: Path) -> None:
-    """Wait until the gateway wrote the recordings' last chunks (the tunnels have closed)."""
-    before = -1
-    while True:
-        await asyncio.sleep(0.5)
-        now = await asyncio.to_thread(sealed_size, folder)
-        if now == before:
-            return
-        before = now
+def ended(folder: Path) -> int:
+    """How many recordings the gateway ended (each leaves an ``.ended`` mark)."""
+    return len(list(folder.glob("*.ended")))
+
+
+async def settled(folder: Path, recordings: int) -> None:
+    """Wait until the gateway ended the ``recordings``.
+
+    A recording ends once its writer wrote and synced its last chunks, after its tunnel closed.
+    """
+
+    async def done() -> bool:
+        return await asyncio.to_thread(ended, folder) >= recordings
+
+    await until(done, "the gateway ended its recordings", seconds=300)
 
 
 def recorded_bytes(folder: Path) -> tuple[int, int]:
@@ -424,7 +431,7 @@ async def recording_overhead(
         load = monitor.stop()
         relay.check_alive()
         if relay is on:
-            await settled(folder)  # the recording's last chunks are its cost too
+            await settled(folder, args.tunnels)  # the last chunks' writes are its cost too
         cpu = cpu_seconds(relay) - cpu
         figures = {"mbps": mbps, "cpu": cpu * 1000 / (args.tunnels * args.megabytes)}
         if relay is on:

@@ -170,9 +170,10 @@ class RecordingBenchBroker(BenchBroker):
         await asyncio.to_thread(self.store.put_chunks, key, first_index, chunks)
 
     async def recording_ended(self, recording_id: uuid.UUID, *, truncated: bool) -> None:
-        """Leave a mark when the recording stopped before the tunnel."""
+        """Leave a mark that the recording ended, and one when it stopped before the tunnel."""
         if truncated:
             (self.folder / f"{recording_id}.truncated").touch()
+        (self.folder / f"{recording_id}.ended").touch()
 
 
 async def serve_deskpool(port: int, daemon_port: int, recordings: str | None = None) -> None:
