@@ -11,12 +11,14 @@ from pathlib import Path
 
 from tests.integration.recordings.conftest import new_recording
 
+from deskpool.api.resources.recordings import recording_view
 from deskpool.recordings import service, store
 from deskpool.recordings.model import ByteRange, store_key
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretContext
 from deskpool.sessions.broker import PlatformSessionBroker
 from deskpool.testing.pytest_plugin import opened_runtime
+from deskpool_gateway.recording import Recorder
 from deskpool_recording_files import SECRET_KIND, SEGMENTS
 
 
@@ -64,3 +66,26 @@ async def test_batches_are_counted_once_and_read_back_in_either_layout(
             await _download(runtime, before.id, ByteRange(5, 30, len(old_whole)))
             == (old_whole[5:31])
         )
+
+
+async def test_a_recording_the_store_cannot_keep_up_with_is_kept_and_shown_truncated(
+    recordings_environ: dict[str, str],
+) -> None:
+    async with opened_runtime(recordings_environ, ["gateway"]) as runtime:
+        broker = PlatformSessionBroker(runtime)
+        row = await new_recording(runtime, "rec-02")
+        recorder = Recorder(row.id, broker, include_keys=False, chunk_seconds=60, queue_chunks=2)
+        recorder.start()
+        blob = ("4.blob,1.1,8000." + "E" * 8000 + ";") * 8
+        for _ in range(6):  # no await between: the writer cannot run, the queue fills
+            recorder.output(blob)
+        assert recorder.stopped
+        await recorder.close()
+        kept = await service.get_recording(runtime, row.id)
+        assert kept.truncated
+        assert kept.ended_at is not None
+        assert recording_view(kept)["truncated"] is True  # what the API and the console show
+        assert 0 < kept.chunks <= 2
+        played = await _download(runtime, row.id, None)
+        assert len(played) == kept.size_bytes
+        assert played == blob.encode()[: len(played)]  # the stream up to where it stopped
