@@ -8,14 +8,17 @@ stream closes; one user holds at most ``API_EVENT_STREAMS_PER_USER`` streams (42
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 from tests.integration.live.test_event_stream import read_events
+from tests.integration.pools.conftest import pool_model
 
 from deskpool.live import bus
 from deskpool.live.model import LiveEvent
+from deskpool.pools import store_pools
 from deskpool.testing.pytest_plugin import served
 
 ADMIN = "streams-admin"
@@ -148,56 +151,50 @@ async def test_a_user_entitled_to_a_pool_hears_its_availability_change_and_nothi
     admin = bearer(ADMIN)
     user = bearer("stream-entitled")
     user_id = await signed_in(api, user)
-    cluster = await api.post(
-        "/api/v1/clusters",
-        json={
-            "name": "stream-cluster",
-            "driver": "simulator",
-            "endpoint": "simulator://stream-cluster",
-            "options": {"templates": [{"name": "ubuntu-22.04"}]},
-        },
-        headers=admin,
-    )
-    assert cluster.status == 201, await cluster.text()
-    pools = []
-    for name in ("stream-pool", "stream-other"):
-        created = await api.post(
-            "/api/v1/pools",
-            json={
-                "name": name,
-                "cluster_id": (await cluster.json())["id"],
-                "template": "ubuntu-22.04",
-                "kind": "non_persistent",
-                "os_type": "linux",
-                "min_size": 0,
-                "max_size": 2,
-                "naming_pattern": f"{name}-{{n:02}}",
-            },
+    # Stored directly: the session's database may hold as many pools as the license allows.
+    async with api.runtime.db.acquire() as connection:
+        cluster_id = await connection.fetchval(
+            "INSERT INTO clusters (name, driver, endpoint) "
+            "VALUES ($1, 'simulator', 'simulator://stream') RETURNING id",
+            f"stream-{secrets.token_hex(4)}",
+        )
+        pools = [
+            str((await store_pools.create_pool(connection, pool_model(cluster_id))).pool.id)
+            for _ in range(2)
+        ]
+    try:
+        entitled, other = pools
+        stream = await api.get("/api/v1/events", headers=user)
+        assert stream.status == 200
+        # Granted while the stream is open: the grant's pool.changed reads entitlements again
+        # (and is itself hinted: the pool changed for him).
+        granted = await api.post(
+            f"/api/v1/pools/{entitled}/entitlements",
+            json={"subject_type": "user", "subject_id": user_id},
             headers=admin,
         )
-        assert created.status == 201, await created.text()
-        pools.append((await created.json())["id"])
-    entitled, other = pools
-    stream = await api.get("/api/v1/events", headers=user)
-    assert stream.status == 200
-    # Granted while the stream is open: the grant's pool.changed makes it read entitlements again.
-    granted = await api.post(
-        f"/api/v1/pools/{entitled}/entitlements",
-        json={"subject_type": "user", "subject_id": user_id},
-        headers=admin,
-    )
-    assert granted.status == 201, await granted.text()
+        assert granted.status == 201, await granted.text()
 
-    someone = "00000000-0000-0000-0000-00000000050e"
-    details = {"name": "stream-pool-01", "state": "ready", "in_session": False}
-    await publish(
-        api, LiveEvent("desktop.state", "d-other-pool", {"pool_id": other, **details}, someone)
-    )
-    await publish(
-        api, LiveEvent("desktop.state", "d-theirs", {"pool_id": entitled, **details}, someone)
-    )
-    [hint] = await read_events(stream, 1)
-    assert hint["event"] == "pool.availability"
-    # The pool's id only: not whose desktop, which one, or its state.
-    assert hint["data"] == {"type": "pool.availability", "id": entitled, "pool_id": entitled}
-    stream.close()
+        someone = "00000000-0000-0000-0000-00000000050e"
+        details = {"name": "stream-pool-01", "state": "ready", "in_session": False}
+        await publish(
+            api, LiveEvent("desktop.state", "d-other-pool", {"pool_id": other, **details}, someone)
+        )
+        await publish(
+            api, LiveEvent("desktop.state", "d-theirs", {"pool_id": entitled, **details}, someone)
+        )
+        await publish(
+            api, LiveEvent("desktop.state", "d-mine", {"pool_id": other, **details}, user_id)
+        )
+        granted_hint, hint, mine = await read_events(stream, 3)
+        expected = {"type": "pool.availability", "id": entitled, "pool_id": entitled}
+        assert granted_hint["data"] == expected
+        # The pool's id only: not whose desktop, which one, or its state; nothing of the pool
+        # he is not entitled to (his own desktop's event comes next).
+        assert (hint["event"], hint["data"]) == ("pool.availability", expected)
+        assert mine["data"]["id"] == "d-mine"
+        stream.close()
+    finally:  # the session's other tests count pools against the license
+        async with api.runtime.db.acquire() as connection:
+            await connection.execute("DELETE FROM pools WHERE id = ANY($1::uuid[])", pools)
+            await connection.execute("DELETE FROM clusters WHERE id = $1", cluster_id)
