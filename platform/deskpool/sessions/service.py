@@ -412,13 +412,11 @@ async def _audit_allocation(
     await record_audit_event(connection, event)
 
 
-async def may_open(runtime: Runtime, principal: Principal, pool_id: uuid.UUID) -> bool:
+async def may_open(db: Db, principal: Principal, pool_id: uuid.UUID) -> bool:
     """Whether the caller may open desktops of the pool: ``pools:manage`` or an entitlement."""
     if principal.may("pools:manage"):
         return True
-    return await store_entitlements.is_entitled(
-        runtime.db, pool_id, principal.id, principal.group_ids
-    )
+    return await store_entitlements.is_entitled(db, pool_id, principal.id, principal.group_ids)
 
 
 async def open_pool_desktop(
@@ -437,8 +435,10 @@ async def open_pool_desktop(
         the answer never tells whether a pool exists.
     :raises GatewayNotConfigured: see :func:`tunnel_url`.
     """
-    pool = await store_pools.get_pool(runtime.db, pool_id)
-    if pool is None or not await may_open(runtime, principal, pool_id):
+    async with runtime.db.acquire() as connection:
+        pool = await store_pools.get_pool(connection, pool_id)
+        allowed = pool is not None and await may_open(connection, principal, pool_id)
+    if pool is None or not allowed:
         raise NotFound(f"You may open no pool with the id {pool_id}.")
     url = tunnel_url(runtime)
     user_id = uuid.UUID(str(principal.id))
@@ -552,7 +552,7 @@ async def reconnect_desktop(
     pool = await store_pools.get_pool(runtime.db, desktop.pool_id)
     if pool is None:
         raise NotFound(f"You hold no desktop with the id {desktop_id}.")
-    if not await may_open(runtime, principal, pool.id):
+    if not await may_open(runtime.db, principal, pool.id):
         # The desktop is still assigned (a persistent one waits for its user's entitlement to
         # come back), but opening it needs the entitlement now.
         raise AccessRevoked(
