@@ -235,10 +235,11 @@ async def sign_in(instance: Instance, page: Any, who: tuple[str, str]) -> None:
 #: a layer's canvas in steps of 64 pixels, so it can be larger than the remote screen).
 DEFAULT_LAYER = """() => [...document.querySelectorAll('.desktop-screen canvas')]
   .reduce((a, c) => (!a || c.width * c.height > a.width * a.height ? c : a), null)"""
-#: The default layer as a PNG data URL, or null before there is one.
+#: The default layer as a PNG data URL, or null before there is one. A layer not sized yet
+#: (0 by 0 until the remote screen's first size) is none: its toDataURL is "data:," with no image.
 DEFAULT_LAYER_PNG = f"""() => {{
   const canvas = ({DEFAULT_LAYER})();
-  return canvas ? canvas.toDataURL('image/png') : null;
+  return canvas && canvas.width > 0 && canvas.height > 0 ? canvas.toDataURL('image/png') : null;
 }}"""
 #: The letters of OCR tokens: none that tesseract readily takes for a digit or another letter.
 TOKEN_LETTERS = "ACEFHKMNPRTWXY"
