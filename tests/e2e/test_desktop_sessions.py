@@ -95,6 +95,56 @@ def tunnel_url(process: DeskpoolProcess) -> str:
     return f"{process.url('gateway', 'ws')}/websocket-tunnel"
 
 
+class ApiCaller:
+    """Calls the API of a deskpool process with a bearer header; the JSON of a success."""
+
+    def __init__(self, http: aiohttp.ClientSession, api: str) -> None:
+        self.http = http
+        self.api = api
+
+    async def __call__(self, method: str, path: str, headers: dict[str, str], **kw: Any) -> Any:
+        async with self.http.request(
+            method, f"{self.api}{path}", headers=headers, **kw
+        ) as response:
+            body = await response.json()
+            assert response.status < 300, (method, path, response.status, body)
+            return body
+
+
+async def entitled_simulator_pool(
+    call: ApiCaller, admin: dict[str, str], user_id: str, name: str, **pool: Any
+) -> Any:
+    """A simulated cluster and an entitled pool on it, both called ``name``: the pool as created.
+
+    The pool's desktops are ``ubuntu-22.04`` clones with ``pool``'s settings; the user
+    ``user_id`` is entitled to it.
+    """
+    cluster = await call(
+        "POST",
+        "/clusters",
+        admin,
+        json={
+            "name": name,
+            "driver": "simulator",
+            "endpoint": f"simulator://{name}",
+            "options": SIMULATOR_OPTIONS,
+        },
+    )
+    created = await call(
+        "POST",
+        "/pools",
+        admin,
+        json={"name": name, "cluster_id": cluster["id"], "template": "ubuntu-22.04", **pool},
+    )
+    await call(
+        "POST",
+        f"/pools/{created['id']}/entitlements",
+        admin,
+        json={"subject_type": "user", "subject_id": user_id},
+    )
+    return created
+
+
 async def test_a_desktop_session_from_opening_to_logoff_across_two_gateways(
     processes: dict[str, DeskpoolProcess],
     environ: dict[str, str],
@@ -105,49 +155,22 @@ async def test_a_desktop_session_from_opening_to_logoff_across_two_gateways(
     admin = {"Authorization": f"Bearer {identity_provider.issue_token(ADMIN)}"}
     user = {"Authorization": f"Bearer {identity_provider.issue_token(USER)}"}
     async with aiohttp.ClientSession() as http:
-
-        async def call(method: str, path: str, headers: dict[str, str], **kw: Any) -> Any:
-            async with http.request(method, f"{api}{path}", headers=headers, **kw) as response:
-                body = await response.json()
-                assert response.status < 300, (method, path, response.status, body)
-                return body
-
+        call = ApiCaller(http, api)
         me = await call("GET", "/me", user)
-        cluster = await call(
-            "POST",
-            "/clusters",
+        pool = await entitled_simulator_pool(
+            call,
             admin,
-            json={
-                "name": "e2e-sessions",
-                "driver": "simulator",
-                "endpoint": "simulator://e2e-sessions",
-                "options": SIMULATOR_OPTIONS,
-            },
-        )
-        pool = await call(
-            "POST",
-            "/pools",
-            admin,
-            json={
-                "name": "e2e-sessions",
-                "cluster_id": cluster["id"],
-                "template": "ubuntu-22.04",
-                "kind": "non_persistent",
-                "os_type": "linux",
-                "min_size": 2,
-                "spare": 1,
-                "max_size": 4,
-                "naming_pattern": "sess-{n:02}",
-                "session_policy": {"after_disconnect": "logoff_immediately"},
-            },
+            me["id"],
+            "e2e-sessions",
+            kind="non_persistent",
+            os_type="linux",
+            min_size=2,
+            spare=1,
+            max_size=4,
+            naming_pattern="sess-{n:02}",
+            session_policy={"after_disconnect": "logoff_immediately"},
         )
         pool_id = uuid.UUID(pool["id"])
-        await call(
-            "POST",
-            f"/pools/{pool_id}/entitlements",
-            admin,
-            json={"subject_type": "user", "subject_id": me["id"]},
-        )
 
         async def ready() -> int:
             return int(

@@ -43,7 +43,8 @@ from tests.e2e.console_instance import CHROMIUM, DIST, TIMEOUT, Instance, visit
 from tests.e2e.test_desktop_sessions import (
     LEASE_SECONDS,
     PUBLIC_URL,
-    SIMULATOR_OPTIONS,
+    ApiCaller,
+    entitled_simulator_pool,
     processes,
     tunnel_url,
 )
@@ -136,12 +137,7 @@ async def test_a_recorded_session_is_listed_downloaded_sealed_and_survives_a_kil
     admin = {"Authorization": f"Bearer {identity_provider.issue_token(ADMIN)}"}
     user = {"Authorization": f"Bearer {identity_provider.issue_token(USER)}"}
     async with aiohttp.ClientSession() as http:
-
-        async def call(method: str, path: str, headers: dict[str, str], **kw: Any) -> Any:
-            async with http.request(method, f"{api}{path}", headers=headers, **kw) as response:
-                body = await response.json()
-                assert response.status < 300, (method, path, response.status, body)
-                return body
+        call = ApiCaller(http, api)
 
         async def download(recording_id: str, **headers: str) -> tuple[int, Any, bytes]:
             async with http.get(
@@ -150,42 +146,21 @@ async def test_a_recorded_session_is_listed_downloaded_sealed_and_survives_a_kil
                 return response.status, response.headers, await response.read()
 
         me = await call("GET", "/me", user)
-        cluster = await call(
-            "POST",
-            "/clusters",
+        pool = await entitled_simulator_pool(
+            call,
             admin,
-            json={
-                "name": "e2e-recordings",
-                "driver": "simulator",
-                "endpoint": "simulator://e2e-recordings",
-                "options": SIMULATOR_OPTIONS,
-            },
-        )
-        pool = await call(
-            "POST",
-            "/pools",
-            admin,
-            json={
-                "name": "e2e-recordings",
-                "cluster_id": cluster["id"],
-                "template": "ubuntu-22.04",
-                "kind": "persistent",
-                "os_type": "linux",
-                "min_size": 1,
-                "spare": 1,
-                "max_size": 2,
-                "naming_pattern": "rec-{n:02}",
-                "session_policy": {"recording": {"enabled": True, "include_keys": True}},
-            },
+            me["id"],
+            "e2e-recordings",
+            kind="persistent",
+            os_type="linux",
+            min_size=1,
+            spare=1,
+            max_size=2,
+            naming_pattern="rec-{n:02}",
+            session_policy={"recording": {"enabled": True, "include_keys": True}},
         )
         assert pool["session_policy"]["recording"] == {"enabled": True, "include_keys": True}
         pool_id = pool["id"]
-        await call(
-            "POST",
-            f"/pools/{pool_id}/entitlements",
-            admin,
-            json={"subject_type": "user", "subject_id": me["id"]},
-        )
 
         async def ready() -> int:
             return int(
