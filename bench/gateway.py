@@ -54,6 +54,7 @@ from harness import (
     Run,
     Series,
     arguments,
+    descendants,
     print_run,
     read_processes,
     rounds,
@@ -365,6 +366,14 @@ def cpu_seconds(relay: Relay) -> float:
     return read_processes()[relay.process.pid].ticks / CLOCK_TICKS
 
 
+def writer_cpu_seconds(relay: Relay) -> float:
+    """The CPU time the processes the relay started (its recording writer) used so far."""
+    assert relay.process is not None
+    processes = read_processes()
+    below = descendants(processes, relay.process.pid) - {relay.process.pid}
+    return sum(processes[pid].ticks for pid in below) / CLOCK_TICKS
+
+
 def sealed_size(folder: Path) -> int:
     """The bytes of the sealed chunk files under ``folder``.
 
@@ -417,15 +426,21 @@ async def recording_overhead(
         figures=(
             Figure("mbps", "throughput, MB/s", 1, ratio=True),
             Figure("cpu", "gateway CPU per MB relayed, ms", 2, ratio=True),
+            Figure("writer", "recording writer CPU per MB relayed, ms", 2),
             Figure("sealed", "sealed on disk, MB", 1),
             Figure("truncated", "recordings truncated", 0),
         ),
         keep_starved=args.keep_starved,
     )
+    # A gateway starts its recording writer with its first recorded tunnel: one small recorded
+    # tunnel first, so that the rounds measure a gateway that has been recording, not its start.
+    await throughput(on, 1, 1)
+    await settled(folder, 1)
+    recorded_bytes(folder)
     for number, side in rounds(args.recording_runs, series.sides):
         relay = on if side == "recording on" else off
         monitor = LoadMonitor()
-        cpu = cpu_seconds(relay)
+        cpu, writer_cpu = cpu_seconds(relay), writer_cpu_seconds(relay)
         monitor.start()
         mbps = await throughput(relay, args.tunnels, args.megabytes)
         load = monitor.stop()
@@ -433,10 +448,16 @@ async def recording_overhead(
         if relay is on:
             await settled(folder, args.tunnels)  # the last chunks' writes are its cost too
         cpu = cpu_seconds(relay) - cpu
-        figures = {"mbps": mbps, "cpu": cpu * 1000 / (args.tunnels * args.megabytes)}
+        relayed = args.tunnels * args.megabytes
+        figures = {"mbps": mbps, "cpu": cpu * 1000 / relayed}
         if relay is on:
             sealed, truncated = recorded_bytes(folder)
-            figures |= {"sealed": sealed / 1e6, "truncated": float(truncated)}
+            writer_cpu = writer_cpu_seconds(relay) - writer_cpu
+            figures |= {
+                "sealed": sealed / 1e6,
+                "truncated": float(truncated),
+                "writer": writer_cpu * 1000 / relayed,
+            }
         print_run(
             series, Run(side, number, figures, load), lambda line: print(line, file=sys.stderr)
         )

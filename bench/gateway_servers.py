@@ -14,10 +14,11 @@ system picks).
 - ``deskpool``: the real gateway component with a broker that grants any token (the token is
   the daemon mode), so token redemption costs nothing on either side of the comparison.
 - ``deskpool-recorded``: the same, recording every tunnel (``RECORDINGS_DIR`` the 4th argument):
-  the gateway's own recorder, and chunks sealed and written by the real ``files`` recording
-  store in a thread, as the platform's broker does (its per-chunk row update in PostgreSQL is
-  left out: no database here). A recording that stopped early (``truncated``) leaves a
-  ``<id>.truncated`` file next to the chunks, so the benchmark can tell.
+  the gateway's own recorder and recording writer process, whose real ``files`` recording store
+  seals and writes the chunks, as in production; only the count of kept chunks in the
+  recording's row (one PostgreSQL update a second per recording at most) is left out: no
+  database here. A recording that stopped early (``truncated``) leaves a ``<id>.truncated`` file
+  next to the chunks, so the benchmark can tell.
 - ``relay``: a plain asyncio TCP relay to the daemon, the floor a relay in Python can reach.
 """
 
@@ -35,8 +36,6 @@ from pathlib import Path
 
 from deskpool.guacamole import encode
 from deskpool.guacamole.stream import InstructionReader, StreamClosed
-from deskpool.recordings.model import store_key
-from deskpool.recordings.stores import RecordingStore
 from deskpool.sessions.tunnel import (
     DesktopTarget,
     SessionEndReason,
@@ -151,23 +150,22 @@ class BenchBroker:
 
 
 class RecordingBenchBroker(BenchBroker):
-    """Grants like :class:`BenchBroker`, each tunnel recorded into ``store`` under ``folder``."""
+    """Grants like :class:`BenchBroker`, each tunnel recorded (marks left under ``folder``)."""
 
-    def __init__(self, store: RecordingStore, folder: Path) -> None:
-        self.store = store
+    def __init__(self, folder: Path) -> None:
         self.folder = folder
+        self.counted: dict[uuid.UUID, int] = {}
 
     async def redeem(self, token: str, *, gateway_id: str) -> TunnelGrant:
         """A grant for the daemon mode ``token``, recorded."""
         grant = await super().redeem(token, gateway_id=gateway_id)
         return dataclasses.replace(grant, recording_id=uuid.uuid4())
 
-    async def record_chunks(
-        self, recording_id: uuid.UUID, first_index: int, chunks: Sequence[bytes]
+    async def count_chunks(
+        self, recording_id: uuid.UUID, first_index: int, sizes: Sequence[int]
     ) -> None:
-        """Seal and write the chunks off the event loop, as the platform's broker does."""
-        key = store_key(recording_id)
-        await asyncio.to_thread(self.store.put_chunks, key, first_index, chunks)
+        """Count the chunks the writer kept (in memory: no database here)."""
+        self.counted[recording_id] = first_index + len(sizes)
 
     async def recording_ended(self, recording_id: uuid.UUID, *, truncated: bool) -> None:
         """Leave a mark that the recording ended, and one when it stopped before the tunnel."""
@@ -196,11 +194,7 @@ async def serve_deskpool(port: int, daemon_port: int, recordings: str | None = N
         environ["RECORDINGS_PATH"] = recordings
     process = bootstrap(environ, ["gateway"])
     runtime = Runtime(process.config, process.plugins)
-    broker = (
-        BenchBroker()
-        if recordings is None
-        else RecordingBenchBroker(runtime.recording_store, Path(recordings))
-    )
+    broker = BenchBroker() if recordings is None else RecordingBenchBroker(Path(recordings))
     component = GatewayComponent(runtime, broker_factory=lambda _: broker)
     await component.start()
     print(f"ready {component.bound.port}", flush=True)

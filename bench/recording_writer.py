@@ -1,27 +1,26 @@
-"""The recording writer alone: what one chunk costs, and the fastest stream one recorder keeps.
+"""The recording writer alone: what a chunk costs the store, and the fastest stream it keeps.
 
 No gateway, no network, no database: the ``files`` recording store (real envelope encryption,
-real files under ``--folder``, by default a temporary folder on the repository's disk) and the
-gateway's real :class:`~deskpool_gateway.recording.Recorder`.
+real files under ``--folder``, by default a temporary folder on the repository's disk), and the
+gateway's real recording writer process fed through its real ring.
 
-1. **Per chunk** (60 KiB of display stream, the recorder's chunk size): the wall and CPU time
-   (the process's, every thread) of each step the recording path takes for a chunk, best and
-   median of ``--repeats`` series of ``--chunks`` chunks: sealing it in memory; writing it the
-   way the store did before segments (a file per chunk: create, write, ``fsync``, rename); and
-   appending it to the recording's segment file in one :meth:`put_chunks` call of 1, 4, 16 or
-   32 chunks (one ``fsync`` per call); and an ``asyncio.to_thread`` round trip (the handoff
-   from the event loop, once per call).
-2. **One recorder under a flood**: the recorder fed ``--flood-mb`` MB of display stream at each
-   of ``--rates`` MB/s (60 KiB messages, the loop yielding after each, as the relay does after
-   each send), its sink writing into the store through a thread (the platform broker's row
-   update left out). It gives how much it recorded and whether it stopped (``truncated``: its
-   queue filled), for two writers: one chunk per call (the writer before) and the recorder's
-   own (every waiting chunk in one call). Both append to the segment file and sync each call;
-   the file-per-chunk write of the layout before is in the first table.
+1. **Per chunk** (60 KiB of display stream, the writer's chunk size): the wall and CPU time of
+   each step the writer takes for a chunk, best and median of ``--repeats`` series of
+   ``--chunks`` chunks: sealing it in memory; sealing and appending it in one
+   :meth:`write_chunks` call of 1, 4, 16 or 32 chunks; and the same with a ``sync`` (one
+   ``fsync``) after every call, as a recording that closes after each.
+2. **The writer process under a flood**: ``--tunnels`` recordings fed ``--flood-mb`` MB in all
+   at each of ``--rates`` MB/s (the relay's 64 KiB messages, round robin, the loop yielding
+   after each as the relay does after each send), through a :class:`RecordingWriter` exactly
+   as the gateway uses it. It gives how much was kept and whether a recording stopped
+   (``truncated``: the writer fell more than its share of the ring behind), the CPU time of
+   the hand-overs per MB (:meth:`RecordingChannel.put`, timed around each call: what the
+   relay's loop spends on recording, the copy into the ring and the message) and the writer
+   process's CPU (user and system) per MB.
 
 Run from the repository root::
 
-    .venv/bin/python bench/recording_writer.py            # about 30 s here
+    .venv/bin/python bench/recording_writer.py            # about 40 s here
     .venv/bin/python bench/recording_writer.py --repeats 5 --chunks 400 --rates 50,100
 """
 
@@ -40,12 +39,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from deskpool.secrets import SecretContext
+from deskpool.testing.processes import until
 from deskpool_envelope.store import EnvelopeSecretStore
-from deskpool_gateway import recording
-from deskpool_gateway.recording import CHUNK_BYTES, Recorder
+from deskpool_gateway.recording_process import CHUNK_BYTES
+from deskpool_gateway.recording_writer import RecordingChannel, RecordingWriter
 from deskpool_recording_files import SECRET_KIND, FileRecordingStore
 
 BATCHES = (1, 4, 16, 32)
+#: What the relay hands the recorder at a time under a flood (one read of the daemon).
+MESSAGE_BYTES = 65536
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def display_stream(size: int) -> str:
@@ -55,31 +58,11 @@ def display_stream(size: int) -> str:
     return (instruction * (size // len(instruction) + 1))[:size]
 
 
-def per_chunk(seconds: Callable[[], tuple[float, float]], chunks: int) -> tuple[float, float]:
-    """(wall, cpu) milliseconds per chunk of one series."""
-    wall, cpu = seconds()
-    return wall / chunks * 1000, cpu / chunks * 1000
-
-
 def timed(work: Callable[[], None]) -> tuple[float, float]:
     """Wall and process CPU seconds of ``work``."""
     wall, cpu = time.perf_counter(), time.process_time()
     work()
     return time.perf_counter() - wall, time.process_time() - cpu
-
-
-def put_file_per_chunk(store: FileRecordingStore, key: str, index: int, data: bytes) -> None:
-    """The store's write before segments: a sealed file per chunk (create, fsync, rename)."""
-    folder = store.root / key
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    sealed = store.secrets.encrypt(data, SecretContext.of(SECRET_KIND, key, f"chunk_{index}"))
-    temporary = folder / f".{index:08d}.tmp"
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "wb") as file:
-        file.write(sealed)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, folder / f"{index:08d}.chunk")
 
 
 def chunk_costs(store: FileRecordingStore, chunks: int, repeats: int) -> list[tuple[str, list]]:
@@ -89,94 +72,121 @@ def chunk_costs(store: FileRecordingStore, chunks: int, repeats: int) -> list[tu
     steps: list[tuple[str, Callable[[], None]]] = [
         ("seal in memory", lambda: [store.secrets.encrypt(data, context) for _ in range(chunks)])
     ]
+    for synced in (False, True):
+        for batch in BATCHES:
 
-    def file_per_chunk() -> None:
-        key = str(uuid.uuid4())
-        for index in range(chunks):
-            put_file_per_chunk(store, key, index, data)
-        store.delete(key)
+            def append(batch: int = batch, synced: bool = synced) -> None:
+                key = str(uuid.uuid4())
+                for first in range(0, chunks, batch):
+                    store.write_chunks(key, first, [data] * min(batch, chunks - first))
+                    if synced:
+                        store.sync(key)
+                store.delete(key)
 
-    steps.append(("seal + a file per chunk (before)", file_per_chunk))
-    for batch in BATCHES:
-
-        def segments(batch: int = batch) -> None:
-            key = str(uuid.uuid4())
-            for first in range(0, chunks, batch):
-                store.put_chunks(key, first, [data] * min(batch, chunks - first))
-            store.delete(key)
-
-        steps.append((f"seal + append, {batch} per call (one fsync)", segments))
-
-    def handoff() -> None:
-        async def run() -> None:
-            for _ in range(chunks):
-                await asyncio.to_thread(int)
-
-        asyncio.run(run())
-
-    steps.append(("asyncio.to_thread round trip", handoff))
-    return [
-        (name, [per_chunk(lambda w=work: timed(w), chunks) for _ in range(repeats)])
-        for name, work in steps
-    ]
+            label = "one fsync per call" if synced else "no fsync"
+            steps.append((f"seal + append, {batch} per call ({label})", append))
+    series = []
+    for name, work in steps:
+        pairs = []
+        for _ in range(repeats):
+            wall, cpu = timed(work)
+            pairs.append((wall / chunks * 1000, cpu / chunks * 1000))
+        series.append((name, pairs))
+    return series
 
 
-class StoreSink:
-    """The bench broker's recording calls: the store's write in a thread, no database."""
+class CountingSink:
+    """The broker's recording calls without a database: kept chunks counted in memory."""
 
-    def __init__(self, store: FileRecordingStore) -> None:
-        self.store = store
-        self.calls = 0
-        self.recorded = 0
+    def __init__(self) -> None:
+        self.counted: dict[uuid.UUID, list[int]] = {}
 
-    async def record_chunks(
-        self, recording_id: uuid.UUID, first_index: int, chunks: Sequence[bytes]
+    async def count_chunks(
+        self, recording_id: uuid.UUID, first_index: int, sizes: Sequence[int]
     ) -> None:
-        """Write the chunks in a thread (one append, one sync)."""
-        await asyncio.to_thread(self.store.put_chunks, str(recording_id), first_index, chunks)
-        self.calls += 1
-        self.recorded += sum(len(data) for data in chunks)
+        """Keep the sizes (in order)."""
+        kept = self.counted.setdefault(recording_id, [])
+        assert first_index == len(kept)
+        kept.extend(sizes)
 
     async def recording_ended(self, recording_id: uuid.UUID, *, truncated: bool) -> None:
         """Nothing to mark."""
 
 
-async def flood(
-    store: FileRecordingStore, megabytes: int, rate: float, batch: int
-) -> dict[str, float]:
-    """Feed one recorder ``megabytes`` MB at ``rate`` MB/s at most; what it kept."""
-    recording.BATCH_CHUNKS = batch
-    sink = StoreSink(store)
-    recorder = Recorder(uuid.uuid4(), sink, include_keys=False, chunk_seconds=2)
-    message = display_stream(CHUNK_BYTES)
+def process_ticks(pid: int) -> tuple[int, int]:
+    """User and system clock ticks ``pid`` used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]), int(fields[12])
+
+
+async def feed(
+    channels: Sequence[RecordingChannel], megabytes: int, rate: float
+) -> tuple[float, float, float]:
+    """Hand ``megabytes`` MB round robin at ``rate`` MB/s at most.
+
+    :returns: MB/s fed, the CPU seconds of the hand-overs themselves (what the relay's loop
+        spends in :meth:`RecordingChannel.put`), and the process's CPU seconds in all.
+    """
+    message = display_stream(MESSAGE_BYTES).encode()
     count = megabytes * 1_000_000 // len(message)
-    recorder.start()
     wall, cpu = time.perf_counter(), time.process_time()
+    handing = 0.0
     for number in range(count):
-        recorder.output(message)
+        before = time.thread_time()
+        channels[number % len(channels)].put(message)
+        handing += time.thread_time() - before
         ahead = wall + (number + 1) * len(message) / (rate * 1e6) - time.perf_counter()
         await asyncio.sleep(max(ahead, 0))
     fed = time.perf_counter() - wall
-    await recorder.close()
-    cpu = time.process_time() - cpu
-    store.delete(str(recorder.recording_id))
-    total = count * len(message)
+    return count * len(message) / fed / 1e6, handing, time.process_time() - cpu
+
+
+async def flood(folder: Path, tunnels: int, megabytes: int, rate: float) -> dict[str, float]:
+    """Feed ``tunnels`` recordings ``megabytes`` MB in all at ``rate`` MB/s; what was kept."""
+    environ = {
+        "DATABASE_URL": "postgresql://bench@127.0.0.1:5432/unused",
+        "KVSTORE_ADDR": "127.0.0.1:6379",
+        "SECRETS_MASTER_KEY": "B" * 43 + "=",
+        "RECORDINGS_PATH": str(folder),
+        "LOG_LEVEL": "warn",
+        "APP_ENV": "production",
+    }
+    writer = RecordingWriter(environ)
+    sink = CountingSink()
+    channels = [await writer.open(uuid.uuid4(), sink) for _ in range(tunnels)]
+
+    async def ready() -> bool:
+        return writer.ready
+
+    await until(ready, "the recording writer is ready")
+    pid = writer.pid
+    assert pid is not None
+    user, system = process_ticks(pid)
+    fed, handing, _ = await feed(channels, megabytes, rate)
+    for channel in channels:
+        await channel.close()
+    user_after, system_after = process_ticks(pid)
+    await writer.stop()
+    total = sum(channel.handed for channel in channels)
+    kept = sum(sum(sink.counted.get(channel.recording_id, [])) for channel in channels)
     return {
-        "fed MB/s": total / fed / 1e6,
-        "recorded MB": sink.recorded / 1e6,
-        "of MB": total / 1e6,
-        "truncated": float(recorder.truncated),
-        "calls": sink.calls,
-        "cpu ms/MB": cpu * 1000 / (sink.recorded / 1e6) if sink.recorded else 0.0,
+        "fed": fed,
+        "kept": kept / 1e6,
+        "of": total / 1e6,
+        "truncated": float(sum(channel.truncated for channel in channels)),
+        "relay": handing * 1000 / (total / 1e6),
+        "user": (user_after - user) / CLOCK_TICKS * 1000 / (total / 1e6),
+        "system": (system_after - system) / CLOCK_TICKS * 1000 / (total / 1e6),
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--chunks", type=int, default=300, help="chunks per series")
     parser.add_argument("--repeats", type=int, default=5, help="series per step")
-    parser.add_argument("--flood-mb", type=int, default=32, help="MB one recorder is fed")
-    parser.add_argument("--rates", default="25,50,100,200,400,800", help="MB/s one recorder is fed")
+    parser.add_argument("--tunnels", type=int, default=4, help="recordings fed at once")
+    parser.add_argument("--flood-mb", type=int, default=128, help="MB fed, all recordings")
+    parser.add_argument("--rates", default="25,50,100,200,400,800", help="MB/s fed in all")
     parser.add_argument("--folder", default=None, help="where the files go (a temporary folder)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-recording-writer-", dir=args.folder or ".") as d:
@@ -194,29 +204,23 @@ def main() -> None:
                 f"| {name} | {min(walls):.3f} / {statistics.median(walls):.3f} "
                 f"| {min(cpus):.3f} / {statistics.median(cpus):.3f} |"
             )
-        print(f"\n**One recorder fed {args.flood_mb} MB at a paced rate**\n")
         print(
-            "| writer | asked, MB/s | fed, MB/s | recorded, MB | truncated | store calls "
-            "(one sync each) | CPU ms per MB recorded (the feeding loop too) |"
+            f"\n**The writer process: {args.tunnels} recordings fed {args.flood_mb} MB in all "
+            "at a paced rate**\n"
         )
-        print("|---|---|---|---|---|---|---|")
-        rates = [float(rate) for rate in args.rates.split(",")]
-        writers = (
-            ("a chunk per call (as before)", 1),
-            (
-                f"the waiting chunks per call (at most {recording.BATCH_CHUNKS})",
-                recording.BATCH_CHUNKS,
-            ),
+        print(
+            "| asked, MB/s | fed, MB/s | kept, MB | truncated | hand-over CPU per MB, ms (in the "
+            "relay's loop) | writer CPU per MB, ms (user + system) |"
         )
-        for label, batch in writers:
-            for rate in rates:
-                figures = asyncio.run(flood(store, args.flood_mb, rate, batch))
-                print(
-                    f"| {label} | {rate:.0f} | {figures['fed MB/s']:.0f} "
-                    f"| {figures['recorded MB']:.1f} of {figures['of MB']:.1f} "
-                    f"| {'yes' if figures['truncated'] else 'no'} | {figures['calls']:.0f} "
-                    f"| {figures['cpu ms/MB']:.2f} |"
-                )
+        print("|---|---|---|---|---|---|")
+        for rate in [float(rate) for rate in args.rates.split(",")]:
+            figures = asyncio.run(flood(Path(d), args.tunnels, args.flood_mb, rate))
+            print(
+                f"| {rate:.0f} | {figures['fed']:.0f} | {figures['kept']:.1f} of "
+                f"{figures['of']:.1f} | {figures['truncated']:.0f} | {figures['relay']:.3f} "
+                f"| {figures['user'] + figures['system']:.2f} "
+                f"({figures['user']:.2f} + {figures['system']:.2f}) |"
+            )
         print(f"load average after: {os.getloadavg()[0]:.1f}", file=sys.stderr)
 
 

@@ -202,8 +202,8 @@ def _declare_recording_settings(registry: SettingRegistry) -> None:
         "RECORDINGS_CHUNK_SECONDS",
         parse_duration,
         "2s",
-        "Longest time recorded output waits in the gateway before it is written as a chunk: what "
-        "a gateway killed mid-session loses at most.",
+        "Longest time recorded output waits in the gateway's recording writer before it is "
+        "written as a chunk (a writer whose gateway was killed still writes what it was handed).",
         type_name="duration",
     )
     recordings.add(

@@ -144,20 +144,23 @@ class Config(Mapping[str, Any]):
     ``repr``, :meth:`display` and logs see :data:`REDACTED` instead.
     """
 
-    __slots__ = ("_settings", "_sources", "_values")
+    __slots__ = ("_environ", "_settings", "_sources", "_values")
     _values: dict[str, Any]
     _settings: dict[str, Setting]
     _sources: dict[str, str]
+    _environ: dict[str, str]
 
     def __init__(
         self,
         values: Mapping[str, Any],
         settings: Mapping[str, Setting],
         sources: Mapping[str, str],
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         object.__setattr__(self, "_values", dict(values))
         object.__setattr__(self, "_settings", dict(settings))
         object.__setattr__(self, "_sources", dict(sources))
+        object.__setattr__(self, "_environ", dict(environ or {}))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Config is read-only")
@@ -201,6 +204,15 @@ class Config(Mapping[str, Any]):
         """Where the value came from: ``env`` (or the alias used) or ``default``."""
         return self._sources.get(name, "default")
 
+    def environment(self) -> dict[str, str]:
+        """The variables this configuration was read from, as they were set (secrets included).
+
+        Reading them again (:func:`load_config`) gives the same configuration: a helper process
+        this one starts gets them so that it runs as configured (the gateway's recording writer).
+        Never for display or logs: :meth:`display` is.
+        """
+        return dict(self._environ)
+
     def display(self) -> dict[str, str]:
         """Every value as text, with secrets and passwords in URLs redacted."""
         shown: dict[str, str] = {}
@@ -232,6 +244,7 @@ def load_config(settings: Iterable[Setting], environ: Mapping[str, str]) -> Conf
     declared = {setting.name: setting for setting in settings}
     raw: dict[str, str | None] = {}
     sources: dict[str, str] = {}
+    read: dict[str, str] = {}
     problems: list[str] = []
     for name, setting in declared.items():
         found = next(
@@ -245,6 +258,7 @@ def load_config(settings: Iterable[Setting], environ: Mapping[str, str]) -> Conf
         else:
             sources[name] = found[0]
             raw[name] = found[1]
+            read[found[0]] = found[1]
 
     def validator(setting: Setting) -> Callable[[str | None], Any]:
         def validate(value: str | None) -> Any:
@@ -267,7 +281,7 @@ def load_config(settings: Iterable[Setting], environ: Mapping[str, str]) -> Conf
         values = {}
     if problems:
         raise ConfigError(sorted(set(problems), key=problems.index))
-    return Config(values, declared, sources)
+    return Config(values, declared, sources, read)
 
 
 # --------------------------------------------------------------------------- the reference

@@ -6,7 +6,9 @@ It listens on ``GATEWAY_ADDR`` and serves the WebSocket endpoint that guacamole-
 connection token through the platform's session broker, shakes hands with the desktop daemon
 (guacd) at ``DESKTOPD_ADDRESS`` and relays instructions both ways
 (:mod:`deskpool_gateway.relay`); :mod:`deskpool_gateway.supervisor` watches the timeouts, sends
-heartbeats and obeys disconnect requests. Any gateway process accepts any token.
+heartbeats and obeys disconnect requests. Recorded tunnels hand their chunks to a recording
+writer process the gateway starts beside itself (:mod:`deskpool_gateway.recording_writer`).
+Any gateway process accepts any token.
 
 It refuses to start without ``SECRETS_MASTER_KEY`` (SPEC.md §7): connection tokens are sealed
 with it. On SIGTERM it stops accepting, gives open tunnels ``GATEWAY_SHUTDOWN_TIMEOUT`` to end,
@@ -35,6 +37,7 @@ from deskpool.sessions.broker import broker_factory
 from deskpool.sessions.tunnel import SessionBroker
 from deskpool_gateway.endpoint import SUPERVISOR, tunnel_handler
 from deskpool_gateway.metrics import GatewayMetrics
+from deskpool_gateway.recording_writer import RecordingWriter
 from deskpool_gateway.settings import GatewaySettings, declare_settings
 from deskpool_gateway.supervisor import CLOSE_GRACE, TunnelSupervisor
 
@@ -120,7 +123,11 @@ class GatewayComponent(HttpListenerComponent):
     async def start(self) -> None:
         """Make the broker, start watching tunnels, and listen."""
         self.supervisor = TunnelSupervisor(
-            self.settings, self._broker_factory(self.runtime), self.metrics, self.gateway_id
+            self.settings,
+            self._broker_factory(self.runtime),
+            self.metrics,
+            self.gateway_id,
+            RecordingWriter(self.runtime.config.environment()),
         )
         self.supervisor.start()
         await super().start()

@@ -239,7 +239,7 @@ async def _open(
             )
             tunnel.leftover = instructions.detach()
             tunnel.on_first_frame = lambda: supervisor.first_frame(grant)
-            tunnel.recorder = _recorder(grant, supervisor)
+            tunnel.recorder = await _recorder(grant, supervisor)
             await supervisor.connected(tunnel, handshake.connection_id)
             return tunnel
     metrics.refused(cause)
@@ -248,17 +248,13 @@ async def _open(
     return None
 
 
-def _recorder(grant: TunnelGrant, supervisor: TunnelSupervisor) -> Recorder | None:
+async def _recorder(grant: TunnelGrant, supervisor: TunnelSupervisor) -> Recorder | None:
     """The tunnel's recorder when its pool records sessions and the broker keeps recordings."""
     broker = supervisor.broker
     if grant.recording_id is None or not isinstance(broker, RecordingSink):
         return None
-    return Recorder(
-        grant.recording_id,
-        broker,
-        include_keys=grant.record_keys,
-        chunk_seconds=supervisor.settings.recording_chunk_seconds,
-    )
+    channel = await supervisor.recordings.open(grant.recording_id, broker)
+    return Recorder(channel, include_keys=grant.record_keys)
 
 
 def _cause(status: Status) -> str:

@@ -126,8 +126,6 @@ class Tunnel:
             self._first_frame_timer = asyncio.get_running_loop().call_later(
                 self.first_frame_timeout, self._no_first_frame
             )
-        if self.recorder is not None:
-            self.recorder.start()
         to_browser = asyncio.create_task(self._daemon_to_browser(self.leftover))
         try:
             await self._browser_to_daemon()
@@ -190,18 +188,19 @@ class Tunnel:
 
     async def _daemon_to_browser(self, leftover: str) -> None:
         parser = InstructionParser()
-        send = self.ws.send_str
+        send, text_frame = self.ws.send_frame, WSMsgType.TEXT
         bytes_out = self.metrics.bytes_to_browser
         try:
-            await send(encode(INTERNAL_OPCODE, self.session_id))
+            await self.ws.send_str(encode(INTERNAL_OPCODE, self.session_id))
             text = parser.feed(leftover)
             if text and has_sync(text):
                 self._daemon_up()
             record = self.recorder.output if self.recorder is not None else None
             if text:
+                payload = text.encode()
                 if record is not None:
-                    record(text)
-                await send(text)
+                    record(payload)
+                await send(payload, text_frame)
             read, decode, feed = self.reader.read, self.decoder.decode, parser.feed
             counters = self.counters
             while True:
@@ -215,9 +214,11 @@ class Tunnel:
                 if not self.input.up and text and has_sync(text):
                     self._daemon_up()
                 if text:
+                    # Encoded here rather than by send_str: the recorder keeps these very bytes.
+                    payload = text.encode()
                     if record is not None:
-                        record(text)
-                    await send(text)
+                        record(payload)
+                    await send(payload, text_frame)
         except ProtocolError as error:
             log.warning("tunnel %s: the daemon broke the protocol: %s", self.session_id, error)
             self.close(Status.UPSTREAM_ERROR, SessionEndReason.DAEMON_ERROR)

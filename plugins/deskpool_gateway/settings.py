@@ -188,8 +188,6 @@ class GatewaySettings:
     max_tunnels: int
     shutdown_timeout: float
     lease: float
-    #: ``RECORDINGS_CHUNK_SECONDS``: longest time recorded output waits in memory.
-    recording_chunk_seconds: float = 2.0
 
     @classmethod
     def from_config(cls, config: Config) -> GatewaySettings:
@@ -221,7 +219,6 @@ class GatewaySettings:
             max_tunnels=config["GATEWAY_MAX_TUNNELS"],
             shutdown_timeout=config.duration("GATEWAY_SHUTDOWN_TIMEOUT"),
             lease=config.duration("GATEWAY_LEASE_DURATION"),
-            recording_chunk_seconds=config.duration("RECORDINGS_CHUNK_SECONDS"),
         )
 
     def origin_allowed(self, origin: str | None) -> bool:

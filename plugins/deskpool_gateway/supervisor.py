@@ -21,6 +21,7 @@ from uuid import UUID
 from deskpool.guacamole import Status
 from deskpool.sessions.tunnel import SessionBroker, SessionEndReason, TunnelCounters, TunnelGrant
 from deskpool_gateway.metrics import GatewayMetrics
+from deskpool_gateway.recording_writer import RecordingWriter
 from deskpool_gateway.relay import Tunnel
 from deskpool_gateway.settings import GatewaySettings
 
@@ -43,6 +44,7 @@ class TunnelSupervisor:
     :param broker: the platform's session broker.
     :param metrics: the gateway's metrics.
     :param gateway_id: this process's id (``host:pid:random``).
+    :param recordings: the recording writer of recorded tunnels.
     """
 
     def __init__(
@@ -51,8 +53,10 @@ class TunnelSupervisor:
         broker: SessionBroker,
         metrics: GatewayMetrics,
         gateway_id: str,
+        recordings: RecordingWriter,
     ) -> None:
         self.settings = settings
+        self.recordings = recordings
         self.broker = broker
         self.metrics = metrics
         self.gateway_id = gateway_id
@@ -219,11 +223,12 @@ class TunnelSupervisor:
                 await self._empty.wait()
 
     async def stop(self) -> None:
-        """Stop the background tasks and give up the lease."""
+        """Stop the background tasks and the recording writer, and give up the lease."""
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        await self.recordings.stop()
         release: Any = getattr(self.broker, "release", None)
         if release is not None:
             try:

@@ -10,9 +10,11 @@ folders.
 The layout (:data:`SEGMENTS`): the chunks of recording ``key`` are appended, in order, to one
 file ``RECORDINGS_PATH/<key>/chunks.sealed``, each as a frame: an 8-byte header (the sealed
 length and the chunk's index, both big-endian 32-bit) and the sealed chunk. A call to
-:meth:`FileRecordingStore.put_chunks` appends every chunk it is given and syncs the file once,
-so a writer that fell behind catches up in a few large writes instead of a file, an ``fsync``
-and a rename per chunk (``bench/recording_writer.py`` measures both). A gateway killed between
+:meth:`FileRecordingStore.write_chunks` appends every chunk it is given in one write, and
+:meth:`FileRecordingStore.sync` syncs the file (the gateway's recording writer does so about once
+a second per recording, and counts chunks only once synced), so a writer that fell behind
+catches up in a few large writes instead of a file, an ``fsync`` and a rename per chunk
+(``bench/recording_writer.py`` measures both). A gateway killed between
 a write and the recording's row update leaves frames the row does not count (they are never
 read), or a torn last frame (never read either, and cut off before the next append).
 
@@ -48,6 +50,8 @@ _KEY = re.compile(r"[0-9a-f-]{36}")
 _FRAME = struct.Struct(">II")
 #: Recordings whose frame offsets one store remembers (readers seek without rescanning).
 _REMEMBERED = 64
+#: Most buffers one ``pwritev`` is given (below the system's ``IOV_MAX``).
+_IOV_MAX = 512
 
 
 class _Frames:
@@ -87,22 +91,26 @@ class FileRecordingStore(RecordingStore):
         """Seal ``data`` and write it as chunk ``index`` (synced before it returns)."""
         self.put_chunks(key, index, [data])
 
-    def put_chunks(self, key: str, first_index: int, chunks: Sequence[bytes]) -> None:
+    def write_chunks(self, key: str, first_index: int, chunks: Sequence[bytes]) -> None:
         """Seal ``chunks`` and append them as chunks ``first_index``, ``first_index + 1``...
 
-        One write and one ``fsync`` for all of them. Chunks the file already holds from
-        ``first_index`` on (the same call again: a retry) are replaced: the file is cut there
-        first.
+        One write for all of them (:meth:`sync` makes them durable). Chunks the file already
+        holds from ``first_index`` on (the same call again: a retry) are replaced: the file is
+        cut there first.
 
         :raises ValueError: ``first_index`` is beyond the chunks the file holds, or the chunks
             would replace some of those it holds but not the last ones.
         """
         folder = self._folder(key)
-        framed = [
-            self._frame(key, first_index + offset, data) for offset, data in enumerate(chunks)
-        ]
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        descriptor = os.open(folder / SEGMENTS, os.O_RDWR | os.O_CREAT, 0o600)
+        framed: list[bytes] = []
+        for offset, data in enumerate(chunks):
+            sealed = self.secrets.encrypt(data, self._context(key, first_index + offset))
+            framed += (_FRAME.pack(len(sealed), first_index + offset), sealed)
+        try:
+            descriptor = os.open(folder / SEGMENTS, os.O_RDWR | os.O_CREAT, 0o600)
+        except FileNotFoundError:  # the recording's first chunks
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            descriptor = os.open(folder / SEGMENTS, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             with self._lock:
                 known = self._scan(key, descriptor)
@@ -117,23 +125,24 @@ class FileRecordingStore(RecordingStore):
                 known.end = at
             if os.fstat(descriptor).st_size != at:
                 os.ftruncate(descriptor, at)  # a torn frame, or chunks written again
-            view = memoryview(b"".join(framed))
-            position = at
-            while view:
-                written = os.pwrite(descriptor, view, position)
-                view = view[written:]
-                position += written
-            os.fsync(descriptor)
+            _write_all(descriptor, framed, at)
             with self._lock:
-                for frame in framed:
+                for header, sealed in zip(framed[::2], framed[1::2], strict=True):
                     known.starts.append(known.end)
-                    known.end += len(frame)
+                    known.end += len(header) + len(sealed)
         finally:
             os.close(descriptor)
 
-    def _frame(self, key: str, index: int, data: bytes) -> bytes:
-        sealed = self.secrets.encrypt(data, self._context(key, index))
-        return _FRAME.pack(len(sealed), index) + sealed
+    def sync(self, key: str) -> None:
+        """``fsync`` the recording's segment file (every chunk written so far is durable)."""
+        try:
+            descriptor = os.open(self._folder(key) / SEGMENTS, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
 
     def _scan(self, key: str, descriptor: int) -> _Frames:
         """The frames of ``key``'s open segment file: those remembered, then any after them.
@@ -206,6 +215,18 @@ class FileRecordingStore(RecordingStore):
         with self._lock:
             self._frames.pop(key, None)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _write_all(descriptor: int, buffers: Sequence[bytes], position: int) -> None:
+    """Write ``buffers`` one after the other from ``position`` (``pwritev``, resumed if short)."""
+    pending = [memoryview(buffer) for buffer in buffers if buffer]
+    while pending:
+        written = os.pwritev(descriptor, pending[:_IOV_MAX], position)
+        position += written
+        while pending and written >= len(pending[0]):
+            written -= len(pending.pop(0))
+        if written:
+            pending[0] = pending[0][written:]
 
 
 @hookimpl

@@ -33,13 +33,29 @@ class RecordingStore(ABC):
     def put_chunks(self, key: str, first_index: int, chunks: Sequence[bytes]) -> None:
         """Keep ``chunks`` as chunks ``first_index``, ``first_index + 1``... of recording ``key``.
 
-        Every one is kept when this returns. The gateway's recorder hands a store every chunk
-        that waited while it wrote the last ones: a store that can keep several at the cost of
-        one (one append and one sync: the ``files`` store) overrides this; by default each is
-        :meth:`put_chunk`.
+        Every one is kept, durably, when this returns: :meth:`write_chunks`, then :meth:`sync`.
+        """
+        self.write_chunks(key, first_index, chunks)
+        self.sync(key)
+
+    def write_chunks(self, key: str, first_index: int, chunks: Sequence[bytes]) -> None:
+        """Write ``chunks`` as chunks ``first_index``... of ``key``; durable after :meth:`sync`.
+
+        The gateway's recording writer hands a store every chunk of a recording that waited
+        while it wrote the last ones, and syncs each recording about once a second: a store that
+        can write several chunks at the cost of one and sync later (the ``files`` store: one
+        append, one ``fsync`` a second) overrides this and :meth:`sync`; by default each chunk
+        is :meth:`put_chunk`, durable at once.
         """
         for offset, data in enumerate(chunks):
             self.put_chunk(key, first_index + offset, data)
+
+    def sync(self, key: str) -> None:
+        """Make every chunk written to ``key`` durable.
+
+        Nothing to do by default: :meth:`put_chunk` keeps each chunk durably at once.
+        """
+        return
 
     @abstractmethod
     def get_chunk(self, key: str, index: int) -> bytes:

@@ -36,7 +36,6 @@ from deskpool.live.publishers import publish, session_event
 from deskpool.pools import store_desktops, store_pools
 from deskpool.pools.states import SessionOpened
 from deskpool.recordings import store as recordings_store
-from deskpool.recordings.model import store_key
 from deskpool.revocation.service import holding_of
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretDecryptionFailed, SecretsUnavailable
@@ -322,17 +321,10 @@ class PlatformSessionBroker:
 
     # -------------------------------------------------------------------------- recording
 
-    async def record_chunks(
-        self, recording_id: uuid.UUID, first_index: int, chunks: Sequence[bytes]
+    async def count_chunks(
+        self, recording_id: uuid.UUID, first_index: int, sizes: Sequence[int]
     ) -> None:
-        """Seal and keep the chunks, then count them in the row.
-
-        One store call off the event loop, then one update.
-        """
-        key = store_key(recording_id)
-        put = self.runtime.recording_store.put_chunks
-        await asyncio.to_thread(put, key, first_index, chunks)
-        sizes = [len(data) for data in chunks]
+        """Count chunks the gateway's recording writer kept in the row (one update)."""
         await recordings_store.add_chunks(self.runtime.db, recording_id, first_index, sizes)
 
     async def recording_ended(self, recording_id: uuid.UUID, *, truncated: bool) -> None:

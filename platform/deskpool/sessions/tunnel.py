@@ -168,14 +168,19 @@ class SessionBroker(Protocol):
 
 @runtime_checkable
 class RecordingSink(Protocol):
-    """Where the gateway writes a session's recording (the platform's broker is one)."""
+    """Where the gateway accounts for a session's recording (the platform's broker is one).
 
-    async def record_chunks(
-        self, recording_id: UUID, first_index: int, chunks: Sequence[bytes]
+    The chunks themselves are kept by the recording store in the gateway's recording writer
+    process (:mod:`deskpool_gateway.recording_writer`); the sink counts them once they are.
+    """
+
+    async def count_chunks(
+        self, recording_id: UUID, first_index: int, sizes: Sequence[int]
     ) -> None:
-        """Keep chunks ``first_index``, ``first_index + 1``... of the recording.
+        """Chunks ``first_index``, ``first_index + 1``... are kept: count them in the recording.
 
-        Sealed by the recording store, all of them before it returns.
+        ``sizes`` are their plaintext bytes. Counting the same chunks again (a retry) changes
+        nothing; only counted chunks are ever read back.
         """
 
     async def recording_ended(self, recording_id: UUID, *, truncated: bool) -> None:

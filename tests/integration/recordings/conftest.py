@@ -1,4 +1,4 @@
-"""Shared helpers of the recording tests: a runtime's environment and a recording row."""
+"""Shared helpers of the recording tests: a runtime's environment, a recording row, a writer."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import pytest
 from deskpool.recordings import store
 from deskpool.recordings.model import Recording
 from deskpool.runtime import Runtime
+from deskpool.testing.processes import until
+from deskpool_gateway.recording_writer import RecordingWriter
 
 
 @pytest.fixture
@@ -35,3 +37,12 @@ async def new_recording(runtime: Runtime, desktop_name: str) -> Recording:
         include_keys=False,
         store="files",
     )
+
+
+async def until_ready(writer: RecordingWriter) -> None:
+    """Wait until ``writer``'s process built its recording store."""
+
+    async def ready() -> bool:
+        return writer.ready
+
+    await until(ready, "the recording writer is ready", seconds=30)

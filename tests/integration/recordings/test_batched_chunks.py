@@ -1,4 +1,4 @@
-"""The broker writes a batch of chunks in one store call and one row update.
+"""The broker counts a batch of kept chunks in one row update; a truncated recording shows so.
 
 Downloads read the segment layout and the file-per-chunk layout before it alike, whole and by
 ``Range``.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from tests.integration.recordings.conftest import new_recording
+from tests.integration.recordings.conftest import new_recording, until_ready
 
 from deskpool.api.resources.recordings import recording_view
 from deskpool.recordings import service, store
@@ -19,6 +19,7 @@ from deskpool.secrets import SecretContext
 from deskpool.sessions.broker import PlatformSessionBroker
 from deskpool.testing.pytest_plugin import opened_runtime
 from deskpool_gateway.recording import Recorder
+from deskpool_gateway.recording_writer import RecordingWriter
 from deskpool_recording_files import SECRET_KIND, SEGMENTS
 
 
@@ -34,9 +35,13 @@ async def test_batches_are_counted_once_and_read_back_in_either_layout(
         broker = PlatformSessionBroker(runtime)
         chunks = [f"4.sync,1.{i},1.1;".encode() * (i + 1) for i in range(5)]
         segmented = await new_recording(runtime, "rec-01")
-        await broker.record_chunks(segmented.id, 0, chunks[:1])
-        await broker.record_chunks(segmented.id, 1, chunks[1:])
-        await broker.record_chunks(segmented.id, 1, chunks[1:])  # a retry: not counted again
+        key = store_key(segmented.id)
+        runtime.recording_store.put_chunks(key, 0, chunks[:1])
+        await broker.count_chunks(segmented.id, 0, [len(chunks[0])])
+        runtime.recording_store.put_chunks(key, 1, chunks[1:])
+        sizes = [len(chunk) for chunk in chunks[1:]]
+        await broker.count_chunks(segmented.id, 1, sizes)
+        await broker.count_chunks(segmented.id, 1, sizes)  # a retry: not counted again
         await broker.recording_ended(segmented.id, truncated=False)
         row = await store.get_recording(runtime.db, segmented.id)
         assert row is not None
@@ -68,24 +73,28 @@ async def test_batches_are_counted_once_and_read_back_in_either_layout(
         )
 
 
-async def test_a_recording_the_store_cannot_keep_up_with_is_kept_and_shown_truncated(
+async def test_a_recording_the_writer_cannot_keep_up_with_is_kept_and_shown_truncated(
     recordings_environ: dict[str, str],
 ) -> None:
     async with opened_runtime(recordings_environ, ["gateway"]) as runtime:
         broker = PlatformSessionBroker(runtime)
         row = await new_recording(runtime, "rec-02")
-        recorder = Recorder(row.id, broker, include_keys=False, chunk_seconds=60, queue_chunks=2)
-        recorder.start()
-        blob = ("4.blob,1.1,8000." + "E" * 8000 + ";") * 8
-        for _ in range(6):  # no await between: the writer cannot run, the queue fills
-            recorder.output(blob)
-        assert recorder.stopped
-        await recorder.close()
+        writer = RecordingWriter(runtime.config.environment(), queue_bytes=100_000)
+        try:
+            channel = await writer.open(row.id, broker)
+            await until_ready(writer)
+            recorder = Recorder(channel, include_keys=False)
+            blob = ("4.blob,1.1,8000." + "E" * 8000 + ";") * 8
+            for _ in range(6):  # no await between: the writer cannot read, its share fills
+                recorder.output(blob.encode())
+            assert recorder.stopped
+            await recorder.close()
+        finally:
+            await writer.stop()
         kept = await service.get_recording(runtime, row.id)
         assert kept.truncated
         assert kept.ended_at is not None
         assert recording_view(kept)["truncated"] is True  # what the API and the console show
-        assert 0 < kept.chunks <= 2
+        assert kept.size_bytes == len(blob)  # what was handed over before it stopped
         played = await _download(runtime, row.id, None)
-        assert len(played) == kept.size_bytes
-        assert played == blob.encode()[: len(played)]  # the stream up to where it stopped
+        assert played == blob.encode()  # the stream up to where it stopped

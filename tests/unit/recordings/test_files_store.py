@@ -1,22 +1,17 @@
-"""The ``files`` store seals every chunk; the gateway's recorder cuts chunks off the relay path."""
+"""The ``files`` store seals every chunk, in frames of one file a recording."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import stat
 import uuid
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
-from deskpool.guacamole import InstructionParser
 from deskpool.secrets import SecretContext, SecretDecryptionFailed
-from deskpool.testing.processes import until
 from deskpool_envelope.store import EnvelopeSecretStore
-from deskpool_gateway.recording import CHUNK_BYTES, Recorder
 from deskpool_recording_files import SECRET_KIND, SEGMENTS, FileRecordingStore
 
 
@@ -134,117 +129,12 @@ def _frames(segments: bytes) -> list[bytes]:
     return frames
 
 
-class StoreSink:
-    """The gateway's side of the broker's recording calls, over a real files store."""
-
-    def __init__(self, files: FileRecordingStore) -> None:
-        self.files = files
-        self.sizes: list[int] = []
-        self.ended: bool | None = None
-
-    async def record_chunks(
-        self, recording_id: uuid.UUID, first_index: int, chunks: Sequence[bytes]
-    ) -> None:
-        await asyncio.to_thread(self.files.put_chunks, str(recording_id), first_index, chunks)
-        assert first_index == len(self.sizes)
-        self.sizes.extend(len(data) for data in chunks)
-
-    async def recording_ended(self, recording_id: uuid.UUID, *, truncated: bool) -> None:
-        self.ended = truncated
-
-    def read(self, recording_id: uuid.UUID) -> bytes:
-        return b"".join(self.files.get_chunk(str(recording_id), i) for i in range(len(self.sizes)))
-
-
-async def test_the_recorder_writes_output_and_keys_as_one_stream(
+def test_written_chunks_are_read_before_they_are_synced_and_sync_keeps_them(
     files: FileRecordingStore,
 ) -> None:
-    sink = StoreSink(files)
-    recording_id = uuid.uuid4()
-    recorder = Recorder(recording_id, sink, include_keys=True, chunk_seconds=0.05)
-    recorder.start()
-    frame = "3.img,1.1,2.14,1.0,9.image/png,1.0,1.0;4.sync,4.1000,1.1;"
-    recorder.output(frame)
-    recorder.input("5.mouse,1.1,1.2,1.0;3.key,2.65,1.1;")
-    # Waiting in memory no longer than the chunk interval: written without more output.
-    await _until(lambda: len(sink.sizes) >= 1)
-    blob = "4.blob,1.1,8000." + "A" * 8000 + ";"
-    recorder.output(blob * 10)  # more than a chunk holds: cut in two
-    recorder.output(frame)
-    await recorder.close()
-    assert sink.ended is False
-    stream = sink.read(recording_id).decode()
-    assert max(sink.sizes) <= CHUNK_BYTES
-    assert len(sink.sizes) >= 3
-    instructions = InstructionParser().feed_instructions(stream)
-    assert [i.opcode for i in instructions] == ["img", "sync", "key", *["blob"] * 10, "img", "sync"]
-    key = instructions[2]
-    assert key.args[:2] == ("65", "1")
-    assert key.args[2].isdigit()
-
-
-async def test_without_include_keys_no_input_is_recorded(files: FileRecordingStore) -> None:
-    sink = StoreSink(files)
-    recorder = Recorder(uuid.uuid4(), sink, include_keys=False, chunk_seconds=1)
-    recorder.start()
-    recorder.output("4.sync,1.1,1.1;")
-    recorder.input("3.key,2.65,1.1;")
-    await recorder.close()
-    assert sink.read(recorder.recording_id) == b"4.sync,1.1,1.1;"
-
-
-async def test_a_full_queue_stops_the_recording_not_the_relay(files: FileRecordingStore) -> None:
-    sink = StoreSink(files)
-    recorder = Recorder(uuid.uuid4(), sink, include_keys=False, chunk_seconds=60, queue_chunks=2)
-    recorder.start()
-    chunk = ("4.blob,1.1,8000." + "B" * 8000 + ";") * 8
-    for _ in range(5):  # no await between: the writer cannot run, the queue fills
-        recorder.output(chunk)
-    assert recorder.stopped
-    assert recorder.truncated
-    await recorder.close()
-    assert sink.ended is True
-    assert 0 < len(sink.sizes) <= 2
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    async def check() -> bool:
-        return condition()
-
-    await until(check, "the recorder wrote a chunk", seconds=10)
-
-
-class GatedSink(StoreSink):
-    """A store sink whose first write waits until the test opens the gate."""
-
-    def __init__(self, files: FileRecordingStore) -> None:
-        super().__init__(files)
-        self.gate = asyncio.Event()
-        self.calls: list[int] = []
-
-    async def record_chunks(
-        self, recording_id: uuid.UUID, first_index: int, chunks: Sequence[bytes]
-    ) -> None:
-        self.calls.append(len(chunks))
-        await self.gate.wait()
-        await super().record_chunks(recording_id, first_index, chunks)
-
-
-async def test_chunks_that_waited_for_the_writer_are_written_in_one_call(
-    files: FileRecordingStore,
-) -> None:
-    sink = GatedSink(files)
-    recorder = Recorder(uuid.uuid4(), sink, include_keys=False, chunk_seconds=60)
-    recorder.start()
-    blobs = [f"4.blob,1.1,8000.{str(i) * 8000};" * 8 for i in range(6)]
-    recorder.output(blobs[0])
-    await _until(lambda: len(sink.calls) == 1)  # the writer waits in its first write
-    for blob in blobs[1:]:
-        recorder.output(blob)  # two chunks each, queued behind it
-    sink.gate.set()
-    await recorder.close()
-    assert sink.calls == [2, 10]  # the first blob's two chunks, then all the queued ones
-    assert sink.ended is False
-    assert not recorder.truncated
-    assert sink.read(recorder.recording_id).decode() == "".join(blobs)
-    assert files.get_chunk(str(recorder.recording_id), 11) == blobs[5].encode()[CHUNK_BYTES:]
+    key = str(uuid.uuid4())
+    files.write_chunks(key, 0, [b"4.sync,1.1,1.1;", b"4.sync,1.2,1.1;"])
+    assert files.get_chunk(key, 1) == b"4.sync,1.2,1.1;"
+    files.sync(key)
+    files.sync(str(uuid.uuid4()))  # a recording with nothing written: nothing to sync
+    assert FileRecordingStore(files.root, files.secrets).get_chunk(key, 0) == b"4.sync,1.1,1.1;"
