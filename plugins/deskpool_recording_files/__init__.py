@@ -134,13 +134,19 @@ class FileRecordingStore(RecordingStore):
             os.close(descriptor)
 
     def sync(self, key: str) -> None:
-        """``fsync`` the recording's segment file (every chunk written so far is durable)."""
+        """``fsync`` the recording's segment file (every chunk written so far is durable).
+
+        Its pages then leave the page cache: a recording is rarely read back soon, and the
+        cache of a gateway's host is better spent on anything else (and the writer's next
+        chunks reuse the freed pages rather than new ones).
+        """
         try:
             descriptor = os.open(self._folder(key) / SEGMENTS, os.O_RDONLY)
         except FileNotFoundError:
             return
         try:
             os.fsync(descriptor)
+            os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(descriptor)
 
