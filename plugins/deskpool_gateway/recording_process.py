@@ -424,7 +424,8 @@ def serve(control: socket.socket, ring: mmap.mmap) -> None:
     writer: Writer | None = None
     while True:
         due = writer.next_due() if writer is not None else None
-        control.settimeout(None if due is None else max(due - time.monotonic(), 0.0))
+        # Never 0: a timeout of 0 makes the socket non-blocking (BlockingIOError, not a wait).
+        control.settimeout(None if due is None else max(due - time.monotonic(), 0.001))
         try:
             data = control.recv(_READ_SIZE)
         except TimeoutError:

@@ -341,6 +341,7 @@ class _WriterProcess:
             elif reply.kind == FAILED:
                 refused = self.channels.pop(reply.channel, None)
                 if refused is not None:
+                    self.close_channel(reply.channel)  # the writer forgets it
                     refused.lost("the recording store refused a chunk")
             elif reply.kind == READY:
                 self.ready = True
