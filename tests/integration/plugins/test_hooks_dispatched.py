@@ -215,6 +215,10 @@ def test_the_chosen_recording_store_is_the_runtimes(
     assert isinstance(store, probe.ProbeRecordingStore)
     store.put_chunk("a-recording", 0, b"4.sync,1.0;")
     assert store.get_chunk("a-recording", 0) == b"4.sync,1.0;"
+    # What the gateway's recording writer calls: by default a put_chunk each, durable at once.
+    store.write_chunks("a-recording", 1, [b"4.sync,1.1;", b"4.sync,1.2;"])
+    store.sync("a-recording")
+    assert store.get_chunk("a-recording", 2) == b"4.sync,1.2;"
     store.delete("a-recording")
     assert ("a-recording", 0) not in probe.RECORDED_CHUNKS
 
