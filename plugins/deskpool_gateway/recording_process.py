@@ -484,7 +484,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     control = socket.socket(fileno=int(arguments[0]))
     ring_fd = int(arguments[1])
-    ring = mmap.mmap(ring_fd, os.fstat(ring_fd).st_size, access=mmap.ACCESS_READ)
+    ring = mmap.mmap(
+        ring_fd,
+        os.fstat(ring_fd).st_size,
+        flags=mmap.MAP_SHARED | mmap.MAP_POPULATE,
+        prot=mmap.PROT_READ,
+    )
     try:
         serve(control, ring)
     except Exception as error:

@@ -60,10 +60,11 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Bytes of shared memory between the gateway and its writer (how far the writer may lag behind
-#: the relays, all recordings together).
-RING_BYTES = 64 * 1024 * 1024
+#: the relays, all recordings together: a burst this large is recorded whole however busy the
+#: machine, and written once the relays leave the writer CPU time). Made when the writer starts.
+RING_BYTES = 128 * 1024 * 1024
 #: Most bytes of one recording in the ring (so that one recording cannot take all of it).
-QUEUE_BYTES = 32 * 1024 * 1024
+QUEUE_BYTES = 64 * 1024 * 1024
 #: Least seconds between two counts of a recording's kept chunks while it goes on.
 COUNT_INTERVAL = 1.0
 #: Least seconds between two starts of the writer process (one that dies at once is not
@@ -442,7 +443,14 @@ class RecordingWriter:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             os.ftruncate(ring_fd, self.ring_bytes)
-            ring = mmap.mmap(ring_fd, self.ring_bytes)
+            # Every page of the ring is made at once, in a thread (the kernel's work, without
+            # the GIL), rather than faulted in by the relay's copies on the ring's first lap.
+            ring = await asyncio.to_thread(
+                mmap.mmap,
+                ring_fd,
+                self.ring_bytes,
+                flags=mmap.MAP_SHARED | mmap.MAP_POPULATE,
+            )
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-c",
