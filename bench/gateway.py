@@ -14,11 +14,13 @@ alternated runs (the order rotates every run) the client measures:
 - **memory**: ``--idle`` idle tunnels (the daemon sends ``nop`` every 5 s, the client every 4 s)
   opened to deskpool and to guacamole-lite; the relay process's RSS growth per tunnel.
 - **recording**: the throughput above through deskpool's gateway with recording off and with
-  it on (a second gateway process recording every tunnel into sealed chunk files, issue 26),
-  in ``--recording-runs`` alternated rounds under the harness's load monitor (``harness.py``:
-  starved runs are refused); what the recorded runs wrote and whether any recording stopped
-  early (``truncated``: the store fell behind and the recorder gave up rather than slow the
-  relay) are printed with the figures. ``--recording-only`` runs just this (no node needed).
+  it on (a second gateway process recording every tunnel into sealed chunk files through its
+  recording writer process, issue 26), in ``--recording-runs`` alternated rounds under the
+  harness's load monitor (``harness.py``: starved runs are refused), after one small recorded
+  tunnel that starts the writer; the writer's CPU per MB, what the recorded runs wrote and
+  whether any recording stopped early (``truncated``: the writer fell behind by more than its
+  share of the ring, and the recording gave up rather than slow the relay) are printed with
+  the figures. ``--recording-only`` runs just this (no node needed).
 
 Run from the repository root (node and npm on the PATH)::
 
