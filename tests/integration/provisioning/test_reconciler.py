@@ -60,8 +60,13 @@ async def jobs_of(db: asyncpg.Connection, desktop_id: uuid.UUID) -> list[asyncpg
     )
 
 
-async def audit(db: asyncpg.Connection, action: str) -> list[asyncpg.Record]:
-    return list(await db.fetch("SELECT * FROM audit_events WHERE action = $1 ORDER BY id", action))
+async def audit(db: asyncpg.Connection, action: str, pool: Pool) -> list[asyncpg.Record]:
+    """The reconciler's events of ``action`` about ``pool``.
+
+    The trail is the whole database's: other test files' events stay in it.
+    """
+    query = "SELECT * FROM audit_events WHERE action = $1 AND details->>'pool_id' = $2 ORDER BY id"
+    return list(await db.fetch(query, action, str(pool.id)))
 
 
 async def test_a_new_pool_gets_its_desktops_each_with_one_provisioning_job(
@@ -81,7 +86,7 @@ async def test_a_new_pool_gets_its_desktops_each_with_one_provisioning_job(
         [job] = await jobs_of(db, desktop.id)
         assert job["kind"] == PROVISION
         assert job["idempotency_key"] == idempotency_key(PROVISION, desktop)
-    events = await audit(db, "reconcile.create_desktop")
+    events = await audit(db, "reconcile.create_desktop", pool)
     assert len(events) == 3
     assert {event["actor"] for event in events} == {"system:reconciler"}
     assert all("min_size 3" in event["details"] for event in events)
@@ -162,7 +167,7 @@ async def test_a_vm_deleted_behind_deskpools_back_is_provisioned_anew(
     assert replaced.id == ready.id
     assert replaced.state is S.PROVISIONING
     assert replaced.vm_id is None
-    [event] = await audit(db, "reconcile.replace_desktop")
+    [event] = await audit(db, "reconcile.replace_desktop", pool)
     assert "vanished" in event["details"]
     first, second = await jobs_of(db, ready.id)
     assert first["state"] == "succeeded"
@@ -224,7 +229,7 @@ async def test_a_failed_desktop_is_retried_after_its_backoff(
 
     [retried] = await desktops(db, pool)
     assert retried.state is S.PROVISIONING
-    [event] = await audit(db, "reconcile.retry_failed")
+    [event] = await audit(db, "reconcile.retry_failed", pool)
     assert "retrying provisioning" in event["details"]
     await provision_all(db, run_job)
     [ready] = await desktops(db, pool)
@@ -291,7 +296,7 @@ async def test_an_orphan_vm_is_reported_once(
 
     [orphan] = await store_orphans.list_orphans(db, pool_id=pool.id)
     assert (orphan.vm_id, orphan.name, orphan.desktop_id) == (stray.id, "stray", desktop.id)
-    [event] = await audit(db, "reconcile.report_orphan")
+    [event] = await audit(db, "reconcile.report_orphan", pool)
     assert stray.id in event["details"]
     assert await simulator.vms_of(desktop.id) == sorted([desktop.vm_id or "", stray.id], key=int)
 
