@@ -48,7 +48,8 @@ import time
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+
+from deskpool.recordings.stores import RecordingStore
 
 __all__ = [
     "CHUNK_BYTES",
@@ -240,16 +241,6 @@ def requests(buffer: bytearray) -> Iterator[Request]:
 
 
 # ------------------------------------------------------------------------------ the writer
-class ChunkStore(Protocol):
-    """What the writer needs of a recording store (a ``RecordingStore`` is one)."""
-
-    def write_chunks(self, key: str, first_index: int, chunks: Sequence[bytes]) -> None:
-        """Write ``chunks`` as chunks ``first_index``... of recording ``key``."""
-
-    def sync(self, key: str) -> None:
-        """Make the chunks written to ``key`` durable."""
-
-
 Piece = bytes | memoryview
 
 
@@ -296,7 +287,7 @@ class Writer:
     :param chunk_seconds: longest time handed-over bytes wait before they are written.
     """
 
-    store: ChunkStore
+    store: RecordingStore
     ring: mmap.mmap
     chunk_seconds: float
     channels: dict[int, _Channel] = field(default_factory=dict)
@@ -407,7 +398,7 @@ def _writer_for(environ: Mapping[str, str], ring: mmap.mmap) -> Writer:
     from deskpool.runtime import Runtime
 
     process = bootstrap(environ, ["gateway"])
-    store: ChunkStore = Runtime(process.config, process.plugins).recording_store
+    store = Runtime(process.config, process.plugins).recording_store
     # What startup made lives as long as the process: the cyclic garbage collector need not
     # walk it again every time the messages' objects trigger a collection.
     gc.freeze()

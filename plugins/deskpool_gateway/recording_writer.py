@@ -119,7 +119,6 @@ class RecordingChannel:
         self._ring_bytes = 0
         self._kept: list[int] = []  # sizes of the chunks kept, not yet counted
         self._finished = False  # the writer kept all it will keep of this recording
-        self._closing = False
         self._wake = asyncio.Event()
         self._ending = asyncio.Event()
         self._task = asyncio.create_task(self._count(), name=f"recording {recording_id}")
@@ -181,7 +180,6 @@ class RecordingChannel:
 
     async def close(self) -> None:
         """No more bytes: wait until those handed over are kept and counted, then end."""
-        self._closing = True
         self._end()
         await self._task
 
@@ -392,7 +390,7 @@ class RecordingWriter:
         self.queue_bytes = queue_bytes
         self.count_interval = count_interval
         self._writer: _WriterProcess | None = None
-        self._starting: asyncio.Lock | None = None
+        self._starting = asyncio.Lock()
         self._started_at = -restart_pause
         self._numbers = itertools.count(1)
         self._watches: set[asyncio.Task[None]] = set()
@@ -424,8 +422,6 @@ class RecordingWriter:
     async def _running(self) -> _WriterProcess | None:
         if self._writer is not None and self._writer.alive:
             return self._writer
-        if self._starting is None:
-            self._starting = asyncio.Lock()
         async with self._starting:
             if self._writer is not None and self._writer.alive:
                 return self._writer
