@@ -3,8 +3,9 @@
 For each size the benchmark makes a fresh database and a fresh simulated cluster, and seeds
 them directly (no provisioning): N converged Linux pools of 20 ready desktops each, every
 desktop's VM running on the simulator and tagged for it. It then runs the worker's real
-reconciliation task body (:func:`deskpool.jobs.reconcile_schedule.reconcile_batch` with
-:class:`deskpool.pools.reconciler.PoolReconcilerService`) with a batch size of N, so one cycle
+reconciliation task body (:func:`deskpool.reconciliation.periodic.reconcile_batch` with
+:class:`deskpool.reconciliation.reconciler.PoolReconcilerService`) with a batch size of N, so one
+cycle
 reconciles every pool: load the desktops, list the cluster's VMs, plan every pool, apply the
 actions, and record each pool's pass.
 
@@ -54,10 +55,10 @@ from deskpool.db import migrate
 from deskpool.drivers import OsType, OwnershipTags, VirtualMachine
 from deskpool.host import bootstrap
 from deskpool.jobs.periodic import PeriodicContext
-from deskpool.jobs.reconcile_schedule import POOL_RECONCILE_TASK, reconcile_batch
 from deskpool.plugins import hookimpl
-from deskpool.pools.plan import ReconcilePolicy
-from deskpool.pools.reconciler import PoolReconcilerService
+from deskpool.reconciliation.periodic import POOL_RECONCILE_TASK, reconcile_batch
+from deskpool.reconciliation.plan import ReconcilePolicy
+from deskpool.reconciliation.reconciler import PoolReconcilerService
 from deskpool.registry import Registry
 from deskpool.runtime import Runtime
 from deskpool.testing.services import (

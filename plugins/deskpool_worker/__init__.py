@@ -32,7 +32,7 @@ from deskpool.jobs.model import JobKind, RegisteredJobKind
 from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
 from deskpool.licensing import tasks as licensing_tasks
 from deskpool.plugins import hookimpl
-from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
+from deskpool.reconciliation.metrics import PoolReconcileMetrics
 from deskpool.recordings import service as recordings
 from deskpool.registry import Registry
 from deskpool.runtime import ComponentFactory, Runtime

@@ -1,14 +1,14 @@
 """The pools work the worker runs: desktop jobs, ``pool.reconcile``, and the reconciliation task.
 
-The platform holds the logic (:mod:`deskpool.pools.job_handlers`,
-:mod:`deskpool.pools.reconciler`); this module registers it with the worker, builds the
+The platform holds the logic (:mod:`deskpool.provisioning.handlers`,
+:mod:`deskpool.reconciliation.reconciler`); this module registers it with the worker, builds the
 reconciliation policy from the configuration, and declares the worker's pool setting:
 
 ``POOL_FAILURE_BACKOFF``
     How long a failed desktop waits before it is retried the first time; the wait doubles
     with each consecutive failure of the desktop, up to an hour (or this value, if longer).
 
-The reconciliation metrics (:class:`~deskpool.pools.reconcile_metrics.PoolReconcileMetrics`)
+The reconciliation metrics (:class:`~deskpool.reconciliation.metrics.PoolReconcileMetrics`)
 are made once per runtime, by the worker component; every reconciler the factory builds counts
 on the running worker's (:func:`reconcile_metrics_of`).
 """
@@ -21,17 +21,17 @@ from datetime import timedelta
 from deskpool.config import Config, SettingRegistry, parse_duration
 from deskpool.jobs.model import RegisteredJobKind
 from deskpool.jobs.periodic import PeriodicTask
-from deskpool.jobs.reconcile_schedule import POOL_RECONCILE_TASK, pool_reconcile_task
-from deskpool.pools.job_handlers import desktop_job_kinds
-from deskpool.pools.plan import ReconcilePolicy
-from deskpool.pools.reconcile_jobs import (
+from deskpool.provisioning.handlers import desktop_job_kinds
+from deskpool.reconciliation.jobs import (
     CLUSTER_ORPHAN_TASK,
     POOL_RECONCILE_JOB,
     cluster_orphan_task,
     pool_reconcile_job_kind,
 )
-from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
-from deskpool.pools.reconciler import PoolReconcilerService
+from deskpool.reconciliation.metrics import PoolReconcileMetrics
+from deskpool.reconciliation.periodic import POOL_RECONCILE_TASK, pool_reconcile_task
+from deskpool.reconciliation.plan import ReconcilePolicy
+from deskpool.reconciliation.reconciler import PoolReconcilerService
 from deskpool.registry import Registry
 from deskpool.runtime import Runtime
 

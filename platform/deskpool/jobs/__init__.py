@@ -10,7 +10,7 @@ two workers at once:
 - :mod:`deskpool.jobs.model`: states, :class:`JobKind`, :class:`RetryPolicy`, leases.
 - :mod:`deskpool.jobs.context`: :class:`JobContext`, what a handler receives.
 - :mod:`deskpool.jobs.periodic`: :class:`PeriodicTask`, run once per interval across workers.
-- :mod:`deskpool.jobs.reconcile_schedule`: the reconciliation schedule the pools work plugs into.
+- :mod:`deskpool.reconciliation.periodic`: the reconciliation schedule the pools work plugs into.
 - :mod:`deskpool.jobs.metrics`: the worker's Prometheus metrics.
 
 Plugins register job kinds with ``deskpool_register_job_kinds`` and periodic tasks with

@@ -17,11 +17,11 @@ import asyncpg
 
 from deskpool.audit import record_audit_event
 from deskpool.db.rows import Db
+from deskpool.desktops import store as store_desktops
 from deskpool.live.model import LiveEvent
 from deskpool.live.publishers import publish_many
 from deskpool.notices import store
 from deskpool.notices.model import Notice, notice_event
-from deskpool.pools import store_desktops
 from deskpool.pools.model import Desktop, DesktopState
 from deskpool.sessions import service as sessions
 from deskpool.sessions import store as session_store

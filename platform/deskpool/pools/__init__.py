@@ -10,24 +10,25 @@ functions, and apply what they return.
 Models and rules (no I/O):
 
 - :mod:`~deskpool.pools.model`: pools, desktops and observed VMs, and the validation of a pool.
-- :mod:`~deskpool.pools.states`: the desktop state machine and the provisioning steps.
+- :mod:`~deskpool.desktops.states`: the desktop state machine and the provisioning steps.
 - :mod:`~deskpool.pools.naming`: naming patterns such as ``lab-{n:03}`` and free names.
-- :mod:`~deskpool.pools.planner`: the pure planner: what to do to converge a pool to its
-  desired size and to repair drift, and why the pool is degraded; :mod:`~deskpool.pools.plan`
+- :mod:`~deskpool.reconciliation.planner`: the pure planner: what to do to converge a pool to its
+  desired size and to repair drift, and why the pool is degraded;
+  :mod:`~deskpool.reconciliation.plan`
   holds what a plan is made of (policy, actions, health, counts).
-- :mod:`~deskpool.pools.allocation`: which desktop a user gets when they open a pool.
+- :mod:`~deskpool.desktops.allocation`: which desktop a user gets when they open a pool.
 
-Stores (SQL, one aggregate each): :mod:`~deskpool.pools.store_pools`,
-:mod:`~deskpool.pools.store_desktops`, :mod:`~deskpool.pools.store_allocation`,
-:mod:`~deskpool.pools.store_entitlements`, :mod:`~deskpool.pools.store_orphans`,
-:mod:`~deskpool.pools.store_reconcile`, :mod:`~deskpool.pools.provisioning_store`; their
+Stores (SQL, one aggregate each): :mod:`~deskpool.pools.store`,
+:mod:`~deskpool.desktops.store`, :mod:`~deskpool.desktops.store_allocation`,
+:mod:`~deskpool.pools.store_entitlements`, :mod:`~deskpool.reconciliation.store_orphans`,
+:mod:`~deskpool.reconciliation.store`, :mod:`~deskpool.provisioning.store`; their
 errors are :mod:`~deskpool.pools.errors`.
 
 Services: :mod:`~deskpool.pools.service` (pools, entitlements, orphans) and
-:mod:`~deskpool.pools.desktop_service` (desktops). Reconciliation:
-:mod:`~deskpool.pools.reconciler` (the service that plans and applies a batch),
-:mod:`~deskpool.pools.cluster_vms`, :mod:`~deskpool.pools.reconcile_events`,
-:mod:`~deskpool.pools.reconcile_jobs`. Desktop jobs: :mod:`~deskpool.pools.desktop_jobs` (kinds
-and enqueueing), :mod:`~deskpool.pools.job_handlers`, :mod:`~deskpool.pools.provisioning` (the
-steps) and :mod:`~deskpool.pools.desktop_recorder` (an attempt's fenced writes).
+:mod:`~deskpool.desktops.service` (desktops). Reconciliation:
+:mod:`~deskpool.reconciliation.reconciler` (the service that plans and applies a batch),
+:mod:`~deskpool.reconciliation.cluster_vms`, :mod:`~deskpool.reconciliation.events`,
+:mod:`~deskpool.reconciliation.jobs`. Desktop jobs: :mod:`~deskpool.desktops.jobs` (kinds
+and enqueueing), :mod:`~deskpool.provisioning.handlers`, :mod:`~deskpool.provisioning.steps` (the
+steps) and :mod:`~deskpool.provisioning.recorder` (an attempt's fenced writes).
 """

@@ -2,8 +2,8 @@
 
 Each is a domain error (:mod:`deskpool.errors`): it carries its HTTP status and ``code``, and
 ``api/problems.py`` turns it into a problem response, so neither a store nor a service builds
-one. The rules of allocation have their own (:mod:`deskpool.pools.allocation`); an illegal
-desktop event is :class:`deskpool.pools.states.IllegalTransition`.
+one. The rules of allocation have their own (:mod:`deskpool.desktops.allocation`); an illegal
+desktop event is :class:`deskpool.desktops.states.IllegalTransition`.
 """
 
 from __future__ import annotations

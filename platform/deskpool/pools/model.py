@@ -1,7 +1,7 @@
 """The pool domain model: pools, desktops, the VMs observed on a cluster, and pool validation.
 
 Everything here is a frozen dataclass; a change is a new value (:func:`dataclasses.replace`),
-made by the functions of :mod:`deskpool.pools.states` for desktops. Identifiers are UUIDs for
+made by the functions of :mod:`deskpool.desktops.states` for desktops. Identifiers are UUIDs for
 records deskpool owns (pools, desktops, clusters) and strings for what the hypervisor names
 (VM ids, node and storage names). Times are timezone-aware :class:`datetime.datetime` values.
 """
@@ -62,7 +62,7 @@ class PoolState(StrEnum):
 
 
 class DesktopState(StrEnum):
-    """The state of a desktop; :mod:`deskpool.pools.states` says which transitions are legal."""
+    """The state of a desktop; :mod:`deskpool.desktops.states` says which transitions are legal."""
 
     #: The VM is being cloned from the template.
     PROVISIONING = "provisioning"

@@ -25,6 +25,8 @@ from deskpool.clusters import repository as clusters
 from deskpool.clusters.drivers import driver_manager_for
 from deskpool.clusters.repository import ClusterRecord, get_cluster
 from deskpool.db.rows import Db
+from deskpool.desktops import store as store_desktops
+from deskpool.desktops.jobs import CLUSTERS, enqueue_orphan_deletion
 from deskpool.drivers import DriverError, deadline_after
 from deskpool.drivers import OsType as TemplateOsType
 from deskpool.errors import (
@@ -38,8 +40,8 @@ from deskpool.identity import rules
 from deskpool.identity.refusals import audited_refusals
 from deskpool.jobs.model import Job
 from deskpool.licensing.service import check_can_create_pool
-from deskpool.pools import store_desktops, store_entitlements, store_pools
-from deskpool.pools.desktop_jobs import CLUSTERS, enqueue_orphan_deletion
+from deskpool.pools import store as store_pools
+from deskpool.pools import store_entitlements
 from deskpool.pools.model import (
     CloneMode,
     Desktop,
@@ -50,8 +52,8 @@ from deskpool.pools.model import (
     validate_pool,
     validate_pool_change,
 )
-from deskpool.pools.plan import PoolSummary
-from deskpool.pools.reconcile_jobs import enqueue_pool_reconcile
+from deskpool.pools.store import DomainJoin, PoolCursor, PoolRecord
+from deskpool.pools.store import pool_cursor as pool_cursor
 from deskpool.pools.store_entitlements import (
     Entitlement,
     EntitlementCursor,
@@ -60,9 +62,9 @@ from deskpool.pools.store_entitlements import (
 from deskpool.pools.store_entitlements import (
     entitlement_cursor as entitlement_cursor,
 )
-from deskpool.pools.store_orphans import OrphanRecord, list_orphans, lock_orphan
-from deskpool.pools.store_pools import DomainJoin, PoolCursor, PoolRecord
-from deskpool.pools.store_pools import pool_cursor as pool_cursor
+from deskpool.reconciliation.jobs import enqueue_pool_reconcile
+from deskpool.reconciliation.plan import PoolSummary
+from deskpool.reconciliation.store_orphans import OrphanRecord, list_orphans, lock_orphan
 from deskpool.revocation.service import announce, revoke_lost_access, users_of_group
 from deskpool.rollouts import store as rollout_store
 from deskpool.rollouts.model import RolloutConflict

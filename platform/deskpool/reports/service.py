@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 
 from deskpool.errors import NotFound, ValidationFailed
-from deskpool.pools import store_pools
+from deskpool.pools import store as store_pools
 from deskpool.reports import store
 from deskpool.reports.model import BucketSize, period_of, usage
 from deskpool.reports.phases import phase_figures, span_errors

@@ -1,9 +1,11 @@
 """What a rollout's part of a reconciliation plan is made of: its actions and its limits.
 
 The pure rollout planner (:mod:`deskpool.rollouts.planner`) returns a :class:`RolloutPlan`
-for a pool with an active rollout; the pool planner (:mod:`deskpool.pools.planner`) folds it
+for a pool with an active rollout; the pool planner (:mod:`deskpool.reconciliation.planner`) folds
+it
 into the pool's plan, and the reconciliation service applies its actions
-(:mod:`deskpool.rollouts.apply`). Each action carries a human-readable ``reason`` for the audit
+(:mod:`deskpool.reconciliation.rollout_apply`). Each action carries a human-readable ``reason`` for
+the audit
 trail.
 """
 

@@ -2,7 +2,8 @@
 
 :func:`plan_rollout` takes the pool, its desktops, the rollout with its per-desktop entries and
 the time, and returns a :class:`~deskpool.rollouts.plan.RolloutPlan`. The pool planner
-(:func:`deskpool.pools.planner.plan_pool`) calls it and folds the result into the pool's plan.
+(:func:`deskpool.reconciliation.planner.plan_pool`) calls it and folds the result into the pool's
+plan.
 The rules, in order:
 
 1. *Bookkeeping.* An entry ``replacing`` whose desktop is ready (or in use) on the new

@@ -2,7 +2,8 @@
 
 Each change validates, writes, audits and enqueues the pool's reconciliation in one
 transaction; the worker's reconciliation then carries the rollout on
-(:mod:`deskpool.rollouts.planner`, :mod:`deskpool.rollouts.apply`). Live events are published
+(:mod:`deskpool.rollouts.planner`, :mod:`deskpool.reconciliation.rollout_apply`). Live events are
+published
 after the commit.
 """
 
@@ -20,11 +21,11 @@ from deskpool.live.publishers import publish
 from deskpool.notices import service as notices
 from deskpool.notices.service import deliver
 from deskpool.pools import service as pools
-from deskpool.pools import store_pools
-from deskpool.pools.reconcile_jobs import enqueue_pool_reconcile
-from deskpool.pools.store_reconcile import desktops_of_pools
+from deskpool.pools import store as store_pools
+from deskpool.reconciliation.jobs import enqueue_pool_reconcile
+from deskpool.reconciliation.rollout_apply import change_state, notice_source, rollout_event
+from deskpool.reconciliation.store import desktops_of_pools
 from deskpool.rollouts import model, store
-from deskpool.rollouts.apply import change_state, notice_source, rollout_event
 from deskpool.rollouts.model import (
     InUsePolicy,
     Rollout,

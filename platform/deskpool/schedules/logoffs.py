@@ -19,8 +19,8 @@ drains and the phase's ``idle`` action (``power_off``) applies to it afterwards:
   warnings of a desktop whose user logged off or changed, and every warning of the pool once
   the phase in force has no ``logoff`` (the next phase started, or the schedule was removed).
 
-The reconciler (:mod:`deskpool.pools.reconciler`) plans these with :func:`plan_logoffs` and
-applies them with :mod:`deskpool.schedules.apply` in its fenced transaction.
+The reconciler (:mod:`deskpool.reconciliation.reconciler`) plans these with :func:`plan_logoffs` and
+applies them with :mod:`deskpool.reconciliation.schedule_apply` in its fenced transaction.
 """
 
 from __future__ import annotations

@@ -30,6 +30,11 @@ from redis.exceptions import RedisError
 from deskpool.audit import record_audit_event
 from deskpool.clusters.repository import get_cluster
 from deskpool.db.rows import Db
+from deskpool.desktops import store as store_desktops
+from deskpool.desktops import store_allocation
+from deskpool.desktops.allocation import DesktopNotReady, NoDesktopAvailable
+from deskpool.desktops.jobs import PROVISION, REBUILD, enqueue_desktop_job
+from deskpool.desktops.states import Allocated, PowerUp, Released, SessionClosed
 from deskpool.drivers import DriverError, deadline_after
 from deskpool.errors import (
     Conflict,
@@ -43,11 +48,9 @@ from deskpool.events import AuditEvent
 from deskpool.identity.principal import Principal
 from deskpool.licensing.service import check_can_open_session
 from deskpool.live.publishers import publish_desktop
-from deskpool.pools import store_allocation, store_desktops, store_entitlements, store_pools
-from deskpool.pools.allocation import DesktopNotReady, NoDesktopAvailable
-from deskpool.pools.desktop_jobs import PROVISION, REBUILD, enqueue_desktop_job
+from deskpool.pools import store as store_pools
+from deskpool.pools import store_entitlements
 from deskpool.pools.model import Desktop, DesktopState, Pool
-from deskpool.pools.states import Allocated, PowerUp, Released, SessionClosed
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretContext, SecretsUnavailable
 from deskpool.sessions import store
@@ -426,7 +429,7 @@ async def open_pool_desktop(
 
     The tunnel's configuration is checked before the allocation, so nothing is allocated when
     no browser could connect. The allocation is
-    :func:`deskpool.pools.store_allocation.allocate_desktop`'s. When no desktop is ready but
+    :func:`deskpool.desktops.store_allocation.allocate_desktop`'s. When no desktop is ready but
     one can be started for the caller (a powered-off one, or his own on its way to ready), it
     is, in the same transaction (:func:`start_for_user`), and a :class:`PendingConnection`
     is answered.

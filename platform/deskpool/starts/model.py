@@ -1,6 +1,6 @@
 """Which desktop is started for a user who opens a pool when none is ready (pure).
 
-The rules follow allocation's (:mod:`deskpool.pools.allocation`): a persistent pool starts the
+The rules follow allocation's (:mod:`deskpool.desktops.allocation`): a persistent pool starts the
 user's own desktop; a user without one (or any user of a non-persistent pool) gets a free
 powered-off desktop, oldest first. A desktop already on its way to ready for the user (being
 started, built or rebuilt) is waited for rather than another started. A disabled pool starts
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from deskpool.pools.allocation import held_desktops
+from deskpool.desktops.allocation import held_desktops
+from deskpool.desktops.states import IN_FLIGHT_STATES
 from deskpool.pools.model import Desktop, DesktopState, Pool, PoolState
-from deskpool.pools.states import IN_FLIGHT_STATES
 
 S = DesktopState
 

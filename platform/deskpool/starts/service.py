@@ -22,10 +22,10 @@ from datetime import UTC, datetime
 import asyncpg
 
 from deskpool.audit import record_audit_event
+from deskpool.desktops import store as store_desktops
+from deskpool.desktops.states import Allocated
 from deskpool.events import AuditEvent
-from deskpool.pools import store_desktops
 from deskpool.pools.model import Desktop, DesktopState, Pool
-from deskpool.pools.states import Allocated
 from deskpool.runtime import Runtime
 from deskpool.sessions import service as sessions
 from deskpool.sessions import store as session_store

@@ -11,8 +11,8 @@ from typing import Any
 import asyncpg
 
 from deskpool.db.rows import Db, as_uuid, fetch_record, record_from_row
+from deskpool.desktops.store import desktop_from_row
 from deskpool.pools.model import Desktop
-from deskpool.pools.store_desktops import desktop_from_row
 
 
 @dataclass(frozen=True, slots=True)

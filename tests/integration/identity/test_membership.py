@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from tests.integration.identity.conftest import Directory, Person
 from tests.integration.pools.conftest import pool_model
 
-from deskpool.pools import store_pools
+from deskpool.pools import store as store_pools
 from deskpool.pools.model import Pool
 from deskpool.testing.processes import until
 

@@ -10,7 +10,7 @@ import pytest
 
 from deskpool.jobs import PeriodicContext
 from deskpool.jobs import periodic as runs
-from deskpool.jobs.reconcile_schedule import (
+from deskpool.reconciliation.periodic import (
     POOL_RECONCILE_TASK,
     pool_reconcile_task,
     reconcile_batch,

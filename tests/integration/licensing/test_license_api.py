@@ -13,8 +13,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from tests.integration.pools.conftest import pool_body
 
 from deskpool.licensing.model import FREE_LIMITS, sign_document
-from deskpool.pools.plan import ReconcilePolicy
-from deskpool.pools.reconciler import PoolReconcilerService
+from deskpool.reconciliation.plan import ReconcilePolicy
+from deskpool.reconciliation.reconciler import PoolReconcilerService
 from deskpool.runtime import Runtime
 from deskpool.testing.licensing import TestVendor
 

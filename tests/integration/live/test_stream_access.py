@@ -18,7 +18,7 @@ from tests.integration.pools.conftest import pool_model
 
 from deskpool.live import bus
 from deskpool.live.model import LiveEvent
-from deskpool.pools import store_pools
+from deskpool.pools import store as store_pools
 from deskpool.testing.pytest_plugin import served
 
 ADMIN = "streams-admin"

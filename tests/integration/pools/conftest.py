@@ -24,7 +24,8 @@ import pytest
 from tests.integration.seed import seed_user
 
 from deskpool.clusters.repository import get_cluster
-from deskpool.pools import store_desktops, store_pools
+from deskpool.desktops import store as store_desktops
+from deskpool.pools import store as store_pools
 from deskpool.pools.model import DesktopState, OsType, Pool, PoolKind
 from deskpool.runtime import Runtime
 from deskpool.testing.processes import until

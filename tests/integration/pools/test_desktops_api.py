@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from tests.integration.pools.conftest import Caller, add_desktops, pool_model
 
-from deskpool.pools import store_pools
+from deskpool.pools import store as store_pools
 from deskpool.pools.model import DesktopState, Pool, PoolKind
 from deskpool.runtime import Runtime
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from tests.integration.pools.conftest import TUNNEL_URL, Caller, pool_model, ready_desktops
 
-from deskpool.pools import store_pools
+from deskpool.pools import store as store_pools
 from deskpool.pools.model import DesktopState, Pool, PoolKind, PoolState
 from deskpool.runtime import Runtime
 

@@ -11,20 +11,17 @@ import asyncpg
 import pytest
 from tests.integration.pools.conftest import MakePool, add_desktops, add_user, pool_model
 
+from deskpool.desktops import store as store_desktops
+from deskpool.desktops import store_allocation
+from deskpool.desktops.allocation import DesktopNotReady, NoDesktopAvailable, PoolUnavailable
+from deskpool.desktops.states import Cloned, Delete, IllegalTransition, Started
 from deskpool.errors import ValidationFailed
-from deskpool.pools import (
-    errors,
-    store_allocation,
-    store_desktops,
-    store_entitlements,
-    store_orphans,
-    store_pools,
-    store_reconcile,
-)
-from deskpool.pools.allocation import DesktopNotReady, NoDesktopAvailable, PoolUnavailable
+from deskpool.pools import errors, store_entitlements
+from deskpool.pools import store as store_pools
 from deskpool.pools.model import DesktopState, ObservedVm, PoolKind, PoolState, PowerState
-from deskpool.pools.plan import HealthStatus, PoolHealth
-from deskpool.pools.states import Cloned, Delete, IllegalTransition, Started
+from deskpool.reconciliation import store as store_reconcile
+from deskpool.reconciliation import store_orphans
+from deskpool.reconciliation.plan import HealthStatus, PoolHealth
 
 S = DesktopState
 

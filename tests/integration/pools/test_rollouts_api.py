@@ -14,7 +14,7 @@ from typing import Any
 from tests.integration.pools.conftest import Caller, add_desktops, pool_body
 
 from deskpool.notices import service as notices
-from deskpool.pools import store_pools
+from deskpool.pools import store as store_pools
 from deskpool.pools.model import DesktopState
 from deskpool.runtime import Runtime
 

@@ -22,14 +22,16 @@ from tests.integration.pools.conftest import pool_model
 
 from deskpool.clusters.repository import ClusterRecord, ConnectionSettings, get_cluster
 from deskpool.clusters.repository import insert_cluster as insert_cluster_record
+from deskpool.desktops import store as store_desktops
+from deskpool.desktops.jobs import PROVISION
 from deskpool.jobs import queue
 from deskpool.jobs.context import JobContext
 from deskpool.jobs.model import ClaimedJob, LeaseLost
-from deskpool.pools import store_desktops, store_pools, store_reconcile
-from deskpool.pools.desktop_jobs import PROVISION
+from deskpool.pools import store as store_pools
 from deskpool.pools.model import Desktop, Pool
-from deskpool.pools.plan import ReconcilePolicy
-from deskpool.pools.reconciler import PoolReconcilerService
+from deskpool.reconciliation import store as store_reconcile
+from deskpool.reconciliation.plan import ReconcilePolicy
+from deskpool.reconciliation.reconciler import PoolReconcilerService
 from deskpool.runtime import Runtime
 from deskpool.testing.pytest_plugin import fresh_database, opened_runtime
 from deskpool.testing.services import (

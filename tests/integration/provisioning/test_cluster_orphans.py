@@ -24,11 +24,11 @@ from tests.integration.provisioning.conftest import (
 )
 
 from deskpool.clusters.repository import ClusterRecord
-from deskpool.jobs.reconcile_schedule import POOL_RECONCILE_TASK, reconcile_batch
-from deskpool.pools import store_orphans
-from deskpool.pools.desktop_jobs import enqueue_orphan_deletion
-from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
-from deskpool.pools.reconciler import PoolReconcilerService
+from deskpool.desktops.jobs import enqueue_orphan_deletion
+from deskpool.reconciliation import store_orphans
+from deskpool.reconciliation.metrics import PoolReconcileMetrics
+from deskpool.reconciliation.periodic import POOL_RECONCILE_TASK, reconcile_batch
+from deskpool.reconciliation.reconciler import PoolReconcilerService
 from deskpool.runtime import Runtime
 from deskpool.testing.periodic import leased_periodic_context
 from deskpool_worker import WorkerComponent

@@ -25,10 +25,8 @@ from tests.integration.provisioning.conftest import (
     job_context,
 )
 
-from deskpool.drivers import PowerState
-from deskpool.jobs.model import Job, LeaseLost
-from deskpool.pools import store_desktops
-from deskpool.pools.desktop_jobs import (
+from deskpool.desktops import store as store_desktops
+from deskpool.desktops.jobs import (
     DELETE,
     POWER_OFF,
     POWER_ON,
@@ -37,9 +35,11 @@ from deskpool.pools.desktop_jobs import (
     enqueue_desktop_job,
     idempotency_key,
 )
-from deskpool.pools.job_handlers import provision_desktop
+from deskpool.desktops.states import Delete, Retry
+from deskpool.drivers import PowerState
+from deskpool.jobs.model import Job, LeaseLost
 from deskpool.pools.model import Desktop, DesktopState, OsType, Pool
-from deskpool.pools.states import Delete, Retry
+from deskpool.provisioning.handlers import provision_desktop
 from deskpool.runtime import Runtime
 from deskpool.testing.processes import until
 

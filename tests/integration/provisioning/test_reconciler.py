@@ -27,15 +27,17 @@ from tests.integration.provisioning.conftest import (
     provision_all,
 )
 
+from deskpool.desktops import store as store_desktops
+from deskpool.desktops.jobs import PROVISION, enqueue_desktop_job, idempotency_key
+from deskpool.desktops.states import Allocated
 from deskpool.jobs.model import LeaseLost
 from deskpool.jobs.periodic import PeriodicContext
-from deskpool.jobs.reconcile_schedule import POOL_RECONCILE_TASK, reconcile_batch
-from deskpool.pools import store_desktops, store_orphans, store_pools
-from deskpool.pools.desktop_jobs import PROVISION, enqueue_desktop_job, idempotency_key
+from deskpool.pools import store as store_pools
 from deskpool.pools.model import DesktopState, Pool
-from deskpool.pools.reconcile_jobs import POOL_RECONCILE_JOB, enqueue_pool_reconcile
-from deskpool.pools.reconciler import PoolReconcilerService
-from deskpool.pools.states import Allocated
+from deskpool.reconciliation import store_orphans
+from deskpool.reconciliation.jobs import POOL_RECONCILE_JOB, enqueue_pool_reconcile
+from deskpool.reconciliation.periodic import POOL_RECONCILE_TASK, reconcile_batch
+from deskpool.reconciliation.reconciler import PoolReconcilerService
 from deskpool.runtime import Runtime
 from deskpool.testing.periodic import claim_periodic_task, leased_periodic_context
 

@@ -26,12 +26,12 @@ from tests.integration.provisioning.conftest import (
     no_fence,
 )
 
+from deskpool.desktops import store as store_desktops
+from deskpool.desktops.jobs import POWER_OFF
+from deskpool.desktops.states import Allocated, SessionClosed, SessionOpened
 from deskpool.notices import service as notices
-from deskpool.pools import store_desktops
-from deskpool.pools.desktop_jobs import POWER_OFF
 from deskpool.pools.model import Desktop, DesktopState, Pool, PoolKind
-from deskpool.pools.reconciler import PoolReconcilerService
-from deskpool.pools.states import Allocated, SessionClosed, SessionOpened
+from deskpool.reconciliation.reconciler import PoolReconcilerService
 from deskpool.runtime import Runtime
 from deskpool.schedules import store as schedule_store
 from deskpool.schedules.logoffs import IDLE_AFTER, NOTICE_REASON

@@ -31,7 +31,7 @@ from tests.integration.pools.conftest import (  # noqa: F401 (fixtures)
 from deskpool.actor import Actor
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.licensing import service as licensing_service
-from deskpool.pools import store_pools
+from deskpool.pools import store as store_pools
 from deskpool.pools.model import DesktopState, Pool, PoolKind
 from deskpool.runtime import Runtime
 from deskpool.sessions import store

@@ -18,8 +18,8 @@ from tests.integration.provisioning.conftest import claim, job_context
 from tests.integration.sessions.conftest import Estate, desktop_row
 
 from deskpool.jobs import queue
-from deskpool.pools.job_handlers import desktop_job_kinds
 from deskpool.pools.model import PoolKind
+from deskpool.provisioning.handlers import desktop_job_kinds
 from deskpool.runtime import Runtime
 from deskpool.starts.service import START_FAILED, end_stale_starts
 

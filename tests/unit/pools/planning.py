@@ -13,7 +13,7 @@ from deskpool.pools.model import (
     ObservedVm,
     Pool,
 )
-from deskpool.pools.plan import (
+from deskpool.reconciliation.plan import (
     Action,
     CreateDesktop,
     DeleteOrphanVm,

@@ -7,14 +7,14 @@ from marshmallow import ValidationError
 from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder
 
 from deskpool.api.resources.pool_schemas import bounded_name_width
-from deskpool.pools.desktop_service import (
+from deskpool.desktops.service import (
     ACTIONS,
     DesktopActionNotAllowed,
     allowed_actions,
     refuse_action,
 )
+from deskpool.desktops.states import IllegalTransition
 from deskpool.pools.model import DesktopState
-from deskpool.pools.states import IllegalTransition
 
 S = DesktopState
 

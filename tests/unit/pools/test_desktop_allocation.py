@@ -9,8 +9,7 @@ from uuid import UUID
 import pytest
 from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder
 
-from deskpool.errors import Conflict, ServiceUnavailable
-from deskpool.pools.allocation import (
+from deskpool.desktops.allocation import (
     Allocation,
     DesktopNotReady,
     NoDesktopAvailable,
@@ -20,8 +19,9 @@ from deskpool.pools.allocation import (
     free_desktops,
     held_desktops,
 )
+from deskpool.desktops.states import Allocated, transition
+from deskpool.errors import Conflict, ServiceUnavailable
 from deskpool.pools.model import Desktop, DesktopState, PoolKind, PoolState
-from deskpool.pools.states import Allocated, transition
 
 S = DesktopState
 

@@ -9,10 +9,7 @@ import pytest
 
 from deskpool.area_settings import declare_area_settings
 from deskpool.config import SettingRegistry, declare_core_settings, load_config
-from deskpool.drivers import PowerState as DriverPowerState
-from deskpool.drivers import VirtualMachine, VmNotFound
-from deskpool.pools.cluster_vms import observed_vm
-from deskpool.pools.desktop_jobs import (
+from deskpool.desktops.jobs import (
     DELETE,
     POWER_ON,
     PROVISION,
@@ -20,9 +17,12 @@ from deskpool.pools.desktop_jobs import (
     idempotency_key,
     job_for_state,
 )
-from deskpool.pools.desktop_recorder import describe_failure
+from deskpool.drivers import PowerState as DriverPowerState
+from deskpool.drivers import VirtualMachine, VmNotFound
 from deskpool.pools.model import Desktop, DesktopState, PowerState
-from deskpool.pools.provisioning import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, poll_interval
+from deskpool.provisioning.recorder import describe_failure
+from deskpool.provisioning.steps import MAX_POLL_INTERVAL, MIN_POLL_INTERVAL, poll_interval
+from deskpool.reconciliation.cluster_vms import observed_vm
 from deskpool.registry import Registry
 from deskpool_worker.pools import declare_settings, reconcile_policy
 

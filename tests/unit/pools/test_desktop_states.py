@@ -10,9 +10,7 @@ from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder
 
 from deskpool.area_settings import declare_area_settings
 from deskpool.config import SettingRegistry, declare_core_settings
-from deskpool.errors import Conflict
-from deskpool.pools.model import Desktop, DesktopState, OsType, Pool, PoolKind
-from deskpool.pools.states import (
+from deskpool.desktops.states import (
     EVENT_SOURCES,
     EVENT_TARGETS,
     IN_FLIGHT_STATES,
@@ -43,6 +41,8 @@ from deskpool.pools.states import (
     provisioning_steps,
     transition,
 )
+from deskpool.errors import Conflict
+from deskpool.pools.model import Desktop, DesktopState, OsType, Pool, PoolKind
 
 S = DesktopState
 

@@ -11,7 +11,8 @@ import pytest
 from tests.unit.pools.planning import POLICY, S
 
 from deskpool.config import Config
-from deskpool.pools.plan import (
+from deskpool.desktops.states import Delete, Failed, Refresh, Replace, Retry
+from deskpool.reconciliation.plan import (
     CreateDesktop,
     DeleteDesktop,
     DeleteOrphanVm,
@@ -25,7 +26,6 @@ from deskpool.pools.plan import (
     TimeOutStep,
     desktop_event,
 )
-from deskpool.pools.states import Delete, Failed, Refresh, Replace, Retry
 
 
 def test_actions_map_to_desktop_events() -> None:

@@ -12,10 +12,10 @@ from deskpool.pools.model import (
     ObservedVm,
     PowerState,
 )
-from deskpool.pools.plan import (
+from deskpool.reconciliation.plan import (
     CreateDesktop,
 )
-from deskpool.pools.planner import find_unowned_vms, plan_pool, plan_pools
+from deskpool.reconciliation.planner import find_unowned_vms, plan_pool, plan_pools
 
 
 def test_a_batch_is_planned_like_each_pool_alone(

@@ -15,14 +15,14 @@ from deskpool.pools.model import (
     PoolState,
     PowerState,
 )
-from deskpool.pools.plan import (
+from deskpool.reconciliation.plan import (
     DeleteOrphanVm,
     MarkVmMissing,
     ReconcilePolicy,
     ReplaceDesktop,
     ReportOrphan,
 )
-from deskpool.pools.planner import plan_pool
+from deskpool.reconciliation.planner import plan_pool
 
 
 def test_a_free_desktop_whose_vm_vanished_is_replaced(

@@ -12,13 +12,13 @@ from deskpool.pools.model import (
     PoolKind,
     PoolState,
 )
-from deskpool.pools.plan import (
+from deskpool.reconciliation.plan import (
     HealthStatus,
     ReconcilePolicy,
     RetryFailed,
     retry_due_at,
 )
-from deskpool.pools.planner import plan_pool
+from deskpool.reconciliation.planner import plan_pool
 
 
 def test_backoff_doubles_up_to_the_maximum() -> None:

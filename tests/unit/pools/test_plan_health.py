@@ -13,11 +13,11 @@ from deskpool.pools.model import (
     PoolKind,
     PowerState,
 )
-from deskpool.pools.plan import (
+from deskpool.reconciliation.plan import (
     HealthStatus,
     summarize,
 )
-from deskpool.pools.planner import plan_pool
+from deskpool.reconciliation.planner import plan_pool
 
 
 def test_a_pool_with_nothing_wrong_is_healthy(

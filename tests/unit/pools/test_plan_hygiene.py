@@ -11,11 +11,11 @@ from deskpool.pools.model import (
     PoolKind,
     PowerState,
 )
-from deskpool.pools.plan import (
+from deskpool.reconciliation.plan import (
     PowerOn,
     RefreshDesktop,
 )
-from deskpool.pools.planner import plan_pool
+from deskpool.reconciliation.planner import plan_pool
 
 
 def test_free_desktops_are_refreshed_after_use_but_not_after_a_template_change(

@@ -14,10 +14,10 @@ from deskpool.pools.model import (
     PoolState,
     PowerState,
 )
-from deskpool.pools.plan import (
+from deskpool.reconciliation.plan import (
     CreateDesktop,
 )
-from deskpool.pools.planner import plan_pool
+from deskpool.reconciliation.planner import plan_pool
 
 
 def test_an_empty_pool_is_filled_to_min_size(make_pool: PoolBuilder, now: datetime) -> None:

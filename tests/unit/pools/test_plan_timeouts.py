@@ -12,10 +12,10 @@ from deskpool.pools.model import (
     DesktopState,
     OsType,
 )
-from deskpool.pools.plan import (
+from deskpool.reconciliation.plan import (
     TimeOutStep,
 )
-from deskpool.pools.planner import plan_pool
+from deskpool.reconciliation.planner import plan_pool
 
 
 @pytest.mark.parametrize(

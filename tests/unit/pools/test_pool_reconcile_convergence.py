@@ -3,7 +3,7 @@
 Each scenario is generated from ``random.Random(seed)``: a pool with random settings and
 state, desktops in every state (some inconsistent with the cluster), VMs that vanished,
 orphans, duplicates, stopped spares and foreign VMs. The actions of a pass are applied the way
-the worker applies them (the desktop events through :func:`deskpool.pools.states.transition`,
+the worker applies them (the desktop events through :func:`deskpool.desktops.states.transition`,
 so an action that is illegal in its desktop's state fails the test), and then:
 
 - a second pass at the same time finds nothing left to do;
@@ -28,6 +28,14 @@ from uuid import UUID
 
 import pytest
 
+from deskpool.desktops.states import (
+    AgentReady,
+    Cloned,
+    Refreshed,
+    Started,
+    WindowsReady,
+    transition,
+)
 from deskpool.pools.model import (
     Desktop,
     DesktopState,
@@ -39,7 +47,7 @@ from deskpool.pools.model import (
     PowerState,
 )
 from deskpool.pools.naming import name_key
-from deskpool.pools.plan import (
+from deskpool.reconciliation.plan import (
     Action,
     CreateDesktop,
     DeleteDesktop,
@@ -56,15 +64,7 @@ from deskpool.pools.plan import (
     TimeOutStep,
     desktop_event,
 )
-from deskpool.pools.planner import plan_pool
-from deskpool.pools.states import (
-    AgentReady,
-    Cloned,
-    Refreshed,
-    Started,
-    WindowsReady,
-    transition,
-)
+from deskpool.reconciliation.planner import plan_pool
 from deskpool.schedules.model import IdlePolicy, Targets
 
 S = DesktopState

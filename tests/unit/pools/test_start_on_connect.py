@@ -13,9 +13,9 @@ import pytest
 from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder, VmBuilder
 from tests.unit.pools.planning import POLICY, S, described, observed
 
+from deskpool.desktops.states import IllegalTransition, PowerOff, PowerUp, transition
 from deskpool.pools.model import PoolKind, PoolState
-from deskpool.pools.planner import plan_pool
-from deskpool.pools.states import IllegalTransition, PowerOff, PowerUp, transition
+from deskpool.reconciliation.planner import plan_pool
 from deskpool.schedules.model import IdlePolicy, Targets
 from deskpool.starts.model import choose_start
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
+from deskpool.reconciliation.metrics import PoolReconcileMetrics
 from deskpool.rollouts.model import RolloutCounts
 
 

@@ -12,8 +12,13 @@ from hypothesis import strategies as st
 from tests.unit.pools.conftest import NOW, build_pool, build_vm, desktop_builder
 
 from deskpool.pools.model import Desktop, DesktopState, Pool, PoolKind
-from deskpool.pools.plan import CreateDesktop, DeleteDesktop, ReconcilePolicy, RefreshDesktop
-from deskpool.pools.planner import plan_pool
+from deskpool.reconciliation.plan import (
+    CreateDesktop,
+    DeleteDesktop,
+    ReconcilePolicy,
+    RefreshDesktop,
+)
+from deskpool.reconciliation.planner import plan_pool
 from deskpool.rollouts.model import (
     EntryRole,
     EntryState,

@@ -1,7 +1,7 @@
 """Desktops (``desktops:read`` / ``desktops:manage``): inspect them, act on them, assign them.
 
 A desktop is one VM of a pool and what deskpool knows about it: its state (see
-:mod:`deskpool.pools.states`), the step it failed at and why, and the user it belongs to.
+:mod:`deskpool.desktops.states`), the step it failed at and why, and the user it belongs to.
 Desktops are created and deleted by reconciliation; administrators act on one through
 ``POST /api/v1/desktops/{desktop_id}/actions``:
 
@@ -14,7 +14,7 @@ Desktops are created and deleted by reconciliation; administrators act on one th
 
 The API checks the action against the state machine (409 ``illegal_transition``) and enqueues
 a job of kind ``desktop.<action>`` with payload ``{"desktop_id": ...}`` through
-:func:`deskpool.pools.desktop_jobs.enqueue_desktop_job` (as reconciliation does, so the two
+:func:`deskpool.desktops.jobs.enqueue_desktop_job` (as reconciliation does, so the two
 never queue the same rebuild or deletion twice), answering 202 with the job; the job applies
 the state change when it runs. Asking for an action that is already queued or running for the
 desktop answers that job instead of a second one.
@@ -23,7 +23,7 @@ In a persistent pool an administrator assigns a desktop to a user
 (``PUT .../assignment``) or removes its user (``DELETE .../assignment``; the desktop is
 refreshed before anyone else gets it); both are 409 ``pool_not_persistent`` in other pools.
 Every change is recorded in the audit trail in the same transaction. The use cases and the rules
-of which action a desktop can take are in :mod:`deskpool.pools.desktop_service`.
+of which action a desktop can take are in :mod:`deskpool.desktops.service`.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from deskpool.api.context import Call
 from deskpool.api.pagination import Page, PageQuery, cursor_pair, page_schema, paginate
 from deskpool.api.resources.jobs import JobSchema
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
+from deskpool.desktops import service as desktop_service
+from deskpool.desktops.service import ACTIONS, allowed_actions
+from deskpool.desktops.store import DesktopRecord, desktop_cursor
 from deskpool.ids import parse_id
-from deskpool.pools import desktop_service
-from deskpool.pools.desktop_service import ACTIONS, allowed_actions
 from deskpool.pools.model import DesktopState
-from deskpool.pools.store_desktops import DesktopRecord, desktop_cursor
 
 _DESKTOP_STATES = [state.value for state in DesktopState]
 

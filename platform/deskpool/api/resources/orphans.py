@@ -6,7 +6,7 @@ existing pool or desktop at all, left behind by a deleted pool (``pool_id`` null
 deletes one on its own: ``GET /api/v1/clusters/{cluster_id}/orphans`` lists them (oldest
 report first) and ``DELETE /api/v1/clusters/{cluster_id}/orphans/{vm_id}`` is the
 administrator's request to delete one. The request enqueues a ``vm.delete_orphan`` job
-(:func:`deskpool.pools.desktop_jobs.enqueue_orphan_deletion`, as reconciliation does when the
+(:func:`deskpool.desktops.jobs.enqueue_orphan_deletion`, as reconciliation does when the
 policy deletes orphans, so one VM never has two deletions queued) and answers 202 with it. The
 job re-reads the VM and deletes it only if it still carries deskpool's ownership tag and no
 desktop records or may own it; then the orphan record goes. The request is recorded in the
@@ -27,7 +27,7 @@ from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.errors import InvalidCursor, NotFound
 from deskpool.ids import parse_id
 from deskpool.pools import service
-from deskpool.pools.store_orphans import OrphanRecord
+from deskpool.reconciliation.store_orphans import OrphanRecord
 
 #: The longest VM id a path may name; longer ones are no VM's.
 MAX_VM_ID_LENGTH = 256

@@ -2,7 +2,7 @@
 
 A pool is a set of desktops cloned from one template of one cluster, kept between its
 ``min_size`` and ``max_size`` with ``spare`` free desktops ready (the rules are in
-:mod:`deskpool.pools.planner`). The API stores what an administrator wants; the worker's
+:mod:`deskpool.reconciliation.planner`). The API stores what an administrator wants; the worker's
 reconciliation makes it so. A pool's response shows the ``generation`` of its settings, the
 ``reconciled_generation`` the last reconciliation pass saw, the pass's ``health`` and the
 desktop counts by state.
@@ -27,7 +27,7 @@ desktop counts by state.
   write-only, sealed by the secret store (``pool.domain_join``), and a response only says
   whether it is set.
 - *Opening a desktop.* ``POST /api/v1/me/pools/{pool_id}/desktop`` hands the caller a desktop
-  (:func:`deskpool.pools.store_allocation.allocate_desktop`) and a connection token to it
+  (:func:`deskpool.desktops.store_allocation.allocate_desktop`) and a connection token to it
   (:func:`deskpool.sessions.service.open_pool_desktop`): entitled users (directly or through a
   group) and holders of ``pools:manage`` may; a pool the caller may not open is 404, exactly as
   one that does not exist; 409 when the pool is disabled or draining; 202 with a pending
@@ -64,20 +64,20 @@ from deskpool.api.resources.sessions import (
     opened_view,
 )
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
+from deskpool.desktops.allocation import DesktopNotReady, NoDesktopAvailable
+from deskpool.desktops.states import IN_FLIGHT_STATES
 from deskpool.errors import NotFound
 from deskpool.ids import parse_id
 from deskpool.pools import service
-from deskpool.pools.allocation import DesktopNotReady, NoDesktopAvailable
 from deskpool.pools.model import (
     Desktop,
     DesktopState,
     Pool,
     PoolState,
 )
-from deskpool.pools.plan import PoolSummary
-from deskpool.pools.states import IN_FLIGHT_STATES
+from deskpool.pools.store import PoolRecord
 from deskpool.pools.store_entitlements import Entitlement, SubjectType
-from deskpool.pools.store_pools import PoolRecord
+from deskpool.reconciliation.plan import PoolSummary
 from deskpool.sessions import service as sessions
 from deskpool.sessions.model import DEFAULT_POLICY, SessionPolicy
 

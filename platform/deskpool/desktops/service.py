@@ -1,7 +1,7 @@
 """Use cases of a pool's desktops, one function each: what the API, the CLI and plugins call.
 
 Administrators act on a desktop (power, rebuild, delete) by enqueuing a job of kind
-``desktop.<action>`` through :func:`deskpool.pools.desktop_jobs.enqueue_desktop_job`, as
+``desktop.<action>`` through :func:`deskpool.desktops.jobs.enqueue_desktop_job`, as
 reconciliation does; in a persistent pool they assign a desktop to a user or remove its user.
 Each change validates it against the state machine, changes, records its audit event through
 the :class:`Actor` and enqueues its job in one transaction.
@@ -16,16 +16,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import asyncpg
 
 from deskpool.actor import Actor
-from deskpool.errors import Conflict, LocatedFieldError, ValidationFailed, found
-from deskpool.identity import rules
-from deskpool.identity import store as identity_store
-from deskpool.identity.refusals import audited_refusals
-from deskpool.jobs import queue
-from deskpool.jobs.model import Job, JobState
-from deskpool.pools import store_desktops, store_pools
-from deskpool.pools.desktop_jobs import enqueue_desktop_job
-from deskpool.pools.model import Desktop, DesktopState, Pool
-from deskpool.pools.states import (
+from deskpool.desktops import store as store_desktops
+from deskpool.desktops.jobs import enqueue_desktop_job
+from deskpool.desktops.states import (
     Assigned,
     Delete,
     DesktopEvent,
@@ -35,7 +28,15 @@ from deskpool.pools.states import (
     Unassigned,
     can_take,
 )
-from deskpool.pools.store_desktops import DesktopCursor, DesktopRecord
+from deskpool.desktops.store import DesktopCursor, DesktopRecord
+from deskpool.errors import Conflict, LocatedFieldError, ValidationFailed, found
+from deskpool.identity import rules
+from deskpool.identity import store as identity_store
+from deskpool.identity.refusals import audited_refusals
+from deskpool.jobs import queue
+from deskpool.jobs.model import Job, JobState
+from deskpool.pools import store as store_pools
+from deskpool.pools.model import Desktop, DesktopState, Pool
 from deskpool.pools.store_entitlements import is_entitled
 
 if TYPE_CHECKING:

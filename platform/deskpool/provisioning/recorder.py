@@ -7,7 +7,7 @@ reconciler may have moved the desktop on, or another worker may have reclaimed t
 the step started from; a desktop deleted meanwhile is left alone. It also decides what an error
 leads to (:meth:`DesktopRecorder.settle`): a retry of the job when a later attempt may succeed,
 else a failed desktop, with ``failed_step`` and a short ``last_error`` that never holds a secret
-(:func:`describe_failure`). The steps themselves are :mod:`deskpool.pools.provisioning`.
+(:func:`describe_failure`). The steps themselves are :mod:`deskpool.provisioning.steps`.
 
 A desktop started for a user (start on connect, :mod:`deskpool.starts`) is handed to him in the
 transaction that records it ``ready``, and a failure ends the start with the reason.
@@ -22,16 +22,16 @@ from datetime import UTC, datetime
 import asyncpg
 
 from deskpool.audit import record_audit_event
+from deskpool.desktops.jobs import DESKTOPS, WORKER_ACTOR
+from deskpool.desktops.states import DesktopEvent, Failed, IllegalTransition
+from deskpool.desktops.store import get_desktop, set_desktop_node
 from deskpool.drivers import DriverError
 from deskpool.errors import DeskpoolError, ServiceUnavailable
 from deskpool.events import AuditEvent, Outcome
 from deskpool.jobs.context import JobContext
 from deskpool.live.publishers import publish_desktop
-from deskpool.pools.desktop_jobs import DESKTOPS, WORKER_ACTOR
 from deskpool.pools.model import Desktop, DesktopState, Pool
-from deskpool.pools.provisioning_store import apply_event_in_state
-from deskpool.pools.states import DesktopEvent, Failed, IllegalTransition
-from deskpool.pools.store_desktops import get_desktop, set_desktop_node
+from deskpool.provisioning.store import apply_event_in_state
 from deskpool.starts import service as starts
 
 log = logging.getLogger(__name__)

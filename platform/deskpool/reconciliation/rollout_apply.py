@@ -1,7 +1,9 @@
 """Applying a rollout's part of a reconciliation plan, in the reconciliation's transaction.
 
-The reconciliation service (:mod:`deskpool.pools.reconciler`) calls :func:`apply_rollout_action`
-for each action of :attr:`~deskpool.pools.plan.PoolPlan.rollout`, each in a savepoint of its
+The reconciliation service (:mod:`deskpool.reconciliation.reconciler`) calls
+:func:`apply_rollout_action`
+for each action of :attr:`~deskpool.reconciliation.plan.PoolPlan.rollout`, each in a savepoint of
+its
 fenced transaction (so a worker that lost its lease changes nothing, and a worker killed
 mid-rollout leaves the rollout exactly where its last committed pass left it). Every action is
 audited (actor ``system:reconciler``); what must be sent after the commit (the rollout's and
@@ -19,17 +21,17 @@ import asyncpg
 
 from deskpool.actor import Actor
 from deskpool.audit import record_audit_event
+from deskpool.desktops.jobs import enqueue_desktop_job, job_for_state
+from deskpool.desktops.states import Refresh
+from deskpool.desktops.store import get_desktop
 from deskpool.events import AuditEvent
 from deskpool.live.model import LiveEvent
 from deskpool.live.publishers import desktop_event
 from deskpool.notices import service as notices
 from deskpool.notices.service import Delivery
-from deskpool.pools.desktop_jobs import enqueue_desktop_job, job_for_state
 from deskpool.pools.model import Desktop, Pool
-from deskpool.pools.provisioning_store import apply_event_if_unchanged
-from deskpool.pools.reconcile_jobs import enqueue_pool_reconcile
-from deskpool.pools.states import Refresh
-from deskpool.pools.store_desktops import get_desktop
+from deskpool.provisioning.store import apply_event_if_unchanged
+from deskpool.reconciliation.jobs import enqueue_pool_reconcile
 from deskpool.rollouts import store
 from deskpool.rollouts.model import (
     ENDED,

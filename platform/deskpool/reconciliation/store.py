@@ -1,14 +1,14 @@
 """SQL of reconciliation: which pools to pass over, what they hold, and what a pass saw.
 
-A pass (:mod:`deskpool.pools.reconciler`) reads a batch of pools with
+A pass (:mod:`deskpool.reconciliation.reconciler`) reads a batch of pools with
 :func:`pools_to_reconcile`, their desktops and the names taken on their clusters, plans them
-(:mod:`deskpool.pools.planner`), and records with :func:`mark_reconciled` (or
+(:mod:`deskpool.reconciliation.planner`), and records with :func:`mark_reconciled` (or
 :func:`mark_reconciled_many`, many pools in one statement) the generation it saw and the
 pool's health. :func:`lock_pool_for_reconciliation` serializes the passes over one pool (the
 periodic task and a ``pool.reconcile`` job); :func:`owners_on_clusters` and
 :func:`existing_owners` say which pools, desktops and recorded VMs exist, for the cluster-wide
-orphan pass (:mod:`deskpool.pools.cluster_vms`). The records themselves are
-:mod:`deskpool.pools.store_pools` and :mod:`deskpool.pools.store_desktops`.
+orphan pass (:mod:`deskpool.reconciliation.cluster_vms`). The records themselves are
+:mod:`deskpool.pools.store` and :mod:`deskpool.desktops.store`.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from deskpool.db.rows import Db, group_rows
+from deskpool.desktops.store import desktop_from_row
 from deskpool.pools.model import Desktop, ObservedVm, Pool
 from deskpool.pools.naming import name_key
-from deskpool.pools.plan import PoolHealth
-from deskpool.pools.store_desktops import desktop_from_row
-from deskpool.pools.store_pools import health_to_json, pool_from_row
+from deskpool.pools.store import health_to_json, pool_from_row
+from deskpool.reconciliation.plan import PoolHealth
 
 # ------------------------------------------------------------------------------ reconciliation
 

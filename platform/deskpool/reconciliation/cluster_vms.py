@@ -22,8 +22,8 @@ from deskpool.db.rows import Db
 from deskpool.drivers import VirtualMachine, deadline_after
 from deskpool.errors import DeskpoolError
 from deskpool.pools.model import ObservedVm
-from deskpool.pools.planner import find_unowned_vms
-from deskpool.pools.store_reconcile import ClusterOwners, existing_owners
+from deskpool.reconciliation.planner import find_unowned_vms
+from deskpool.reconciliation.store import ClusterOwners, existing_owners
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime

@@ -1,12 +1,12 @@
 """The steps of the desktop jobs: clone, start, wait, delete and power, on the driver.
 
-:class:`DesktopWork` is one attempt of a desktop job (:mod:`deskpool.pools.desktop_jobs` lists
-the kinds; :mod:`deskpool.pools.job_handlers` runs them) on one desktop, with its pool's
+:class:`DesktopWork` is one attempt of a desktop job (:mod:`deskpool.desktops.jobs` lists
+the kinds; :mod:`deskpool.provisioning.handlers` runs them) on one desktop, with its pool's
 cluster and an open driver.
 
-The desktop's state (:mod:`deskpool.pools.states`) is the job's progress: a job reads the
+The desktop's state (:mod:`deskpool.desktops.states`) is the job's progress: a job reads the
 desktop and carries it on from the step it is at, applying each step's event when the step is
-done, fenced by the job's lease (:mod:`deskpool.pools.desktop_recorder`). So a job that runs
+done, fenced by the job's lease (:mod:`deskpool.provisioning.recorder`). So a job that runs
 again (its worker died, its attempt timed out) resumes where the last attempt stopped:
 
 - *Cloning is idempotent.* Every clone carries the desktop's id as a tag. Before cloning, the
@@ -33,6 +33,18 @@ from datetime import timedelta
 
 from deskpool.clusters.repository import ClusterRecord
 from deskpool.config import Config, format_duration
+from deskpool.desktops.jobs import POWER_OFF, POWER_ON, RESTART
+from deskpool.desktops.states import (
+    WAIT_TIMEOUT_SETTINGS,
+    AgentReady,
+    Cloned,
+    Delete,
+    DesktopEvent,
+    Refreshed,
+    Started,
+    WindowsReady,
+)
+from deskpool.desktops.store import remove_desktop
 from deskpool.drivers import (
     DriverError,
     HypervisorDriver,
@@ -48,25 +60,13 @@ from deskpool.errors import DeskpoolError
 from deskpool.jobs.context import JobContext
 from deskpool.jobs.model import LeaseLost, PermanentJobFailure
 from deskpool.live.publishers import publish_desktop
-from deskpool.pools.desktop_jobs import POWER_OFF, POWER_ON, RESTART
-from deskpool.pools.desktop_recorder import (
+from deskpool.pools.model import CloneMode, Desktop, DesktopState, Pool
+from deskpool.provisioning.recorder import (
     DesktopRecorder,
     StepStopped,
     describe_failure,
     utc_now,
 )
-from deskpool.pools.model import CloneMode, Desktop, DesktopState, Pool
-from deskpool.pools.states import (
-    WAIT_TIMEOUT_SETTINGS,
-    AgentReady,
-    Cloned,
-    Delete,
-    DesktopEvent,
-    Refreshed,
-    Started,
-    WindowsReady,
-)
-from deskpool.pools.store_desktops import remove_desktop
 from deskpool.rollouts import store as rollout_store
 
 log = logging.getLogger(__name__)

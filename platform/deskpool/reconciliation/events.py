@@ -11,15 +11,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from deskpool.desktops.jobs import CLUSTERS, DESKTOPS
 from deskpool.events import AuditEvent
 from deskpool.jobs.model import Job
-from deskpool.pools.desktop_jobs import CLUSTERS, DESKTOPS
 from deskpool.pools.model import Desktop
-from deskpool.pools.plan import Action, ReportOrphan
-from deskpool.pools.store_orphans import OrphanRecord
+from deskpool.reconciliation.plan import Action, ReportOrphan
+from deskpool.reconciliation.store_orphans import OrphanRecord
 
 if TYPE_CHECKING:
-    from deskpool.pools.reconciler import PlannedPool
+    from deskpool.reconciliation.reconciler import PlannedPool
 
 #: Who reconciliation acts as in the audit trail.
 RECONCILER_ACTOR = "system:reconciler"

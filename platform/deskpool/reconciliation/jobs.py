@@ -5,8 +5,8 @@ enqueues ``pool.reconcile`` for it (:func:`enqueue_pool_reconcile`, in the chang
 transaction); the job (:func:`pool_reconcile_job_kind`) reconciles that one pool at once,
 fenced by its lease. The periodic ``cluster_orphan_scan`` (:func:`cluster_orphan_task`)
 reports the orphans of clusters no pool uses. Both run the reconciliation service
-(:class:`~deskpool.pools.reconciler.PoolReconcilerService`) that ``factory`` builds; the
-periodic pass over every pool is :mod:`deskpool.jobs.reconcile_schedule`.
+(:class:`~deskpool.reconciliation.reconciler.PoolReconcilerService`) that ``factory`` builds; the
+periodic pass over every pool is :mod:`deskpool.reconciliation.periodic`.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from deskpool.jobs.context import JobContext
 from deskpool.jobs.model import Job, JobKind, JobState, PermanentJobFailure
 from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
 from deskpool.jobs.queue import enqueue
-from deskpool.pools.provisioning_store import hold_periodic_run, unfinished_job
+from deskpool.provisioning.store import hold_periodic_run, unfinished_job
 
 if TYPE_CHECKING:
-    from deskpool.pools.reconciler import PoolReconcilerService
+    from deskpool.reconciliation.reconciler import PoolReconcilerService
     from deskpool.runtime import Runtime
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """SQL of allocation: handing a desktop of a pool to a user who opens it.
 
-:func:`allocate_desktop` follows the pure rules of :mod:`deskpool.pools.allocation`: the
+:func:`allocate_desktop` follows the pure rules of :mod:`deskpool.desktops.allocation`: the
 user's own desktop first, then free ready desktops oldest first, locked with
 ``FOR UPDATE SKIP LOCKED`` so concurrent requests never get the same desktop, and serialized
 per pool and user (a transaction advisory lock) so one user never gets two.
@@ -15,12 +15,12 @@ from datetime import UTC, datetime
 import asyncpg
 
 from deskpool.db.rows import as_uuid
+from deskpool.desktops.allocation import allocation_candidates, choose_desktop, held_desktops
+from deskpool.desktops.states import Allocated, transition
+from deskpool.desktops.store import desktop_from_row, write_desktop
 from deskpool.errors import NotFound
-from deskpool.pools.allocation import allocation_candidates, choose_desktop, held_desktops
 from deskpool.pools.model import Desktop, Pool
-from deskpool.pools.states import Allocated, transition
-from deskpool.pools.store_desktops import desktop_from_row, write_desktop
-from deskpool.pools.store_pools import get_pool
+from deskpool.pools.store import get_pool
 
 
 async def allocate_desktop(
@@ -31,7 +31,7 @@ async def allocate_desktop(
 ) -> Desktop:
     """Hand a desktop of ``pool`` to ``user_id`` and return it (state ``in_use``).
 
-    The order is :mod:`deskpool.pools.allocation`'s: the desktop the user holds first (in use,
+    The order is :mod:`deskpool.desktops.allocation`'s: the desktop the user holds first (in use,
     then ready), else a free, ready, clean desktop, oldest first. Free desktops are locked with
     ``FOR UPDATE SKIP LOCKED`` and re-checked, so two concurrent requests never get the same
     desktop; requests of one user for one pool are serialized by a transaction advisory lock,

@@ -4,7 +4,7 @@
   by the time it writes, an administrator or another job may have moved the desktop on.
   :func:`apply_event_if_unchanged` and :func:`apply_event_in_state` lock the row, check that
   the desktop is still what the decision was made from, and only then apply the event to the
-  row they locked (:func:`deskpool.pools.store_desktops.apply_event_to_locked`, the pure state
+  row they locked (:func:`deskpool.desktops.store.apply_event_to_locked`, the pure state
   machine). ``None`` means "changed meanwhile: decide again", never an error.
 - *Fencing of periodic runs.* :func:`hold_periodic_run` is to a reconciliation run what
   :meth:`deskpool.jobs.JobContext.hold_lease` is to a job: called inside a transaction, it
@@ -21,11 +21,11 @@ from datetime import datetime
 
 import asyncpg
 
+from deskpool.desktops.states import DesktopEvent
+from deskpool.desktops.store import apply_event_to_locked, get_desktop
 from deskpool.jobs.model import Job, JobState, LeaseLost
 from deskpool.jobs.queue import get_job
 from deskpool.pools.model import Desktop, DesktopState, Pool
-from deskpool.pools.states import DesktopEvent
-from deskpool.pools.store_desktops import apply_event_to_locked, get_desktop
 
 
 async def apply_event_if_unchanged(

@@ -1,9 +1,9 @@
 """The handlers of the desktop jobs, as the worker registers and runs them.
 
 Each handler reads its payload, opens the desktop's work (:func:`desktop_work`: the desktop,
-its pool, the cluster's driver) and runs the steps of :mod:`deskpool.pools.provisioning`;
+its pool, the cluster's driver) and runs the steps of :mod:`deskpool.provisioning.steps`;
 :func:`desktop_job_kinds` gives them to ``deskpool_register_job_kinds`` with their time limits.
-The kinds and how they are enqueued are :mod:`deskpool.pools.desktop_jobs`.
+The kinds and how they are enqueued are :mod:`deskpool.desktops.jobs`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,7 @@ from typing import Any
 import asyncpg
 
 from deskpool.clusters.repository import get_cluster
-from deskpool.drivers import NotOwned, VirtualMachine, VmNotFound
-from deskpool.errors import DeskpoolError
-from deskpool.jobs.context import JobContext
-from deskpool.jobs.model import JobKind, PermanentJobFailure
-from deskpool.pools.desktop_jobs import (
+from deskpool.desktops.jobs import (
     DELETE,
     DELETE_ORPHAN_VM,
     POWER_OFF,
@@ -31,14 +27,18 @@ from deskpool.pools.desktop_jobs import (
     REBUILD,
     RESTART,
 )
-from deskpool.pools.desktop_recorder import DesktopRecorder, describe_failure, retryable
+from deskpool.desktops.states import Refresh, Retry
+from deskpool.desktops.store import get_desktop
+from deskpool.drivers import NotOwned, VirtualMachine, VmNotFound
+from deskpool.errors import DeskpoolError
+from deskpool.jobs.context import JobContext
+from deskpool.jobs.model import JobKind, PermanentJobFailure
 from deskpool.pools.model import DesktopState
-from deskpool.pools.provisioning import DesktopWork
-from deskpool.pools.provisioning_store import desktop_exists, vm_is_recorded
-from deskpool.pools.states import Refresh, Retry
-from deskpool.pools.store_desktops import get_desktop
-from deskpool.pools.store_orphans import forget_orphans
-from deskpool.pools.store_pools import get_pool
+from deskpool.pools.store import get_pool
+from deskpool.provisioning.recorder import DesktopRecorder, describe_failure, retryable
+from deskpool.provisioning.steps import DesktopWork
+from deskpool.provisioning.store import desktop_exists, vm_is_recorded
+from deskpool.reconciliation.store_orphans import forget_orphans
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,13 @@
 """What a reconciliation plan is made of: its policy, its actions, and what it reports.
 
-The pure planner (:mod:`deskpool.pools.planner`) follows a :class:`ReconcilePolicy` (backoffs,
+The pure planner (:mod:`deskpool.reconciliation.planner`) follows a :class:`ReconcilePolicy`
+(backoffs,
 timeouts, orphan handling) and returns, for each pool, a :class:`PoolPlan`: the *actions* to
 take (frozen dataclasses, each with a human-readable ``reason`` for the audit trail; an action
 on a desktop's record is applied through :func:`desktop_event` and the transitions of
-:mod:`deskpool.pools.states`), the pool's :class:`PoolHealth` and its counts
+:mod:`deskpool.desktops.states`), the pool's :class:`PoolHealth` and its counts
 (:class:`PoolSummary`). These are plain data: the planner decides, the reconciliation service
-(:mod:`deskpool.pools.reconciler`) applies, the API shows.
+(:mod:`deskpool.reconciliation.reconciler`) applies, the API shows.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 from uuid import UUID
 
-from deskpool.pools.model import Desktop, DesktopState
-from deskpool.pools.states import (
+from deskpool.desktops.states import (
     Delete,
     DesktopEvent,
     Failed,
@@ -30,6 +30,7 @@ from deskpool.pools.states import (
     Replace,
     Retry,
 )
+from deskpool.pools.model import Desktop, DesktopState
 
 if TYPE_CHECKING:
     from deskpool.config import Config

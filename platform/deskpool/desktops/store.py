@@ -4,9 +4,9 @@ Rows map to :class:`~deskpool.pools.model.Desktop`; what the model does not hold
 the node its VM runs on, the time of the last write) comes with a :class:`DesktopRecord`.
 
 *State changes* go through :func:`apply_event`: the row is locked, the pure
-:func:`deskpool.pools.states.transition` decides, and the result is written
+:func:`deskpool.desktops.states.transition` decides, and the result is written
 (:func:`write_desktop`), so an illegal event is a 409 ``illegal_transition`` and two writers
-never interleave. Handing a desktop to a user is :mod:`deskpool.pools.store_allocation`.
+never interleave. Handing a desktop to a user is :mod:`deskpool.desktops.store_allocation`.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from typing import Any
 import asyncpg
 
 from deskpool.db.rows import Db, as_uuid, fetch_record, lock_clause, record_from_row
+from deskpool.desktops.states import DesktopEvent, transition
 from deskpool.errors import NotFound
 from deskpool.pools.errors import DesktopNameTaken
 from deskpool.pools.model import Desktop, DesktopState, Pool
-from deskpool.pools.states import DesktopEvent, transition
-from deskpool.pools.store_pools import get_pool
+from deskpool.pools.store import get_pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +173,7 @@ async def desktops_held_by(
 
 
 async def write_desktop(connection: asyncpg.Connection, desktop: Desktop) -> Desktop:
-    """Write ``desktop`` over its row, as :func:`deskpool.pools.states.transition` made it.
+    """Write ``desktop`` over its row, as :func:`deskpool.desktops.states.transition` made it.
 
     :raises NotFound: the desktop is gone.
     """

@@ -1,7 +1,7 @@
 """Pool reconciliation applied: plan a batch of pools, then apply each plan's actions.
 
 :class:`PoolReconcilerService` implements the
-:class:`~deskpool.jobs.reconcile_schedule.PoolReconciler` protocol that the worker's
+:class:`~deskpool.reconciliation.periodic.PoolReconciler` protocol that the worker's
 ``pool_reconcile`` periodic task runs every ``POOL_RECONCILE_INTERVAL``, and also reconciles
 one pool on demand (the ``pool.reconcile`` job, payload ``{"pool_id": ...}``).
 
@@ -10,7 +10,7 @@ A run works in two phases:
 1. *Plan the batch at once.* For the pools the run takes (those reconciled longest ago
    first), load their desktops, then list each cluster's deskpool VMs through its driver,
    **once per cluster** however many of its pools are in the batch, and call the pure
-   :func:`~deskpool.pools.planner.plan_pools`. Desktops are read *before* the VMs are
+   :func:`~deskpool.reconciliation.planner.plan_pools`. Desktops are read *before* the VMs are
    listed, so a VM a job records in the meantime is in the listing: a desktop is never
    taken for one whose VM vanished because of the order of two reads. A cluster whose VMs
    cannot be listed (unreachable, driver not installed, credentials that do not open) is
@@ -30,20 +30,22 @@ A run works in two phases:
 *Cluster-wide orphans.* A pool's plan reports the orphans tagged for that pool's desktops; a
 VM tagged as deskpool's whose tags name no existing pool and no existing desktop (left behind
 by a deleted pool, say), and that no desktop records, belongs to no pool's plan. Planning finds
-them in each listed cluster's VMs (:func:`~deskpool.pools.cluster_vms.unowned_vms`, with the
+them in each listed cluster's VMs (:func:`~deskpool.reconciliation.cluster_vms.unowned_vms`, with
+the
 owners read both before and after the listing, so a desktop created or deleted meanwhile is
 never taken for missing) and the first pool of that cluster applied records them
 (``pool_orphans`` with no pool), audited once each as ``reconcile.report_orphan``. They are
 never deleted unless an administrator asks (``DELETE /api/v1/clusters/{id}/orphans/{vm_id}``).
 A cluster that cannot be listed yields none.
 
-*Metrics* (:class:`~deskpool.pools.reconcile_metrics.PoolReconcileMetrics`, when given): each
+*Metrics* (:class:`~deskpool.reconciliation.metrics.PoolReconcileMetrics`, when given): each
 applied action counts in ``deskpool_reconcile_actions_total{kind}``, each cycle (a periodic
 run's batch, or one pool reconciled now) in ``deskpool_reconcile_cycle_seconds``.
 
-The clusters' VMs are listed by :mod:`deskpool.pools.cluster_vms`, the audit events are built
-by :mod:`deskpool.pools.reconcile_events`, and the ``pool.reconcile`` job and the cluster orphan
-scan are :mod:`deskpool.pools.reconcile_jobs`.
+The clusters' VMs are listed by :mod:`deskpool.reconciliation.cluster_vms`, the audit events are
+built
+by :mod:`deskpool.reconciliation.events`, and the ``pool.reconcile`` job and the cluster orphan
+scan are :mod:`deskpool.reconciliation.jobs`.
 """
 
 from __future__ import annotations
@@ -62,6 +64,15 @@ import asyncpg
 
 from deskpool.audit import record_audit_event
 from deskpool.clusters.repository import get_cluster
+from deskpool.desktops.jobs import (
+    POWER_ON,
+    PROVISION,
+    enqueue_desktop_job,
+    enqueue_orphan_deletion,
+    job_for_state,
+)
+from deskpool.desktops.states import IllegalTransition
+from deskpool.desktops.store import insert_desktops
 from deskpool.errors import NotFound
 from deskpool.events import AuditEvent
 from deskpool.jobs.periodic import PeriodicContext
@@ -70,17 +81,14 @@ from deskpool.live.model import LiveEvent
 from deskpool.live.publishers import publish
 from deskpool.notices import store as notice_store
 from deskpool.notices.service import Delivery, deliver
-from deskpool.pools.cluster_vms import list_clusters, unowned_vms
-from deskpool.pools.desktop_jobs import (
-    POWER_ON,
-    PROVISION,
-    enqueue_desktop_job,
-    enqueue_orphan_deletion,
-    job_for_state,
-)
 from deskpool.pools.errors import DesktopNameTaken
 from deskpool.pools.model import Desktop, ObservedVm, Pool, PoolState
-from deskpool.pools.plan import (
+from deskpool.pools.store import get_pool
+from deskpool.provisioning.store import apply_event_if_unchanged, hold_periodic_run
+from deskpool.reconciliation.cluster_vms import list_clusters, unowned_vms
+from deskpool.reconciliation.events import action_event, unowned_event
+from deskpool.reconciliation.metrics import PoolReconcileMetrics
+from deskpool.reconciliation.plan import (
     Action,
     CreateDesktop,
     DeleteOrphanVm,
@@ -92,15 +100,10 @@ from deskpool.pools.plan import (
     ReportOrphan,
     desktop_event,
 )
-from deskpool.pools.planner import plan_pools
-from deskpool.pools.provisioning_store import apply_event_if_unchanged, hold_periodic_run
-from deskpool.pools.reconcile_events import action_event, unowned_event
-from deskpool.pools.reconcile_metrics import PoolReconcileMetrics
-from deskpool.pools.states import IllegalTransition
-from deskpool.pools.store_desktops import insert_desktops
-from deskpool.pools.store_orphans import known_orphan_ids, record_orphans
-from deskpool.pools.store_pools import get_pool
-from deskpool.pools.store_reconcile import (
+from deskpool.reconciliation.planner import plan_pools
+from deskpool.reconciliation.rollout_apply import apply_rollout_action
+from deskpool.reconciliation.schedule_apply import apply_logoff_action
+from deskpool.reconciliation.store import (
     desktop_names_on_clusters,
     desktops_of_pools,
     lock_pool_for_reconciliation,
@@ -109,13 +112,12 @@ from deskpool.pools.store_reconcile import (
     owners_on_clusters,
     pools_to_reconcile,
 )
+from deskpool.reconciliation.store_orphans import known_orphan_ids, record_orphans
 from deskpool.rollouts import store as rollout_store
-from deskpool.rollouts.apply import apply_rollout_action
 from deskpool.rollouts.model import ENDED
 from deskpool.rollouts.plan import ChangeRollout, RolloutAction
 from deskpool.rollouts.planner import RolloutView
 from deskpool.schedules import store as schedule_store
-from deskpool.schedules.apply import apply_logoff_action
 from deskpool.schedules.logoffs import NOTICE_REASON, LogoffAction, notice_source, plan_logoffs
 from deskpool.schedules.model import InForce, LogoffScope, phase_at, targets_of
 from deskpool.schedules.samples import SAMPLE_MINUTES, SAMPLE_RETENTION, capacity_sample

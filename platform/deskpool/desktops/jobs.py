@@ -22,8 +22,8 @@ A service enqueues them with :func:`enqueue_desktop_job` in the transaction of t
 needs them: it keys provisioning, rebuild and deletion jobs by the desktop and the moment it
 entered its current state (its *attempt generation*), so a reconciliation pass that sees the
 same desktop twice never enqueues a second job for it. The steps the jobs take are
-:mod:`deskpool.pools.provisioning`; their handlers, registered with the worker, are
-:mod:`deskpool.pools.job_handlers`.
+:mod:`deskpool.provisioning.steps`; their handlers, registered with the worker, are
+:mod:`deskpool.provisioning.handlers`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import asyncpg
 from deskpool.jobs.model import Job
 from deskpool.jobs.queue import enqueue
 from deskpool.pools.model import Desktop, DesktopState
-from deskpool.pools.provisioning_store import unfinished_job
+from deskpool.provisioning.store import unfinished_job
 
 S = DesktopState
 

@@ -2,10 +2,11 @@
 
 :func:`plan_pool` is a pure function. It takes a pool, its desktop records, the VMs the
 hypervisor driver listed on the pool's cluster and the time, and returns a plan: the pool's
-health and counts and a list of *actions* (:mod:`deskpool.pools.plan`: frozen dataclasses,
+health and counts and a list of *actions* (:mod:`deskpool.reconciliation.plan`: frozen dataclasses,
 each with a human-readable ``reason`` for the audit trail). The reconciliation service
-(:mod:`deskpool.pools.reconciler`) applies them (through
-:func:`~deskpool.pools.plan.desktop_event` and the transitions of :mod:`deskpool.pools.states`,
+(:mod:`deskpool.reconciliation.reconciler`) applies them (through
+:func:`~deskpool.reconciliation.plan.desktop_event` and the transitions of
+:mod:`deskpool.desktops.states`,
 or through the driver), and the next pass sees the result. :func:`plan_pools` plans a whole
 batch of pools in one pass over the input.
 
@@ -74,7 +75,7 @@ from deskpool.pools.model import (
     PowerState,
 )
 from deskpool.pools.naming import InvalidNamingPattern, name_key, next_free_names
-from deskpool.pools.plan import (
+from deskpool.reconciliation.plan import (
     Action,
     CreateDesktop,
     DeleteDesktop,

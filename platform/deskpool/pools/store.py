@@ -3,14 +3,14 @@
 Rows map to the pure model of :mod:`deskpool.pools.model` (:class:`Pool`); what the model does
 not hold (a pool's description, domain-join settings, health, times) comes with a
 :class:`PoolRecord`. Writes take a connection, so a caller changes a record, enqueues its jobs
-and records its audit event in one transaction. Desktops are :mod:`~deskpool.pools.store_desktops`,
+and records its audit event in one transaction. Desktops are :mod:`~deskpool.desktops.store`,
 entitlements :mod:`~deskpool.pools.store_entitlements`.
 
 Rules kept here:
 
 - *Generations.* :func:`update_pool` bumps a pool's ``generation`` when a setting that
   reconciliation reads changes (:data:`RECONCILE_FIELDS`); a rename or a new description does
-  not. :func:`deskpool.pools.store_reconcile.mark_reconciled` records the generation a finished
+  not. :func:`deskpool.reconciliation.store.mark_reconciled` records the generation a finished
   pass saw.
 - *Deletion.* :func:`delete_pool` refuses (409 ``pool_not_empty``) while the pool has desktop
   records: an administrator drains the pool first (state ``draining``; reconciliation deletes
@@ -43,7 +43,7 @@ from deskpool.pools.model import (
     PoolKind,
     PoolState,
 )
-from deskpool.pools.plan import HealthStatus, PoolHealth, PoolSummary
+from deskpool.reconciliation.plan import HealthStatus, PoolHealth, PoolSummary
 from deskpool.secrets import OwnedSecret, SecretMetadata
 
 #: A pool's domain-join password, sealed under the pool's id (:meth:`OwnedSecret.put`; a

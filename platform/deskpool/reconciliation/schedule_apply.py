@@ -1,6 +1,7 @@
 """Applying a phase's warnings and forced log-offs, in the reconciliation's transaction.
 
-The reconciliation service (:mod:`deskpool.pools.reconciler`) calls :func:`apply_logoff_action`
+The reconciliation service (:mod:`deskpool.reconciliation.reconciler`) calls
+:func:`apply_logoff_action`
 for each action :func:`deskpool.schedules.logoffs.plan_logoffs` planned, each in a savepoint of
 its fenced transaction under the pool's reconciliation lock. An action is applied only if what
 it was planned from still holds (the desktop unchanged, the warning still open and due);
@@ -19,11 +20,11 @@ from uuid import UUID
 import asyncpg
 
 from deskpool.actor import Actor
+from deskpool.desktops.store import get_desktop
 from deskpool.notices import service as notices
 from deskpool.notices import store as notice_store
 from deskpool.notices.service import Delivery, NoticeRequest
 from deskpool.pools.model import Desktop, Pool
-from deskpool.pools.store_desktops import get_desktop
 from deskpool.schedules.logoffs import (
     NOTICE_REASON,
     ClearWarning,

@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from deskpool.desktops.states import Allocated
 from deskpool.errors import Conflict, ServiceUnavailable
 from deskpool.pools.model import Desktop, DesktopState, Pool, PoolState
-from deskpool.pools.states import Allocated
 
 S = DesktopState
 
@@ -62,7 +62,7 @@ class Allocation:
 
     @property
     def event(self) -> Allocated:
-        """The event that records the allocation (see :mod:`deskpool.pools.states`)."""
+        """The event that records the allocation (see :mod:`deskpool.desktops.states`)."""
         return Allocated(self.user)
 
 

@@ -1,0 +1,1 @@
+"""The desktop aggregate: its state machine, store, allocation and job kinds."""

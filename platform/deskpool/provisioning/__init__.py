@@ -1,0 +1,1 @@
+"""Desktop job execution: the steps on the driver, the handlers, their fenced writes."""
