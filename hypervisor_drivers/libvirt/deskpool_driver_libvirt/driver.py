@@ -13,29 +13,21 @@ Templates are domains carrying deskpool's metadata element with ``template="yes"
 (:mod:`deskpool_driver_libvirt.domain_xml`), their disks volumes of a libvirt storage pool.
 A template's id is its domain's UUID, and so is a desktop's: libvirt never reuses one.
 
-Clones: the new domain is *defined first*, with its ownership tags, the names of the volumes it
-is about to get and a mark of an unfinished clone in its metadata; then each volume is made (a
-qcow2 backed by the template's volume for a linked clone, ``virStorageVolCreateXMLFrom`` for a
-full one), then the mark is removed. While the clone runs, its process keeps a heartbeat key
-(``clone:<domain uuid>``, :data:`CLONE_HEARTBEAT_TTL`) in the shared state, so every process
-sees the domain as busy. Whenever the clone is interrupted (a cancelled call, a failed copy),
-what it made is removed; if its process died (a killed worker), what exists is a tagged domain
-naming every volume deskpool made for it, marked unfinished, whose heartbeat expires: the first
-call that reads it (``get_vm``, ``start``, and so every destructive call) removes it and its
-volumes and answers :class:`VmNotFound`, as for a clone that failed.
-
-Clones stay on the template's host; a full clone goes to the storage pool the pool names
-(``storage``) or the ``default_storage_pool`` option.
+Clones (:mod:`deskpool_driver_libvirt.clones`): the new domain is defined first, tagged and
+marked unfinished, then its volumes are made, then the mark is removed. While the clone runs,
+its process keeps a heartbeat key (``clone:<domain uuid>``, :data:`CLONE_HEARTBEAT_TTL`) in the
+shared state, so every process sees the domain as busy. An interrupted clone removes what it
+made; one whose process died is removed by the first call that reads it (``get_vm``,
+``start``, and so every destructive call), which answers :class:`VmNotFound`. Clones stay on
+the template's host; a full clone goes to the pool's ``storage`` or ``default_storage_pool``.
 
 Power: ``shutdown`` asks the guest agent (``guest-shutdown``), then presses the ACPI power
 button when the agent does not answer or after half the guest's time, then destroys the domain
 when ``guest_timeout`` has passed. ``delete`` destroys, deletes the volumes deskpool made, and
 undefines the domain with its NVRAM, managed save and snapshot metadata.
 
-Readiness: the guest agent (``guest-ping``; ``guest-get-osinfo`` tells Windows, ``id``
-``mswindows``). Windows is ready when the agent reads ``ImageState=IMAGE_STATE_COMPLETE`` in
-``State.ini`` (:data:`WINDOWS_STATE_FILE`), which Windows writes when Sysprep's specialize
-and oobeSystem passes are done.
+Readiness: the guest agent (:mod:`deskpool_driver_libvirt.guest`); Windows is ready when
+Sysprep's specialize and oobeSystem passes are done.
 
 Desktops: VNC is the domain's own display: the listen address and port of its ``<graphics
 type="vnc">`` (autoport), with its ``passwd`` as the password; a display listening on every
@@ -55,18 +47,14 @@ undefined is reported at once to the platform through ``context.events`` (contra
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import logging
 import time
 import uuid as uuid_module
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import libvirt
-import libvirt_qemu
 
 from deskpool_driver_api import (
     AgentNotRunning,
@@ -77,7 +65,6 @@ from deskpool_driver_api import (
     DesktopProtocol,
     DriverBusy,
     DriverCapabilities,
-    DriverConfigurationError,
     DriverContext,
     DriverError,
     GuestInfo,
@@ -94,29 +81,19 @@ from deskpool_driver_api import (
     VmEventKind,
     VmNotFound,
     VmNotRunning,
-    connection_problems,
     remaining_time,
 )
-from deskpool_driver_libvirt import domain_xml
-from deskpool_driver_libvirt.domain_xml import DomainFacts, VolumeRef, XmlProblem
+from deskpool_driver_libvirt import clones
+from deskpool_driver_libvirt.domain_xml import DomainFacts, XmlProblem
 from deskpool_driver_libvirt.fields import CONNECTION_FIELDS
-from deskpool_driver_libvirt.hosts import (
-    Credentials,
-    Hosts,
-    node_name,
-    options_hosts,
-    translate,
-)
+from deskpool_driver_libvirt.guest import GuestAgent, Located, domain_power_state, power_state_of
+from deskpool_driver_libvirt.hosts import Hosts, translate
+from deskpool_driver_libvirt.settings import LibvirtSettings
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-#: Where Windows records its setup state (read through the guest agent).
-WINDOWS_STATE_FILE = "C:\\Windows\\Setup\\State\\State.ini"
-#: The Guacamole parameters of RDP connections unless the ``rdp_parameters`` option says.
-DEFAULT_RDP_PARAMETERS = {"security": "any", "ignore-cert": "true"}
-_SUPPORTED_SCHEMES = ("qemu", "qemu+ssh", "qemu+libssh", "qemu+libssh2", "qemu+tls", "qemu+tcp")
 _POLL = 0.2
 #: Seconds a clone's heartbeat lives; its process renews it every third of that.
 CLONE_HEARTBEAT_TTL = 15.0
@@ -126,56 +103,6 @@ _EVENTS = {
     libvirt.VIR_DOMAIN_EVENT_STOPPED: VmEventKind.STOPPED,
     libvirt.VIR_DOMAIN_EVENT_UNDEFINED: VmEventKind.REMOVED,
 }
-
-_POWER = {
-    libvirt.VIR_DOMAIN_RUNNING: PowerState.RUNNING,
-    libvirt.VIR_DOMAIN_BLOCKED: PowerState.RUNNING,
-    libvirt.VIR_DOMAIN_SHUTDOWN: PowerState.RUNNING,
-    libvirt.VIR_DOMAIN_PAUSED: PowerState.PAUSED,
-    libvirt.VIR_DOMAIN_PMSUSPENDED: PowerState.PAUSED,
-    libvirt.VIR_DOMAIN_SHUTOFF: PowerState.STOPPED,
-    libvirt.VIR_DOMAIN_CRASHED: PowerState.STOPPED,
-}
-
-
-def power_state_of(state: int) -> PowerState:
-    """The contract's power state for libvirt's domain state."""
-    return _POWER.get(state, PowerState.UNKNOWN)
-
-
-def guest_addresses(interfaces: list[dict[str, Any]]) -> tuple[str, ...]:
-    """Addresses from ``guest-network-get-interfaces``: IPv4 first, no loopback/link-local."""
-    ipv4: list[str] = []
-    ipv6: list[str] = []
-    for interface in interfaces:
-        for address in interface.get("ip-addresses") or ():
-            text = str(address.get("ip-address", ""))
-            if not text:
-                continue
-            if address.get("ip-address-type") == "ipv4":
-                if not text.startswith(("127.", "169.254.")):
-                    ipv4.append(text)
-            elif not (text == "::1" or text.lower().startswith("fe80")):
-                ipv6.append(text)
-    return tuple(dict.fromkeys([*ipv4, *ipv6]))
-
-
-def windows_setup_complete(state_ini: str) -> bool:
-    """Whether Windows' ``State.ini`` says setup is complete."""
-    for line in state_ini.splitlines():
-        key, _, value = line.partition("=")
-        if key.strip().lower() == "imagestate":
-            return value.strip().upper() == "IMAGE_STATE_COMPLETE"
-    return False
-
-
-@dataclass(frozen=True)
-class Located:
-    """A domain found on a host: the host's URI, its node name and the domain object."""
-
-    uri: str
-    node: str
-    domain: Any
 
 
 class LibvirtDriver(HypervisorDriver):
@@ -206,54 +133,13 @@ class LibvirtDriver(HypervisorDriver):
 
     def __init__(self, connection: ClusterConnection, context: DriverContext) -> None:
         super().__init__(connection, context)
-        problems = connection_problems(
-            CONNECTION_FIELDS, connection.credentials, connection.options
-        )
-        if problems:
-            raise DriverConfigurationError(
-                "; ".join(f"{problem.pointer}: {problem.message}" for problem in problems)
-            )
-        options = dict(connection.options)
-        uris = options_hosts(connection.endpoint, options)
-        for uri in uris:
-            scheme, _, rest = uri.partition("://")
-            if scheme not in _SUPPORTED_SCHEMES or not rest.rstrip("/").endswith(
-                ("system", "session")
-            ):
-                raise DriverConfigurationError(
-                    f"{uri!r} is not a QEMU libvirt URI (qemu:///system, "
-                    "qemu+ssh://user@host/system, qemu+tls://host/system)"
-                )
-        names = [node_name(uri) for uri in uris]
-        if len(set(names)) < len(names):
-            raise DriverConfigurationError(
-                f"two hosts have the same node name ({', '.join(names)}): one URI per host"
-            )
-        rdp_parameters = options.get("rdp_parameters", DEFAULT_RDP_PARAMETERS)
-        if not isinstance(rdp_parameters, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in rdp_parameters.items()
-        ):
-            raise DriverConfigurationError("rdp_parameters must map parameter names to strings")
-        self.rdp_parameters: dict[str, str] = dict(rdp_parameters)
-        self.rdp_port = int(options.get("rdp_port", 3389))
-        self.agent_timeout = int(options.get("agent_timeout", 5))
-        self.vnc_host: str | None = options.get("vnc_host")
-        self.default_storage_pool: str | None = options.get("default_storage_pool")
-        credentials = connection.credentials
-        self.hosts = Hosts(
-            uris,
-            Credentials(
-                username=credentials.get("username"),
-                password=credentials.get("password"),
-                ssh_private_key=credentials.get("ssh_private_key"),
-                ssh_known_hosts=options.get("ssh_known_hosts"),
-                tls_client_cert=credentials.get("tls_client_cert"),
-                tls_client_key=credentials.get("tls_client_key"),
-                ca_cert=connection.ca_cert,
-                tls_verify=connection.tls_verify,
-            ),
-            listener=self._lifecycle_event,
-        )
+        settings = LibvirtSettings.of(connection)
+        self.rdp_parameters = settings.rdp_parameters
+        self.rdp_port = settings.rdp_port
+        self.agent = GuestAgent(settings.agent_timeout)
+        self.vnc_host = settings.vnc_host
+        self.default_storage_pool = settings.default_storage_pool
+        self.hosts = Hosts(settings.uris, settings.credentials, listener=self._lifecycle_event)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def close(self) -> None:
@@ -338,16 +224,9 @@ class LibvirtDriver(HypervisorDriver):
         ):
             self.hosts.forget(uri)
 
-    @staticmethod
-    def _facts(domain: Any, *, inactive: bool = False, secure: bool = False) -> DomainFacts:
-        flags = (libvirt.VIR_DOMAIN_XML_INACTIVE if inactive else 0) | (
-            libvirt.VIR_DOMAIN_XML_SECURE if secure else 0
-        )
-        return domain_xml.read_domain(domain.XMLDesc(flags))
-
     def _vm(self, located: Located) -> tuple[VirtualMachine, bool]:
         """The VM of a domain, and whether its clone is unfinished."""
-        facts = self._facts(located.domain)
+        facts = clones.domain_facts(located.domain)
         state, _reason = located.domain.state()
         vm = VirtualMachine(
             id=facts.uuid,
@@ -438,7 +317,7 @@ class LibvirtDriver(HypervisorDriver):
                 raise
             for domain in domains:
                 try:
-                    facts = self._facts(domain)
+                    facts = clones.domain_facts(domain)
                 except libvirt.libvirtError as error:
                     if error.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
                         continue  # undefined meanwhile
@@ -498,87 +377,15 @@ class LibvirtDriver(HypervisorDriver):
 
     # ------------------------------------------------------------------ clone
 
-    def _template(self, template_id: str) -> tuple[Located, DomainFacts, str]:
-        try:
-            located = self._find(template_id)
-        except VmNotFound:
-            raise NotFound(f"no template {template_id!r}") from None
-        xml = located.domain.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
-        facts = domain_xml.read_domain(xml)
-        if not facts.template:
-            raise NotFound(f"domain {template_id} is not marked as a deskpool template")
-        return located, facts, xml
-
-    @staticmethod
-    def _source_volume(connection: Any, disk: domain_xml.DiskSource) -> Any:
-        if disk.kind == "volume" and disk.pool and disk.volume:
-            return connection.storagePoolLookupByName(disk.pool).storageVolLookupByName(disk.volume)
-        if disk.path:
-            try:
-                return connection.storageVolLookupByPath(disk.path)
-            except libvirt.libvirtError as error:
-                if error.get_error_code() != libvirt.VIR_ERR_NO_STORAGE_VOL:
-                    raise
-        raise OperationFailed(
-            f"the template's disk {disk.target} is not a volume of a libvirt storage pool"
-        )
-
     def _clone(self, request: CloneRequest, domain_uuid: str) -> VirtualMachine:
-        located, facts, xml = self._template(request.template_id)
-        connection = self.hosts.connection(located.uri)
-        suffix = uuid_module.uuid4().hex[:8]
-        plan: list[tuple[domain_xml.DiskSource, Any, Any, VolumeRef]] = []
-        target_pool_name = (
-            None if request.linked else (request.storage or self.default_storage_pool)
-        )
-        for disk in facts.disks:
-            source = self._source_volume(connection, disk)
-            source_pool = source.storagePoolLookupByVolume()
-            if target_pool_name is not None:
-                try:
-                    pool = connection.storagePoolLookupByName(target_pool_name)
-                except libvirt.libvirtError as error:
-                    if error.get_error_code() == libvirt.VIR_ERR_NO_STORAGE_POOL:
-                        raise NotFound(f"no storage pool {target_pool_name!r}") from None
-                    raise
-            else:
-                pool = source_pool
-            name = f"{request.name}-{suffix}-{disk.target}.qcow2"
-            plan.append((disk, source, pool, VolumeRef(pool=pool.name(), name=name)))
-        volumes = {disk.target: ref for disk, _source, _pool, ref in plan}
-        new_xml = domain_xml.clone_xml(
-            xml,
-            name=request.name,
-            description=request.description,
-            tags=request.tags,
-            volumes=volumes,
-            cloning=True,
-            uuid=domain_uuid,
-        )
-        # Defined first, tagged and naming its volumes: an interrupted clone leaves only this.
-        domain = connection.defineXML(new_xml)
         try:
-            for _disk, source, pool, ref in plan:
-                capacity = int(source.info()[1])
-                if request.linked:
-                    volume = domain_xml.volume_xml(
-                        ref.name,
-                        capacity,
-                        backing_path=source.path(),
-                        backing_format=domain_xml.volume_format(source.XMLDesc(0)),
-                    )
-                    pool.createXML(volume, 0)
-                else:
-                    pool.createXMLFrom(domain_xml.volume_xml(ref.name, capacity), source, 0)
-            finished = domain_xml.finished_clone_xml(
-                domain.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
-            )
-            domain = connection.defineXML(finished)
-        except BaseException:
-            log.warning("clone %s of %s failed; removing what it made", request.name, facts.name)
-            self._remove(Located(located.uri, located.node, domain))
-            raise
-        vm, _cloning = self._vm(Located(located.uri, located.node, domain))
+            template = self._find(request.template_id)
+        except VmNotFound:
+            raise NotFound(f"no template {request.template_id!r}") from None
+        storage = request.storage or self.default_storage_pool
+        connection = self.hosts.connection(template.uri)
+        made = clones.clone_domain(connection, template, request, domain_uuid, storage)
+        vm, _cloning = self._vm(made)
         return vm
 
     async def _beat(self, key: str) -> None:
@@ -614,10 +421,6 @@ class LibvirtDriver(HypervisorDriver):
 
     # ------------------------------------------------------------------ power
 
-    def _state(self, located: Located) -> PowerState:
-        state, _reason = located.domain.state()
-        return power_state_of(state)
-
     async def do_start(self, vm_id: str) -> None:
         vm = await self.do_get_vm(vm_id)  # removes an abandoned clone
         if vm.busy:
@@ -625,34 +428,28 @@ class LibvirtDriver(HypervisorDriver):
 
         def start() -> None:
             located = self._find(vm_id)
-            if self._state(located) is PowerState.RUNNING:
+            if domain_power_state(located) is PowerState.RUNNING:
                 return
-            if self._state(located) is PowerState.PAUSED:
+            if domain_power_state(located) is PowerState.PAUSED:
                 located.domain.resume()
                 return
             try:
                 located.domain.create()
             except libvirt.libvirtError as error:
                 if error.get_error_code() == libvirt.VIR_ERR_OPERATION_INVALID and (
-                    self._state(located) is PowerState.RUNNING
+                    domain_power_state(located) is PowerState.RUNNING
                 ):
                     return  # started meanwhile
                 raise
 
         await self._run(lambda: self._guard(start, f"starting {vm_id}", vm_id))
 
-    def _destroy(self, located: Located) -> None:
-        try:
-            located.domain.destroy()
-        except libvirt.libvirtError as error:
-            if error.get_error_code() == libvirt.VIR_ERR_OPERATION_INVALID:
-                return  # not running
-            raise
-
     async def _wait_stopped(self, located: Located, within: float) -> bool:
         give_up = time.monotonic() + within
         while True:
-            state = await self._run(lambda: self._guard(lambda: self._state(located), "state"))
+            state = await self._run(
+                lambda: self._guard(lambda: domain_power_state(located), "state")
+            )
             if state is PowerState.STOPPED:
                 return True
             if time.monotonic() >= give_up:
@@ -691,18 +488,20 @@ class LibvirtDriver(HypervisorDriver):
             left = budget - (time.monotonic() - started)
             if left > 0 and await self._wait_stopped(located, left):
                 return
-        await self._run(lambda: self._guard(lambda: self._destroy(located), "power off", vm.id))
+        await self._run(
+            lambda: self._guard(lambda: clones.destroy_domain(located), "power off", vm.id)
+        )
 
     async def do_stop(self, vm: VirtualMachine) -> None:
         def stop() -> None:
-            self._destroy(self._find(vm.id))
+            clones.destroy_domain(self._find(vm.id))
 
         await self._run(lambda: self._guard(stop, f"powering off {vm.id}", vm.id))
 
     async def do_reset(self, vm: VirtualMachine) -> None:
         def reset() -> None:
             located = self._find(vm.id)
-            if self._state(located) is not PowerState.RUNNING:
+            if domain_power_state(located) is not PowerState.RUNNING:
                 raise VmNotRunning(f"domain {vm.id} does not run", vm_id=vm.id)
             located.domain.reset(0)
 
@@ -710,27 +509,7 @@ class LibvirtDriver(HypervisorDriver):
 
     def _remove(self, located: Located) -> None:
         """Destroy, delete deskpool's volumes, undefine (in a thread; idempotent)."""
-        self._destroy(located)
-        facts = self._facts(located.domain, inactive=True)
-        connection = self.hosts.connection(located.uri)
-        for ref in facts.volumes:
-            try:
-                volume = connection.storagePoolLookupByName(ref.pool).storageVolLookupByName(
-                    ref.name
-                )
-                volume.delete(0)
-            except libvirt.libvirtError as error:
-                if error.get_error_code() not in (
-                    libvirt.VIR_ERR_NO_STORAGE_VOL,
-                    libvirt.VIR_ERR_NO_STORAGE_POOL,
-                ):
-                    raise
-        flags = (
-            libvirt.VIR_DOMAIN_UNDEFINE_NVRAM
-            | libvirt.VIR_DOMAIN_UNDEFINE_MANAGED_SAVE
-            | libvirt.VIR_DOMAIN_UNDEFINE_SNAPSHOTS_METADATA
-        )
-        located.domain.undefineFlags(flags)
+        clones.remove_domain(self.hosts.connection(located.uri), located)
 
     async def do_delete(self, vm: VirtualMachine) -> None:
         await self._run(
@@ -739,103 +518,43 @@ class LibvirtDriver(HypervisorDriver):
 
     async def do_power_state(self, vm_id: str) -> PowerState:
         return await self._run(
-            lambda: self._guard(lambda: self._state(self._find(vm_id)), f"state of {vm_id}", vm_id)
+            lambda: self._guard(
+                lambda: domain_power_state(self._find(vm_id)), f"state of {vm_id}", vm_id
+            )
         )
 
     # ------------------------------------------------------------------ guest agent
 
     def _running(self, vm_id: str) -> Located:
         located = self._find(vm_id)
-        if self._state(located) is not PowerState.RUNNING:
+        if domain_power_state(located) is not PowerState.RUNNING:
             raise VmNotRunning(f"domain {vm_id} does not run", vm_id=vm_id)
         return located
 
-    def _agent(self, located: Located, command: str, **arguments: Any) -> Any:
-        """The answer of one guest agent command (in a thread)."""
-        message: dict[str, Any] = {"execute": command}
-        if arguments:
-            message["arguments"] = arguments
-        try:
-            answer = libvirt_qemu.qemuAgentCommand(
-                located.domain, json.dumps(message), self.agent_timeout, 0
-            )
-        except libvirt.libvirtError as error:
-            code = error.get_error_code()
-            if code == libvirt.VIR_ERR_OPERATION_INVALID and self._state(located) is not (
-                PowerState.RUNNING
-            ):
-                raise VmNotRunning("the domain does not run") from None
-            if code in (libvirt.VIR_ERR_NO_DOMAIN,):
-                raise
-            raise AgentNotRunning(
-                f"the guest agent did not answer {command}: {error.get_error_message()}"
-            ) from None
-        return json.loads(answer).get("return")
-
     async def do_agent_ping(self, vm_id: str) -> bool:
-        def ping() -> bool:
-            located = self._running(vm_id)
-            try:
-                self._agent(located, "guest-ping")
-            except AgentNotRunning:
-                return False
-            return True
-
-        return await self._run(lambda: self._guard(ping, f"pinging the agent of {vm_id}", vm_id))
-
-    def _os(self, located: Located) -> tuple[str | None, OsType]:
-        info = self._agent(located, "guest-get-osinfo") or {}
-        os_id = str(info.get("id", "")).lower()
-        name = info.get("pretty-name") or info.get("name")
-        if os_id == "mswindows":
-            return name, OsType.WINDOWS
-        return name, OsType.LINUX if os_id or info.get("kernel-release") else OsType.OTHER
-
-    def _guest_info(self, vm_id: str) -> GuestInfo:
-        located = self._running(vm_id)
-        interfaces = self._agent(located, "guest-network-get-interfaces") or []
-        os_name, os_type = self._os(located)
-        try:
-            hostname = (self._agent(located, "guest-get-host-name") or {}).get("host-name")
-        except AgentNotRunning:
-            hostname = None
-        return GuestInfo(
-            addresses=guest_addresses(interfaces),
-            hostname=hostname,
-            os_name=os_name,
-            os_type=os_type,
+        return await self._run(
+            lambda: self._guard(
+                lambda: self.agent.answers(self._running(vm_id)),
+                f"pinging the agent of {vm_id}",
+                vm_id,
+            )
         )
 
     async def do_guest_info(self, vm_id: str) -> GuestInfo:
         return await self._run(
-            lambda: self._guard(lambda: self._guest_info(vm_id), f"asking {vm_id}'s agent", vm_id)
+            lambda: self._guard(
+                lambda: self.agent.info(self._running(vm_id)), f"asking {vm_id}'s agent", vm_id
+            )
         )
 
-    def _read_guest_file(self, located: Located, path: str) -> str:
-        handle = self._agent(located, "guest-file-open", path=path, mode="r")
-        try:
-            chunks = []
-            while True:
-                read = self._agent(located, "guest-file-read", handle=handle, count=65536)
-                chunks.append(base64.b64decode(read.get("buf-b64", "")))
-                if read.get("eof") or not read.get("count"):
-                    break
-            return b"".join(chunks).decode("utf-8", "replace").replace("\x00", "")
-        finally:
-            self._agent(located, "guest-file-close", handle=handle)
-
     async def do_windows_ready(self, vm_id: str) -> bool:
-        def ready() -> bool:
-            located = self._running(vm_id)
-            try:
-                _name, os_type = self._os(located)
-                if os_type is not OsType.WINDOWS:
-                    return True
-                return windows_setup_complete(self._read_guest_file(located, WINDOWS_STATE_FILE))
-            except AgentNotRunning:
-                return False
-
-        return await self._run(lambda: self._guard(ready, f"Windows readiness of {vm_id}", vm_id))
+        return await self._run(
+            lambda: self._guard(
+                lambda: self.agent.windows_ready(self._running(vm_id)),
+                f"Windows readiness of {vm_id}",
+                vm_id,
+            )
+        )
 
     # ------------------------------------------------------------------ desktop
 
@@ -843,12 +562,11 @@ class LibvirtDriver(HypervisorDriver):
         located = self._running(vm_id)
         wanted = protocol or DesktopProtocol.VNC
         try:
-            _name, os_type = self._os(located)
+            _name, os_type = self.agent.os(located)
         except AgentNotRunning:
             os_type = OsType.OTHER
         if os_type is OsType.WINDOWS or wanted is DesktopProtocol.RDP:
-            interfaces = self._agent(located, "guest-network-get-interfaces") or []
-            addresses = guest_addresses(interfaces)
+            addresses = self.agent.addresses(located)
             if not addresses:
                 raise AgentNotRunning(f"the guest {vm_id} reports no address yet", vm_id=vm_id)
             return DesktopEndpoint(
@@ -857,7 +575,7 @@ class LibvirtDriver(HypervisorDriver):
                 port=self.rdp_port,
                 parameters=self.rdp_parameters,
             )
-        facts = self._facts(located.domain, secure=True)
+        facts = clones.domain_facts(located.domain, secure=True)
         if facts.vnc is None or facts.vnc.port is None:
             raise OperationFailed(f"domain {vm_id} has no VNC display", vm_id=vm_id)
         host = facts.vnc.listen
@@ -878,4 +596,4 @@ class LibvirtDriver(HypervisorDriver):
         )
 
 
-__all__ = ["LibvirtDriver", "guest_addresses", "power_state_of", "windows_setup_complete"]
+__all__ = ["LibvirtDriver"]

@@ -7,7 +7,7 @@ import pytest
 from deskpool_driver_api import OsType, PowerState
 from deskpool_driver_libvirt import domain_xml
 from deskpool_driver_libvirt.domain_xml import VolumeRef, XmlProblem
-from deskpool_driver_libvirt.driver import guest_addresses, power_state_of, windows_setup_complete
+from deskpool_driver_libvirt.guest import guest_addresses, power_state_of, windows_setup_complete
 
 NS = domain_xml.NAMESPACE
 
