@@ -14,7 +14,8 @@ and, for what they no longer may keep: asks the gateway holding each such open s
 it (the disconnect request of an administrator's disconnect, reason ``access_revoked``: the
 tunnel closes with ``CLIENT_FORBIDDEN``, and its end logs the user off), and logs the user off a
 desktop they are logged on to without a tunnel (the pool's rule after log-off follows: a
-persistent desktop stays theirs, ``ready``; a non-persistent one is rebuilt). Each is audited
+persistent desktop stays theirs, ``ready``; a non-persistent one is rebuilt), and cancels a start
+on connect not yet handed over (:func:`deskpool.starts.cancel.cancel_start`). Each is audited
 under the actor of the change. Tokens not yet redeemed are refused by the gateway's redemption,
 which asks :func:`holdings` again (:meth:`deskpool.sessions.broker.PlatformSessionBroker.redeem`).
 """
@@ -39,6 +40,8 @@ from deskpool.sessions import store as sessions_store
 from deskpool.sessions.model import SessionRecord
 from deskpool.sessions.service import AuditOf, log_off, publish_disconnect
 from deskpool.sessions.tunnel import SessionEndReason
+from deskpool.starts import store as starts_store
+from deskpool.starts.cancel import cancel_start
 
 #: Why a desktop is logged off, in its ``desktop.logoff`` audit event.
 LOGOFF_REASON = "access revoked"
@@ -79,6 +82,8 @@ class Revocation:
 
     closing: list[SessionRecord] = field(default_factory=list)
     logged_off: list[Desktop] = field(default_factory=list)
+    #: Desktops whose pending start on connect was cancelled (released as the pool's rule says).
+    cancelled: list[Desktop] = field(default_factory=list)
 
 
 async def users_of_group(connection: asyncpg.Connection, group_id: uuid.UUID) -> list[uuid.UUID]:
@@ -143,6 +148,15 @@ async def revoke_lost_access(
         after = await log_off(connection, desktop.desktop_id, LOGOFF_REASON, audit)
         if after is not None:
             revocation.logged_off.append(after)
+    for start in await starts_store.pending_starts_of(connection, ids):
+        if held[start.user_id].keeps_desktop(start.pool_id):
+            continue
+        reason = str(SessionEndReason.ACCESS_REVOKED)
+        cancelled = await cancel_start(
+            connection, start.desktop_id, reason, audit, user_id=start.user_id
+        )
+        if cancelled is not None:
+            revocation.cancelled.append(cancelled)
     return revocation
 
 
@@ -150,5 +164,5 @@ async def announce(runtime: Runtime, revocation: Revocation) -> None:
     """After the commit: tell the gateways holding the sessions, publish the desktops' states."""
     for session in revocation.closing:
         await publish_disconnect(runtime, session)
-    for desktop in revocation.logged_off:
+    for desktop in [*revocation.logged_off, *revocation.cancelled]:
         await publish_desktop(runtime, desktop)

@@ -73,12 +73,14 @@ async def users_with_claim(db: Db, claim_value: str) -> list[uuid.UUID]:
 
 
 async def users_holding_desktops(db: Db) -> list[uuid.UUID]:
-    """Every user with an open session or a desktop in use."""
+    """Every user with an open session, a desktop in use or a pending start on connect."""
     rows = await db.fetch(
         """
         SELECT user_id AS id FROM desktop_sessions WHERE ended_at IS NULL
         UNION
         SELECT assigned_user FROM desktops WHERE state = 'in_use' AND assigned_user IS NOT NULL
+        UNION
+        SELECT user_id FROM desktop_starts WHERE powered_on_at IS NULL
         """
     )
     return [row["id"] for row in rows]

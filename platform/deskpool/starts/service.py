@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 import asyncpg
 
@@ -26,11 +27,14 @@ from deskpool.desktops import store as store_desktops
 from deskpool.desktops.states import Allocated
 from deskpool.events import AuditEvent
 from deskpool.pools.model import Desktop, DesktopState, Pool
+from deskpool.revocation.service import holding_of
 from deskpool.runtime import Runtime
 from deskpool.sessions import service as sessions
 from deskpool.sessions import store as session_store
 from deskpool.sessions.logons import LogonPhase
+from deskpool.sessions.tunnel import SessionEndReason
 from deskpool.starts import store
+from deskpool.starts.cancel import cancel_start
 from deskpool.starts.store import StaleStart
 
 log = logging.getLogger(__name__)
@@ -44,13 +48,29 @@ START_FAILED = "desktop_start_failed"
 START_ABANDONED = "start_abandoned"
 
 
+def _starts_audit(
+    action: str, resource_type: str, resource_id: str | None, details: dict[str, Any]
+) -> AuditEvent:
+    return AuditEvent(
+        action=action,
+        actor=STARTS_ACTOR,
+        resource_type=resource_type,
+        resource_id=resource_id,
+        outcome="success",
+        occurred_at=datetime.now(UTC),
+        details=details,
+    )
+
+
 async def hand_over(
     runtime: Runtime, connection: asyncpg.Connection, desktop: Desktop, pool: Pool
 ) -> Desktop:
     """Give a desktop that just became ready to the user it was started for, if any.
 
     Called in the transaction that recorded ``ready``, so nobody sees the desktop ready and
-    free in between. The logon waiting for it records ``powered_on``.
+    free in between. The logon waiting for it records ``powered_on``. A user who no longer may
+    use the pool's desktops is not handed it: the start is cancelled
+    (:func:`deskpool.starts.cancel.cancel_start`).
 
     :returns: the desktop after (``in_use``), or as it was when no start waits for it.
     """
@@ -60,6 +80,13 @@ async def hand_over(
     start = await store.start_of(connection, desktop.id, for_update=True)
     if start is None or str(start.user_id) != user or start.powered_on_at is not None:
         return desktop
+    # Access is read again (shared lock: a revocation committing now is seen, or waits): a
+    # start whose user lost it since is cancelled, not handed over.
+    if not (await holding_of(connection, start.user_id)).keeps_desktop(pool.id):
+        cancelled = await cancel_start(
+            connection, desktop.id, str(SessionEndReason.ACCESS_REVOKED), _starts_audit
+        )
+        return cancelled or desktop
     after = await store_desktops.apply_event(connection, desktop.id, Allocated(user), pool=pool)
     await store.mark_powered_on(connection, desktop.id)
     if start.logon_id is not None:

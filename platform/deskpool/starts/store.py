@@ -129,6 +129,19 @@ async def remove_start(connection: Db, desktop_id: uuid.UUID) -> StartRecord | N
     return await fetch_record(connection, _start, query, desktop_id)
 
 
+async def pending_starts_of(db: Db, user_ids: Collection[uuid.UUID]) -> list[StartRecord]:
+    """The starts of ``user_ids`` whose desktop was not handed over yet."""
+    rows = await db.fetch(
+        """
+        SELECT * FROM desktop_starts
+         WHERE user_id = ANY($1::uuid[]) AND powered_on_at IS NULL
+         ORDER BY desktop_id
+        """,
+        list(user_ids),
+    )
+    return [_start(row) for row in rows]
+
+
 @dataclass(frozen=True, slots=True)
 class StaleStart:
     """A start whose desktop is no longer on its way to the user, and why."""

@@ -30,7 +30,7 @@ from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.errors import InvalidCursor
 from deskpool.ids import parse_id
 from deskpool.pools.model import Desktop
-from deskpool.sessions import service, store
+from deskpool.sessions import logoff, service, store
 from deskpool.sessions.logons import PHASES, LogonPhase, LogonRecord
 from deskpool.sessions.model import (
     MAX_POLICY_SECONDS,
@@ -655,7 +655,7 @@ async def connect_my_desktop(call: Call) -> Reply:
 )
 async def log_off_my_desktop(call: Call) -> Reply:
     desktop_id = parse_id(call.path_param("desktop_id"), "desktop")
-    request = await service.log_off_my_desktop(
+    request = await logoff.log_off_my_desktop(
         call.runtime, call.caller, desktop_id, call.actor.audit_event
     )
     return Reply(
