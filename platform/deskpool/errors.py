@@ -13,9 +13,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from deskpool_driver_api.errors import DeskpoolError as DeskpoolError
+
+#: Where a problem's ``type`` points: this base and the error's ``code``.
+PROBLEM_TYPE_BASE = "https://deskpool.dev/problems/"
+
+
+def problem_document(error: DeskpoolError, instance: str, request_id: str) -> dict[str, Any]:
+    """The problem+json body (RFC 9457) for ``error``, about ``instance`` (the request path).
+
+    Here rather than in :mod:`deskpool.api.problems`, which answers with it, because the
+    runtime core's listener answers requests it could not read with it too, and the runtime
+    core never imports the API.
+    """
+    body: dict[str, Any] = {
+        "type": PROBLEM_TYPE_BASE + error.code,
+        "title": error.title,
+        "status": error.status,
+        "detail": error.detail,
+        "instance": instance,
+        "code": error.code,
+        "request_id": request_id,
+    }
+    body.update(error.extra)
+    return body
 
 
 @dataclass(frozen=True)

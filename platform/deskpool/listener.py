@@ -32,9 +32,8 @@ from aiohttp import web
 from aiohttp.http_exceptions import ContentEncodingError, HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestPayloadError
 
-from deskpool.api.problems import problem_document
 from deskpool.config import HostPort, Setting, SettingRegistry, parse_duration, parse_int
-from deskpool.errors import BadRequest, DeskpoolError, UnsupportedMediaType
+from deskpool.errors import BadRequest, DeskpoolError, UnsupportedMediaType, problem_document
 
 if TYPE_CHECKING:
     from deskpool.config import Config

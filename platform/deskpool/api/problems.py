@@ -33,13 +33,13 @@ from deskpool.errors import (
     NotFound,
     PayloadTooLarge,
     UnsupportedMediaType,
+    problem_document,
 )
 from deskpool.outages import RETRY_AFTER_SECONDS, outage_of
 
 log = logging.getLogger(__name__)
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
-PROBLEM_TYPE_BASE = "https://deskpool.dev/problems/"
 REQUEST_ID_KEY = web.RequestKey("request_id", str)
 
 
@@ -101,21 +101,6 @@ class ProblemSchema(Schema):
     limit = fields.Integer(metadata={"description": "The license limit reached."})
     in_use = fields.Integer(metadata={"description": "How many exist (license limits)."})
     edition = fields.String(metadata={"description": "The edition whose limits apply."})
-
-
-def problem_document(error: DeskpoolError, instance: str, request_id: str) -> dict[str, Any]:
-    """The problem+json body for ``error``, about ``instance`` (the request path)."""
-    body: dict[str, Any] = {
-        "type": PROBLEM_TYPE_BASE + error.code,
-        "title": error.title,
-        "status": error.status,
-        "detail": error.detail,
-        "instance": instance,
-        "code": error.code,
-        "request_id": request_id,
-    }
-    body.update(error.extra)
-    return body
 
 
 def problem_body(error: DeskpoolError, request: web.Request) -> dict[str, Any]:
