@@ -14,13 +14,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from deskpool.audit import record_audit_event
 from deskpool.events import AuditEvent, Outcome
-from deskpool.identity.principal import Principal
+
+if TYPE_CHECKING:
+    # A type only: identity's services record their changes through the actor, so the actor
+    # (a layer below identity, see tests/unit/test_layers.py) never imports identity at run time.
+    from deskpool.identity.principal import Principal
 
 #: The actor of changes the bootstrap settings make at startup.
 BOOTSTRAP = "system:bootstrap"

@@ -123,11 +123,6 @@ IO_MODULES = frozenset(
 
 #: Upward imports still in the code, each with why it is there and how it goes away.
 #: ``(importing module, imported module)``. Remove a line when its import is gone.
-_PRINCIPAL = "the actor carries identity's Principal; to go when the actor names it by type only"
-_JOB_SQL = (
-    "provisioning/store.py holds SQL on the jobs and periodic_tasks tables (unfinished_job), "
-    "which belongs in jobs/"
-)
 _REVOKE = (
     "a change of access ends what it took away in its own transaction (revoke_lost_access, "
     "holding_of); to be inverted: a handler the composition fills in"
@@ -138,7 +133,6 @@ _POOL_ADMIN = (
     "revocation; pool administration belongs in a package of its own above them (issue 35 §3-4 "
     "are rewriting pools/service.py now)"
 )
-_POOL_HEALTH = "the pool's health and summary are values of reconciliation/plan.py"
 _ORPHANS = "the orphan VM job forgets the orphan it deleted through the reconciliation's store"
 _BUILD_TEMPLATE = "provisioning clones the template a rollout names (rollouts.store.build_template)"
 _APPLY = (
@@ -158,15 +152,12 @@ _STARTS = (
 )
 
 KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    ("deskpool.actor", "deskpool.identity.principal"): _PRINCIPAL,
-    ("deskpool.desktops.jobs", "deskpool.provisioning.store"): _JOB_SQL,
     ("deskpool.identity.service", "deskpool.revocation.service"): _REVOKE,
     ("deskpool.pools.service", "deskpool.desktops.store"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.desktops.jobs"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.identity.rules"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.identity.refusals"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.reconciliation.jobs"): _POOL_ADMIN,
-    ("deskpool.pools.service", "deskpool.reconciliation.plan"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.reconciliation.store_orphans"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.revocation.service"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.rollouts.store"): _POOL_ADMIN,
@@ -174,7 +165,6 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {
     ("deskpool.pools.service", "deskpool.sessions.service"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.sessions.model"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.starts.store"): _POOL_ADMIN,
-    ("deskpool.pools.store", "deskpool.reconciliation.plan"): _POOL_HEALTH,
     ("deskpool.provisioning.handlers", "deskpool.reconciliation.store_orphans"): _ORPHANS,
     ("deskpool.provisioning.steps", "deskpool.rollouts.store"): _BUILD_TEMPLATE,
     ("deskpool.rollouts.service", "deskpool.reconciliation.jobs"): _APPLY,

@@ -36,9 +36,8 @@ from typing import Any
 import asyncpg
 
 from deskpool.jobs.model import Job
-from deskpool.jobs.queue import enqueue
+from deskpool.jobs.queue import enqueue, unfinished_job
 from deskpool.pools.model import Desktop, DesktopState
-from deskpool.provisioning.store import unfinished_job
 
 S = DesktopState
 

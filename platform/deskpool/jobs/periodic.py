@@ -204,3 +204,26 @@ async def finish_run(
         error,
     )
     return bool(done)
+
+
+async def hold_periodic_run(connection: asyncpg.Connection, name: str, fence: int) -> None:
+    """Fence the caller's open transaction with the lease of the periodic run ``fence``.
+
+    The task's row is share-locked until the transaction ends, so another worker cannot take
+    the task over (its claim updates the row) before the transaction's effects are committed.
+
+    :raises LeaseLost: the run no longer holds the task; the transaction must not commit.
+    """
+    if not connection.is_in_transaction():
+        raise RuntimeError("hold_periodic_run must run inside the transaction it protects")
+    held = await connection.fetchval(
+        """
+        SELECT true FROM periodic_tasks
+         WHERE name = $1 AND fence = $2 AND lease_expires_at IS NOT NULL
+           FOR SHARE
+        """,
+        name,
+        fence,
+    )
+    if not held:
+        raise LeaseLost(f"periodic task {name} is no longer held by run {fence}")

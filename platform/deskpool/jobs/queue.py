@@ -11,7 +11,7 @@ it holds, so a result from a worker whose lease was reclaimed is rejected: :func
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -542,3 +542,28 @@ async def cancel_queued(connection: asyncpg.Connection, job_id: int) -> Job | No
         job_id,
     )
     return Job.from_record(row) if row is not None else None
+
+
+async def unfinished_job(
+    connection: asyncpg.Connection,
+    kind: str,
+    resource_type: str,
+    resource_id: str,
+    *,
+    states: Collection[JobState] = (JobState.QUEUED, JobState.RUNNING),
+) -> Job | None:
+    """The newest job of ``kind`` for the resource in one of ``states``, if there is one."""
+    job_id = await connection.fetchval(
+        """
+        SELECT id FROM jobs
+         WHERE resource_type = $1 AND resource_id = $2 AND kind = $3
+           AND state = ANY($4::text[])
+         ORDER BY id DESC
+         LIMIT 1
+        """,
+        resource_type,
+        resource_id,
+        kind,
+        [str(state) for state in states],
+    )
+    return None if job_id is None else await get_job(connection, job_id)

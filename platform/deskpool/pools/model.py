@@ -8,9 +8,11 @@ records deskpool owns (pools, desktops, clusters) and strings for what the hyper
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from types import MappingProxyType
 from uuid import UUID
 
 from deskpool.errors import FieldError
@@ -200,6 +202,69 @@ class ObservedVm:
     def is_tagged(self) -> bool:
         """Whether deskpool created this VM (it carries a desktop or pool tag)."""
         return self.desktop_id is not None or self.pool_id is not None
+
+
+# --------------------------------------------------------------------------- summaries
+
+
+class HealthStatus(StrEnum):
+    """How well a pool is doing."""
+
+    #: Nothing is wrong.
+    HEALTHY = "healthy"
+    #: Something needs attention; the pool still serves users.
+    DEGRADED = "degraded"
+    #: Desktops fail and none is usable.
+    FAILING = "failing"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolHealth:
+    """A pool's health and, when it is not healthy, why (one sentence per cause)."""
+
+    status: HealthStatus
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSummary:
+    """Desktop counts of a pool.
+
+    :ivar by_state: the number of desktops in each state; every state is present.
+    :ivar available: desktops that can be handed to a new user now.
+    :ivar by_template: the number of desktops built from each template (desktops not built
+        yet are not counted).
+    """
+
+    total: int
+    by_state: Mapping[DesktopState, int]
+    assigned: int
+    in_session: int
+    available: int
+    by_template: Mapping[str, int] = field(default_factory=dict)
+
+
+def summarize(desktops: Iterable[Desktop]) -> PoolSummary:
+    """Count ``desktops`` by state, and those assigned, in a session and available."""
+    by_state = dict.fromkeys(DesktopState, 0)
+    by_template: dict[str, int] = {}
+    total = assigned = in_session = available = 0
+    for desktop in desktops:
+        total += 1
+        by_state[desktop.state] += 1
+        if desktop.template is not None:
+            by_template[desktop.template] = by_template.get(desktop.template, 0) + 1
+        assigned += desktop.assigned_user is not None
+        in_session += desktop.in_session
+        available += desktop.is_available
+    return PoolSummary(
+        total=total,
+        by_state=MappingProxyType(by_state),
+        assigned=assigned,
+        in_session=in_session,
+        available=available,
+        by_template=MappingProxyType(by_template),
+    )
 
 
 def validate_pool(pool: Pool) -> list[FieldError]:

@@ -49,6 +49,7 @@ from deskpool.pools.model import (
     Pool,
     PoolKind,
     PoolState,
+    PoolSummary,
     validate_pool,
     validate_pool_change,
 )
@@ -63,7 +64,6 @@ from deskpool.pools.store_entitlements import (
     entitlement_cursor as entitlement_cursor,
 )
 from deskpool.reconciliation.jobs import enqueue_pool_reconcile
-from deskpool.reconciliation.plan import PoolSummary
 from deskpool.reconciliation.store_orphans import OrphanRecord, list_orphans, lock_orphan
 from deskpool.revocation.service import announce, revoke_lost_access, users_of_group
 from deskpool.rollouts import store as rollout_store

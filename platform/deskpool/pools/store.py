@@ -38,12 +38,14 @@ from deskpool.pools.errors import PoolNameTaken, PoolNotEmpty
 from deskpool.pools.model import (
     CloneMode,
     DesktopState,
+    HealthStatus,
     OsType,
     Pool,
+    PoolHealth,
     PoolKind,
     PoolState,
+    PoolSummary,
 )
-from deskpool.reconciliation.plan import HealthStatus, PoolHealth, PoolSummary
 from deskpool.secrets import OwnedSecret, SecretMetadata
 
 #: A pool's domain-join password, sealed under the pool's id (:meth:`OwnedSecret.put`; a

@@ -6,11 +6,10 @@
   the desktop is still what the decision was made from, and only then apply the event to the
   row they locked (:func:`deskpool.desktops.store.apply_event_to_locked`, the pure state
   machine). ``None`` means "changed meanwhile: decide again", never an error.
-- *Fencing of periodic runs.* :func:`hold_periodic_run` is to a reconciliation run what
-  :meth:`deskpool.jobs.JobContext.hold_lease` is to a job: called inside a transaction, it
-  lets the transaction commit only while the run still holds its lease.
-- *Jobs of a resource.* :func:`unfinished_job` finds a queued or running job of a kind for a
-  resource, so work without a natural generation (powering on) is not enqueued twice.
+
+The fencing of a periodic run (:func:`deskpool.jobs.periodic.hold_periodic_run`) and the
+unfinished job of a resource (:func:`deskpool.jobs.queue.unfinished_job`) are SQL on the
+``periodic_tasks`` and ``jobs`` tables: they are in ``jobs/``.
 """
 
 from __future__ import annotations
@@ -23,8 +22,6 @@ import asyncpg
 
 from deskpool.desktops.states import DesktopEvent
 from deskpool.desktops.store import apply_event_to_locked, get_desktop
-from deskpool.jobs.model import Job, JobState, LeaseLost
-from deskpool.jobs.queue import get_job
 from deskpool.pools.model import Desktop, DesktopState, Pool
 
 
@@ -72,54 +69,6 @@ async def apply_event_in_state(
         if current is None or current.state not in states:
             return None
         return await apply_event_to_locked(connection, current, event, now, pool=pool)
-
-
-async def hold_periodic_run(connection: asyncpg.Connection, name: str, fence: int) -> None:
-    """Fence the caller's open transaction with the lease of the periodic run ``fence``.
-
-    The task's row is share-locked until the transaction ends, so another worker cannot take
-    the task over (its claim updates the row) before the transaction's effects are committed.
-
-    :raises LeaseLost: the run no longer holds the task; the transaction must not commit.
-    """
-    if not connection.is_in_transaction():
-        raise RuntimeError("hold_periodic_run must run inside the transaction it protects")
-    held = await connection.fetchval(
-        """
-        SELECT true FROM periodic_tasks
-         WHERE name = $1 AND fence = $2 AND lease_expires_at IS NOT NULL
-           FOR SHARE
-        """,
-        name,
-        fence,
-    )
-    if not held:
-        raise LeaseLost(f"periodic task {name} is no longer held by run {fence}")
-
-
-async def unfinished_job(
-    connection: asyncpg.Connection,
-    kind: str,
-    resource_type: str,
-    resource_id: str,
-    *,
-    states: Collection[JobState] = (JobState.QUEUED, JobState.RUNNING),
-) -> Job | None:
-    """The newest job of ``kind`` for the resource in one of ``states``, if there is one."""
-    job_id = await connection.fetchval(
-        """
-        SELECT id FROM jobs
-         WHERE resource_type = $1 AND resource_id = $2 AND kind = $3
-           AND state = ANY($4::text[])
-         ORDER BY id DESC
-         LIMIT 1
-        """,
-        resource_type,
-        resource_id,
-        kind,
-        [str(state) for state in states],
-    )
-    return None if job_id is None else await get_job(connection, job_id)
 
 
 async def vm_is_recorded(connection: asyncpg.Connection, cluster_id: uuid.UUID, vm_id: str) -> bool:

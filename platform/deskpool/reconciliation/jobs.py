@@ -20,9 +20,8 @@ import asyncpg
 
 from deskpool.jobs.context import JobContext
 from deskpool.jobs.model import Job, JobKind, JobState, PermanentJobFailure
-from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
-from deskpool.jobs.queue import enqueue
-from deskpool.provisioning.store import hold_periodic_run, unfinished_job
+from deskpool.jobs.periodic import PeriodicContext, PeriodicTask, hold_periodic_run
+from deskpool.jobs.queue import enqueue, unfinished_job
 
 if TYPE_CHECKING:
     from deskpool.reconciliation.reconciler import PoolReconcilerService

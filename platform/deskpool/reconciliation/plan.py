@@ -12,11 +12,8 @@ on a desktop's record is applied through :func:`desktop_event` and the transitio
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import StrEnum
-from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 from uuid import UUID
 
@@ -30,7 +27,14 @@ from deskpool.desktops.states import (
     Replace,
     Retry,
 )
+
+# A pool's health and desktop counts are the pool's values (its store keeps them); a plan names
+# them, so they are re-exported here.
 from deskpool.pools.model import Desktop, DesktopState
+from deskpool.pools.model import HealthStatus as HealthStatus
+from deskpool.pools.model import PoolHealth as PoolHealth
+from deskpool.pools.model import PoolSummary as PoolSummary
+from deskpool.pools.model import summarize as summarize
 
 if TYPE_CHECKING:
     from deskpool.config import Config
@@ -275,69 +279,6 @@ def desktop_event(action: Action) -> DesktopEvent | None:
             return Failed(error)
         case CreateDesktop() | PowerOn() | ReportOrphan() | DeleteOrphanVm():
             return None
-
-
-# --------------------------------------------------------------------------- summaries
-
-
-class HealthStatus(StrEnum):
-    """How well a pool is doing."""
-
-    #: Nothing is wrong.
-    HEALTHY = "healthy"
-    #: Something needs attention; the pool still serves users.
-    DEGRADED = "degraded"
-    #: Desktops fail and none is usable.
-    FAILING = "failing"
-
-
-@dataclass(frozen=True, slots=True)
-class PoolHealth:
-    """A pool's health and, when it is not healthy, why (one sentence per cause)."""
-
-    status: HealthStatus
-    reasons: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class PoolSummary:
-    """Desktop counts of a pool.
-
-    :ivar by_state: the number of desktops in each state; every state is present.
-    :ivar available: desktops that can be handed to a new user now.
-    :ivar by_template: the number of desktops built from each template (desktops not built
-        yet are not counted).
-    """
-
-    total: int
-    by_state: Mapping[DesktopState, int]
-    assigned: int
-    in_session: int
-    available: int
-    by_template: Mapping[str, int] = field(default_factory=dict)
-
-
-def summarize(desktops: Iterable[Desktop]) -> PoolSummary:
-    """Count ``desktops`` by state, and those assigned, in a session and available."""
-    by_state = dict.fromkeys(DesktopState, 0)
-    by_template: dict[str, int] = {}
-    total = assigned = in_session = available = 0
-    for desktop in desktops:
-        total += 1
-        by_state[desktop.state] += 1
-        if desktop.template is not None:
-            by_template[desktop.template] = by_template.get(desktop.template, 0) + 1
-        assigned += desktop.assigned_user is not None
-        in_session += desktop.in_session
-        available += desktop.is_available
-    return PoolSummary(
-        total=total,
-        by_state=MappingProxyType(by_state),
-        assigned=assigned,
-        in_session=in_session,
-        available=available,
-        by_template=MappingProxyType(by_template),
-    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,7 +75,7 @@ from deskpool.desktops.states import IllegalTransition
 from deskpool.desktops.store import insert_desktops
 from deskpool.errors import NotFound
 from deskpool.events import AuditEvent
-from deskpool.jobs.periodic import PeriodicContext
+from deskpool.jobs.periodic import PeriodicContext, hold_periodic_run
 from deskpool.licensing.service import cap_desktops
 from deskpool.live.model import LiveEvent
 from deskpool.live.publishers import publish
@@ -84,7 +84,7 @@ from deskpool.notices.service import Delivery, deliver
 from deskpool.pools.errors import DesktopNameTaken
 from deskpool.pools.model import Desktop, ObservedVm, Pool, PoolState
 from deskpool.pools.store import get_pool
-from deskpool.provisioning.store import apply_event_if_unchanged, hold_periodic_run
+from deskpool.provisioning.store import apply_event_if_unchanged
 from deskpool.reconciliation.cluster_vms import list_clusters, unowned_vms
 from deskpool.reconciliation.events import action_event, unowned_event
 from deskpool.reconciliation.metrics import PoolReconcileMetrics

@@ -18,10 +18,17 @@ from deskpool.desktops.states import Cloned, Delete, IllegalTransition, Started
 from deskpool.errors import ValidationFailed
 from deskpool.pools import errors, store_entitlements
 from deskpool.pools import store as store_pools
-from deskpool.pools.model import DesktopState, ObservedVm, PoolKind, PoolState, PowerState
+from deskpool.pools.model import (
+    DesktopState,
+    HealthStatus,
+    ObservedVm,
+    PoolHealth,
+    PoolKind,
+    PoolState,
+    PowerState,
+)
 from deskpool.reconciliation import store as store_reconcile
 from deskpool.reconciliation import store_orphans
-from deskpool.reconciliation.plan import HealthStatus, PoolHealth
 
 S = DesktopState
 

@@ -74,10 +74,10 @@ from deskpool.pools.model import (
     DesktopState,
     Pool,
     PoolState,
+    PoolSummary,
 )
 from deskpool.pools.store import PoolRecord
 from deskpool.pools.store_entitlements import Entitlement, SubjectType
-from deskpool.reconciliation.plan import PoolSummary
 from deskpool.sessions import service as sessions
 from deskpool.sessions.model import DEFAULT_POLICY, SessionPolicy
 
