@@ -12,13 +12,15 @@ Every gateway process builds one (:func:`broker_factory`) and calls it for each 
 - :meth:`~PlatformSessionBroker.session_ended` closes the record, corrects ``in_session``,
   records ``session.end``, and applies the pool's after-disconnect policy;
 - :meth:`~PlatformSessionBroker.disconnect_requests` yields the sessions someone asked to
-  close: published on the gateway's Redis channel, and polled from the database so a request
-  made while Redis was away is not lost.
+  close: published on the gateway's Redis channel, and polled from the database on a timer of
+  its own, so a request made while Redis is away (stopped, or not answering) still arrives
+  within :data:`DISCONNECT_POLL_INTERVAL` seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
@@ -375,24 +377,88 @@ class PlatformSessionBroker:
             await store.drop_lease(connection, gateway_id)
 
     async def disconnect_requests(self, gateway_id: str) -> AsyncIterator[DisconnectRequest]:
-        """Sessions of this gateway someone asked to close (a session may come more than once)."""
+        """Sessions of this gateway someone asked to close (a session may come more than once).
+
+        Two sources, each on its own task so that neither waits on the other: the database,
+        read every :data:`DISCONNECT_POLL_INTERVAL` seconds whether or not Redis answers (and
+        at once when the Redis subscription comes back, for what was published meanwhile),
+        and the gateway's Redis channel, for a request the moment it is made.
+        """
+        requests: asyncio.Queue[DisconnectRequest] = asyncio.Queue()
+        poll_now = asyncio.Event()
+        tasks = [
+            asyncio.create_task(
+                self._poll_disconnects(gateway_id, requests, poll_now),
+                name=f"disconnects-poll-{gateway_id}",
+            ),
+            asyncio.create_task(
+                self._listen_disconnects(gateway_id, requests, poll_now),
+                name=f"disconnects-listen-{gateway_id}",
+            ),
+        ]
+        try:
+            while True:
+                yield await requests.get()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _poll_disconnects(
+        self,
+        gateway_id: str,
+        requests: asyncio.Queue[DisconnectRequest],
+        poll_now: asyncio.Event,
+    ) -> None:
+        """Read the pending requests from the database on a timer of its own."""
+        while True:
+            poll_now.clear()
+            try:
+                pending = await store.pending_disconnects(self.runtime.db, gateway_id)
+            except _DATABASE_ERRORS as error:
+                log.warning("disconnect requests of %s: %s; polling again", gateway_id, error)
+            else:
+                for session_id, reason in pending:
+                    requests.put_nowait(DisconnectRequest(session_id, _end_reason(reason)))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(DISCONNECT_POLL_INTERVAL):
+                    await poll_now.wait()
+
+    async def _listen_disconnects(
+        self,
+        gateway_id: str,
+        requests: asyncio.Queue[DisconnectRequest],
+        poll_now: asyncio.Event,
+    ) -> None:
+        """Hear the requests published on the gateway's channel; resubscribe when Redis fails."""
         channel = disconnect_channel(gateway_id)
+        lost = False
         while True:
             try:
                 async with subscription(self.runtime.kv, channel) as pubsub:
+                    if lost:
+                        # Requests published while the subscription was away are in the
+                        # database: read them now rather than at the next poll.
+                        lost = False
+                        poll_now.set()
                     while True:
-                        pending = await store.pending_disconnects(self.runtime.db, gateway_id)
-                        for session_id, reason in pending:
-                            yield DisconnectRequest(session_id, _end_reason(reason))
                         message = await pubsub.get_message(
                             ignore_subscribe_messages=True, timeout=DISCONNECT_POLL_INTERVAL
                         )
                         if message is not None:
                             requested = _disconnect_request(message.get("data"))
                             if requested is not None:
-                                yield requested
-            except (RedisError, *_DATABASE_ERRORS) as error:
-                log.warning("disconnect requests of %s: %s; retrying", gateway_id, error)
+                                requests.put_nowait(requested)
+            except (RedisError, OSError) as error:
+                if not lost:
+                    log.warning(
+                        "disconnect requests of %s: Redis failed (%s); the database is still "
+                        "polled every %.0f s, resubscribing",
+                        gateway_id,
+                        error,
+                        DISCONNECT_POLL_INTERVAL,
+                    )
+                lost = True
                 await asyncio.sleep(1.0)
 
 
