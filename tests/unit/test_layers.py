@@ -153,6 +153,8 @@ _STARTS = (
 
 KNOWN_UPWARD: dict[tuple[str, str], str] = {
     ("deskpool.identity.service", "deskpool.revocation.service"): _REVOKE,
+    ("deskpool.identity.changes", "deskpool.revocation.service"): _REVOKE,
+    ("deskpool.identity.user_state", "deskpool.revocation.service"): _REVOKE,
     ("deskpool.pools.service", "deskpool.desktops.store"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.desktops.jobs"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.identity.rules"): _POOL_ADMIN,

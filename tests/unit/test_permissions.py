@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from deskpool.identity.rules import EscalationDenied, check_escalation, conferred_by_grants
+from deskpool.identity.rules import (
+    EscalationDenied,
+    OutranksActor,
+    check_escalation,
+    check_holds_all,
+    conferred_by_grants,
+)
 from deskpool.permissions import (
     NO_PERMISSIONS,
     PLATFORM_ADMIN,
@@ -265,3 +271,19 @@ def test_schedules_permissions_are_escalation_checked_like_any_other() -> None:
     assert {"schedules:read", "schedules:manage"} <= set(denied.value.missing)
     holder = resolve_permissions([Grant.of_permission("schedules:manage")], [], roles)
     check_escalation(holder, {"schedules:read", "schedules:manage"}, "grant schedules")
+
+
+def test_disabling_or_enabling_needs_everything_the_user_holds() -> None:
+    users_manager = resolve_permissions([Grant.of_permission("users:manage")], (), builtin_roles())
+    admin = resolve_permissions([Grant.of_role("platform_admin")], (), builtin_roles())
+    with pytest.raises(OutranksActor) as refused:
+        check_holds_all(users_manager, {"platform:admin"}, "enable this user", "users")
+    assert refused.value.missing == ["platform:admin"]
+    assert refused.value.code == "escalation_denied"
+    assert "platform:admin" in refused.value.detail
+    with pytest.raises(OutranksActor) as refused:
+        check_holds_all(users_manager, {"pools:manage", "users:read"}, "disable it", "users")
+    assert refused.value.missing == ["pools:manage"]  # users:read is implied by users:manage
+    check_holds_all(users_manager, {"users:read"}, "disable it", "users")
+    check_holds_all(users_manager, set(), "disable it", "users")
+    check_holds_all(admin, {"platform:admin", "pools:manage"}, "enable this user", "users")

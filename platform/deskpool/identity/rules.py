@@ -15,8 +15,14 @@ confers ``pools:manage`` on top of what it confers otherwise: a holder of ``grou
 ``roles:manage`` alone cannot give a desktop to anyone, themselves included. A role change
 that gives pool access gives ``pools:manage`` itself, so it is covered by the rule above.
 
+**Nobody disables or enables someone who holds more.** Disabling or enabling a user is
+allowed only to a caller holding everything the user holds, by every route, as of the user's
+last sign-in: direct grants, groups by membership or by a bound group claim, roles of the
+roles claim, and ``pools:manage`` when the user is entitled to a pool by any of these. So a
+holder of ``platform:admin`` by any route is disabled or enabled only by a platform admin.
+
 **Only a platform admin takes from a platform admin.** Disabling a user who holds
-``platform:admin`` through the database, removing them from a group, revoking any grant they
+``platform:admin`` (as above), removing them from a group, revoking any grant they
 (or a group they are a member of) hold, deleting such a group, changing or deleting a role
 they hold or that carries ``platform:admin``, or deleting a claim binding to a group that
 carries it, requires ``platform:admin``: 403 ``escalation_denied`` naming it.
@@ -27,7 +33,8 @@ member of) is refused with 409 ``last_platform_admin``. Admins by an OIDC claim 
 binding, a roles claim) are not counted: they exist only while the identity provider says so.
 Nobody can disable their own account (409 ``cannot_disable_self``).
 
-No I/O happens here; :mod:`deskpool.identity.service` loads what these functions decide on.
+No I/O happens here; :mod:`deskpool.identity.service` and :mod:`deskpool.identity.user_state`
+load what these functions decide on.
 """
 
 from __future__ import annotations
@@ -79,6 +86,22 @@ class AdminProtected(EscalationDenied):
         )
         self.missing = [PLATFORM_ADMIN]
         self.resource_type = resource_type
+
+
+class OutranksActor(EscalationDenied):
+    """The user to disable or enable holds what the caller does not."""
+
+    def __init__(self, missing: Iterable[str], what: str, resource_type: str) -> None:
+        self.missing = sorted(set(missing))
+        self.resource_type = resource_type
+        names = ", ".join(self.missing)
+        Forbidden.__init__(
+            self,
+            f"You cannot {what}: the user holds {names} (by a grant, a group or a group claim "
+            f"of their last sign-in), which you do not hold. Only a holder of everything a user "
+            f"holds may disable or enable them.",
+            extra={"missing_permissions": self.missing},
+        )
 
 
 class LastPlatformAdmin(Conflict):
@@ -159,6 +182,21 @@ def check_escalation(
     missing = missing_permissions(held, conferred)
     if missing:
         raise EscalationDenied(missing, what, resource_type)
+
+
+def check_holds_all(
+    held: EffectivePermissions, holds: Iterable[str], what: str, resource_type: str
+) -> None:
+    """Refuse to disable or enable a user who holds what the caller does not.
+
+    :param held: what the caller holds.
+    :param holds: what the user holds by every route (``pools:manage`` for a pool entitlement).
+    :raises OutranksActor: naming what the caller lacks (``platform:admin`` for a platform
+        admin, since only it holds ``platform:admin``).
+    """
+    missing = missing_permissions(held, holds)
+    if missing:
+        raise OutranksActor(missing, what, resource_type)
 
 
 def check_takes_from_admin(

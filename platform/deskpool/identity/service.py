@@ -1,4 +1,4 @@
-"""Access administration, one function per use case: users, groups, roles, grants, bindings.
+"""Access administration, one function per use case: groups, roles, grants, bindings.
 
 Each change validates, checks the rules of :mod:`deskpool.identity.rules` (nobody hands out
 more than they hold; the instance keeps an enabled platform admin), changes, and records its
@@ -7,13 +7,14 @@ told to drop the principals it cached. A change that takes access away (disablin
 removing a membership, a grant, a role's permission, a binding) also ends, in that
 transaction, the sessions and desktops it no longer allows (:mod:`deskpool.revocation`). The
 API, the command line and plugins call these same functions, so each rule lives here once.
+Users are listed, enabled and disabled in :mod:`deskpool.identity.user_state`; what every
+change shares (its transaction, the rules' checks) is in :mod:`deskpool.identity.changes`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,12 +23,14 @@ import asyncpg
 from deskpool.actor import Actor
 from deskpool.errors import Conflict, FieldError, NotFound, ValidationFailed, found
 from deskpool.identity import rules, store, store_roles
-from deskpool.identity.authenticator import identity_changed
-from deskpool.identity.refusals import audited_refusals
-from deskpool.identity.sign_in import resolve_effective
+from deskpool.identity.changes import changing as _changing
+from deskpool.identity.changes import check_escalation as _check_escalation
+from deskpool.identity.changes import check_takes_from_admin as _check_takes_from_admin
+from deskpool.identity.changes import group_confers as _group_confers
+from deskpool.identity.changes import keeping_an_admin as _keeping_an_admin
+from deskpool.identity.changes import revoke as _revoke
 from deskpool.permissions import (
     PLATFORM_ADMIN,
-    EffectivePermissions,
     PermissionCatalog,
     Role,
     builtin_roles,
@@ -38,173 +41,13 @@ from deskpool.pools.store_entitlements import (
     revoke_subject_entitlements,
 )
 from deskpool.revocation.service import (
-    Revocation,
     announce,
-    revoke_lost_access,
     users_of_group,
     users_with_claim,
 )
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime
-
-
-@contextlib.asynccontextmanager
-async def _changing(runtime: Runtime, actor: Actor) -> AsyncIterator[asyncpg.Connection]:
-    """A transaction holding the identity lock; announces the change once committed.
-
-    A change refused by the escalation rule is rolled back, then recorded as a denied
-    ``access.escalation_denied`` event in a transaction of its own.
-    """
-    async with (
-        audited_refusals(runtime, actor),
-        runtime.db.acquire() as connection,
-        connection.transaction(),
-    ):
-        await store.lock_identity(connection)
-        yield connection
-    await identity_changed(runtime)
-
-
-async def _held(connection: asyncpg.Connection, actor: Actor) -> EffectivePermissions | None:
-    """What the actor holds now (``None``: the operator's own instructions, not limited)."""
-    principal = actor.principal
-    if principal is None:
-        return None
-    _, effective = await resolve_effective(
-        connection, principal.id, principal.claimed_groups, principal.claimed_roles
-    )
-    return effective
-
-
-async def _check_escalation(
-    connection: asyncpg.Connection,
-    actor: Actor,
-    conferred: frozenset[str],
-    what: str,
-    resource_type: str = "roles",
-) -> None:
-    if conferred:
-        held = await _held(connection, actor)
-        rules.check_escalation(held, conferred, what, resource_type)
-
-
-async def _check_takes_from_admin(
-    connection: asyncpg.Connection,
-    actor: Actor,
-    what: str,
-    resource_type: str,
-    *,
-    users: Sequence[uuid.UUID] = (),
-    groups: Sequence[uuid.UUID] = (),
-    role_key: str | None = None,
-    carries_admin: bool = False,
-) -> None:
-    """Refuse a change that takes from a holder of ``platform:admin`` unless the actor is one.
-
-    Called before the change: afterwards, the holder may hold it no more.
-    """
-    held = await _held(connection, actor)
-    if held is None or held.is_platform_admin:
-        return
-    concerned = carries_admin
-    if not concerned:
-        roles = await store_roles.role_definitions(connection)
-        concerned = await store_roles.concerns_admin(
-            connection, rules.admin_role_keys(roles), users=users, groups=groups, role_key=role_key
-        )
-    rules.check_takes_from_admin(held, concerned, what, resource_type)
-
-
-async def _admins(connection: asyncpg.Connection) -> int:
-    roles = await store_roles.role_definitions(connection)
-    return await store_roles.count_enabled_admins(connection, rules.admin_role_keys(roles))
-
-
-@contextlib.asynccontextmanager
-async def _keeping_an_admin(connection: asyncpg.Connection, what: str) -> AsyncIterator[None]:
-    """Refuse (and roll back) the enclosed change if it leaves no enabled platform admin."""
-    before = await _admins(connection)
-    yield
-    rules.check_admins_remain(before, await _admins(connection), what)
-
-
-async def _revoke(
-    connection: asyncpg.Connection, actor: Actor, users: list[uuid.UUID] | None
-) -> Revocation:
-    """End what the change took away from ``users`` (``None``: anyone holding a desktop)."""
-    return await revoke_lost_access(connection, actor.audit_event, users)
-
-
-async def _group_confers(connection: asyncpg.Connection, group_id: uuid.UUID) -> frozenset[str]:
-    roles = await store_roles.role_definitions(connection)
-    return rules.conferred_by_grants(await store_roles.group_grants(connection, group_id), roles)
-
-
-# ------------------------------------------------------------------------------------ users
-
-
-async def list_users(
-    db: asyncpg.Pool,
-    *,
-    after: uuid.UUID | None,
-    text: str | None,
-    disabled: bool | None,
-    limit: int,
-) -> list[dict[str, Any]]:
-    """Up to ``limit`` users by id after ``after``, filtered by ``text`` and ``disabled``."""
-    async with db.acquire() as connection:
-        return await store.list_users(
-            connection, after=after, text=text, disabled=disabled, limit=limit
-        )
-
-
-async def get_user(db: asyncpg.Pool, user_id: uuid.UUID) -> dict[str, Any]:
-    """One user. :raises NotFound: no such user."""
-    async with db.acquire() as connection:
-        user = found(await store.get_user(connection, user_id), "user", user_id)
-    return user
-
-
-async def set_user_disabled(
-    runtime: Runtime, actor: Actor, user_id: uuid.UUID, disabled: bool
-) -> dict[str, Any]:
-    """Disable or enable a user.
-
-    :raises NotFound: no such user.
-    :raises CannotDisableSelf: the actor disables itself.
-    :raises LastPlatformAdmin: disabling the last enabled platform admin.
-    :raises EscalationDenied: enabling a user who holds what the actor does not (``pools:manage``
-        when the user is entitled to a pool, directly or through a group); disabling a platform
-        admin when the actor is none.
-    """
-    if disabled and actor.principal is not None and actor.principal.id == str(user_id):
-        raise rules.CannotDisableSelf()
-    async with _changing(runtime, actor) as connection:
-        current = found(await store.get_user(connection, user_id), "user", user_id)
-        if disabled and not current["disabled"]:
-            await _check_takes_from_admin(
-                connection, actor, "disable this user", "users", users=[user_id]
-            )
-        if not disabled and current["disabled"]:
-            group_ids = await store.member_group_ids(connection, user_id)
-            user_grants, group_grants = await store_roles.grants_of(
-                connection, str(user_id), group_ids
-            )
-            roles = await store_roles.role_definitions(connection)
-            conferred = rules.with_pool_access(
-                rules.conferred_by_grants([*user_grants, *group_grants], roles),
-                await entitled_anywhere(connection, user_id, group_ids),
-            )
-            await _check_escalation(connection, actor, conferred, "enable this user", "users")
-        async with _keeping_an_admin(connection, "disable this user"):
-            user = await store.set_user_disabled(connection, user_id, disabled)
-        assert user is not None
-        action = "user.disable" if disabled else "user.enable"
-        await actor.record(connection, action, "users", str(user_id))
-        revoked = await _revoke(connection, actor, [user_id] if disabled else [])
-    await announce(runtime, revoked)
-    return user
 
 
 # ----------------------------------------------------------------------------------- groups

@@ -4,7 +4,7 @@ The services that take access away call :func:`revoke_lost_access` inside their 
 (after the change, before the commit) with the users the change may concern, then
 :func:`announce` once committed:
 
-- disabling a user (:func:`deskpool.identity.service.set_user_disabled`);
+- disabling a user (:func:`deskpool.identity.user_state.set_user_disabled`);
 - removing a group member, deleting a group, a grant, a role's permission, a role, or an OIDC
   group claim binding (:mod:`deskpool.identity.service`);
 - revoking a pool entitlement (:func:`deskpool.pools.service.revoke_entitlement`).

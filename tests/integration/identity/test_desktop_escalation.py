@@ -103,7 +103,7 @@ async def test_a_roles_manager_cannot_bind_a_claim_to_an_entitled_group(
     assert await may_use(directory, nobody, pool)
 
 
-async def test_enabling_a_user_entitled_to_a_pool_needs_pools_manage(
+async def test_enabling_or_disabling_a_user_entitled_to_a_pool_needs_pools_manage(
     directory: Directory, admin: Person
 ) -> None:
     pool = await a_pool(directory)
@@ -115,7 +115,12 @@ async def test_enabling_a_user_entitled_to_a_pool_needs_pools_manage(
     users_manager = await directory.person(permissions=["users:manage"])
     for person in (direct, member):
         path = f"/api/v1/users/{person.id}"
-        assert (await directory.call(users_manager, "PATCH", path, {"disabled": True}))[0] == 200
+        # Disabling him is judged the same way (issue 33 §3).
+        assert_denied(
+            *await directory.call(users_manager, "PATCH", path, {"disabled": True}),
+            "pools:manage",
+        )
+        assert (await directory.call(admin, "PATCH", path, {"disabled": True}))[0] == 200
         assert_denied(
             *await directory.call(users_manager, "PATCH", path, {"disabled": False}),
             "pools:manage",

@@ -6688,7 +6688,7 @@ export interface operations {
             };
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
-            /** @description The caller lacks the operation's permission (`forbidden`), or does not hold every permission enabling the user (everything the user holds) would confer (`escalation_denied`; the permissions are listed in `missing_permissions`). */
+            /** @description The caller lacks the operation's permission (`forbidden`), or does not hold every permission disabling or enabling the user (everything the user holds, by a grant, a group membership, a group claim of their last sign-in or a pool entitlement) would confer (`escalation_denied`; the permissions are listed in `missing_permissions`). */
             403: {
                 headers: {
                     [name: string]: unknown;

@@ -14,7 +14,7 @@ from deskpool.api.resources.identity_schemas import (
     problems,
 )
 from deskpool.api.routes import ResponseSpec, RouteTable
-from deskpool.identity import service
+from deskpool.identity import user_state
 from deskpool.ids import parse_id
 
 #: The user operations.
@@ -34,7 +34,7 @@ ROUTES = RouteTable()
 async def list_users(call: Call) -> Page:
     """A page of users by id."""
     limit = call.query["limit"]
-    rows = await service.list_users(
+    rows = await user_state.list_users(
         call.runtime.db,
         after=id_cursor(call.query.get("cursor")),
         text=call.query.get("q"),
@@ -54,7 +54,7 @@ async def list_users(call: Call) -> Page:
 )
 async def get_user(call: Call) -> dict[str, Any]:
     """One user."""
-    return await service.get_user(call.runtime.db, parse_id(call.path_param("user_id"), "user"))
+    return await user_state.get_user(call.runtime.db, parse_id(call.path_param("user_id"), "user"))
 
 
 @ROUTES.route(
@@ -74,7 +74,8 @@ async def get_user(call: Call) -> dict[str, Any]:
     responses={
         200: ResponseSpec("The user.", UserSchema),
         **problems(
-            forbidden="enabling the user (everything the user holds)",
+            forbidden="disabling or enabling the user (everything the user holds, by a grant, a "
+            "group membership, a group claim of their last sign-in or a pool entitlement)",
             conflict=f"Refused: {LAST_ADMIN}, or the caller would disable its own account "
             "(`cannot_disable_self`).",
         ),
@@ -83,4 +84,6 @@ async def get_user(call: Call) -> dict[str, Any]:
 async def update_user(call: Call) -> dict[str, Any]:
     """Disable or enable a user."""
     user_id = parse_id(call.path_param("user_id"), "user")
-    return await service.set_user_disabled(call.runtime, call.actor, user_id, call.body["disabled"])
+    return await user_state.set_user_disabled(
+        call.runtime, call.actor, user_id, call.body["disabled"]
+    )
