@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from deskpool.actor import Actor
 from deskpool.clusters import repository
+from deskpool.clusters.commands import ChangeCluster, CreateCluster
 from deskpool.clusters.drivers import DriverManager, driver_manager_for
-from deskpool.clusters.repository import ClusterRecord, ConnectionSettings
+from deskpool.clusters.repository import ClusterRecord
 from deskpool.drivers import (
     ConnectionField,
     DriverError,
@@ -49,6 +50,7 @@ from deskpool.secrets import SecretValue
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime
+from deskpool.unset import UNSET
 
 log = logging.getLogger(__name__)
 
@@ -113,19 +115,6 @@ class Census:
 
 def _plain(credentials: Mapping[str, SecretValue] | None) -> dict[str, str]:
     return {key: value.reveal() for key, value in (credentials or {}).items()}
-
-
-def _settings(body: Mapping[str, Any], current: ConnectionSettings) -> ConnectionSettings:
-    """``current`` with what ``body`` changes (tls members one by one)."""
-    tls = body.get("tls") or {}
-    return replace(
-        current,
-        endpoint=body.get("endpoint", current.endpoint),
-        tls_verify=tls.get("verify", current.tls_verify),
-        ca_certificate=tls.get("ca_certificate", current.ca_certificate),
-        fingerprint=tls.get("fingerprint", current.fingerprint),
-        options=body.get("options", current.options),
-    )
 
 
 def _declared(manager: DriverManager, driver: str) -> tuple[ConnectionField, ...]:
@@ -255,8 +244,8 @@ async def list_templates(runtime: Runtime, cluster_id: uuid.UUID) -> list[Templa
 # ---------------------------------------------------------------------------------- changes
 
 
-async def create_cluster(runtime: Runtime, actor: Actor, body: Mapping[str, Any]) -> ClusterRecord:
-    """Connect a cluster from a create request's members, once its driver accepts them.
+async def create_cluster(runtime: Runtime, actor: Actor, command: CreateCluster) -> ClusterRecord:
+    """Connect a cluster, once its driver accepts the settings.
 
     :raises ValidationFailed: the driver is not installed (the installed ones in ``installed``),
         or the credentials and options do not match the fields it declares.
@@ -265,7 +254,7 @@ async def create_cluster(runtime: Runtime, actor: Actor, body: Mapping[str, Any]
     :raises SecretsUnavailable: credentials are given and no master key is configured.
     """
     manager = driver_manager_for(runtime)
-    driver = body["driver"]
+    driver = command.driver
     if not manager.is_installed(driver):
         installed = manager.installed()
         error = ValidationFailed(
@@ -280,8 +269,8 @@ async def create_cluster(runtime: Runtime, actor: Actor, body: Mapping[str, Any]
         error.extra["installed"] = installed
         raise error
     cluster_id = uuid.uuid4()
-    settings = _settings(body, ConnectionSettings(endpoint=body["endpoint"]))
-    credentials = body.get("credentials") or {}
+    settings = command.settings()
+    credentials = command.credentials
     plain, secret_options = _split_options(_declared(manager, driver), settings.options)
     settings = replace(settings, options=plain)
     _check_declared(
@@ -291,7 +280,7 @@ async def create_cluster(runtime: Runtime, actor: Actor, body: Mapping[str, Any]
     await manager.build(driver, cluster_id, settings, _plain(credentials), secret_options).close()
     async with runtime.db.acquire() as connection, connection.transaction():
         await repository.insert_cluster(
-            connection, cluster_id=cluster_id, name=body["name"], driver=driver, settings=settings
+            connection, cluster_id=cluster_id, name=command.name, driver=driver, settings=settings
         )
         if credentials:
             await repository.store_credentials(
@@ -307,7 +296,7 @@ async def create_cluster(runtime: Runtime, actor: Actor, body: Mapping[str, Any]
             "clusters",
             str(cluster_id),
             {
-                "name": body["name"],
+                "name": command.name,
                 "driver": driver,
                 "endpoint": settings.endpoint,
                 "credentials_set": bool(credentials),
@@ -320,9 +309,9 @@ async def create_cluster(runtime: Runtime, actor: Actor, body: Mapping[str, Any]
 
 
 async def change_cluster(
-    runtime: Runtime, actor: Actor, cluster_id: uuid.UUID, body: Mapping[str, Any]
+    runtime: Runtime, actor: Actor, cluster_id: uuid.UUID, change: ChangeCluster
 ) -> ClusterRecord:
-    """Change a cluster with a change request's members; what is absent stays as it is.
+    """Change a cluster; what the change leaves :data:`~deskpool.unset.UNSET` stays as it is.
 
     ``tls`` members replace the stored ones one by one, ``options`` and ``credentials`` whole;
     ``credentials: None`` removes them. Secret option values the new ``options`` do not name
@@ -336,7 +325,8 @@ async def change_cluster(
     :raises ClusterNameTaken: the new name is in use.
     """
     manager = driver_manager_for(runtime)
-    replaces_credentials = "credentials" in body
+    new_credentials = None if change.credentials is UNSET else change.credentials
+    replaces_credentials = change.credentials is not UNSET
     async with runtime.db.acquire() as connection, connection.transaction():
         record = found(
             await repository.get_cluster(connection, cluster_id, for_update=True),
@@ -348,9 +338,9 @@ async def change_cluster(
             stored_secrets = await repository.load_secret_options(
                 connection, manager.secret_store, cluster_id
             )
-        settings = _settings(body, record.settings)
+        settings = change.applied_to(record.settings)
         secret_options = stored_secrets
-        if "options" in body:
+        if change.options is not UNSET:
             plain, secret_options = _split_options(
                 _declared(manager, record.driver), settings.options, stored_secrets
             )
@@ -362,13 +352,13 @@ async def change_cluster(
             _check_declared(
                 manager,
                 record.driver,
-                _plain(body["credentials"]) if replaces_credentials else None,
+                _plain(new_credentials) if replaces_credentials else None,
                 merge_secret_options(settings.options, secret_options)
-                if "options" in body
+                if change.options is not UNSET
                 else None,
             )
             if replaces_credentials:
-                credentials = _plain(body["credentials"])
+                credentials = _plain(new_credentials)
             elif record.credentials.is_set:
                 credentials = await repository.load_credentials(
                     connection, manager.secret_store, cluster_id
@@ -379,16 +369,19 @@ async def change_cluster(
                 record.driver, cluster_id, settings, credentials, secret_options
             ).close()
         await repository.update_cluster(
-            connection, cluster_id, name=body.get("name", record.name), settings=settings
+            connection,
+            cluster_id,
+            name=record.name if change.name is UNSET else change.name,
+            settings=settings,
         )
         if secret_options != stored_secrets:
             await repository.store_secret_options(
                 connection, manager.secret_store, cluster_id, secret_options
             )
         if replaces_credentials:
-            if body["credentials"]:
+            if new_credentials:
                 await repository.store_credentials(
-                    connection, manager.secret_store, cluster_id, body["credentials"]
+                    connection, manager.secret_store, cluster_id, new_credentials
                 )
             else:
                 await repository.delete_credentials(connection, cluster_id)
@@ -398,9 +391,9 @@ async def change_cluster(
             "clusters",
             str(cluster_id),
             {
-                "fields": sorted(body),
+                "fields": sorted(change.members),
                 "credentials": (
-                    ("replaced" if body["credentials"] else "removed")
+                    ("replaced" if new_credentials else "removed")
                     if replaces_credentials
                     else "unchanged"
                 ),

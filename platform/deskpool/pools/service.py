@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,12 +42,11 @@ from deskpool.jobs.model import Job
 from deskpool.licensing.service import check_can_create_pool
 from deskpool.pools import store as store_pools
 from deskpool.pools import store_entitlements
+from deskpool.pools.commands import ChangePool, CreatePool, DomainJoinInput
 from deskpool.pools.model import (
-    CloneMode,
     Desktop,
     OsType,
     Pool,
-    PoolKind,
     PoolState,
     PoolSummary,
     validate_pool,
@@ -69,8 +68,9 @@ from deskpool.revocation.service import announce, revoke_lost_access, users_of_g
 from deskpool.rollouts import store as rollout_store
 from deskpool.rollouts.model import RolloutConflict
 from deskpool.sessions import service as sessions
-from deskpool.sessions.model import SessionPolicy
+from deskpool.sessions.model import PolicyChange, SessionPolicy
 from deskpool.starts import store as starts_store
+from deskpool.unset import Unset
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime
@@ -171,17 +171,6 @@ async def _cluster_or_422(db: Db, cluster_id: uuid.UUID) -> ClusterRecord:
     return cluster
 
 
-def _domain_join_of(body: Mapping[str, Any]) -> DomainJoin | None:
-    join = body.get("domain_join")
-    if join is None:
-        return None
-    return DomainJoin(
-        domain=join["domain"],
-        username=join["username"],
-        organizational_unit=join.get("organizational_unit"),
-    )
-
-
 def _check_domain_join(pool: Pool, join: DomainJoin | None) -> None:
     if join is not None and pool.os_type is not OsType.WINDOWS:
         raise _field_error("/domain_join", "Only Windows pools join a domain.")
@@ -194,37 +183,6 @@ def _raise_invalid(errors: list[Any]) -> None:
         )
 
 
-_MODEL_FIELDS = (
-    "name",
-    "template",
-    "min_size",
-    "max_size",
-    "spare",
-    "naming_pattern",
-    "storage",
-)
-
-
-def _model_changes(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The model fields a create or change body sets, as model values."""
-    changes: dict[str, Any] = {key: body[key] for key in _MODEL_FIELDS if key in body}
-    if "cluster_id" in body:
-        changes["cluster_id"] = body["cluster_id"]
-    if "kind" in body:
-        changes["kind"] = PoolKind(body["kind"])
-    if "os_type" in body:
-        changes["os_type"] = OsType(body["os_type"])
-    if "clone_mode" in body:
-        changes["clone_mode"] = CloneMode(body["clone_mode"])
-    if "state" in body:
-        changes["state"] = PoolState(body["state"])
-    if "target_nodes" in body:
-        changes["target_nodes"] = tuple(body["target_nodes"])
-    if "schedule_id" in body:
-        changes["schedule_id"] = body["schedule_id"]
-    return changes
-
-
 @dataclass(frozen=True)
 class PoolWritten:
     """A pool as a create or change left it, with its session policy and template check."""
@@ -234,27 +192,27 @@ class PoolWritten:
     check: TemplateCheck
 
 
-async def create_pool(runtime: Runtime, actor: Actor, body: Mapping[str, Any]) -> PoolWritten:
-    """Create a pool from a create request's members; enqueue its first reconciliation.
+async def create_pool(runtime: Runtime, actor: Actor, command: CreatePool) -> PoolWritten:
+    """Create a pool; enqueue its first reconciliation.
 
     :raises ValidationFailed: invalid settings, an unknown cluster or template.
     :raises deskpool.licensing.service.LicenseLimitReached: the license allows no more pools.
     """
-    pool = Pool(id=uuid.uuid4(), **_model_changes(body))
+    pool = Pool(id=uuid.uuid4(), **command.model_members())
     _raise_invalid(validate_pool(pool))
-    policy = sessions.checked_policy(body.get("session_policy") or {})
-    join = _domain_join_of(body)
+    policy = sessions.checked_policy(command.session_policy or PolicyChange())
+    join = command.domain_join.settings if command.domain_join else None
     _check_domain_join(pool, join)
-    password = (body.get("domain_join") or {}).get("password")
+    password = command.domain_join.password if command.domain_join else None
     if join is not None and password is None:
         raise _field_error("/domain_join/password", "Missing data for required field.")
     cluster = await _cluster_or_422(runtime.db, pool.cluster_id)
     check = await check_template(runtime, cluster, pool.template, pool.os_type)
-    pool = Pool(id=pool.id, **{**_model_changes(body), "template": check.template})
+    pool = Pool(id=pool.id, **{**command.model_members(), "template": check.template})
     async with runtime.db.acquire() as connection, connection.transaction():
         await check_can_create_pool(connection, runtime.licensing)
         await store_pools.create_pool(
-            connection, pool, description=body["description"], domain_join=join
+            connection, pool, description=command.description, domain_join=join
         )
         if password is not None:
             await store_pools.DOMAIN_JOIN_PASSWORD.put(
@@ -264,8 +222,8 @@ async def create_pool(runtime: Runtime, actor: Actor, body: Mapping[str, Any]) -
         await rollout_store.record_image(
             connection, pool.id, pool.template, set_by=actor.name, how="created"
         )
-        if "session_policy" in body:
-            policy = await sessions.set_pool_policy(connection, pool.id, body["session_policy"])
+        if command.session_policy is not None:
+            policy = await sessions.set_pool_policy(connection, pool.id, command.session_policy)
         await actor.record(
             connection,
             "pool.create",
@@ -290,7 +248,7 @@ async def create_pool(runtime: Runtime, actor: Actor, body: Mapping[str, Any]) -
 
 
 async def change_pool(
-    runtime: Runtime, actor: Actor, pool_id: uuid.UUID, body: Mapping[str, Any]
+    runtime: Runtime, actor: Actor, pool_id: uuid.UUID, change: ChangePool
 ) -> tuple[PoolRecord, TemplateCheck]:
     """Change a pool with a change request's members; the result is validated as a whole.
 
@@ -303,7 +261,7 @@ async def change_pool(
     :raises NotFound: no pool has the id.
     :raises ValidationFailed: the changed pool is not valid.
     """
-    changes = _model_changes(body)
+    changes = change.model_changes()
     before = await store_pools.get_pool_record(runtime.db, pool_id)
     if before is None:
         raise NotFound(f"No pool has the id {pool_id}.")
@@ -315,9 +273,10 @@ async def change_pool(
         check = await check_template(runtime, cluster, planned.template, planned.os_type)
         if "template" in changes:
             changes["template"] = check.template
-    replaces_join = "domain_join" in body
-    join = _domain_join_of(body)
-    password = (body.get("domain_join") or {}).get("password")
+    replaces_join = not isinstance(change.domain_join, Unset)
+    join_input = change.domain_join if isinstance(change.domain_join, DomainJoinInput) else None
+    join = join_input.settings if join_input else None
+    password = join_input.password if join_input else None
     async with runtime.db.acquire() as connection, connection.transaction():
         current = await store_pools.get_pool_record(connection, pool_id, for_update=True)
         if current is None:
@@ -350,13 +309,13 @@ async def change_pool(
             connection,
             current.pool,
             proposed,
-            description=body.get("description"),
+            description=None if isinstance(change.description, Unset) else change.description,
             **({"domain_join": join} if replaces_join else {}),
         )
         if updated.pool.generation != current.pool.generation:
             await enqueue_pool_reconcile(connection, pool_id)
-        if "session_policy" in body:
-            await sessions.set_pool_policy(connection, pool_id, body["session_policy"])
+        if not isinstance(change.session_policy, Unset):
+            await sessions.set_pool_policy(connection, pool_id, change.session_policy)
         if replaces_join and join is None:
             await store_pools.DOMAIN_JOIN_PASSWORD.delete(connection, pool_id)
         elif password is not None:
@@ -369,7 +328,7 @@ async def change_pool(
             "pools",
             str(pool_id),
             {
-                "fields": sorted(body),
+                "fields": sorted(change.members),
                 "generation": updated.pool.generation,
                 "state": str(updated.pool.state),
                 "domain_join_password": (

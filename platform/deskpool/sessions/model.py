@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -26,6 +26,7 @@ from deskpool.errors import FieldError
 from deskpool.pools.model import Desktop, DesktopState
 from deskpool.recordings.model import NO_RECORDING, RecordingPolicy
 from deskpool.sessions.tunnel import DesktopTarget, SessionEndReason
+from deskpool.unset import UNSET, Unset, given
 
 #: The longest delay, idle timeout or session length a policy accepts (one week, in seconds).
 MAX_POLICY_SECONDS = 7 * 24 * 3600
@@ -94,26 +95,33 @@ class SessionPolicy:
             "recording": self.recording.as_json(),
         }
 
-    @classmethod
-    def from_json(
-        cls, document: Mapping[str, Any], base: SessionPolicy | None = None
-    ) -> SessionPolicy:
-        """The policy ``base`` (default: the default policy) with the members of ``document``."""
-        current = (base or DEFAULT_POLICY).as_json()
-        merged = {**current, **{k: v for k, v in document.items() if k in current}}
-        recording = {**current["recording"], **(document.get("recording") or {})}
-        return cls(
-            protocol=DisplayProtocol(merged["protocol"]),
-            after_disconnect=AfterDisconnect(merged["after_disconnect"]),
-            logoff_delay=int(merged["logoff_delay"]),
-            idle_timeout=merged["idle_timeout"],
-            max_session_duration=merged["max_session_duration"],
-            recording=RecordingPolicy.from_json(recording),
-        )
-
 
 #: The policy of a pool that never set one.
 DEFAULT_POLICY = SessionPolicy()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyChange:
+    """Members of a pool's session policy to set; those left :data:`UNSET` stay as they are."""
+
+    protocol: DisplayProtocol | Unset = UNSET
+    after_disconnect: AfterDisconnect | Unset = UNSET
+    logoff_delay: int | Unset = UNSET
+    idle_timeout: int | Unset | None = UNSET
+    max_session_duration: int | Unset | None = UNSET
+    recording_enabled: bool | Unset = UNSET
+    recording_include_keys: bool | Unset = UNSET
+
+    def applied_to(self, base: SessionPolicy) -> SessionPolicy:
+        """``base`` with the members this change sets."""
+        members = given(self)
+        recording = base.recording
+        if "recording_enabled" in members or "recording_include_keys" in members:
+            recording = RecordingPolicy(
+                enabled=members.pop("recording_enabled", recording.enabled),
+                include_keys=members.pop("recording_include_keys", recording.include_keys),
+            )
+        return replace(base, recording=recording, **members)
 
 
 def validate_policy(policy: SessionPolicy, prefix: str = "/session_policy") -> list[FieldError]:

@@ -18,7 +18,7 @@ import json
 import logging
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -56,6 +56,8 @@ from deskpool.secrets import SecretContext, SecretsUnavailable
 from deskpool.sessions import store
 from deskpool.sessions.logons import LogonPhase, LogonRecord
 from deskpool.sessions.model import (
+    DEFAULT_POLICY,
+    PolicyChange,
     SessionPolicy,
     SessionRecord,
     new_token,
@@ -171,12 +173,12 @@ async def pool_policies(db: Db, pool_ids: Collection[uuid.UUID]) -> dict[uuid.UU
     return await store.policies_of(db, pool_ids)
 
 
-def checked_policy(changes: Mapping[str, Any], base: SessionPolicy | None = None) -> SessionPolicy:
-    """``base`` (default: the default policy) with ``changes``, validated.
+def checked_policy(change: PolicyChange, base: SessionPolicy | None = None) -> SessionPolicy:
+    """``base`` (default: the default policy) with ``change``, validated.
 
     :raises ValidationFailed: a member is out of range (pointers under ``/session_policy``).
     """
-    policy = SessionPolicy.from_json(changes, base)
+    policy = change.applied_to(base or DEFAULT_POLICY)
     errors = validate_policy(policy)
     if errors:
         raise ValidationFailed(errors)
@@ -184,13 +186,13 @@ def checked_policy(changes: Mapping[str, Any], base: SessionPolicy | None = None
 
 
 async def set_pool_policy(
-    connection: asyncpg.Connection, pool_id: uuid.UUID, changes: Mapping[str, Any]
+    connection: asyncpg.Connection, pool_id: uuid.UUID, change: PolicyChange
 ) -> SessionPolicy:
-    """Change the members ``changes`` names of a pool's session policy; return the result.
+    """Change the members ``change`` sets of a pool's session policy; return the result.
 
     :raises ValidationFailed: see :func:`checked_policy`.
     """
-    policy = checked_policy(changes, await store.get_policy(connection, pool_id))
+    policy = checked_policy(change, await store.get_policy(connection, pool_id))
     await store.put_policy(connection, pool_id, policy)
     return policy
 

@@ -8,23 +8,22 @@ import pytest
 
 from deskpool.actor import Actor
 from deskpool.clusters import service
+from deskpool.clusters.commands import ChangeCluster, CreateCluster, TlsChange
 from deskpool.errors import NotFound, ValidationFailed
 from deskpool.runtime import Runtime
 
 ACTOR = Actor.system("test:clusters")
 
 
-def create_body(name: str, **changes: Any) -> dict[str, Any]:
-    """A create request's members as the API's schema loads them (its defaults included)."""
-    return {
+def create_command(name: str, **changes: Any) -> CreateCluster:
+    """A create command for a simulated cluster, with ``changes``."""
+    members: dict[str, Any] = {
         "name": name,
         "driver": "simulator",
         "endpoint": "simulator://local",
-        "credentials": {},
-        "tls": {},
-        "options": {},
         **changes,
     }
+    return CreateCluster(**members)
 
 
 async def audit_trail(runtime: Runtime, cluster_id: str) -> list[tuple[str, str]]:
@@ -37,10 +36,13 @@ async def audit_trail(runtime: Runtime, cluster_id: str) -> list[tuple[str, str]
 
 
 async def test_each_change_is_audited_as_its_actor(clusters_runtime: Runtime) -> None:
-    created = await service.create_cluster(clusters_runtime, ACTOR, create_body("direct"))
+    created = await service.create_cluster(clusters_runtime, ACTOR, create_command("direct"))
     assert created.driver == "simulator"
     changed = await service.change_cluster(
-        clusters_runtime, ACTOR, created.id, {"name": "renamed", "tls": {"verify": False}}
+        clusters_runtime,
+        ACTOR,
+        created.id,
+        ChangeCluster(name="renamed", tls=TlsChange(verify=False)),
     )
     assert (changed.name, changed.settings.tls_verify) == ("renamed", False)
     assert changed.settings.endpoint == "simulator://local"
@@ -63,7 +65,7 @@ async def test_a_refused_change_leaves_nothing_behind(clusters_runtime: Runtime)
     audited = await clusters_runtime.db.fetchval(count)
     with pytest.raises(ValidationFailed) as refused:
         await service.create_cluster(
-            clusters_runtime, ACTOR, create_body("nowhere", driver="no-such-driver")
+            clusters_runtime, ACTOR, create_command("nowhere", driver="no-such-driver")
         )
     assert "simulator" in refused.value.extra["installed"]
     assert await clusters_runtime.db.fetchval("SELECT count(*) FROM clusters") == 0

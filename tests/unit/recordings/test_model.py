@@ -16,17 +16,17 @@ from deskpool.recordings.model import (
     parse_range,
     retention_cutoff,
 )
-from deskpool.sessions.model import DEFAULT_POLICY, SessionPolicy
+from deskpool.sessions.model import DEFAULT_POLICY, PolicyChange
 
 
 def test_a_policy_records_nothing_by_default_and_merges_recording_members() -> None:
     assert DEFAULT_POLICY.recording == RecordingPolicy()
     assert DEFAULT_POLICY.as_json()["recording"] == {"enabled": False, "include_keys": False}
-    on = SessionPolicy.from_json({"recording": {"enabled": True}})
+    on = PolicyChange(recording_enabled=True).applied_to(DEFAULT_POLICY)
     assert on.recording == RecordingPolicy(enabled=True, include_keys=False)
-    keys = SessionPolicy.from_json({"recording": {"include_keys": True}}, on)
+    keys = PolicyChange(recording_include_keys=True).applied_to(on)
     assert keys.recording == RecordingPolicy(enabled=True, include_keys=True)
-    assert SessionPolicy.from_json({"idle_timeout": 60}, keys).recording == keys.recording
+    assert PolicyChange(idle_timeout=60).applied_to(keys).recording == keys.recording
 
 
 def test_a_key_event_is_written_as_guacd_records_it() -> None:

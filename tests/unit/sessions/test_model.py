@@ -15,6 +15,7 @@ from deskpool.sessions.model import (
     AfterDisconnect,
     DisplayProtocol,
     IssuedToken,
+    PolicyChange,
     SessionPolicy,
     desktop_still_held,
     logoff_due,
@@ -37,11 +38,12 @@ R = SessionEndReason
 
 
 def test_a_policy_merges_changes_over_its_base_and_validates_each_member() -> None:
-    changed = SessionPolicy.from_json({"idle_timeout": 900, "unknown": 1})
+    changed = PolicyChange(idle_timeout=900).applied_to(DEFAULT_POLICY)
     assert changed == SessionPolicy(idle_timeout=900)
-    again = SessionPolicy.from_json({"protocol": "rdp"}, changed)
+    again = PolicyChange(protocol=DisplayProtocol.RDP).applied_to(changed)
     assert (again.protocol, again.idle_timeout) == (DisplayProtocol.RDP, 900)
-    assert SessionPolicy.from_json(DEFAULT_POLICY.as_json()) == DEFAULT_POLICY
+    assert PolicyChange(idle_timeout=None).applied_to(again).idle_timeout is None
+    assert PolicyChange().applied_to(again) == again
     assert validate_policy(DEFAULT_POLICY) == []
     bad = SessionPolicy(
         logoff_delay=-1, idle_timeout=0, max_session_duration=MAX_POLICY_SECONDS + 1

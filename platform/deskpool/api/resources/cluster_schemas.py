@@ -15,6 +15,7 @@ from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.routes import ResponseSpec
 from deskpool.api.secret_fields import SecretInput, SecretStatusSchema
 from deskpool.api.validation import FullMatch
+from deskpool.clusters.commands import ChangeCluster, CreateCluster, TlsChange
 from deskpool.clusters.drivers import INSTALLED, NOT_INSTALLED
 from deskpool.clusters.tls import (
     FINGERPRINT_TEXT,
@@ -26,6 +27,7 @@ from deskpool.clusters.tls import (
 from deskpool.drivers import OsType
 from deskpool.names import NAME_PATTERN
 from deskpool.secrets import SecretValue
+from deskpool.unset import UNSET
 
 _NAME = FullMatch(NAME_PATTERN, error="Printable text without leading or trailing spaces.")
 _CREDENTIAL_KEY = validate.Regexp(
@@ -373,3 +375,37 @@ DRIVER_PROBLEMS = {
         "The cluster did not answer in time.", ProblemSchema, content_type=PROBLEM_CONTENT_TYPE
     ),
 }
+
+
+# ---------------------------------------------------------------------------------- commands
+
+
+def _tls_change(document: Mapping[str, Any]) -> TlsChange:
+    return TlsChange(
+        verify=document.get("verify", UNSET),
+        ca_certificate=document.get("ca_certificate", UNSET),
+        fingerprint=document.get("fingerprint", UNSET),
+    )
+
+
+def create_cluster_command(body: Mapping[str, Any]) -> CreateCluster:
+    """A loaded ``ClusterCreate`` document as a command."""
+    return CreateCluster(
+        name=body["name"],
+        driver=body["driver"],
+        endpoint=body["endpoint"],
+        tls=_tls_change(body.get("tls") or {}),
+        options=body.get("options") or {},
+        credentials=body.get("credentials") or {},
+    )
+
+
+def change_cluster_command(body: Mapping[str, Any]) -> ChangeCluster:
+    """A loaded ``ClusterChange`` document as a command (absent members :data:`UNSET`)."""
+    return ChangeCluster(
+        name=body.get("name", UNSET),
+        endpoint=body.get("endpoint", UNSET),
+        tls=_tls_change(body["tls"]) if "tls" in body else UNSET,
+        options=body.get("options", UNSET),
+        credentials=body.get("credentials", UNSET),
+    )

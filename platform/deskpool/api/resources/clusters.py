@@ -45,6 +45,8 @@ from deskpool.api.resources.cluster_schemas import (
     NodeSchema,
     SetupSchema,
     TemplateSchema,
+    change_cluster_command,
+    create_cluster_command,
     is_storable,
 )
 from deskpool.api.routes import Handler, Reply, ResponseSpec, RouteTable
@@ -194,7 +196,8 @@ async def list_clusters(call: Call) -> Page:
     responses={201: ResponseSpec("The new cluster.", ClusterSchema)},
 )
 async def create_cluster(call: Call) -> Reply:
-    record = await service.create_cluster(call.runtime, call.actor, call.body)
+    command = create_cluster_command(call.body)
+    record = await service.create_cluster(call.runtime, call.actor, command)
     return Reply(cluster_view(record, driver_manager_for(call.runtime)), 201)
 
 
@@ -227,7 +230,8 @@ async def get_cluster(call: Call) -> dict[str, Any]:
     responses={200: ResponseSpec("The cluster.", ClusterSchema)},
 )
 async def update_cluster(call: Call) -> dict[str, Any]:
-    record = await service.change_cluster(call.runtime, call.actor, cluster_id_of(call), call.body)
+    change = change_cluster_command(call.body)
+    record = await service.change_cluster(call.runtime, call.actor, cluster_id_of(call), change)
     return cluster_view(record, driver_manager_for(call.runtime))
 
 

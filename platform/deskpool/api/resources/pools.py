@@ -46,6 +46,7 @@ from typing import Any
 from deskpool.api.context import Call
 from deskpool.api.pagination import Page, PageQuery, cursor_pair, page_schema, paginate
 from deskpool.api.resources.jobs import JobSchema
+from deskpool.api.resources.pool_commands import change_pool_command, create_pool_command
 from deskpool.api.resources.pool_schemas import (
     ALLOCATION_PROBLEMS,
     SUBJECT_TYPES,
@@ -241,7 +242,7 @@ async def list_pools(call: Call) -> Page:
     responses={201: ResponseSpec("The new pool.", PoolWriteSchema)},
 )
 async def create_pool(call: Call) -> Reply:
-    written = await service.create_pool(call.runtime, call.actor, call.body)
+    written = await service.create_pool(call.runtime, call.actor, create_pool_command(call.body))
     view = pool_view(written.record, None, written.policy)
     return Reply({**view, "template_check": written.check.view()}, 201)
 
@@ -275,7 +276,8 @@ async def get_pool(call: Call) -> dict[str, Any]:
     responses={200: ResponseSpec("The pool.", PoolWriteSchema)},
 )
 async def update_pool(call: Call) -> dict[str, Any]:
-    record, check = await service.change_pool(call.runtime, call.actor, pool_id_of(call), call.body)
+    change = change_pool_command(call.body)
+    record, check = await service.change_pool(call.runtime, call.actor, pool_id_of(call), change)
     return {**await _view(call, record), "template_check": check.view()}
 
 
