@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deskpool.pools.model import CloneMode, OsType, PoolKind, PoolState
 from deskpool.pools.store import DomainJoin
 from deskpool.secrets import SecretValue
-from deskpool.sessions.model import PolicyChange
 from deskpool.unset import UNSET, Unset, given
+
+if TYPE_CHECKING:  # a pool's session policy is the sessions area's model: named, not imported
+    from deskpool.sessions.model import PolicyChange
 
 #: The members of a command that are members of the pool model itself.
 _MODEL_MEMBERS = (
