@@ -227,6 +227,18 @@ class PoolHealth:
 
 
 @dataclass(frozen=True, slots=True)
+class ReconcileError:
+    """Why a pool's reconciliation fails, and since when (the first failing pass).
+
+    :ivar code: which part failed (``deskpool.reconciliation.failures.FailureCode``).
+    """
+
+    code: str
+    reason: str
+    since: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class PoolSummary:
     """Desktop counts of a pool.
 

@@ -45,6 +45,7 @@ from deskpool.pools.model import (
     PoolKind,
     PoolState,
     PoolSummary,
+    ReconcileError,
 )
 from deskpool.secrets import OwnedSecret, SecretMetadata
 
@@ -100,6 +101,7 @@ class PoolRecord:
 
     :ivar health: the last reconciliation's verdict; ``None`` before the first pass.
     :ivar reconciled_at: when reconciliation last finished a pass over the pool.
+    :ivar reconcile_error: why its reconciliation fails, while it does.
     :ivar domain_join_password: whether a domain-join password is sealed, and when it changed.
     """
 
@@ -111,6 +113,7 @@ class PoolRecord:
     reconciled_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    reconcile_error: ReconcileError | None = None
 
 
 # ------------------------------------------------------------------------------ mapping
@@ -162,6 +165,13 @@ def pool_record_from_row(row: Mapping[str, Any]) -> PoolRecord:
         domain_join=DomainJoin.from_json(domain_join) if domain_join else None,
         domain_join_password=SecretMetadata(is_set=changed_at is not None, changed_at=changed_at),
         health=health_from_json(row["health"]),
+        reconcile_error=None
+        if row["reconcile_error_code"] is None
+        else ReconcileError(
+            row["reconcile_error_code"],
+            row["reconcile_error_reason"],
+            row["reconcile_error_since"],
+        ),
     )
 
 

@@ -19,7 +19,7 @@ from deskpool.reconciliation.plan import Action, ReportOrphan
 from deskpool.reconciliation.store_orphans import OrphanRecord
 
 if TYPE_CHECKING:
-    from deskpool.reconciliation.reconciler import PlannedPool
+    from deskpool.reconciliation.planning import PlannedPool
 
 #: Who reconciliation acts as in the audit trail.
 RECONCILER_ACTOR = "system:reconciler"

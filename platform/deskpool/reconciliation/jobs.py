@@ -3,8 +3,10 @@
 A change that alters what reconciliation does to a pool (a pool created, resized, drained)
 enqueues ``pool.reconcile`` for it (:func:`enqueue_pool_reconcile`, in the change's
 transaction); the job (:func:`pool_reconcile_job_kind`) reconciles that one pool at once,
-fenced by its lease. The periodic ``cluster_orphan_scan`` (:func:`cluster_orphan_task`)
-reports the orphans of clusters no pool uses. Both run the reconciliation service
+fenced by its lease; a pool whose reconciliation fails ends the job failed at once, with the
+reason it records on the pool (the periodic pass tries again). The periodic
+``cluster_orphan_scan`` (:func:`cluster_orphan_task`) reports the orphans of clusters no pool
+uses. Both run the reconciliation service
 (:class:`~deskpool.reconciliation.reconciler.PoolReconcilerService`) that ``factory`` builds; the
 periodic pass over every pool is :mod:`deskpool.reconciliation.periodic`.
 """
@@ -22,6 +24,7 @@ from deskpool.jobs.context import JobContext
 from deskpool.jobs.model import Job, JobKind, JobState, PermanentJobFailure
 from deskpool.jobs.periodic import PeriodicContext, PeriodicTask, hold_periodic_run
 from deskpool.jobs.queue import enqueue, unfinished_job
+from deskpool.reconciliation.failures import PoolReconcileFailed
 
 if TYPE_CHECKING:
     from deskpool.reconciliation.reconciler import PoolReconcilerService
@@ -88,6 +91,10 @@ def pool_reconcile_job_kind(factory: ReconcilerFactory) -> JobKind:
             pool_id = uuid.UUID(str(context.payload["pool_id"]))
         except (KeyError, ValueError) as error:
             raise PermanentJobFailure(f"the payload names no pool ({error})") from None
-        await factory(context.runtime).reconcile_now(pool_id, context.hold_lease)
+        try:
+            await factory(context.runtime).reconcile_now(pool_id, context.hold_lease)
+        except PoolReconcileFailed as failed:
+            # Recorded on the pool; the periodic pass tries again, retrying the job would not.
+            raise PermanentJobFailure(str(failed)) from None
 
     return JobKind(reconcile_one_pool)

@@ -17,6 +17,12 @@ run or ``pool.reconcile`` job) counts on it.
     settings are named after the exception); a pool without a schedule has ``phase=""``.
 ``deskpool_pool_powered_off_desktops{pool_id}``
     The pool's desktops powered off by its schedule, at the last pass.
+``deskpool_pool_reconcile_failing{pool_id}``
+    1 while the pool's reconciliation fails (its ``reconcile_error``), 0 once a pass over it
+    succeeds again, as this worker last saw it.
+``deskpool_reconcile_failures_total{code}``
+    Passes over a pool that failed, by the failure's code (``schedule_unusable``,
+    ``rollout_unusable``, ``plan_failed``, ``apply_failed``).
 """
 
 from __future__ import annotations
@@ -71,7 +77,28 @@ class PoolReconcileMetrics:
             ["pool_id"],
             registry=registry,
         )
+        self.failing = Gauge(
+            "deskpool_pool_reconcile_failing",
+            "1 while the pool's reconciliation fails (its reconcile_error), 0 once it succeeds.",
+            ["pool_id"],
+            registry=registry,
+        )
+        self.failures = Counter(
+            "deskpool_reconcile_failures",
+            "Passes over a pool that failed, by the failure's code.",
+            ["code"],
+            registry=registry,
+        )
         self._phases: dict[str, str] = {}
+
+    def observe_failure(self, pool_id: str, code: str) -> None:
+        """Count a failed pass over the pool; it is failing."""
+        self.failures.labels(code=code).inc()
+        self.failing.labels(pool_id).set(1)
+
+    def observe_success(self, pool_id: str) -> None:
+        """A pass over the pool succeeded: it is not failing."""
+        self.failing.labels(pool_id).set(0)
 
     def observe_schedule(self, pool_id: str, phase: str, powered_off: int) -> None:
         """Record the pool's phase in force (the former one's series goes) and powered-off count."""

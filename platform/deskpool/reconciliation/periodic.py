@@ -3,7 +3,8 @@
 Every ``POOL_RECONCILE_INTERVAL`` one worker of the deployment (never two at once: it is a
 :class:`~deskpool.jobs.periodic.PeriodicTask`) takes a batch of at most
 ``POOL_RECONCILE_BATCH_SIZE`` pools, those reconciled longest ago first, and reconciles them one
-after the other. A pool that fails to reconcile is logged and the batch goes on.
+after the other. A pool that fails to reconcile fails alone: it is logged in one warning line
+(no traceback), says so on the pool (its ``reconcile_error``), and the batch goes on.
 
 What "reconcile a pool" means belongs to the pools work: it implements :class:`PoolReconciler`
 and registers the task through ``deskpool_register_periodic_tasks``::
@@ -22,6 +23,7 @@ import asyncpg
 
 from deskpool.jobs.model import LeaseLost
 from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
+from deskpool.reconciliation.failures import PoolReconcileFailed, error_text
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime
@@ -71,8 +73,12 @@ async def reconcile_batch(reconciler: PoolReconciler, context: PeriodicContext) 
             await reconciler.reconcile_pool(pool_id, context)
         except LeaseLost:
             raise
-        except Exception:
-            log.exception("reconciling pool %s failed; the batch goes on", pool_id)
+        except Exception as error:
+            log.warning(
+                "reconciling pool %s failed: %s; the batch goes on",
+                pool_id,
+                error if isinstance(error, PoolReconcileFailed) else error_text(error),
+            )
             failed.append(pool_id)
         else:
             reconciled.append(pool_id)

@@ -59,13 +59,10 @@ mistakes an unreachable cluster for vanished VMs.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from uuid import UUID
 
-from deskpool.config import format_duration
 from deskpool.pools.model import (
     Desktop,
     DesktopState,
@@ -75,18 +72,15 @@ from deskpool.pools.model import (
     PowerState,
 )
 from deskpool.pools.naming import InvalidNamingPattern, name_key, next_free_names
+from deskpool.reconciliation.failures import FailureCode, PlanFailed
 from deskpool.reconciliation.plan import (
     Action,
     CreateDesktop,
     DeleteDesktop,
     DeleteOrphanVm,
-    HealthStatus,
     MarkVmMissing,
-    PoolHealth,
     PoolPlan,
-    PowerOffDesktop,
     PowerOn,
-    PowerUpDesktop,
     ReconcilePolicy,
     RefreshDesktop,
     ReplaceDesktop,
@@ -96,9 +90,16 @@ from deskpool.reconciliation.plan import (
     retry_due_at,
     summarize,
 )
+from deskpool.reconciliation.planner_rules import (
+    Look,
+    duration,
+    pool_health,
+    power_actions,
+    powered_target,
+)
 from deskpool.rollouts.plan import RolloutPlan
 from deskpool.rollouts.planner import RolloutView, plan_rollout
-from deskpool.schedules.model import IdlePolicy, Targets
+from deskpool.schedules.model import Targets
 
 S = DesktopState
 
@@ -109,30 +110,8 @@ _OWNS_TAGGED_VMS = frozenset({S.PROVISIONING, S.REFRESHING, S.DELETING, S.FAILED
 #: Power states a spare is powered on from.
 _POWER_ON_FROM = frozenset({PowerState.STOPPED, PowerState.PAUSED})
 
-#: How many orphan names a health reason lists before it says "and N more".
-_NAMES_SHOWN = 5
-
 
 # --------------------------------------------------------------------------- planning
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
-def _duration(delta: timedelta) -> str:
-    return format_duration(delta.total_seconds())
-
-
-@dataclass(slots=True)
-class _Look:
-    """What one pass found about one desktop."""
-
-    desktop: Desktop
-    live: bool
-    busy: bool
-    stuck: timedelta | None
-    vanished: bool
 
 
 def plan_pool(
@@ -179,6 +158,7 @@ def plan_pools(
     known_orphans: Collection[str] = frozenset(),
     rollouts: Mapping[UUID, RolloutView] | None = None,
     targets: Mapping[UUID, Targets] | None = None,
+    failures: dict[UUID, Exception] | None = None,
 ) -> list[PoolPlan]:
     """Plan a batch of pools in time linear in the number of pools, desktops and VMs.
 
@@ -191,7 +171,11 @@ def plan_pools(
     :param rollouts: pool id -> the pool's active rollout (pools without one are missing).
     :param targets: pool id -> the targets of its schedule's phase in force (pools without a
         schedule are missing).
-    :returns: one plan per pool, in the order of ``pools``.
+    :param failures: each pool's error boundary: a pool whose planning raises is left out of
+        the plans and its error put here (a :class:`PlanFailed` naming the part that failed,
+        or the error itself), and the other pools are planned as if it did not exist. Without
+        it, the error propagates.
+    :returns: one plan per pool (but those that failed), in the order of ``pools``.
     """
     batch = list(pools)
     pool_by_id = {pool.id: pool for pool in batch}
@@ -235,20 +219,27 @@ def plan_pools(
             if pool_id is not None:
                 vms_of.setdefault(pool_id, []).append(vm)
 
-    return [
-        _plan(
-            pool,
-            desktops_of[pool.id],
-            vms_of.get(pool.id, []) if pool.cluster_id in observed_vms else None,
-            now,
-            policy,
-            taken[pool.cluster_id],
-            known_orphans,
-            (rollouts or {}).get(pool.id),
-            (targets or {}).get(pool.id),
-        )
-        for pool in batch
-    ]
+    plans: list[PoolPlan] = []
+    for pool in batch:
+        try:
+            plans.append(
+                _plan(
+                    pool,
+                    desktops_of[pool.id],
+                    vms_of.get(pool.id, []) if pool.cluster_id in observed_vms else None,
+                    now,
+                    policy,
+                    taken[pool.cluster_id],
+                    known_orphans,
+                    (rollouts or {}).get(pool.id),
+                    (targets or {}).get(pool.id),
+                )
+            )
+        except Exception as error:
+            if failures is None:
+                raise
+            failures[pool.id] = error
+    return plans
 
 
 def find_unowned_vms(
@@ -300,9 +291,9 @@ def _plan(
 
     # Look at every desktop once: is it stuck, has its VM vanished, who will hold it after
     # this pass, and may it be deleted to shrink the pool?
-    looks: list[_Look] = []
+    looks: list[Look] = []
     live = busy = 0
-    removable: list[_Look] = []
+    removable: list[Look] = []
     for desktop in mine:
         timeout = policy.step_timeout(desktop.state)
         stuck = (
@@ -324,7 +315,7 @@ def _plan(
         owned = pool.is_persistent and desktop.assigned_user is not None
         # A stuck or vanished desktop loses its session; only an owner keeps holding it.
         holds = owned if (stuck or vanished) else desktop.is_busy
-        look = _Look(desktop, is_live, holds, stuck, vanished)
+        look = Look(desktop, is_live, holds, stuck, vanished)
         looks.append(look)
         if not is_live:
             continue
@@ -337,15 +328,18 @@ def _plan(
     actions: list[Action] = []
     handled: set[UUID] = set()
     deleted: set[UUID] = set()
-    powered_target = _powered_target(pool, targets, busy)
-    target = min(pool.max_size, max(pool.min_size, powered_target))
+    powered_wanted = powered_target(pool, targets, busy)
+    target = min(pool.max_size, max(pool.min_size, powered_wanted))
     record_cap = pool.max_size
     acting = observed and pool.state is not PoolState.DISABLED
 
     # 6. The rollout's part, first: the desktops it acts on are left alone below.
     rollout_plan: RolloutPlan | None = None
     if rollout is not None and acting and pool.state is PoolState.ENABLED:
-        rollout_plan = plan_rollout(pool, mine, rollout, now)
+        try:
+            rollout_plan = plan_rollout(pool, mine, rollout, now)
+        except Exception as error:
+            raise PlanFailed(FailureCode.ROLLOUT_UNUSABLE, error) from error
         handled.update(rollout_plan.touched)
         record_cap = max(pool.max_size, rollout_plan.record_cap)
         target = min(record_cap, max(pool.min_size, busy + pool.spare) + rollout_plan.extra)
@@ -370,12 +364,12 @@ def _plan(
     # 6. Power, before hygiene (a free desktop powered off is not powered on): wake the
     # powered-off desktops the pool wants, power off the idle ones it does not.
     if acting:
-        powering = _power(
+        powering = power_actions(
             pool,
             looks,
             handled,
             deleted,
-            powered_target,
+            powered_wanted,
             targets if pool.state is PoolState.ENABLED else None,
             hold=rollout_plan is not None,
             busy=busy,
@@ -421,119 +415,11 @@ def _plan(
                 )
             )
 
-    health = _health(pool, looks, orphans, observed, live, naming_problem)
+    health = pool_health(pool, looks, orphans, observed, live, naming_problem)
     return PoolPlan(pool.id, pool.generation, tuple(actions), health, summarize(mine), rollout_plan)
 
 
-def _powered_target(pool: Pool, targets: Targets | None, busy: int) -> int:
-    """How many desktops the pool wants powered on (busy ones included)."""
-    if targets is None:
-        return min(pool.max_size, max(pool.min_size, busy + pool.spare))
-    return min(pool.max_size, max(targets.min_ready, busy + targets.spare))
-
-
-def _power(
-    pool: Pool,
-    looks: Sequence[_Look],
-    handled: set[UUID],
-    deleted: set[UUID],
-    wanted: int,
-    targets: Targets | None,
-    *,
-    hold: bool,
-    busy: int,
-) -> list[PowerUpDesktop | PowerOffDesktop]:
-    """Power powered-off desktops up to ``wanted`` powered on, or idle ones off beyond it.
-
-    Desktops handled earlier in the pass (``deleted``, repaired) are left alone, and deleted
-    ones are not counted; while a rollout is under way (``hold``) nothing is powered off.
-    With ``idle: power_off``, a persistent pool's desktops whose owner has no session are
-    powered off whatever the targets (nobody else may use them) and left off: they stay their
-    owner's, who powers his own on by opening it (start on connect). They count as busy in
-    ``busy`` (the pool's busy desktops), so they are taken out of it.
-    """
-    present = [look for look in looks if look.live and look.desktop.id not in handled]
-    powered = sum(
-        1
-        for look in looks
-        if look.live and look.desktop.state is not S.POWERED_OFF and look.desktop.id not in deleted
-    )
-    actions: list[PowerUpDesktop | PowerOffDesktop] = []
-    if targets is None:  # without a schedule (or draining), nothing stays powered off
-        for look in _asleep(present, owned=None):
-            actions.append(
-                PowerUpDesktop(
-                    look.desktop.id, f"{look.desktop.name}: pool {pool.name} has no schedule"
-                )
-            )
-        return actions
-    power_off = targets.idle is IdlePolicy.POWER_OFF
-    resting_now = power_off and not hold
-    owned_idle = [look for look in present if _owned_idle(pool, look)] if resting_now else []
-    if power_off:
-        # Owned desktops left off (or going off now) are not what the phase's targets count.
-        resting = len(owned_idle) + len(_asleep(present, owned=True))
-        wanted = _powered_target(pool, targets, busy - resting)
-        powered -= len(owned_idle)
-    why = (
-        f"the schedule's phase wants {wanted} desktops powered on in pool {pool.name}; "
-        f"{powered} are"
-    )
-    for look in owned_idle:
-        actions.append(
-            PowerOffDesktop(
-                look.desktop.id,
-                f"{look.desktop.name} is assigned to {look.desktop.assigned_user}, who has no "
-                "session: the schedule's phase powers idle desktops off (idle: power_off)",
-            )
-        )
-    if powered < wanted:
-        asleep = _asleep(present, owned=False if power_off else None)
-        for look in asleep[: wanted - powered]:
-            actions.append(PowerUpDesktop(look.desktop.id, f"{look.desktop.name}: {why}"))
-        return actions
-    if hold or not power_off:
-        return actions
-    idle = sorted(
-        (look for look in present if look.desktop.is_available and not look.stuck),
-        key=lambda look: name_key(look.desktop.name),
-        reverse=True,
-    )
-    for look in idle[: powered - wanted]:
-        actions.append(
-            PowerOffDesktop(
-                look.desktop.id, f"{look.desktop.name} is free and idle: {why} (idle: power_off)"
-            )
-        )
-    return actions
-
-
-def _asleep(present: Sequence[_Look], *, owned: bool | None) -> list[_Look]:
-    """Powered-off desktops in name order: owned ones only, free ones only, or all (``None``)."""
-    return sorted(
-        (
-            look
-            for look in present
-            if look.desktop.state is S.POWERED_OFF
-            and (owned is None or (look.desktop.assigned_user is not None) is owned)
-        ),
-        key=lambda look: name_key(look.desktop.name),
-    )
-
-
-def _owned_idle(pool: Pool, look: _Look) -> bool:
-    """A persistent pool's ready desktop whose owner has no session (it may be powered off)."""
-    desktop = look.desktop
-    return (
-        pool.is_persistent
-        and desktop.assigned_user is not None
-        and desktop.state is S.READY
-        and not desktop.in_session
-        and not look.stuck
-    )
-
-
-def _removal_order(removable: list[_Look]) -> list[_Look]:
+def _removal_order(removable: list[Look]) -> list[Look]:
     """Broken desktops first (failed, stuck, VM gone), then the newest."""
     newest = sorted(
         removable, key=lambda look: (look.desktop.created_at, look.desktop.name), reverse=True
@@ -544,7 +430,7 @@ def _removal_order(removable: list[_Look]) -> list[_Look]:
     )
 
 
-def _state_note(look: _Look) -> str:
+def _state_note(look: Look) -> str:
     desktop = look.desktop
     if look.vanished:
         return f"; its VM {desktop.vm_id} vanished from the cluster"
@@ -567,7 +453,7 @@ def _size_note(pool: Pool, live: int, target: int, busy: int) -> str:
 
 def _repair(
     pool: Pool,
-    look: _Look,
+    look: Look,
     vm_by_id: Mapping[str, ObservedVm],
     now: datetime,
     policy: ReconcilePolicy,
@@ -576,8 +462,8 @@ def _repair(
     """Return the timeout, drift, failure or hygiene action for one desktop, if any."""
     desktop = look.desktop
     if look.stuck is not None:
-        spent = _duration(now - desktop.state_changed_at)
-        limit = _duration(look.stuck)
+        spent = duration(now - desktop.state_changed_at)
+        limit = duration(look.stuck)
         return TimeOutStep(
             desktop.id,
             desktop.state,
@@ -604,7 +490,7 @@ def _repair(
                 desktop.id,
                 f"{desktop.name} failed at {desktop.failed_step}: {desktop.last_error}; "
                 f"retrying {again} (failure {desktop.failure_count}, waited "
-                f"{_duration(policy.backoff(desktop.failure_count))})",
+                f"{duration(policy.backoff(desktop.failure_count))})",
             )
         return None
     if pool.state is not PoolState.ENABLED or desktop.state is not S.READY or desktop.is_busy:
@@ -621,63 +507,3 @@ def _repair(
             f"{desktop.name} is a free ready desktop but its VM is {vm.power_state}",
         )
     return None
-
-
-def _health(
-    pool: Pool,
-    looks: Sequence[_Look],
-    orphans: Sequence[ObservedVm],
-    observed: bool,
-    live: int,
-    naming_problem: str | None,
-) -> PoolHealth:
-    """Say whether the pool is healthy and, if not, why."""
-    reasons: list[str] = []
-    failures: Counter[tuple[str, str]] = Counter()
-    stuck: Counter[tuple[str, str]] = Counter()
-    vanished = usable = available = 0
-    for look in looks:
-        desktop = look.desktop
-        if desktop.state is S.FAILED:
-            failures[(str(desktop.failed_step or "an unknown step"), desktop.last_error or "")] += 1
-        if look.stuck is not None:
-            stuck[(str(desktop.state), _duration(look.stuck))] += 1
-        if look.vanished:
-            vanished += 1
-        elif desktop.state in (S.READY, S.IN_USE):
-            usable += 1
-            available += desktop.is_available
-    if not observed:
-        reasons.append("the cluster's VMs could not be listed; only timeouts are acted on")
-    for (step, error), count in sorted(failures.items(), key=lambda item: (-item[1], item[0])):
-        why = f": {error}" if error else ""
-        reasons.append(f"{_plural(count, 'desktop')} failed at {step}{why}")
-    for (state, limit), count in sorted(stuck.items(), key=lambda item: (-item[1], item[0])):
-        reasons.append(f"{_plural(count, 'desktop')} stuck in {state} for over {limit}")
-    if vanished:
-        whose = "its VM" if vanished == 1 else "their VMs"
-        reasons.append(f"{_plural(vanished, 'desktop')} lost {whose} on the cluster")
-    if orphans:
-        names = ", ".join(vm.name for vm in orphans[:_NAMES_SHOWN])
-        more = f" and {len(orphans) - _NAMES_SHOWN} more" if len(orphans) > _NAMES_SHOWN else ""
-        verb = "belongs" if len(orphans) == 1 else "belong"
-        reasons.append(
-            f"{_plural(len(orphans), 'VM')} tagged for this pool {verb} to no desktop: "
-            f"{names}{more}"
-        )
-    if naming_problem:
-        reasons.append(naming_problem)
-    if (
-        pool.state is PoolState.ENABLED
-        and pool.spare > 0
-        and live >= pool.max_size
-        and available < pool.spare
-    ):
-        reasons.append(
-            f"at max_size ({pool.max_size}): {available} of {pool.spare} spare desktops available"
-        )
-    if not reasons:
-        return PoolHealth(HealthStatus.HEALTHY)
-    broken = failures or stuck or vanished
-    status = HealthStatus.FAILING if broken and not usable else HealthStatus.DEGRADED
-    return PoolHealth(status, tuple(reasons))

@@ -4,7 +4,8 @@ A pass (:mod:`deskpool.reconciliation.reconciler`) reads a batch of pools with
 :func:`pools_to_reconcile`, their desktops and the names taken on their clusters, plans them
 (:mod:`deskpool.reconciliation.planner`), and records with :func:`mark_reconciled` (or
 :func:`mark_reconciled_many`, many pools in one statement) the generation it saw and the
-pool's health. :func:`lock_pool_for_reconciliation` serializes the passes over one pool (the
+pool's health, or with :func:`record_reconcile_failure` why the pass failed.
+:func:`lock_pool_for_reconciliation` serializes the passes over one pool (the
 periodic task and a ``pool.reconcile`` job); :func:`owners_on_clusters` and
 :func:`existing_owners` say which pools, desktops and recorded VMs exist, for the cluster-wide
 orphan pass (:mod:`deskpool.reconciliation.cluster_vms`). The records themselves are
@@ -22,7 +23,7 @@ import asyncpg
 
 from deskpool.db.rows import Db, group_rows
 from deskpool.desktops.store import desktop_from_row
-from deskpool.pools.model import Desktop, ObservedVm, Pool
+from deskpool.pools.model import Desktop, ObservedVm, Pool, PoolState
 from deskpool.pools.naming import name_key
 from deskpool.pools.store import health_to_json, pool_from_row
 from deskpool.reconciliation.plan import PoolHealth
@@ -31,15 +32,69 @@ from deskpool.reconciliation.plan import PoolHealth
 
 
 async def pools_to_reconcile(db: Db, limit: int) -> list[Pool]:
-    """Up to ``limit`` pools, the longest unreconciled first (never reconciled before all)."""
+    """Up to ``limit`` pools, the one attempted longest ago first (never attempted before all).
+
+    A pass that failed counts as an attempt, so failing pools go to the back of the queue and
+    never crowd the others out of a batch.
+    """
     rows = await db.fetch(
-        "SELECT * FROM pools ORDER BY reconciled_at NULLS FIRST, id LIMIT $1", limit
+        "SELECT * FROM pools ORDER BY reconcile_attempted_at NULLS FIRST, id LIMIT $1", limit
     )
     return [pool_from_row(row) for row in rows]
 
 
+async def record_reconcile_failure(db: Db, pool_id: uuid.UUID, code: str, reason: str) -> bool:
+    """Record that a pass over the pool failed: why, and since when (kept while it fails).
+
+    The pool's health and reconciled generation stay what the last pass that succeeded saw.
+
+    :returns: ``False`` when the pool is gone.
+    """
+    done = await db.fetchval(
+        """
+        UPDATE pools
+           SET reconcile_error_code = $2,
+               reconcile_error_reason = $3,
+               reconcile_error_since = coalesce(reconcile_error_since, now()),
+               reconcile_attempted_at = now()
+         WHERE id = $1
+        RETURNING true
+        """,
+        pool_id,
+        code,
+        reason,
+    )
+    return bool(done)
+
+
+@dataclass(frozen=True)
+class PoolNow:
+    """What of a pool reconciliation reads again under the pool's lock, before applying."""
+
+    max_size: int
+    state: PoolState
+    desktop_ids: frozenset[uuid.UUID]
+    vm_ids: frozenset[str]
+
+
+async def pool_now(db: Db, pool_id: uuid.UUID) -> PoolNow | None:
+    """The pool's size, state and desktops now; ``None`` when it is gone."""
+    row = await db.fetchrow("SELECT max_size, state FROM pools WHERE id = $1", pool_id)
+    if row is None:
+        return None
+    desktops = await db.fetch("SELECT id, vm_id FROM desktops WHERE pool_id = $1", pool_id)
+    return PoolNow(
+        max_size=row["max_size"],
+        state=PoolState(row["state"]),
+        desktop_ids=frozenset(desktop["id"] for desktop in desktops),
+        vm_ids=frozenset(desktop["vm_id"] for desktop in desktops if desktop["vm_id"]),
+    )
+
+
 async def mark_reconciled(db: Db, pool_id: uuid.UUID, generation: int, health: PoolHealth) -> bool:
     """Record a finished pass over the pool: the generation it saw, its health, the time.
+
+    A ``reconcile_error`` the pool had is cleared.
 
     ``reconciled_generation`` never goes backwards nor beyond the pool's generation.
 
@@ -62,6 +117,10 @@ async def mark_reconciled_many(db: Db, passes: Sequence[tuple[uuid.UUID, int, Po
                SET reconciled_generation = greatest(pools.reconciled_generation,
                                                     least(pass.generation, pools.generation)),
                    reconciled_at = now(),
+                   reconcile_attempted_at = now(),
+                   reconcile_error_code = NULL,
+                   reconcile_error_reason = NULL,
+                   reconcile_error_since = NULL,
                    health = pass.health::jsonb
               FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS pass (id, generation, health)
              WHERE pools.id = pass.id

@@ -2315,6 +2315,20 @@ export interface components {
             /** @description Why it is not healthy, one sentence per cause. */
             reasons: string[];
         };
+        ReconcileError: {
+            /**
+             * @description `schedule_unusable`: the phase in force of its schedule cannot be computed; `rollout_unusable`: its image rollout cannot be planned; `plan_failed`, `apply_failed`: planning or applying its reconciliation failed.
+             * @enum {string}
+             */
+            code: "schedule_unusable" | "rollout_unusable" | "plan_failed" | "apply_failed";
+            /** @description What failed, in words, and what to do. */
+            reason: string;
+            /**
+             * Format: date-time
+             * @description When the first of the failing passes ran.
+             */
+            since: string;
+        };
         DesktopStateCounts: {
             provisioning: number;
             starting: number;
@@ -2410,6 +2424,8 @@ export interface components {
             reconciled_at: string | null;
             /** @description Null until reconciliation first looked at the pool. */
             health: components["schemas"]["PoolHealth"] | null;
+            /** @description Why the pool's reconciliation fails; null while it succeeds. A failing pool keeps its desktops and the health of its last successful pass, and the other pools are reconciled as usual. */
+            reconcile_error: components["schemas"]["ReconcileError"] | null;
             counts: components["schemas"]["DesktopCounts"];
             /** @description What happens to sessions of the pool's desktops. */
             session_policy: components["schemas"]["SessionPolicy"];
@@ -2588,6 +2604,8 @@ export interface components {
             reconciled_at: string | null;
             /** @description Null until reconciliation first looked at the pool. */
             health: components["schemas"]["PoolHealth"] | null;
+            /** @description Why the pool's reconciliation fails; null while it succeeds. A failing pool keeps its desktops and the health of its last successful pass, and the other pools are reconciled as usual. */
+            reconcile_error: components["schemas"]["ReconcileError"] | null;
             counts: components["schemas"]["DesktopCounts"];
             /** @description What happens to sessions of the pool's desktops. */
             session_policy: components["schemas"]["SessionPolicy"];

@@ -34,6 +34,7 @@ from deskpool.pools.model import (
 )
 from deskpool.pools.naming import MAX_NAME_LENGTH, PATTERN_SHAPE
 from deskpool.pools.store_entitlements import SubjectType
+from deskpool.reconciliation.failures import FailureCode
 
 # ---------------------------------------------------------------------------------- fields
 
@@ -197,6 +198,28 @@ class PoolHealthSchema(Schema):
     )
 
 
+class ReconcileErrorSchema(Schema):
+    """Why the pool's reconciliation fails, and since when (cleared by the next success)."""
+
+    code = fields.String(
+        required=True,
+        validate=validate.OneOf([str(code) for code in FailureCode]),
+        metadata={
+            "description": (
+                "`schedule_unusable`: the phase in force of its schedule cannot be computed; "
+                "`rollout_unusable`: its image rollout cannot be planned; `plan_failed`, "
+                "`apply_failed`: planning or applying its reconciliation failed."
+            )
+        },
+    )
+    reason = fields.String(
+        required=True, metadata={"description": "What failed, in words, and what to do."}
+    )
+    since = fields.AwareDateTime(
+        required=True, metadata={"description": "When the first of the failing passes ran."}
+    )
+
+
 DesktopStateCountsSchema = Schema.from_dict(
     {state: fields.Integer(required=True) for state in _DESKTOP_STATES},
     name="DesktopStateCounts",
@@ -261,6 +284,18 @@ class PoolSchema(Schema):
         required=True,
         allow_none=True,
         metadata={"description": "Null until reconciliation first looked at the pool."},
+    )
+    reconcile_error = fields.Nested(
+        ReconcileErrorSchema,
+        required=True,
+        allow_none=True,
+        metadata={
+            "description": (
+                "Why the pool's reconciliation fails; null while it succeeds. A failing pool "
+                "keeps its desktops and the health of its last successful pass, and the other "
+                "pools are reconciled as usual."
+            )
+        },
     )
     counts = fields.Nested(DesktopCountsSchema, required=True)
     session_policy = fields.Nested(

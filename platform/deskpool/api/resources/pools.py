@@ -110,6 +110,7 @@ def pool_view(
     pool = record.pool
     join = record.domain_join
     health = record.health
+    failing = record.reconcile_error
     return {
         "id": str(pool.id),
         "name": pool.name,
@@ -141,6 +142,9 @@ def pool_view(
         "health": None
         if health is None
         else {"status": str(health.status), "reasons": list(health.reasons)},
+        "reconcile_error": None
+        if failing is None
+        else {"code": failing.code, "reason": failing.reason, "since": failing.since},
         "counts": counts_view(summary or _empty_summary()),
         "session_policy": policy.as_json(),
         "created_at": record.created_at,
