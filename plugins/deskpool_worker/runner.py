@@ -47,7 +47,12 @@ from deskpool.jobs.model import (
 from deskpool.live.model import LiveEvent
 from deskpool.live.publishers import publish, publish_many
 from deskpool_worker.notifications import JobNotifications
-from deskpool_worker.reconnect import DATABASE_ERRORS, ReconnectBackoff, wait_for_event
+from deskpool_worker.reconnect import (
+    DATABASE_ERRORS,
+    ReconnectBackoff,
+    until_written,
+    wait_for_event,
+)
 from deskpool_worker.running import RunningJob, describe_error
 
 if TYPE_CHECKING:
@@ -340,21 +345,22 @@ class JobRunner:
         decision = decide_failure(
             context.attempt, context.job.max_attempts, running.kind.retry, permanent=permanent
         )
-        try:
+
+        async def write() -> JobState | None:
             async with self.runtime.db.acquire() as connection:
-                state = await queue.fail(
+                return await queue.fail(
                     connection,
                     context.lease,
                     error,
                     retry_after=None if decision.dead else decision.delay,
                 )
+
+        what = f"recording the failure of job {context.id}"
+        try:
+            lease = self.settings.lease.total_seconds()
+            state = await until_written(write, within=lease, what=what)
         except DATABASE_ERRORS as db_error:
-            log.warning(
-                "could not record the failure of job %d (%s); it is reclaimed when its lease "
-                "expires",
-                context.id,
-                db_error,
-            )
+            log.warning("%s failed (%s); it is reclaimed as its lease expired", what, db_error)
             return
         if state is not None:
             what = "dead" if state is JobState.DEAD else "retrying"

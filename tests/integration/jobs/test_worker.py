@@ -314,3 +314,64 @@ async def test_jobs_can_enqueue_jobs(
     await queue.enqueue(db, "parent")
     await start_worker(JobKinds(parent=parent, child=child), WORKER_CONCURRENCY=concurrency)
     await asyncio.wait_for(finished.wait(), 15)
+
+
+class UnreachableDatabase:
+    """The worker's pool, refusing every connection while :attr:`down` (a database outage).
+
+    A stopped PostgreSQL refuses new connections (``ConnectionRefusedError``, an ``OSError``);
+    the real pool serves again as soon as :attr:`down` is cleared.
+    """
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self.down = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.pool, name)
+
+    def acquire(self) -> Any:
+        if self.down:
+            raise ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 5432)")
+        return self.pool.acquire()
+
+
+async def test_a_failure_met_during_a_database_outage_is_recorded_once_it_returns(
+    db: asyncpg.Connection, start_worker: StartWorker
+) -> None:
+    """The failure is written when the database is back, not when the job's lease runs out."""
+    outage: list[UnreachableDatabase] = []
+    attempts: list[int] = []
+
+    async def fails_in_the_outage(context: JobContext) -> None:
+        attempts.append(context.attempt)
+        if context.attempt == 1:
+            outage[0].down = True
+            raise RuntimeError("the hypervisor went away too")
+
+    worker = await start_worker(
+        JobKinds(outage=JobKind(fails_in_the_outage, retry=FAST_RETRY)),
+        WORKER_LEASE_DURATION="5m",
+    )
+    runtime = worker.runtime
+    outage.append(UnreachableDatabase(runtime._db))
+    runtime._db = outage[0]
+    job = await queue.enqueue(db, "outage")
+    await until(lambda: _true(bool(attempts)), "the first attempt ran")
+    await asyncio.sleep(3)  # the outage
+    outage[0].down = False
+    await until(
+        lambda: db.fetchval("SELECT state = 'succeeded' FROM jobs WHERE id = $1", job.id),
+        "the job retried and succeeded within seconds of the database's return",
+        seconds=20,
+    )
+    assert attempts == [1, 2]
+    stored = await queue.get_job(db, job.id)
+    assert stored is not None
+    assert [entry["error"] for entry in stored.errors] == [
+        "RuntimeError: the hypervisor went away too"
+    ]
+
+
+async def _true(value: bool) -> bool:
+    return value
