@@ -29,9 +29,11 @@ from aiohttp import web
 
 from deskpool.config import HostPort, SettingRegistry
 from deskpool.errors import StartupError
+from deskpool.identity import access
 from deskpool.listener import ConnectionLimits, HttpListenerComponent
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
+from deskpool.revocation import service as revocation
 from deskpool.runtime import ComponentFactory, Runtime
 from deskpool.sessions.broker import broker_factory
 from deskpool.sessions.tunnel import SessionBroker
@@ -47,7 +49,12 @@ BrokerFactory = Callable[[Runtime], SessionBroker]
 
 
 def broker_factory_of_platform(runtime: Runtime) -> SessionBroker:
-    """The platform's broker over PostgreSQL and Redis (:mod:`deskpool.sessions.broker`)."""
+    """The platform's broker over PostgreSQL and Redis (:mod:`deskpool.sessions.broker`).
+
+    Its redemption judges access through revocation, composed here
+    (:mod:`deskpool.identity.access`).
+    """
+    access.install(revocation)
     return broker_factory(runtime)
 
 

@@ -124,10 +124,6 @@ IO_MODULES = frozenset(
 
 #: Upward imports still in the code, each with why it is there and how it goes away.
 #: ``(importing module, imported module)``. Remove a line when its import is gone.
-_REVOKE = (
-    "a change of access ends what it took away in its own transaction (revoke_lost_access, "
-    "holding_of); to be inverted: a handler the composition fills in"
-)
 _POOL_ADMIN = (
     "pools/ holds both the Pool model every area builds on and pool administration "
     "(pools/service.py), which drives desktops, sessions, starts, rollouts, reconciliation and "
@@ -153,9 +149,6 @@ _STARTS = (
 )
 
 KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    ("deskpool.identity.service", "deskpool.revocation.service"): _REVOKE,
-    ("deskpool.identity.changes", "deskpool.revocation.service"): _REVOKE,
-    ("deskpool.identity.user_state", "deskpool.revocation.service"): _REVOKE,
     ("deskpool.pools.service", "deskpool.desktops.store"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.desktops.jobs"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.identity.rules"): _POOL_ADMIN,
@@ -178,7 +171,6 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {
     ("deskpool.runtime", "deskpool.recordings.stores"): _RUNTIME,
     ("deskpool.runtime", "deskpool.licensing.context"): _RUNTIME,
     ("deskpool.runtime", "deskpool.licensing.service"): _RUNTIME,
-    ("deskpool.sessions.broker", "deskpool.revocation.service"): _REVOKE,
     ("deskpool.starts.cancel", "deskpool.sessions.store"): _STARTS,
     ("deskpool.starts.service", "deskpool.revocation.service"): _STARTS,
     ("deskpool.starts.service", "deskpool.sessions.tunnel"): _STARTS,

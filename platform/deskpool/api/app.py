@@ -44,9 +44,11 @@ from deskpool.api.routes import Operation, Reply, RouteTable
 from deskpool.api.security import AUTHENTICATOR_KEY, authenticate, install_authentication
 from deskpool.api.validation import DeskpoolParser, check_body_size, parse_body, parse_query
 from deskpool.clusters import service as clusters_service
+from deskpool.identity import access
 from deskpool.live.bus import LiveHub
 from deskpool.live.model import StreamSlots
 from deskpool.outages import DATABASE, outage_of
+from deskpool.revocation import service as revocation
 from deskpool.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -267,6 +269,8 @@ def create_app(runtime: Runtime) -> web.Application:
 
     :raises ConfigError: ``API_CORS_ALLOWED_ORIGINS`` holds something that is not an origin.
     """
+    # The identity services end what a change of access took away through revocation.
+    access.install(revocation)
     config = runtime.config
     cors = CorsPolicy.from_setting(config["API_CORS_ALLOWED_ORIGINS"])
     app = web.Application(

@@ -18,11 +18,11 @@ import asyncpg
 
 from deskpool.actor import Actor
 from deskpool.identity import rules, store, store_roles
+from deskpool.identity.access import Revocation, revoke_lost_access
 from deskpool.identity.authenticator import identity_changed
 from deskpool.identity.refusals import audited_refusals
 from deskpool.identity.sign_in import resolve_effective
 from deskpool.permissions import EffectivePermissions
-from deskpool.revocation.service import Revocation, revoke_lost_access
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime

@@ -23,6 +23,7 @@ import asyncpg
 from deskpool.actor import Actor
 from deskpool.errors import Conflict, FieldError, NotFound, ValidationFailed, found
 from deskpool.identity import rules, store, store_roles
+from deskpool.identity.access import announce, users_of_group, users_with_claim
 from deskpool.identity.changes import changing as _changing
 from deskpool.identity.changes import check_escalation as _check_escalation
 from deskpool.identity.changes import check_takes_from_admin as _check_takes_from_admin
@@ -39,11 +40,6 @@ from deskpool.pools.store_entitlements import (
     SubjectType,
     entitled_anywhere,
     revoke_subject_entitlements,
-)
-from deskpool.revocation.service import (
-    announce,
-    users_of_group,
-    users_with_claim,
 )
 
 if TYPE_CHECKING:

@@ -23,10 +23,10 @@ import asyncpg
 from deskpool.actor import Actor
 from deskpool.errors import found
 from deskpool.identity import rules, store
+from deskpool.identity.access import announce
 from deskpool.identity.changes import changing, held, keeping_an_admin, revoke
 from deskpool.identity.sign_in import resolve_effective
 from deskpool.pools.store_entitlements import entitled_anywhere
-from deskpool.revocation.service import announce
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime

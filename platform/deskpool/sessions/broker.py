@@ -35,11 +35,11 @@ from deskpool.audit import record_audit_event
 from deskpool.desktops import store as store_desktops
 from deskpool.desktops.states import SessionOpened
 from deskpool.events import AuditEvent
+from deskpool.identity.access import holding_of
 from deskpool.kv import subscription
 from deskpool.live.publishers import publish, session_event
 from deskpool.pools import store as store_pools
 from deskpool.recordings import store as recordings_store
-from deskpool.revocation.service import holding_of
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretDecryptionFailed, SecretsUnavailable
 from deskpool.sessions import store

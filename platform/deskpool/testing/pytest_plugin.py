@@ -56,9 +56,18 @@ from deskpool.testing.services import (
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Keep stevedore's entry-point cache out of ``~/.cache`` so tests never see stale results."""
+    """Keep stevedore's entry-point cache out of ``~/.cache``, and compose revocation.
+
+    Out of the cache, so tests never see stale results.
+    """
     if "DESKPOOL_KEEP_XDG_CACHE" not in os.environ:
         os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="deskpool-xdg-")
+    # Composed as the API's application and the gateway compose it, for tests that call the
+    # identity services or the session broker directly (deskpool.identity.access).
+    from deskpool.identity import access
+    from deskpool.revocation import service as revocation
+
+    access.install(revocation)
 
 
 @contextlib.asynccontextmanager
