@@ -25,7 +25,12 @@ It behaves as guacd 1.6.0 does where a client can tell:
   been silent for 5 s;
 - a user who sends nothing for 15 s gets ``error "User is not responding." 776``; a ``sync``
   acknowledging a frame never sent, or ``disconnect``, ends that user with ``disconnect``;
-- read-only users (``read-only`` = ``true``) see everything and change nothing.
+- read-only users (``read-only`` = ``true``) see everything and change nothing;
+- told to, it shows two faults of guacd 1.6.0 (:mod:`deskpool.desktopd.faults`): a connection
+  whose process dies mid-session (:meth:`DesktopDaemonSimulator.kill_connection`: its sockets
+  close without ``disconnect``, and the next connection to that desktop finds it as it was),
+  and RDP logins refused (:attr:`DesktopDaemonSimulator.refuse_logins`: a lone ``sync`` 0.05 s
+  after ``ready``, then nothing drawn).
 
 Every user is kept in :attr:`DesktopDaemonSimulator.users` with the instructions it sent after
 the handshake, whether it sent ``disconnect`` and whether its connection crashed, so tests can
@@ -43,7 +48,8 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from deskpool.desktopd.frames import DesktopConnection
+from deskpool.desktopd.faults import REFUSED_LOGIN_SYNC_DELAY, LoginRefusal
+from deskpool.desktopd.frames import KEEP_ALIVE_INTERVAL, DesktopConnection
 from deskpool.desktopd.protocols import PROTOCOL_ARGS, PROTOCOL_VERSION
 from deskpool.desktopd.screen import Box, DesktopScreen
 from deskpool.desktopd.vnc import BridgeFailed, VncBridge, bridge_vnc
@@ -83,10 +89,15 @@ class SimulatedUser:
     disconnected: bool = False
     #: Whether its connection crashed (input before the first frame).
     crashed: bool = False
+    #: Whether its connection's process died (:meth:`DesktopDaemonSimulator.kill_connection`,
+    #: or a refused login's ``close``): its socket was closed without a word.
+    killed: bool = False
+    #: The refusal of its login, when the remote desktop refuses it (RDP only).
+    refusal: LoginRefusal | None = None
 
     async def send(self, text: str) -> None:
-        """Write ``text`` and wait for the socket to take it (nothing once crashed)."""
-        if self.closed or self.crashed:
+        """Write ``text`` and wait for the socket to take it (nothing once crashed or dead)."""
+        if self.closed or self.crashed or self.killed:
             return
         self.writer.write(text.encode())
         self.last_write = time.monotonic()
@@ -193,6 +204,11 @@ class DesktopDaemonSimulator:
         self.connect_gate = asyncio.Event()
         self.connect_gate.set()
         self.connections: dict[str, DesktopConnection] = {}
+        #: RDP logins the remote desktops refuse (``None``: none; tests set it).
+        self.refuse_logins: LoginRefusal | None = None
+        #: The screens of connections whose process died, by host: the remote desktop kept
+        #: the session, and the next connection to that host shows it again.
+        self.resumable: dict[str, DesktopScreen] = {}
         #: The latest users, handshake done (for tests and diagnosis).
         self.users: deque[SimulatedUser] = deque(maxlen=100)
         self._server: asyncio.Server | None = None
@@ -268,12 +284,50 @@ class DesktopDaemonSimulator:
         """The first user of ``connection_id`` (its owner) among the latest users."""
         return next(user for user in self.users if user.connection_id == connection_id)
 
+    def kill_connection(self, connection_id: str) -> list[SimulatedUser]:
+        """The process of ``connection_id`` dies: its users' sockets close without a word.
+
+        As when guacd's child process of a connection is killed: no ``error``, no
+        ``disconnect``, the sockets simply close. The remote desktop keeps the session: the next
+        connection to the same host shows the same screen (what was typed included).
+        Returns the users whose socket was closed.
+        """
+        return self._die(connection_id, keep_screen=True)
+
+    def _die(self, connection_id: str, *, keep_screen: bool) -> list[SimulatedUser]:
+        connection = self.connections.pop(connection_id, None)
+        if keep_screen and isinstance(connection, SimulatedConnection):
+            self.resumable[connection.screen.vm_name] = connection.screen
+        log.warning("desktop daemon simulator: connection %s died", connection_id)
+        killed = [u for u in self.users if u.connection_id == connection_id and not u.closed]
+        for user in killed:
+            user.killed = True
+            user.writer.transport.abort()
+        return killed
+
     async def _connect(self, connection: DesktopConnection, user: SimulatedUser) -> None:
         """The new connection's remote desktop client connects, then it draws its first frame."""
+        if user.refusal is not None:
+            await self._refuse_login(connection, user, user.refusal)
+            return
         await asyncio.sleep(self.connect_delay)
         await self.connect_gate.wait()
         if not user.crashed:
             await self._draw_first_frame(connection, user)
+
+    async def _refuse_login(
+        self, connection: DesktopConnection, user: SimulatedUser, refusal: LoginRefusal
+    ) -> None:
+        """As guacd 1.6.0 shows a refused RDP login: a lone ``sync``, then nothing drawn."""
+        await asyncio.sleep(REFUSED_LOGIN_SYNC_DELAY)
+        await user.send(connection.end_frame())
+        if refusal.then == "close":
+            await asyncio.sleep(refusal.close_after)
+            self._die(connection.id, keep_screen=False)
+            return
+        while not user.closed:  # guacd's socket keeps itself alive with nop
+            await asyncio.sleep(KEEP_ALIVE_INTERVAL)
+            await user.send(encode("nop"))
 
     @staticmethod
     async def _draw_first_frame(connection: DesktopConnection, user: SimulatedUser) -> None:
@@ -331,6 +385,9 @@ class DesktopDaemonSimulator:
         user = SimulatedUser(
             writer, values.get("read-only") == "true", user_name, connection_id=connection_id
         )
+        refusal = self.refuse_logins
+        if existing is None and refusal and refusal.refuses(protocol, values["hostname"]):
+            user.refusal = refusal
         width, height = _size(info.get("size", ()))
         connection = existing
         if connection is None:
@@ -350,7 +407,11 @@ class DesktopDaemonSimulator:
                 except BridgeFailed as failed:
                     raise HandshakeFailed(str(failed), failed.reply) from failed
             else:
-                screen = DesktopScreen(width, height, values["hostname"], user_name, protocol)
+                screen = self.resumable.pop(values["hostname"], None) or DesktopScreen(
+                    width, height, values["hostname"], user_name, protocol
+                )
+                if (screen.width, screen.height) != (width, height):
+                    screen.resize(width, height)
                 connection = SimulatedConnection(connection_id, protocol, screen=screen)
             self.connections[connection_id] = connection
         else:  # a join: the connection is up, its display is sent at once
