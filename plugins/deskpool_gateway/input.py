@@ -6,13 +6,13 @@
 ``usb*`` ones: the user handler table of libguac's ``user-handlers.c``) as soon as they arrive,
 even while its VNC or RDP client is still connecting; a ``size`` or a ``mouse`` then crashes
 the connection's process (libvncclient has no client yet), and guacd's parent keeps the socket
-open, silent. So until the daemon shows the connection is up, with its first ``sync`` after
-``ready``, the gateway holds everything the browser sends except keep-alives (``nop``),
-``disconnect`` and the answers to the daemon's ``required`` (the ``argv`` streams that carry
-credentials the remote desktop asks for while it connects: their ``argv``, ``blob`` and ``end``),
-then forwards what it held in the order it came. What it holds is bounded
-(``GATEWAY_HELD_INPUT_LIMIT`` bytes): more ends the tunnel with ``CLIENT_OVERRUN``. This holds
-for any client, not only the console.
+open, silent. So until the daemon shows the connection is up, with its first frame that drew
+something (:mod:`deskpool_gateway.drawing`), the gateway holds everything the browser sends
+except keep-alives (``nop``), ``disconnect`` and the answers to the daemon's ``required`` (the
+``argv`` streams that carry credentials the remote desktop asks for while it connects: their
+``argv``, ``blob`` and ``end``), then forwards what it held in the order it came. What it holds
+is bounded (``GATEWAY_HELD_INPUT_LIMIT`` bytes): more ends the tunnel with ``CLIENT_OVERRUN``.
+This holds for any client, not only the console.
 
 **Read-only tunnels send no input.** A tunnel opened read-only (an administrator watching a
 session) forwards only frame acknowledgements (``sync``), keep-alives (``nop``), stream
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from deskpool.guacamole import Instruction, InstructionParser
 
-__all__ = ["PASS_EARLY", "READ_ONLY_ALLOWED", "BrowserInput", "HeldInputOverflow", "has_sync"]
+__all__ = ["PASS_EARLY", "READ_ONLY_ALLOWED", "BrowserInput", "HeldInputOverflow"]
 
 #: What passes at once even before the daemon drew its first frame.
 PASS_EARLY = frozenset({"nop", "disconnect"})
@@ -35,15 +35,6 @@ READ_ONLY_ALLOWED = frozenset({"sync", "nop", "ack", "disconnect"})
 
 class HeldInputOverflow(Exception):
     """The browser sent more than the gateway holds while the daemon connects."""
-
-
-def has_sync(text: str) -> bool:
-    """Whether the complete instructions of ``text`` include a ``sync`` (the end of a frame)."""
-    if "4.sync" not in text:
-        return False
-    return any(
-        instruction.opcode == "sync" for instruction in InstructionParser().feed_instructions(text)
-    )
 
 
 class BrowserInput:

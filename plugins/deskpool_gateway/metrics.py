@@ -24,10 +24,10 @@ class GatewayMetrics:
         )
         self.failures = Counter(
             "deskpool_gateway_handshake_failures",
-            "Tunnels refused or failed before relaying, by cause (origin, no_token, "
-            "bad_request, too_many, shutting_down, token_<reason>, daemon_unreachable, "
-            "daemon_timeout, daemon_refused, daemon_protocol, daemon_first_frame, "
-            "held_input_overflow).",
+            "Tunnels refused or failed, by cause (origin, no_token, bad_request, too_many, "
+            "shutting_down, token_<reason>, daemon_unreachable, daemon_timeout, "
+            "daemon_refused, daemon_protocol, daemon_first_frame, held_input_overflow, "
+            "daemon_hang_up: the daemon's connection ended without disconnect).",
             ["reason"],
             registry=registry,
         )

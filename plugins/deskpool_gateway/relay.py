@@ -13,10 +13,16 @@ Until the daemon drew its first frame, input is held, and a read-only tunnel's i
 message is read.
 
 A daemon that completes the handshake but draws nothing within ``GATEWAY_FIRST_FRAME_TIMEOUT``
-ends the tunnel with ``UPSTREAM_TIMEOUT``. A tunnel ends once, with a Guacamole status (the
-WebSocket close code and reason) and a :class:`~deskpool.sessions.tunnel.SessionEndReason` for
-the session record; however it ends, the daemon is sent ``disconnect`` before its socket is
-closed (guacd otherwise keeps the remote connection open for seconds).
+ends the tunnel with ``UPSTREAM_TIMEOUT``: a first frame is something drawn, not a bare ``sync``
+(:mod:`deskpool_gateway.drawing`). The daemon's own ``disconnect`` followed by the end of its
+socket is an orderly end (``SUCCESS``, ``desktop_closed``); a socket that ends without it is a
+hang-up, the connection's process died: ``UPSTREAM_ERROR``, ``daemon_error`` (the pool keeps the
+desktop for its user). A tunnel ends once, with a Guacamole status (the WebSocket close code and
+reason) and a :class:`~deskpool.sessions.tunnel.SessionEndReason` for the session record; when
+the daemon failed, the browser is sent an ``error`` instruction with that status and what
+happened before the close (``Guacamole.Client.onerror`` gets both). However it ends, the daemon
+is sent ``disconnect`` before its socket is closed (guacd otherwise keeps the remote connection
+open for seconds).
 """
 
 from __future__ import annotations
@@ -34,7 +40,8 @@ from aiohttp import WSMsgType, web
 from deskpool.guacamole import INTERNAL_OPCODE, InstructionParser, ProtocolError, Status, encode
 from deskpool.guacamole.instruction import Utf8Decoder
 from deskpool.sessions.tunnel import SessionEndReason, TunnelCounters, TunnelGrant
-from deskpool_gateway.input import BrowserInput, HeldInputOverflow, has_sync
+from deskpool_gateway.drawing import FirstFrame, ends_with_disconnect
+from deskpool_gateway.input import BrowserInput, HeldInputOverflow
 from deskpool_gateway.recording import Recorder
 
 if TYPE_CHECKING:
@@ -97,6 +104,8 @@ class Tunnel:
     #: Records what the browser is sent (:mod:`deskpool_gateway.recording`); ``None``: off.
     recorder: Recorder | None = None
     input: BrowserInput = field(init=False)
+    #: Whether the browser was told the tunnel's UUID (an ``error`` may follow it).
+    _announced: bool = False
     _closing: asyncio.Task[None] | None = None
     _first_frame_timer: asyncio.TimerHandle | None = None
     _first_frame_report: asyncio.Task[None] | None = None
@@ -142,13 +151,17 @@ class Tunnel:
             if self.recorder is not None:
                 await self.recorder.close()
 
-    def close(self, status: Status, reason: SessionEndReason) -> None:
-        """End the tunnel with ``status`` (the first call wins); returns at once."""
+    def close(self, status: Status, reason: SessionEndReason, message: str = "") -> None:
+        """End the tunnel with ``status`` (the first call wins); returns at once.
+
+        :param message: what happened, sent to the browser in an ``error`` instruction with
+            ``status`` before the close (none when empty).
+        """
         if self.status is not None:
             return
         self.status, self.end_reason = status, reason
         self._hang_up()
-        self._closing = asyncio.create_task(self._close_websocket(status))
+        self._closing = asyncio.create_task(self._close_websocket(status, message))
 
     def _hang_up(self) -> None:
         """Send the daemon ``disconnect`` (after what was written, flushed), then close."""
@@ -167,7 +180,11 @@ class Tunnel:
             self.first_frame_timeout,
         )
         self.metrics.refused("daemon_first_frame")
-        self.close(Status.UPSTREAM_TIMEOUT, SessionEndReason.DAEMON_ERROR)
+        self.close(
+            Status.UPSTREAM_TIMEOUT,
+            SessionEndReason.DAEMON_ERROR,
+            f"The desktop showed nothing within {self.first_frame_timeout:g} s.",
+        )
 
     def _daemon_up(self) -> None:
         """The daemon drew its first frame: forward what the browser sent meanwhile."""
@@ -182,18 +199,22 @@ class Tunnel:
             self.metrics.bytes_to_desktop.inc(len(data))
             self.writer.write(data)
 
-    async def _close_websocket(self, status: Status) -> None:
+    async def _close_websocket(self, status: Status, message: str) -> None:
         with contextlib.suppress(ConnectionError, RuntimeError):
+            if message and self._announced and not self.ws.closed:
+                await self.ws.send_str(encode("error", message, int(status)))
             await self.ws.close(code=status.websocket_code, message=status.close_reason.encode())
 
     async def _daemon_to_browser(self, leftover: str) -> None:
         parser = InstructionParser()
         send, text_frame = self.ws.send_frame, WSMsgType.TEXT
         bytes_out = self.metrics.bytes_to_browser
+        first_frame = FirstFrame()
         try:
             await self.ws.send_str(encode(INTERNAL_OPCODE, self.session_id))
-            text = parser.feed(leftover)
-            if text and has_sync(text):
+            self._announced = True
+            text = last = parser.feed(leftover)
+            if text and first_frame.feed(text):
                 self._daemon_up()
             record = self.recorder.output if self.recorder is not None else None
             if text:
@@ -211,9 +232,10 @@ class Tunnel:
                 counters.bytes_to_browser += len(data)
                 bytes_out.inc(len(data))
                 text = feed(decode(data))
-                if not self.input.up and text and has_sync(text):
+                if not self.input.up and text and first_frame.feed(text):
                     self._daemon_up()
                 if text:
+                    last = text
                     # Encoded here rather than by send_str: the recorder keeps these very bytes.
                     payload = text.encode()
                     if record is not None:
@@ -221,12 +243,29 @@ class Tunnel:
                     await send(payload, text_frame)
         except ProtocolError as error:
             log.warning("tunnel %s: the daemon broke the protocol: %s", self.session_id, error)
-            self.close(Status.UPSTREAM_ERROR, SessionEndReason.DAEMON_ERROR)
+            self.close(
+                Status.UPSTREAM_ERROR,
+                SessionEndReason.DAEMON_ERROR,
+                "The desktop daemon sent something it should not have.",
+            )
         except (ConnectionError, RuntimeError) as error:
             log.debug("tunnel %s: relay to the browser stopped: %s", self.session_id, error)
             self.close(Status.SUCCESS, SessionEndReason.CLIENT_CLOSED)
         else:
-            self.close(Status.SUCCESS, SessionEndReason.DESKTOP_CLOSED)
+            if self.ended or ends_with_disconnect(last):
+                self.close(Status.SUCCESS, SessionEndReason.DESKTOP_CLOSED)
+                return
+            log.warning(
+                "tunnel %s: the desktop daemon closed the connection without disconnect "
+                "(its connection's process ended)",
+                self.session_id,
+            )
+            self.metrics.refused("daemon_hang_up")
+            self.close(
+                Status.UPSTREAM_ERROR,
+                SessionEndReason.DAEMON_ERROR,
+                "The desktop daemon's connection ended without a word.",
+            )
 
     async def _browser_to_daemon(self) -> None:
         parser = InstructionParser()
@@ -271,7 +310,11 @@ class Tunnel:
             self.close(Status.CLIENT_OVERRUN, SessionEndReason.CLIENT_CLOSED)
         except (ConnectionError, RuntimeError) as error:
             log.debug("tunnel %s: relay to the daemon stopped: %s", self.session_id, error)
-            self.close(Status.UPSTREAM_ERROR, SessionEndReason.DAEMON_ERROR)
+            self.close(
+                Status.UPSTREAM_ERROR,
+                SessionEndReason.DAEMON_ERROR,
+                "The desktop daemon's connection ended without a word.",
+            )
         self.close(Status.SUCCESS, SessionEndReason.CLIENT_CLOSED)
 
     async def _internal(self, text: str) -> str:

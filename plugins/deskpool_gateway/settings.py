@@ -109,10 +109,12 @@ def declare_settings(registry: SettingRegistry) -> None:
         "GATEWAY_FIRST_FRAME_TIMEOUT",
         parse_duration,
         "5s",
-        "How long the desktop daemon has, after the handshake, to draw its first frame (its "
-        "first `sync`); a daemon that draws nothing by then ends the tunnel with "
-        "`UPSTREAM_TIMEOUT` (514). Raise it for remote desktops slow to answer (an RDP host "
-        "with slow logons). `0s`: no limit (a silent daemon is still closed after 15 s).",
+        "How long the desktop daemon has, after the handshake, to draw its first frame (a "
+        "`sync` ending a frame that drew something on screen; guacd's bare `sync` before "
+        "anything is drawn, as on a refused RDP login, is not one); a daemon that draws "
+        "nothing by then ends the tunnel with `UPSTREAM_TIMEOUT` (514). Raise it for remote "
+        "desktops slow to answer (an RDP host with slow logons). `0s`: no limit (a silent "
+        "daemon is still closed after 15 s).",
         "duration",
     )
     add(

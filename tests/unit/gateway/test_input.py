@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deskpool.guacamole import encode
-from deskpool_gateway.input import BrowserInput, HeldInputOverflow, has_sync
+from deskpool_gateway.input import BrowserInput, HeldInputOverflow
 
 
 def test_input_is_held_until_release_then_forwarded_in_order() -> None:
@@ -59,9 +59,3 @@ def test_a_read_only_tunnel_forwards_only_acknowledgements_keep_alives_and_disco
     )
     expected = encode("sync", 123) + encode("ack", 1, "OK", 0) + encode("nop")
     assert gate.admit(text) == expected + encode("disconnect")
-
-
-def test_the_first_frame_is_a_sync_instruction_not_the_text_sync() -> None:
-    assert has_sync(encode("img", 1, 14, 0, "image/png", 0, 0) + encode("sync", 1700000000000, 1))
-    assert not has_sync(encode("name", "4.sync,1.1;") + encode("nop"))
-    assert not has_sync(encode("size", 0, 1024, 768))
