@@ -214,7 +214,8 @@ async def _steps(instance: Instance, admin: Any, user: Any, expect: Any) -> None
     before = list(instance.daemon.users)
     instance.daemon.connect_gate.clear()
     await overlay.get_by_role("button", name="Reconnect").click()
-    await expect(overlay).to_contain_text("514", timeout=TIMEOUT)
+    await expect(overlay).to_contain_text("Your desktop did not respond", timeout=TIMEOUT)
+    await expect(overlay).to_contain_text("Status 514")
     assert len(_new_users(instance, before)) == 2
     instance.daemon.connect_gate.set()
     await visit(instance, user, "desktop-timed-out")

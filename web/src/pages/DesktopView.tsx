@@ -4,7 +4,10 @@
  * drop, disconnecting (the pool's policy decides when the user is logged off) and logging off
  * (at once). An administrator watching a session (`?watch=<session id>`) sees it read-only.
  * A desktop that does not draw in time (status 514 before it was connected) is reconnected
- * once by itself before the error is shown.
+ * once by itself before the error is shown. However the connection ends, the view says so in
+ * words with what to do (`describeStatus`: every Guacamole status, never a bare code) and
+ * offers Reconnect, which asks for a fresh token to the same desktop: after a lost connection
+ * (515, the desktop daemon's connection died) the pool keeps the desktop, work included.
  *
  * Start on connect: when no desktop was running, the API answers a desktop being started for
  * the user (202, a pending connection). The view shows "Starting your desktop" with its
@@ -19,6 +22,7 @@ import { unwrap, type Schemas } from "../api/client";
 import { describeError } from "../api/problem";
 import { NoticeBanner } from "../components/NoticeBanner";
 import type { DesktopHandle, DesktopState } from "../desktop/guacamole";
+import { describeStatus } from "../desktop/status";
 import { useSession } from "../session";
 
 type Connection = Schemas["Connection"];
@@ -63,6 +67,8 @@ export function DesktopViewPage() {
   const handle = useRef<DesktopHandle | null>(null);
   const [state, setState] = useState<ViewState>("idle");
   const [detail, setDetail] = useState("");
+  // The Guacamole status the connection ended with (undefined: none, or not a tunnel's end).
+  const [code, setCode] = useState<number | undefined>(undefined);
   const [clipboard, setClipboard] = useState("");
   const [showClipboard, setShowClipboard] = useState(false);
   // The pool records this session: said before the desktop's first frame is drawn.
@@ -85,6 +91,7 @@ export function DesktopViewPage() {
     const current = ++attempt.current;
     if (!retry) retried.current = false;
     setState("connecting");
+    setCode(undefined);
     setDetail(retry ? "the desktop did not answer in time, trying again" : "");
     try {
       // The token of the page that opened the desktop once; a fresh one for every reconnect.
@@ -112,21 +119,29 @@ export function DesktopViewPage() {
       const { openDesktop } = await import("../desktop/guacamole");
       if (!screen.current || current !== attempt.current) return;
       let drawn = false;
-      handle.current = await openDesktop(screen.current, connection.url, connection.token, {
-        onState: (next, why, code) => {
+      const opened = await openDesktop(screen.current, connection.url, connection.token, {
+        onState: (next, why, status) => {
           if (current !== attempt.current) return;
           if (next === "connected") drawn = true;
-          if (next === "error" && code === UPSTREAM_TIMEOUT && !drawn && !retried.current) {
+          if (next === "error" && status === UPSTREAM_TIMEOUT && !drawn && !retried.current) {
             retried.current = true;
             void connect(true);
             return;
           }
           setState(next);
           setDetail(why ?? "");
+          setCode(next === "error" ? status : next === "disconnected" ? 0 : undefined);
         },
         onClipboard: setClipboard,
       }, { readOnly: Boolean(watching) });
-      screen.current.focus();
+      // A newer attempt began while this one opened: this one must not stay connected unseen
+      // (its keyboard would still send the user's typing to a second connection).
+      if (current !== attempt.current) {
+        opened.disconnect();
+        return;
+      }
+      handle.current = opened;
+      screen.current?.focus();
     } catch (error) {
       if (current !== attempt.current) return;
       setState("error");
@@ -202,12 +217,14 @@ export function DesktopViewPage() {
     }
   };
   const live = state === "connected" || state === "waiting" || state === "connecting" || state === "starting";
+  // How the connection ended, in words: the status's when there is one, else what failed.
+  const ended = !live && code !== undefined ? describeStatus(code) : null;
+  const headline = ended ? ended.title : `${LABEL[state]}${detail ? `: ${detail}` : ""}`;
   return (
     <div className="desktop-view">
       <div className="desktop-bar" role="toolbar" aria-label="Desktop">
-        <span className="state" role="status" aria-live="polite" data-state={state}>
-          {LABEL[state]}
-          {detail ? `: ${detail}` : ""}
+        <span className="state" role="status" aria-live="polite" data-state={state} data-status={code}>
+          {headline}
         </span>
         {watching ? (
           <span className="badge badge-info">Watching read-only</span>
@@ -303,11 +320,18 @@ export function DesktopViewPage() {
         onMouseEnter={() => screen.current?.focus()}
       />
       {!live ? (
-        <div className="desktop-overlay" role="alert">
+        <div className="desktop-overlay" role="alert" data-status={code}>
           <p>
-            {LABEL[state]}
-            {detail ? `: ${detail}` : ""}
+            <strong>{headline}</strong>
           </p>
+          {ended ? (
+            <>
+              <p>{ended.advice}</p>
+              <p>
+                <small>Status {code} (for your administrator).</small>
+              </p>
+            </>
+          ) : null}
           <button type="button" onClick={() => void connect()}>
             Reconnect
           </button>
