@@ -11,7 +11,7 @@ it is reached (``logons`` table, migration ``0016``):
 5. ``token_issued``: the connection token was handed to the browser;
 6. ``tunnel_opened``: the gateway redeemed the token and opened the session;
 7. ``daemon_connected``: the desktop daemon finished the handshake;
-8. ``first_frame``: the daemon drew its first frame (its first ``sync``).
+8. ``first_frame``: the daemon drew its first frame (something drawn, then ``sync``).
 
 A logon that stops before the first frame keeps the phases it reached, ``failed_at`` and a
 ``failure_reason`` (an API error code such as ``desktop_unreachable``, a refused token such as

@@ -148,7 +148,7 @@ class SessionBroker(Protocol):
         """The daemon answered ``ready``: record its connection id (for shadowing)."""
 
     async def first_frame(self, session_id: UUID) -> None:
-        """The daemon drew its first frame (its first ``sync``): the logon is complete."""
+        """The daemon drew its first frame (something drawn, then ``sync``): the logon is done."""
 
     async def heartbeat(self, gateway_id: str, counters: Mapping[UUID, TunnelCounters]) -> None:
         """Renew this gateway's lease and record each open session's bytes and activity."""
