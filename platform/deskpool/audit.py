@@ -25,6 +25,7 @@ from typing import Any
 
 import asyncpg
 
+from deskpool.errors import error_text
 from deskpool.events import AuditEvent
 
 log = logging.getLogger(__name__)
@@ -307,11 +308,28 @@ async def maintain_audit_partitions(
         await drain_default_partition(connection)
         existing = await existing_partitions(connection)
         plan = plan_partitions(existing, moment, retention_months, months_ahead)
+        # Each month alone: one partition that cannot be made or dropped stops no other.
         for month in plan.create:
-            await create_partition(connection, month)
+            try:
+                await create_partition(connection, month)
+            except asyncpg.PostgresError as error:
+                log.warning(
+                    "creating audit partition %s failed (%s); the others go on",
+                    partition_name(month),
+                    error_text(error),
+                )
+                continue
             log.info("audit partition %s created", partition_name(month))
         for month in plan.drop:
-            await drop_partition(connection, month)
+            try:
+                await drop_partition(connection, month)
+            except asyncpg.PostgresError as error:
+                log.warning(
+                    "dropping audit partition %s failed (%s); the others go on",
+                    partition_name(month),
+                    error_text(error),
+                )
+                continue
             log.info(
                 "audit partition %s dropped (AUDIT_RETENTION_MONTHS=%d)",
                 partition_name(month),

@@ -17,6 +17,29 @@ from typing import Any, TypeVar
 
 from deskpool_driver_api.errors import DeskpoolError as DeskpoolError
 
+#: How much of an error's message :func:`error_text` keeps.
+_MESSAGE_LENGTH = 200
+
+#: Errors whose message describes the computation that failed (and so the data), not a place
+#: or a credential: :func:`error_text` quotes it.
+_QUOTED = (ArithmeticError, LookupError, TypeError, ValueError, AttributeError)
+
+
+def error_text(error: BaseException) -> str:
+    """An unexpected error in one line, for a log or a record.
+
+    Its type, and its message when it is safe to quote (errors of computation, whose text says
+    what went wrong in the data). No traceback: an expected fault of one object is one warning line.
+    """
+    name = type(error).__name__
+    if not isinstance(error, _QUOTED):
+        return name
+    message = " ".join(str(error).split())
+    if len(message) > _MESSAGE_LENGTH:
+        message = message[: _MESSAGE_LENGTH - 1] + "…"
+    return f"{name}: {message}" if message else name
+
+
 #: Where a problem's ``type`` points: this base and the error's ``code``.
 PROBLEM_TYPE_BASE = "https://deskpool.dev/problems/"
 

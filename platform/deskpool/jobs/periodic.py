@@ -9,25 +9,70 @@ Like jobs, a run's lease carries a fencing token and is extended by heartbeats.
 
 Plugins add tasks through ``deskpool_register_periodic_tasks``:
 ``registry.add("license_watermark", PeriodicTask(persist, every="LICENSE_WATERMARK_INTERVAL"))``.
+
+A task that walks many objects (pools, sessions, desktops, recordings, partitions) handles each
+alone (:func:`each_alone`): one object that fails is one warning line, and the rest go on.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import asyncpg
 
+from deskpool.errors import error_text
 from deskpool.jobs.model import LeaseLost
 
 if TYPE_CHECKING:
     from deskpool.config import Config
     from deskpool.runtime import Runtime
 
+log = logging.getLogger(__name__)
+
 PeriodicHandler = Callable[["PeriodicContext"], Awaitable[Any]]
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+@dataclass(frozen=True)
+class EachOutcome(Generic[_R]):
+    """What :func:`each_alone` did: the results of the objects done, and how many failed."""
+
+    done: tuple[_R, ...]
+    failed: int
+
+
+async def each_alone(
+    task: str,
+    items: Iterable[_T],
+    act: Callable[[_T], Awaitable[_R]],
+    describe: Callable[[_T], str],
+) -> EachOutcome[_R]:
+    """Apply ``act`` to each item, each alone: one that raises does not stop the others.
+
+    A failure is logged as one warning line (``task``, the item as ``describe`` says it, the
+    error's type and, when safe, its message; no traceback). A lost lease and a cancellation
+    still stop the run.
+    """
+    done: list[_R] = []
+    failed = 0
+    for item in items:
+        try:
+            done.append(await act(item))
+        except LeaseLost:
+            raise
+        except Exception as error:
+            failed += 1
+            log.warning(
+                "%s: %s failed (%s); the others go on", task, describe(item), error_text(error)
+            )
+    return EachOutcome(tuple(done), failed)
 
 
 @dataclass(frozen=True)

@@ -27,15 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from deskpool.errors import error_text as error_text
+
 # What the pool's store records is the pool's value; it is re-exported here.
 from deskpool.pools.model import ReconcileError as ReconcileError
-
-#: How much of an error's message a reason keeps.
-_MESSAGE_LENGTH = 200
-
-#: Errors whose message describes the computation that failed (and so the data), not a place
-#: or a credential: the reason quotes it.
-_QUOTED = (ArithmeticError, LookupError, TypeError, ValueError, AttributeError)
 
 
 class FailureCode(StrEnum):
@@ -70,17 +65,6 @@ class PoolReconcileFailed(Exception):
     def __init__(self, pool_name: str, failure: PoolFailure) -> None:
         super().__init__(f"pool {pool_name}: {failure.reason}")
         self.failure = failure
-
-
-def error_text(error: BaseException) -> str:
-    """The error in one line: its type, and its message when it is safe to quote."""
-    name = type(error).__name__
-    if not isinstance(error, _QUOTED):
-        return name
-    message = " ".join(str(error).split())
-    if len(message) > _MESSAGE_LENGTH:
-        message = message[: _MESSAGE_LENGTH - 1] + "…"
-    return f"{name}: {message}" if message else name
 
 
 def schedule_failure(schedule: str, error: BaseException) -> PoolFailure:

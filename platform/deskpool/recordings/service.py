@@ -17,7 +17,7 @@ from typing import Any
 
 from deskpool.actor import Actor
 from deskpool.errors import DeskpoolError, NotFound
-from deskpool.jobs.periodic import PeriodicContext
+from deskpool.jobs.periodic import PeriodicContext, each_alone
 from deskpool.recordings import store
 from deskpool.recordings.model import (
     ByteRange,
@@ -113,13 +113,24 @@ async def delete_expired(runtime: Runtime, now: datetime | None = None) -> int:
     if cutoff is None:
         return 0
     deleted = 0
+    kept: set[uuid.UUID] = set()
+
+    async def delete(recording: Recording) -> uuid.UUID:
+        await asyncio.to_thread(runtime.recording_store.delete, recording.store_key)
+        await store.delete_recording(runtime.db, recording.id)
+        return recording.id
+
     while True:
-        expired = await store.expired_recordings(runtime.db, cutoff, RETENTION_BATCH)
-        for recording in expired:
-            await asyncio.to_thread(runtime.recording_store.delete, recording.store_key)
-            await store.delete_recording(runtime.db, recording.id)
-            deleted += 1
-        if len(expired) < RETENTION_BATCH:
+        limit = RETENTION_BATCH + len(kept)
+        expired = await store.expired_recordings(runtime.db, cutoff, limit)
+        todo = [recording for recording in expired if recording.id not in kept]
+        # Each recording alone: one that cannot be deleted is kept (the next run tries again).
+        outcome = await each_alone(
+            "recording_retention", todo, delete, lambda recording: f"recording {recording.id}"
+        )
+        deleted += len(outcome.done)
+        kept |= {recording.id for recording in todo} - set(outcome.done)
+        if len(expired) < limit or not outcome.done:
             break
     if deleted:
         log.info("deleted %d session recording(s) past retention", deleted)

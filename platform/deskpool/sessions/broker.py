@@ -34,6 +34,7 @@ from redis.exceptions import RedisError
 from deskpool.audit import record_audit_event
 from deskpool.desktops import store as store_desktops
 from deskpool.desktops.states import SessionOpened
+from deskpool.errors import error_text
 from deskpool.events import AuditEvent
 from deskpool.identity.access import holding_of
 from deskpool.kv import subscription
@@ -567,8 +568,15 @@ async def end_lost_gateways(runtime: Runtime) -> int:
         lost += [g for g in await store.orphaned_gateways(connection) if g not in lost]
         for gateway_id in lost:
             for session_id in await store.open_session_ids_of_gateway(connection, gateway_id):
-                if await _end_in(connection, runtime, session_id):
-                    ended += 1
+                try:  # each session alone: its savepoint rolls back, the others go on
+                    ended += await _end_in(connection, runtime, session_id)
+                except Exception as error:
+                    log.warning(
+                        "ending session %s of lost gateway %s failed (%s); the others go on",
+                        session_id,
+                        gateway_id,
+                        error_text(error),
+                    )
             await store.drop_lease(connection, gateway_id)
     if lost:
         log.warning("gateway(s) %s lost their lease: %d session(s) ended", ", ".join(lost), ended)

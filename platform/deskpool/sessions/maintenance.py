@@ -21,6 +21,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from deskpool.jobs.periodic import each_alone
 from deskpool.runtime import Runtime
 from deskpool.sessions import store
 from deskpool.sessions.broker import end_lost_gateways
@@ -57,15 +58,19 @@ def _end_reason(reason: str | None) -> SessionEndReason | None:
 
 
 async def check_sessions(runtime: Runtime) -> SessionCheck:
-    """Run the session check once (see the module's description)."""
+    """Run the session check once (see the module's description).
+
+    Each session, desktop and start is handled alone (:func:`~deskpool.jobs.periodic.each_alone`):
+    one that fails is one warning line, and the others are checked as if it did not exist.
+    """
     lost = await end_lost_gateways(runtime)
     db = runtime.db
     now: datetime = await db.fetchval("SELECT now()")
-    requested = 0
-    for item in await store.open_sessions(db):
+
+    async def close_if_over(item: store.OpenSession) -> bool:
         session = item.session
         if session.disconnect_requested_at is not None:
-            continue
+            return False
         reason = over_limits(
             item.policy,
             started_at=session.started_at,
@@ -75,16 +80,17 @@ async def check_sessions(runtime: Runtime) -> SessionCheck:
         if reason is None and not item.desktop_held:
             reason = SessionEndReason.ADMIN_DISCONNECT
         if reason is None:
-            continue
+            return False
         marked = await store.request_disconnect(db, session.id, str(reason))
-        if marked is not None:
-            requested += 1
-            log.info(
-                "asking gateway %s to close session %s: %s", session.gateway_id, session.id, reason
-            )
-            await publish_disconnect(runtime, marked)
-    logged_off = 0
-    for desktop in await store.disconnected_desktops(db):
+        if marked is None:
+            return False
+        log.info(
+            "asking gateway %s to close session %s: %s", session.gateway_id, session.id, reason
+        )
+        await publish_disconnect(runtime, marked)
+        return True
+
+    async def log_off_if_due(desktop: store.DisconnectedDesktop) -> bool:
         due = logoff_due(
             desktop.policy,
             disconnected_since=desktop.disconnected_since,
@@ -92,15 +98,28 @@ async def check_sessions(runtime: Runtime) -> SessionCheck:
             now=now,
         )
         if not due:
-            continue
+            return False
         async with db.acquire() as connection:
             done = await log_off(
                 connection, desktop.desktop_id, "disconnected past the logoff delay"
             )
-        logged_off += done is not None
+        return done is not None
+
+    requested = await each_alone(
+        SESSION_CHECK_TASK,
+        await store.open_sessions(db),
+        close_if_over,
+        lambda item: f"session {item.session.id}",
+    )
+    logged_off = await each_alone(
+        SESSION_CHECK_TASK,
+        await store.disconnected_desktops(db),
+        log_off_if_due,
+        lambda desktop: f"logging off desktop {desktop.desktop_id}",
+    )
     async with db.acquire() as connection:
         # Before the tokens go: a logon whose token expired unused stopped there.
         await store.fail_unused_tokens(connection)
         pruned = await store.prune_tokens(connection, now - EXPIRED_TOKEN_RETENTION)
     await end_stale_starts(runtime)
-    return SessionCheck(lost, requested, logged_off, pruned)
+    return SessionCheck(lost, sum(requested.done), sum(logged_off.done), pruned)

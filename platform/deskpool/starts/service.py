@@ -26,6 +26,7 @@ from deskpool.audit import record_audit_event
 from deskpool.desktops import store as store_desktops
 from deskpool.desktops.states import Allocated
 from deskpool.events import AuditEvent
+from deskpool.jobs.periodic import each_alone
 from deskpool.pools.model import Desktop, DesktopState, Pool
 from deskpool.revocation.service import holding_of
 from deskpool.runtime import Runtime
@@ -127,19 +128,29 @@ def stale_reason(stale: StaleStart) -> str:
 
 
 async def end_stale_starts(runtime: Runtime) -> int:
-    """End the starts no desktop is on its way to or waiting in for its user; return how many."""
-    ended = 0
-    for stale in await store.stale_starts(runtime.db):
+    """End the starts no desktop is on its way to or waiting in for its user; return how many.
+
+    Each start is ended alone: one that fails is one warning line, and the others go on.
+    """
+
+    async def end_one(stale: store.StaleStart) -> bool:
         async with runtime.db.acquire() as connection, connection.transaction():
             current = await store.start_of(connection, stale.start.desktop_id, for_update=True)
             if current is None or current.logon_id != stale.start.logon_id:
-                continue  # gone, or started again since it was read
+                return False  # gone, or started again since it was read
             await end_start(connection, stale.start.desktop_id, stale_reason(stale))
-        ended += 1
         log.info(
             "the start of desktop %s for user %s ended: %s",
             stale.start.desktop_id,
             stale.start.user_id,
             stale_reason(stale),
         )
-    return ended
+        return True
+
+    outcome = await each_alone(
+        "session_check",
+        await store.stale_starts(runtime.db),
+        end_one,
+        lambda stale: f"ending the start of desktop {stale.start.desktop_id}",
+    )
+    return sum(outcome.done)
