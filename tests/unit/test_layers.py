@@ -132,10 +132,6 @@ _POOL_ADMIN = (
 )
 _ORPHANS = "the orphan VM job forgets the orphan it deleted through the reconciliation's store"
 _BUILD_TEMPLATE = "provisioning clones the template a rollout names (rollouts.store.build_template)"
-_APPLY = (
-    "a rollout's and a schedule's services ask for reconciliation (enqueue_pool_reconcile) and "
-    "share the rollout's apply helpers"
-)
 _RUNTIME = (
     "inside functions: the runtime builds the drivers, the recording store and the licensing "
     "context on first use, for every component; to be handed in by host.py"
@@ -153,7 +149,6 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {
     ("deskpool.pools.service", "deskpool.desktops.jobs"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.identity.rules"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.identity.refusals"): _POOL_ADMIN,
-    ("deskpool.pools.service", "deskpool.reconciliation.jobs"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.reconciliation.store_orphans"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.revocation.service"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.rollouts.store"): _POOL_ADMIN,
@@ -163,10 +158,6 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {
     ("deskpool.pools.service", "deskpool.starts.store"): _POOL_ADMIN,
     ("deskpool.provisioning.handlers", "deskpool.reconciliation.store_orphans"): _ORPHANS,
     ("deskpool.provisioning.steps", "deskpool.rollouts.store"): _BUILD_TEMPLATE,
-    ("deskpool.rollouts.service", "deskpool.reconciliation.jobs"): _APPLY,
-    ("deskpool.rollouts.service", "deskpool.reconciliation.rollout_apply"): _APPLY,
-    ("deskpool.rollouts.service", "deskpool.reconciliation.store"): _APPLY,
-    ("deskpool.schedules.service", "deskpool.reconciliation.jobs"): _APPLY,
     ("deskpool.runtime", "deskpool.clusters.drivers"): _RUNTIME,
     ("deskpool.runtime", "deskpool.recordings.stores"): _RUNTIME,
     ("deskpool.runtime", "deskpool.licensing.context"): _RUNTIME,

@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncpg
 
-from deskpool.db.rows import Db, as_uuid, fetch_record, lock_clause, record_from_row
+from deskpool.db.rows import Db, as_uuid, fetch_record, group_rows, lock_clause, record_from_row
 from deskpool.desktops.states import DesktopEvent, transition
 from deskpool.errors import NotFound
 from deskpool.pools.errors import DesktopNameTaken
@@ -153,6 +153,17 @@ async def list_desktops(
         limit,
     )
     return [desktop_record_from_row(row) for row in rows]
+
+
+async def desktops_of_pools(
+    db: Db, pool_ids: Collection[uuid.UUID]
+) -> dict[uuid.UUID, list[Desktop]]:
+    """The desktops of each pool (every pool of ``pool_ids`` is a key), oldest first."""
+    rows = await db.fetch(
+        "SELECT * FROM desktops WHERE pool_id = ANY($1::uuid[]) ORDER BY created_at, name, id",
+        list(pool_ids),
+    )
+    return group_rows(rows, "pool_id", pool_ids, desktop_from_row)
 
 
 async def desktops_held_by(

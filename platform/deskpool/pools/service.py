@@ -43,6 +43,7 @@ from deskpool.licensing.service import check_can_create_pool
 from deskpool.pools import store as store_pools
 from deskpool.pools import store_entitlements
 from deskpool.pools.commands import ChangePool, CreatePool, DomainJoinInput
+from deskpool.pools.jobs import enqueue_pool_reconcile
 from deskpool.pools.model import (
     Desktop,
     OsType,
@@ -62,7 +63,6 @@ from deskpool.pools.store_entitlements import (
 from deskpool.pools.store_entitlements import (
     entitlement_cursor as entitlement_cursor,
 )
-from deskpool.reconciliation.jobs import enqueue_pool_reconcile
 from deskpool.reconciliation.store_orphans import OrphanRecord, list_orphans, lock_orphan
 from deskpool.revocation.service import announce, revoke_lost_access, users_of_group
 from deskpool.rollouts import store as rollout_store

@@ -1,14 +1,14 @@
 """How reconciliation is asked for: the ``pool.reconcile`` job, and the cluster orphan scan.
 
 A change that alters what reconciliation does to a pool (a pool created, resized, drained)
-enqueues ``pool.reconcile`` for it (:func:`enqueue_pool_reconcile`, in the change's
-transaction); the job (:func:`pool_reconcile_job_kind`) reconciles that one pool at once,
-fenced by its lease; a pool whose reconciliation fails ends the job failed at once, with the
-reason it records on the pool (the periodic pass tries again). The periodic
-``cluster_orphan_scan`` (:func:`cluster_orphan_task`) reports the orphans of clusters no pool
-uses. Both run the reconciliation service
-(:class:`~deskpool.reconciliation.reconciler.PoolReconcilerService`) that ``factory`` builds; the
-periodic pass over every pool is :mod:`deskpool.reconciliation.periodic`.
+enqueues ``pool.reconcile`` for it (:func:`deskpool.pools.jobs.enqueue_pool_reconcile`, in the
+change's transaction: the services below reconciliation ask for it there); the job
+(:func:`pool_reconcile_job_kind`) reconciles that one pool at once, fenced by its lease; a pool
+whose reconciliation fails ends the job failed at once, with the reason it records on the pool
+(the periodic pass tries again). The periodic ``cluster_orphan_scan``
+(:func:`cluster_orphan_task`) reports the orphans of clusters no pool uses. Both run the
+reconciliation service (:class:`~deskpool.reconciliation.reconciler.PoolReconcilerService`) that
+``factory`` builds; the periodic pass over every pool is :mod:`deskpool.reconciliation.periodic`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,12 @@ from typing import TYPE_CHECKING
 import asyncpg
 
 from deskpool.jobs.context import JobContext
-from deskpool.jobs.model import Job, JobKind, JobState, PermanentJobFailure
+from deskpool.jobs.model import JobKind, PermanentJobFailure
 from deskpool.jobs.periodic import PeriodicContext, PeriodicTask, hold_periodic_run
-from deskpool.jobs.queue import enqueue, unfinished_job
+
+# Asked for below reconciliation (pools/jobs.py); here too, as the worker registers the kind.
+from deskpool.pools.jobs import POOL_RECONCILE_JOB as POOL_RECONCILE_JOB
+from deskpool.pools.jobs import enqueue_pool_reconcile as enqueue_pool_reconcile
 from deskpool.reconciliation.failures import PoolReconcileFailed
 
 if TYPE_CHECKING:
@@ -32,10 +35,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The job kind reconciling one pool now.
-POOL_RECONCILE_JOB = "pool.reconcile"
-#: The resource type of pool jobs.
-POOLS = "pools"
 
 #: Builds the reconciliation service a run or a job uses, for its runtime.
 ReconcilerFactory = Callable[["Runtime"], "PoolReconcilerService"]
@@ -60,26 +59,6 @@ def cluster_orphan_task(factory: ReconcilerFactory) -> PeriodicTask:
         run,
         every="POOL_RECONCILE_INTERVAL",
         description="Reports VMs tagged as deskpool's on clusters that no pool uses.",
-    )
-
-
-async def enqueue_pool_reconcile(connection: asyncpg.Connection, pool_id: uuid.UUID) -> Job:
-    """Enqueue ``pool.reconcile`` for the pool, unless one is queued and not started yet.
-
-    Call it in the transaction that created or changed the pool.
-    """
-    existing = await unfinished_job(
-        connection, POOL_RECONCILE_JOB, POOLS, str(pool_id), states=(JobState.QUEUED,)
-    )
-    if existing is not None:
-        return existing
-    return await enqueue(
-        connection,
-        POOL_RECONCILE_JOB,
-        {"pool_id": str(pool_id)},
-        priority=5,
-        resource_type=POOLS,
-        resource_id=str(pool_id),
     )
 
 

@@ -24,22 +24,23 @@ from deskpool.audit import record_audit_event
 from deskpool.desktops.jobs import enqueue_desktop_job, job_for_state
 from deskpool.desktops.states import Refresh
 from deskpool.desktops.store import get_desktop
-from deskpool.events import AuditEvent
-from deskpool.live.model import LiveEvent
 from deskpool.live.publishers import desktop_event
 from deskpool.notices import service as notices
 from deskpool.notices.service import Delivery
 from deskpool.pools.model import Desktop, Pool
 from deskpool.provisioning.store import apply_event_if_unchanged
-from deskpool.reconciliation.jobs import enqueue_pool_reconcile
 from deskpool.rollouts import store
+from deskpool.rollouts.changes import (
+    NOTICE_REASON,
+    change_state,
+    notice_source,
+    progress_of,
+    rollout_event,
+)
 from deskpool.rollouts.model import (
     ENDED,
     EntryState,
-    Rollout,
-    RolloutCounts,
     RolloutDesktop,
-    RolloutState,
     finish,
 )
 from deskpool.rollouts.plan import (
@@ -57,95 +58,8 @@ from deskpool.rollouts.planner import RolloutView
 #: Who rollouts act as in the audit trail.
 ACTOR = "system:reconciler"
 
-#: The reason code of a rollout's notices.
-NOTICE_REASON = "image_rollout"
-
-_TERMINAL = ENDED
-
-
-def notice_source(rollout_id: object) -> str:
-    """The ``source`` of a rollout's notices."""
-    return f"rollout:{rollout_id}"
-
-
 #: The audit events of what the reconciler does for a rollout.
 _audit = Actor.system(ACTOR).audit_event
-
-
-def progress_of(counts: RolloutCounts) -> dict[str, int]:
-    """A rollout's progress as live events carry it (its counts and percent)."""
-    return {
-        "total": counts.total,
-        "on_new_template": counts.on_new_template,
-        "replacing": counts.replacing,
-        "waiting_for_logoff": counts.waiting_for_logoff,
-        "failed": counts.failed,
-        "percent": counts.percent,
-    }
-
-
-def rollout_event(rollout: Rollout, extra: dict[str, Any] | None = None) -> LiveEvent:
-    """``pool.rollout``: a rollout's state (pools:read sees it)."""
-    return LiveEvent(
-        "pool.rollout",
-        str(rollout.pool_id),
-        {
-            "rollout_id": str(rollout.id),
-            "state": str(rollout.state),
-            "reason": rollout.reason,
-            "to_template": rollout.to_template,
-            **(extra or {}),
-        },
-    )
-
-
-async def change_state(
-    connection: asyncpg.Connection,
-    rollout: Rollout,
-    after: Rollout,
-    serving_template: str,
-    *,
-    actor: str,
-    now: datetime,
-    counts: RolloutCounts | None = None,
-) -> Delivery:
-    """Record ``after`` (from ``rollout``), make the pool clone ``serving_template``."""
-    if rollout.state is RolloutState.SCHEDULED and after.state is not RolloutState.SCHEDULED:
-        after = replace(after, started_at=after.started_at or now)
-    saved = await store.save_state(connection, after)
-    progress = None if counts is None else {"progress": progress_of(counts)}
-    delivery = Delivery(events=[rollout_event(saved, progress)])
-    if await store.set_pool_template(connection, rollout.pool_id, serving_template):
-        how = "rollout" if serving_template == rollout.to_template else "reverted"
-        await store.record_image(
-            connection,
-            rollout.pool_id,
-            serving_template,
-            set_by=actor,
-            how=how,
-            rollout_id=rollout.id,
-        )
-        await enqueue_pool_reconcile(connection, rollout.pool_id)
-    if saved.state in _TERMINAL:
-        delivery.extend(await notices.clear(connection, source=notice_source(rollout.id)))
-    await record_audit_event(
-        connection,
-        AuditEvent(
-            action=f"rollout.{saved.state}",
-            actor=actor,
-            resource_type="pools",
-            resource_id=str(rollout.pool_id),
-            outcome="success",
-            occurred_at=now,
-            details={
-                "rollout_id": str(rollout.id),
-                "from": str(rollout.state),
-                "reason": saved.reason,
-                "template": serving_template,
-            },
-        ),
-    )
-    return delivery
 
 
 async def _unchanged(
@@ -186,7 +100,7 @@ async def apply_rollout_action(
         current = await store.get_rollout(connection, pool.id, rollout.id, for_update=True)
         if current is None or current.state is not rollout.state:
             return None  # paused, resumed or cancelled since the plan
-        if action.state in _TERMINAL:
+        if action.state in ENDED:
             after = finish(current, action.state, action.reason, now)
         else:
             after = replace(current, state=action.state, reason=action.reason)

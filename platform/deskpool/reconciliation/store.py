@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from deskpool.db.rows import Db, group_rows
-from deskpool.desktops.store import desktop_from_row
-from deskpool.pools.model import Desktop, ObservedVm, Pool, PoolState
+
+# Read by a rollout's administration too, so it is the desktops' store's (re-exported here).
+from deskpool.desktops.store import desktops_of_pools as desktops_of_pools
+from deskpool.pools.model import ObservedVm, Pool, PoolState
 from deskpool.pools.naming import name_key
 from deskpool.pools.store import health_to_json, pool_from_row
 from deskpool.reconciliation.plan import PoolHealth
@@ -133,17 +135,6 @@ async def mark_reconciled_many(db: Db, passes: Sequence[tuple[uuid.UUID, int, Po
         [json.dumps(health_to_json(health)) for _, _, health in passes],
     )
     return marked
-
-
-async def desktops_of_pools(
-    db: Db, pool_ids: Collection[uuid.UUID]
-) -> dict[uuid.UUID, list[Desktop]]:
-    """The desktops of each pool (every pool of ``pool_ids`` is a key), oldest first."""
-    rows = await db.fetch(
-        "SELECT * FROM desktops WHERE pool_id = ANY($1::uuid[]) ORDER BY created_at, name, id",
-        list(pool_ids),
-    )
-    return group_rows(rows, "pool_id", pool_ids, desktop_from_row)
 
 
 async def desktop_names_on_clusters(

@@ -16,16 +16,16 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from deskpool.actor import Actor
+from deskpool.desktops.store import desktops_of_pools
 from deskpool.errors import NotFound, ValidationFailed
 from deskpool.live.publishers import publish
 from deskpool.notices import service as notices
 from deskpool.notices.service import deliver
 from deskpool.pools import service as pools
 from deskpool.pools import store as store_pools
-from deskpool.reconciliation.jobs import enqueue_pool_reconcile
-from deskpool.reconciliation.rollout_apply import change_state, notice_source, rollout_event
-from deskpool.reconciliation.store import desktops_of_pools
+from deskpool.pools.jobs import enqueue_pool_reconcile
 from deskpool.rollouts import model, store
+from deskpool.rollouts.changes import change_state, notice_source, rollout_event
 from deskpool.rollouts.model import (
     InUsePolicy,
     Rollout,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from deskpool.actor import Actor
 from deskpool.errors import Conflict, FieldError, NotFound, ValidationFailed
 from deskpool.pools import service as pools
-from deskpool.reconciliation.jobs import enqueue_pool_reconcile
+from deskpool.pools.jobs import enqueue_pool_reconcile
 from deskpool.schedules import store
 from deskpool.schedules.model import (
     InForce,

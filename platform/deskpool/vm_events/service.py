@@ -7,7 +7,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from deskpool.drivers import VmEvent
-from deskpool.reconciliation.jobs import enqueue_pool_reconcile
+from deskpool.pools.jobs import enqueue_pool_reconcile
 from deskpool.vm_events.model import wants_reconcile
 from deskpool.vm_events.store import pools_recording_vm
 
