@@ -331,7 +331,15 @@ class ListenerRunner(web.AppRunner):
             handler_cancellation=server.handler_cancellation,
             limits=self.limits,
             listener=self.listener,
-            handler_kwargs={"access_log": None},
+            # What the application asks of its handlers (the API reads bodies as sent).
+            handler_kwargs={
+                "access_log": None,
+                **{
+                    name: value
+                    for name, value in server._kwargs.items()
+                    if name in ("auto_decompress",)
+                },
+            },
         )
 
 

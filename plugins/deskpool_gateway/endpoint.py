@@ -39,6 +39,7 @@ from deskpool.sessions.tunnel import (
     TunnelCounters,
     TunnelGrant,
 )
+from deskpool.values import ascii_int
 from deskpool_gateway.recording import Recorder
 from deskpool_gateway.relay import DISCONNECT, Tunnel
 
@@ -92,9 +93,10 @@ def _number(query: MultiMapping[str], names: Sequence[str], default: int, top: i
     raw = _one(query, *names)
     if raw is None or raw == "":
         return default
-    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= top:
+    number = ascii_int(raw)
+    if number is None or not 1 <= number <= top:
         raise BadRequest(f"bad {names[0]}")
-    return int(raw)
+    return number
 
 
 def client_info(query: MultiMapping[str], name: str) -> ClientInfo:

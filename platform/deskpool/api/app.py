@@ -281,6 +281,9 @@ def create_app(runtime: Runtime) -> web.Application:
             input_guard_middleware,
         ],
         client_max_size=config["API_MAX_BODY_SIZE"],
+        # Bodies are read as sent and decoded by the API (deskpool.api.validation.decode_body):
+        # aiohttp's decoding takes a gzip body without its trailer.
+        handler_args={"auto_decompress": False},
     )
     app[RUNTIME_KEY] = runtime
     app.on_response_prepare.append(cors_on_prepare(cors))
@@ -319,7 +322,10 @@ def create_app(runtime: Runtime) -> web.Application:
     app[events.STREAM_SLOTS_KEY] = StreamSlots(int(config["API_EVENT_STREAMS_PER_USER"]))
     app[PAGE_LIMITS_KEY] = PageLimits.from_config(config)
     app[CURSOR_SEALS_KEY] = CursorSeals()
-    app[PARSER_KEY] = DeskpoolParser(body_timeout=config.duration("API_BODY_TIMEOUT"))
+    app[PARSER_KEY] = DeskpoolParser(
+        body_timeout=config.duration("API_BODY_TIMEOUT"),
+        max_body_size=config["API_MAX_BODY_SIZE"],
+    )
     install_authentication(app, runtime)
     routes = build_route_table(runtime.plugins)
     app[ROUTES_KEY] = routes

@@ -13,9 +13,15 @@ What a client gets for a request that cannot be served as sent:
   holding text that is not text: 400 (``json_too_deep``, ``invalid_text``; see
   :mod:`deskpool.api.inputs`);
 - a boolean field given anything but JSON ``true`` or ``false`` (``0``, ``"true"``, ``"yes"``,
-  which marshmallow's ``Boolean`` would take): 422 (``validation_failed``), for every boolean of
-  every body, nested ones included (:func:`boolean_errors`); a boolean query parameter is the
-  text ``true`` or ``false`` and nothing else (``?disabled=1`` is a 422 at ``/query/disabled``);
+  which marshmallow's ``Boolean`` would take), an integer field given anything but a JSON
+  integer (``3.5``, ``"3"``, ``true``, which marshmallow's ``Integer`` would take or round;
+  ``3.0`` is an integer to JSON Schema and is 3) or a number field given a string or a
+  boolean: 422 (``validation_failed``), for every such field of every body, nested ones
+  included (:func:`type_errors`); a boolean query parameter is the text ``true`` or ``false``
+  and nothing else (``?disabled=1`` is a 422 at ``/query/disabled``), an integer one is ASCII
+  digits (``?limit=٣`` is a 422: Python's ``int`` would read it as 3);
+- a body that its ``charset`` cannot decode, or that names a codec that is not a text
+  encoding (``punycode``, ``hex``): 400 (``bad_request``);
 - a missing body, unknown fields, wrong types, missing required fields, values out of range:
   422 (``validation_failed``) whose ``errors`` list every invalid field with a JSON pointer
   (RFC 6901) and its location. Body fields are pointed to from the body's root (``/name``,
@@ -26,6 +32,8 @@ What a client gets for a request that cannot be served as sent:
 from __future__ import annotations
 
 import asyncio
+import codecs
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
@@ -46,6 +54,7 @@ from deskpool.errors import (
     UnsupportedMediaType,
     ValidationFailed,
 )
+from deskpool.values import MAX_DIGITS, ascii_int
 
 
 def _escape(segment: str) -> str:
@@ -77,64 +86,81 @@ def field_errors(messages: Any, location: str) -> list[FieldError]:
     return list(_field_errors(messages, f"/{_escape(location)}", location))
 
 
-def _field_boolean_errors(
-    field: fields.Field[Any], value: Any, pointer: str
-) -> Iterator[FieldError]:
+def _field_type_errors(field: fields.Field[Any], value: Any, pointer: str) -> Iterator[FieldError]:
     if value is None:
         return  # marshmallow decides on null (allow_none)
     if isinstance(field, fields.Boolean):
         if not isinstance(value, bool):
             yield LocatedFieldError(pointer, "Not a valid boolean: give true or false.")
+    elif isinstance(field, fields.Integer):
+        # JSON Schema counts 3.0 as an integer (the document says so); 3.5 and "3" are not.
+        whole = isinstance(value, float) and value.is_integer()
+        if isinstance(value, bool) or not (isinstance(value, int) or whole):
+            yield LocatedFieldError(pointer, "Not a valid integer.")
+    elif isinstance(field, fields.Number):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            yield LocatedFieldError(pointer, "Not a valid number.")
     elif isinstance(field, fields.Nested):
         nested = field.schema
         if isinstance(value, list) and field.many:
             for index, item in enumerate(value):
-                yield from boolean_errors(nested, item, f"{pointer}/{index}")
+                yield from type_errors(nested, item, f"{pointer}/{index}")
         else:
-            yield from boolean_errors(nested, value, pointer)
+            yield from type_errors(nested, value, pointer)
     elif isinstance(field, fields.List) and isinstance(value, list):
         for index, item in enumerate(value):
-            yield from _field_boolean_errors(field.inner, item, f"{pointer}/{index}")
+            yield from _field_type_errors(field.inner, item, f"{pointer}/{index}")
     elif isinstance(field, fields.Tuple) and isinstance(value, list):
         for index, (inner, item) in enumerate(zip(field.tuple_fields, value, strict=False)):
-            yield from _field_boolean_errors(inner, item, f"{pointer}/{index}")
+            yield from _field_type_errors(inner, item, f"{pointer}/{index}")
     elif isinstance(field, fields.Dict) and isinstance(value, Mapping) and field.value_field:
         for key, item in value.items():
-            yield from _field_boolean_errors(
-                field.value_field, item, f"{pointer}/{_escape(str(key))}"
-            )
+            yield from _field_type_errors(field.value_field, item, f"{pointer}/{_escape(str(key))}")
 
 
-def boolean_errors(schema: Schema, data: Any, pointer: str = "") -> Iterator[FieldError]:
-    """Every boolean field of ``schema`` that ``data`` gives as anything but ``true``/``false``.
+def type_errors(schema: Schema, data: Any, pointer: str = "") -> Iterator[FieldError]:
+    """Every boolean, integer or number field of ``schema`` that ``data`` gives in another type.
 
-    marshmallow's ``Boolean`` takes ``0``, ``1``, ``"true"``, ``"off"`` and the like; the API
-    takes JSON booleans only. Checked on the decoded body before the schema loads it, for every
-    boolean of every schema, nested and listed ones included. Other wrong types are left to the
-    schema.
+    marshmallow's ``Boolean`` takes ``0``, ``1``, ``"true"``, ``"off"`` and the like, and its
+    ``Integer`` takes ``"3"`` and ``3.5`` (and ``"٣"``); the API takes JSON booleans, JSON
+    integers and JSON numbers only. Checked on the decoded body before the schema loads it, for
+    every such field of every schema, nested and listed ones included. Other wrong types are
+    left to the schema.
     """
     if not isinstance(data, Mapping):
         return
     for name, field in schema.load_fields.items():
         key = field.data_key or name
         if key in data:
-            yield from _field_boolean_errors(field, data[key], f"{pointer}/{_escape(key)}")
+            yield from _field_type_errors(field, data[key], f"{pointer}/{_escape(key)}")
 
 
 #: What a boolean query parameter may say: JSON's two words, as text.
 QUERY_BOOLEANS = ("true", "false")
 
 
-def query_boolean_errors(schema: Schema, query: Mapping[str, Any]) -> Iterator[FieldError]:
-    """Every boolean query parameter of ``schema`` given as anything but ``true`` or ``false``."""
+def query_type_errors(schema: Schema, query: Mapping[str, Any]) -> Iterator[FieldError]:
+    """Every boolean or integer query parameter of ``schema`` not written as one.
+
+    A boolean is ``true`` or ``false``; an integer is ASCII digits (:func:`deskpool.values.
+    ascii_int`: Python's ``int`` reads ``٣`` as 3, and raises past 4,300 digits).
+    """
     for name, field in schema.load_fields.items():
         key = field.data_key or name
-        if isinstance(field, fields.Boolean) and key in query:
-            values = query.getall(key) if hasattr(query, "getall") else [query[key]]
+        if key not in query:
+            continue
+        values = query.getall(key) if hasattr(query, "getall") else [query[key]]
+        if isinstance(field, fields.Boolean):
             if any(value not in QUERY_BOOLEANS for value in values):
                 yield LocatedFieldError(
                     f"/query/{_escape(key)}", "Not a valid boolean: give true or false.", "query"
                 )
+        elif isinstance(field, fields.Integer) and any(ascii_int(v) is None for v in values):
+            yield LocatedFieldError(
+                f"/query/{_escape(key)}",
+                f"Not a valid integer: give at most {MAX_DIGITS} ASCII digits.",
+                "query",
+            )
 
 
 #: Content codings a request body may arrive in, besides ``identity``.
@@ -142,6 +168,8 @@ ACCEPTED_CODINGS = ("gzip", "deflate")
 
 #: How long a body may take to arrive when the application sets no ``API_BODY_TIMEOUT``.
 DEFAULT_BODY_TIMEOUT = 30.0
+#: The most bytes a decoded body may have when the application sets no ``API_MAX_BODY_SIZE``.
+DEFAULT_MAX_BODY = 1024 * 1024
 
 
 def check_content_encoding(request: web.BaseRequest) -> None:
@@ -160,11 +188,58 @@ def check_content_encoding(request: web.BaseRequest) -> None:
     )
 
 
-async def read_body(request: web.Request, seconds: float) -> bytes:
+def _invalid_coding() -> BadRequest:
+    return BadRequest(
+        "The request body is not in the Content-Encoding its header names, or breaks off "
+        "before its end.",
+        code="invalid_content_encoding",
+        headers={"Connection": "close"},
+    )
+
+
+def decode_body(raw: bytes, coding: str, limit: int) -> bytes:
+    """``raw`` decoded from the content coding ``coding`` (``gzip``, ``deflate``, identity).
+
+    aiohttp's own decoding takes a gzip body that breaks off before its trailer (the CRC and
+    length that say it is whole), so the API decodes bodies itself: a body is whole, in one
+    member, with nothing after it. ``deflate`` is zlib's format, or raw deflate as some
+    clients send it.
+
+    :raises BadRequest: the body is not in its coding, breaks off, or has bytes after its end.
+    :raises PayloadTooLarge: the decoded body is over ``limit`` bytes.
+    """
+    if coding not in ACCEPTED_CODINGS:
+        return raw
+    if coding == "gzip":
+        wbits = 16 + zlib.MAX_WBITS
+    else:  # RFC 1950's header names the method in its low four bits; raw deflate has none
+        wbits = zlib.MAX_WBITS if raw[:1] and raw[0] & 0x0F == 8 else -zlib.MAX_WBITS
+    decompressor = zlib.decompressobj(wbits)
+    try:
+        decoded = decompressor.decompress(raw, limit + 1)
+    except zlib.error:
+        raise _invalid_coding() from None
+    if len(decoded) > limit:
+        raise PayloadTooLarge(
+            f"The request body decodes to more than {limit} bytes; this server accepts at "
+            "most that many (API_MAX_BODY_SIZE).",
+            extra={"max_size": limit},
+        )
+    if not decompressor.eof or decompressor.unused_data:
+        raise _invalid_coding()
+    return decoded
+
+
+async def read_body(request: web.Request, seconds: float, limit: int) -> bytes:
     """The whole body of ``request``, decoded from its content coding.
 
+    The API's application reads bodies as sent (``auto_decompress`` off): see
+    :func:`decode_body`.
+
+    :param limit: the most bytes the decoded body may have (``API_MAX_BODY_SIZE``).
     :raises UnsupportedMediaType: the content coding is not one this server reads.
     :raises BadRequest: the body does not match its coding, or breaks off.
+    :raises PayloadTooLarge: the decoded body is over ``limit`` bytes.
     :raises RequestTimeout: the body did not arrive within ``seconds``.
     """
     if not request.body_exists:
@@ -172,7 +247,7 @@ async def read_body(request: web.Request, seconds: float) -> bytes:
     check_content_encoding(request)
     try:
         async with asyncio.timeout(seconds):
-            return await request.read()
+            raw = await request.read()
     except TimeoutError:
         raise RequestTimeout(
             f"The request body did not arrive within {seconds:g} seconds (API_BODY_TIMEOUT).",
@@ -180,25 +255,43 @@ async def read_body(request: web.Request, seconds: float) -> bytes:
         ) from None
     except RequestPayloadError as error:
         if isinstance(error.__cause__, ContentEncodingError):
-            raise BadRequest(
-                "The request body is not in the Content-Encoding its header names.",
-                code="invalid_content_encoding",
-                headers={"Connection": "close"},
-            ) from None
+            raise _invalid_coding() from None
         raise BadRequest(
             "The request body could not be read to its end.", headers={"Connection": "close"}
         ) from None
+    coding = request.headers.get(hdrs.CONTENT_ENCODING, "").strip().lower()
+    return decode_body(raw, coding, limit)
+
+
+def decode_text(raw: bytes, charset: str | None) -> str:
+    """``raw`` as text in ``charset`` (UTF-8 when none is named).
+
+    :raises BadRequest: the charset is unknown, is a codec that is not a text encoding
+        (``hex``, ``rot13``), or cannot decode the bytes (``punycode`` raises a bare
+        ``UnicodeError``, some codecs a ``ValueError``).
+    """
+    name = charset or "utf-8"
+    try:
+        if not codecs.lookup(name)._is_text_encoding:
+            raise LookupError(name)
+        return raw.decode(name)
+    except (LookupError, ValueError):  # UnicodeError is a ValueError
+        raise BadRequest("The request body is not text in its declared charset.") from None
 
 
 class DeskpoolParser(AIOHTTPParser):
     """webargs' aiohttp parser, raising deskpool's errors instead of aiohttp's.
 
     :param body_timeout: seconds a request body may take to arrive (``API_BODY_TIMEOUT``).
+    :param max_body_size: the most bytes a decoded body may have (``API_MAX_BODY_SIZE``).
     """
 
-    def __init__(self, body_timeout: float = DEFAULT_BODY_TIMEOUT) -> None:
+    def __init__(
+        self, body_timeout: float = DEFAULT_BODY_TIMEOUT, max_body_size: int = DEFAULT_MAX_BODY
+    ) -> None:
         super().__init__()
         self.body_timeout = body_timeout
+        self.max_body_size = max_body_size
 
     async def load_json(self, req: web.Request, schema: Schema) -> Any:
         """The decoded JSON body.
@@ -208,25 +301,21 @@ class DeskpoolParser(AIOHTTPParser):
             holds text that is not text, or does not match its ``Content-Encoding``.
         :raises RequestTimeout: the body did not arrive within ``API_BODY_TIMEOUT``.
         """
-        raw = await read_body(req, self.body_timeout)
+        raw = await read_body(req, self.body_timeout, self.max_body_size)
         if not raw.strip():
             raise ValidationFailed([LocatedFieldError("", "A JSON request body is required.")])
-        try:
-            text = raw.decode(req.charset or "utf-8")
-        except (UnicodeDecodeError, LookupError):
-            raise BadRequest("The request body is not text in its declared charset.") from None
-        data = read_json(text)
-        errors = list(boolean_errors(schema, data))
+        data = read_json(decode_text(raw, req.charset))
+        errors = list(type_errors(schema, data))
         if errors:
             raise ValidationFailed(errors)
         return data
 
     def load_querystring(self, req: web.Request, schema: Schema) -> Any:
-        """The query parameters; a boolean one must say ``true`` or ``false``.
+        """The query parameters; a boolean says ``true`` or ``false``, an integer ASCII digits.
 
-        :raises ValidationFailed: a boolean query parameter says anything else.
+        :raises ValidationFailed: a boolean or integer query parameter says anything else.
         """
-        errors = list(query_boolean_errors(schema, req.query))
+        errors = list(query_type_errors(schema, req.query))
         if errors:
             raise ValidationFailed(errors)
         return super().load_querystring(req, schema)

@@ -49,6 +49,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from deskpool.errors import Conflict, DeskpoolError
+from deskpool.values import instant_problem
 
 #: The product a license must name.
 PRODUCT = "deskpool"
@@ -203,7 +204,10 @@ def format_instant(moment: datetime) -> str:
 
 
 def parse_instant(text: Any, name: str) -> datetime:
-    """Read an RFC 3339 date-time with an offset; :class:`LicenseMalformed` otherwise."""
+    """Read an RFC 3339 date-time with an offset in the years 1970 to 8999 (:mod:`deskpool.values`).
+
+    :raises LicenseMalformed: anything else.
+    """
     if not isinstance(text, str):
         raise LicenseMalformed(f"`{name}` must be an RFC 3339 date-time.")
     try:
@@ -212,6 +216,9 @@ def parse_instant(text: Any, name: str) -> datetime:
         raise LicenseMalformed(f"`{name}` is not an RFC 3339 date-time: {text[:40]!r}.") from None
     if moment.tzinfo is None:
         raise LicenseMalformed(f"`{name}` must carry a UTC offset (`Z`).")
+    problem = instant_problem(moment)  # judging adds the grace period to it
+    if problem is not None:
+        raise LicenseMalformed(f"`{name}`: {problem}")
     return moment.astimezone(UTC)
 
 

@@ -68,6 +68,7 @@ from deskpool.provisioning.recorder import (
     utc_now,
 )
 from deskpool.rollouts import store as rollout_store
+from deskpool.values import ascii_int
 
 log = logging.getLogger(__name__)
 
@@ -400,4 +401,5 @@ _BEING_STARTED = frozenset({S.STARTING, S.WAITING_FOR_AGENT, S.WAITING_FOR_WINDO
 
 
 def _vm_order(vm: VirtualMachine) -> tuple[int, str]:
-    return (int(vm.id), vm.id) if vm.id.isdigit() else (1 << 62, vm.id)
+    number = ascii_int(vm.id)
+    return (number, vm.id) if number is not None and number >= 0 else (1 << 62, vm.id)

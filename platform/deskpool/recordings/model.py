@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from deskpool.values import ascii_int
+
 __all__ = [
     "NO_RECORDING",
     "ByteRange",
@@ -124,9 +126,14 @@ def parse_range(header: str | None, total: int) -> ByteRange | None:
     return _range(first.strip(), last.strip(), total)
 
 
+def _digits(text: str) -> bool:
+    """Whether ``text`` is ASCII digits a client may send (``²`` and ``٣`` are not)."""
+    return ascii_int(text) is not None and text.isdigit()
+
+
 def _range(first: str, last: str, total: int) -> ByteRange | None:
-    if not (first.isdigit() or first == "") or not (last.isdigit() or last == ""):
-        return None
+    if not (first == "" or _digits(first)) or not (last == "" or _digits(last)):
+        return None  # a malformed range is ignored (RFC 9110 §14.2): the whole stream
     if first == "":
         if last == "" or int(last) == 0:
             raise UnsatisfiableRange(header_total(total))

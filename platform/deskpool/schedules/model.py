@@ -36,10 +36,11 @@ from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
 from typing import Any
 from uuid import UUID
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+from zoneinfo import ZoneInfo
 
 from deskpool.errors import FieldError
 from deskpool.names import is_display_name
+from deskpool.values import day_problem, is_canonical_time_zone
 
 #: The longest schedule, phase or exception name.
 MAX_NAME_LENGTH = 64
@@ -281,23 +282,8 @@ def targets_of(settings: Settings, max_size: int) -> Targets:
 
 
 def is_time_zone(name: str) -> bool:
-    """Whether ``name`` is an IANA time zone known here."""
-    if not name or name != name.strip() or name not in _zones():
-        return False
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return False
-    return True
-
-
-_ZONES: set[str] = set()
-
-
-def _zones() -> set[str]:
-    if not _ZONES:
-        _ZONES.update(available_timezones())
-    return _ZONES
+    """Whether ``name`` is a canonical IANA time zone (``localtime``, ``EST5EDT`` are not)."""
+    return is_canonical_time_zone(name)
 
 
 def _name_errors(pointer: str, name: str) -> list[FieldError]:
@@ -339,7 +325,9 @@ def validate_schedule(schedule: Schedule) -> list[FieldError]:
     """Every invalid field of ``schedule`` (JSON pointers into its API form); empty when valid."""
     errors = _name_errors("/name", schedule.name)
     if not is_time_zone(schedule.time_zone):
-        errors.append(FieldError("/time_zone", "must be an IANA time zone such as Europe/Berlin"))
+        errors.append(
+            FieldError("/time_zone", "must be a canonical IANA time zone such as Europe/Berlin")
+        )
     if not schedule.phases:
         errors.append(FieldError("/phases", "must have at least one phase"))
     if len(schedule.phases) > MAX_PHASES:
@@ -370,6 +358,10 @@ def validate_schedule(schedule: Schedule) -> list[FieldError]:
     for index, exception in enumerate(schedule.exceptions):
         pointer = f"/exceptions/{index}"
         errors.extend(_name_errors(f"{pointer}/name", exception.name))
+        for end in ("first", "last"):
+            problem = day_problem(getattr(exception, end))
+            if problem is not None:
+                errors.append(FieldError(f"{pointer}/{end}", problem))
         if exception.last < exception.first:
             errors.append(FieldError(f"{pointer}/last", "must not be before first"))
         if (exception.phase is None) == (exception.settings is None):

@@ -2841,7 +2841,7 @@ export interface components {
             message?: string;
             /**
              * Format: date-time
-             * @description When the rollout starts; null or absent: now.
+             * @description When the rollout starts; null or absent: now. With an offset (Z or ±hh:mm). Years 1970 to 8999.
              * @default null
              */
             start_at?: string | null;
@@ -3064,11 +3064,14 @@ export interface components {
         };
         ScheduleException: {
             name: string;
-            /** Format: date */
+            /**
+             * Format: date
+             * @description A date. Years 1970 to 8999.
+             */
             first: string;
             /**
              * Format: date
-             * @description Default: first.
+             * @description Default: first. A date. Years 1970 to 8999.
              * @default null
              */
             last?: string | null;
@@ -3089,9 +3092,15 @@ export interface components {
             time_zone: string;
             phases: components["schemas"]["Phase"][];
             exceptions?: components["schemas"]["ScheduleException"][];
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description With an offset (Z or ±hh:mm). Years 1970 to 8999.
+             */
             from: string;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description With an offset (Z or ±hh:mm). Years 1970 to 8999.
+             */
             to: string;
             /**
              * @description The pool size percentages are taken of.
@@ -3384,9 +3393,9 @@ export interface operations {
                 limit?: number;
                 /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
                 cursor?: string;
-                /** @description Events at or after this time. */
+                /** @description Events at or after this time. With an offset (Z or ±hh:mm). Years 1970 to 8999. */
                 since?: string;
-                /** @description Events before this time. */
+                /** @description Events before this time. With an offset (Z or ±hh:mm). Years 1970 to 8999. */
                 until?: string;
                 actor?: string;
                 action?: string;
@@ -5337,7 +5346,9 @@ export interface operations {
     poolCapacity: {
         parameters: {
             query?: {
+                /** @description With an offset (Z or ±hh:mm). Years 1970 to 8999. */
                 from?: string | null;
+                /** @description With an offset (Z or ±hh:mm). Years 1970 to 8999. */
                 to?: string | null;
             };
             header?: never;
@@ -5787,9 +5798,9 @@ export interface operations {
                 user_id?: string;
                 /** @description Only this session's recording. */
                 session_id?: string;
-                /** @description Sessions started at or after this. */
+                /** @description Sessions started at or after this. With an offset (Z or ±hh:mm). Years 1970 to 8999. */
                 since?: string;
-                /** @description Sessions started before this. */
+                /** @description Sessions started before this. With an offset (Z or ±hh:mm). Years 1970 to 8999. */
                 until?: string;
             };
             header?: never;
@@ -5910,9 +5921,9 @@ export interface operations {
     logonPhases: {
         parameters: {
             query: {
-                /** @description Start of the period. */
+                /** @description Start of the period. With an offset (Z or ±hh:mm). Years 1970 to 8999. */
                 from: string;
-                /** @description End of the period, excluded. */
+                /** @description End of the period, excluded. With an offset (Z or ±hh:mm). Years 1970 to 8999. */
                 to: string;
                 /** @description Only this pool (all pools when left out). */
                 pool_id?: string;
@@ -5956,9 +5967,9 @@ export interface operations {
     usageReport: {
         parameters: {
             query: {
-                /** @description Start of the period. */
+                /** @description Start of the period. With an offset (Z or ±hh:mm). Years 1970 to 8999. */
                 from: string;
-                /** @description End of the period, excluded. */
+                /** @description End of the period, excluded. With an offset (Z or ±hh:mm). Years 1970 to 8999. */
                 to: string;
                 /** @description Only this pool (all pools when left out). */
                 pool_id?: string;

@@ -13,6 +13,7 @@ from deskpool.api.pagination import PageQuery
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.routes import ResponseSpec
 from deskpool.api.validation import require_exactly_one
+from deskpool.api.values import Instant
 from deskpool.permissions import PermissionCatalog
 
 KEY_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
@@ -224,8 +225,8 @@ class AuditEventSchema(Schema):
 class AuditQuery(PageQuery):
     """Filters of the audit trail."""
 
-    since = fields.AwareDateTime(metadata={"description": "Events at or after this time."})
-    until = fields.AwareDateTime(metadata={"description": "Events before this time."})
+    since = Instant(metadata={"description": "Events at or after this time."})
+    until = Instant(metadata={"description": "Events before this time."})
     actor = fields.String()
     action = fields.String()
     resource_type = fields.String()

@@ -18,6 +18,7 @@ from deskpool.api.routes import Handler, ResponseSpec, RouteTable
 from deskpool.errors import InvalidCursor, NotFound
 from deskpool.jobs import queue, service
 from deskpool.jobs.model import Job, JobState
+from deskpool.values import ascii_int
 
 _STATES = [state.value for state in JobState]
 
@@ -83,9 +84,10 @@ class JobListQuery(PageQuery):
 def job_id(call: Call) -> int:
     """The ``{id}`` of the path; a value that is no job id is a 404."""
     raw = call.path_param("id")
-    if not raw.isdigit() or len(raw) > 18:
-        raise NotFound(f"No job has the id {raw}.")
-    return int(raw)
+    number = ascii_int(raw)
+    if number is None or number < 1 or not raw.isdigit():
+        raise NotFound(f"No job has the id {raw!r}.")
+    return number
 
 
 def job_filter(query: dict[str, Any]) -> queue.JobFilter:

@@ -21,6 +21,7 @@ from deskpool.api.pagination import Page, PageQuery, page_schema, paginate
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.resources.sessions import time_id_cursor
 from deskpool.api.routes import ResponseSpec, RouteTable
+from deskpool.api.values import Instant
 from deskpool.ids import parse_id
 from deskpool.recordings import service, store
 from deskpool.recordings.model import Recording
@@ -64,8 +65,8 @@ class RecordingQuery(PageQuery):
     pool_id = fields.UUID(metadata={"description": "Only recordings of this pool's sessions."})
     user_id = fields.UUID(metadata={"description": "Only this user's sessions."})
     session_id = fields.UUID(metadata={"description": "Only this session's recording."})
-    since = fields.AwareDateTime(metadata={"description": "Sessions started at or after this."})
-    until = fields.AwareDateTime(metadata={"description": "Sessions started before this."})
+    since = Instant(metadata={"description": "Sessions started at or after this."})
+    until = Instant(metadata={"description": "Sessions started before this."})
 
 
 def recording_view(recording: Recording) -> dict[str, Any]:

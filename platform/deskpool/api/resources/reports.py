@@ -19,6 +19,7 @@ from deskpool.api.context import Call
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.resources.sessions import phase_field
 from deskpool.api.routes import ResponseSpec, RouteTable
+from deskpool.api.values import Instant
 from deskpool.reports import service
 from deskpool.reports.model import MAX_BUCKETS, BucketSize, csv_rows
 from deskpool.reports.phases import MAX_SPAN, TIMED_PHASES
@@ -32,10 +33,10 @@ CSV_TYPE = "text/csv"
 class PeriodQuery(Schema):
     """A report's period and its pool."""
 
-    start = fields.AwareDateTime(
+    start = Instant(
         data_key="from", required=True, metadata={"description": "Start of the period."}
     )
-    end = fields.AwareDateTime(
+    end = Instant(
         data_key="to", required=True, metadata={"description": "End of the period, excluded."}
     )
     pool_id = fields.UUID(metadata={"description": "Only this pool (all pools when left out)."})

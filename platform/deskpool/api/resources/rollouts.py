@@ -36,6 +36,7 @@ from deskpool.api.inputs import storable_text
 from deskpool.api.pagination import Page, PageQuery, decode_cursor, page_schema, paginate
 from deskpool.api.resources.pool_schemas import WholeNumber
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
+from deskpool.api.values import Instant
 from deskpool.errors import InvalidCursor
 from deskpool.ids import parse_id
 from deskpool.names import SPACE
@@ -122,7 +123,7 @@ class RolloutCreateSchema(Schema):
         validate=[validate.Length(0, MAX_MESSAGE_LENGTH), storable_text],
         metadata={"description": "What a user of a desktop to be replaced is told."},
     )
-    start_at = fields.AwareDateTime(
+    start_at = Instant(
         load_default=None,
         allow_none=True,
         metadata={"description": "When the rollout starts; null or absent: now."},

@@ -26,6 +26,7 @@ from marshmallow import Schema, fields, validate
 from deskpool.api.context import Call
 from deskpool.api.pagination import Page, PageQuery, page_schema, paginate, text_cursor
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
+from deskpool.api.values import Day, Instant
 from deskpool.ids import parse_id
 from deskpool.schedules import service
 from deskpool.schedules.model import (
@@ -137,10 +138,8 @@ class ScheduleExceptionSchema(Schema):
     """Local dates ``first`` to ``last`` that run a named phase, or settings of their own."""
 
     name = fields.String(required=True, validate=validate.Length(1, MAX_NAME_LENGTH))
-    first = fields.Date(required=True)
-    last = fields.Date(
-        load_default=None, allow_none=True, metadata={"description": "Default: first."}
-    )
+    first = Day(required=True)
+    last = Day(load_default=None, allow_none=True, metadata={"description": "Default: first."})
     phase = fields.String(
         load_default=None,
         allow_none=True,
@@ -198,8 +197,8 @@ class ScheduleSchema(Schema):
 class PreviewInputSchema(ScheduleInputSchema):
     """A schedule (saved or not) and the period to preview."""
 
-    from_ = fields.AwareDateTime(required=True, data_key="from")
-    to = fields.AwareDateTime(required=True)
+    from_ = Instant(required=True, data_key="from")
+    to = Instant(required=True)
     max_size = fields.Integer(
         load_default=10,
         validate=validate.Range(1, MAX_COUNT),
@@ -227,8 +226,8 @@ class SchedulePreviewSchema(Schema):
 class CapacityQuery(Schema):
     """The period: default from a week ago to a week ahead (at most 31 days)."""
 
-    from_ = fields.AwareDateTime(data_key="from", load_default=None)
-    to = fields.AwareDateTime(load_default=None)
+    from_ = Instant(data_key="from", load_default=None)
+    to = Instant(load_default=None)
 
 
 class CapacitySampleSchema(Schema):
