@@ -17,13 +17,16 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-from deskpool_driver_api.errors import DriverError, DriverTimeout
+from deskpool_driver_api.errors import DriverError, DriverTimeout, UnexpectedAnswer
 from deskpool_driver_api.ownership import DEFAULT_OWNER_TAG
 from deskpool_driver_api.shared_state import SharedState
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
+
+#: What a driver raises when an answer is not the shape it reads (see UnexpectedAnswer).
+_SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
 
 #: The deadline of the driver call running in this context (set by the base class).
 current_deadline: ContextVar[float | None] = ContextVar("deskpool_driver_deadline", default=None)
@@ -176,6 +179,20 @@ async def run_call(
     except DriverError as error:
         outcome = error.code
         raise
+    except _SHAPE_ERRORS as error:
+        # What reading an answer of an unexpected shape raises: the hypervisor's fault (or
+        # the driver's), never the request's; a 502 problem rather than a 500.
+        outcome = UnexpectedAnswer.code
+        log.warning(
+            "%s %s: the hypervisor's answer had an unexpected shape (%s)",
+            driver,
+            operation,
+            type(error).__name__,
+        )
+        raise UnexpectedAnswer(
+            f"{driver} {operation}: the hypervisor's answer had an unexpected shape "
+            f"({type(error).__name__})"
+        ) from error
     except asyncio.CancelledError:
         outcome = "cancelled"
         raise

@@ -217,6 +217,18 @@ class DriverConfigurationError(DriverError):
     title = "The cluster connection settings are invalid"
 
 
+class UnexpectedAnswer(DriverError):
+    """The hypervisor answered in a shape the driver cannot read.
+
+    A member missing, a list where an object was expected, a count that is no number. Raised
+    for the driver by the call wrapper when reading an answer raises ``KeyError``,
+    ``TypeError``, ``ValueError``, ``AttributeError`` or ``IndexError``: a 502, not a 500.
+    """
+
+    code = "driver_unexpected_answer"
+    title = "The hypervisor answered in an unexpected shape"
+
+
 class OperationFailed(DriverError):
     """The hypervisor accepted the operation, ran it, and it failed (a failed clone task)."""
 
