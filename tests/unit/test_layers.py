@@ -44,6 +44,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "deskpool",
             "errors",
             "ids",
+            "values",
             "unset",
             "names",
             "log",
