@@ -28,6 +28,7 @@ from redis.exceptions import RedisError
 from deskpool.auth import AuthProvider, VerifiedToken, bearer_token_from_header
 from deskpool.errors import Forbidden, ServiceUnavailable, Unauthenticated
 from deskpool.identity import store
+from deskpool.identity.kinds import principal_kind
 from deskpool.identity.operator import apply_bootstrap_bindings
 from deskpool.identity.principal import Principal
 from deskpool.identity.sign_in import resolve_effective, sign_in
@@ -46,7 +47,7 @@ PRINCIPAL_CACHE_SECONDS = 60.0
 #: How many principals one process keeps.
 PRINCIPAL_CACHE_SIZE = 10_000
 
-_CacheKey = tuple[str, str, tuple[str, ...], tuple[str, ...], str | None, str | None]
+_CacheKey = tuple[str, str, str, tuple[str, ...], tuple[str, ...], str | None, str | None]
 
 
 def invalidation_channel(config: Config) -> str:
@@ -218,9 +219,11 @@ class Authenticator:
         except ServiceUnavailable:
             self.metrics.outcome["unavailable"].inc()
             raise
+        # The kind is part of the key: a client and a person with one subject are two users.
         key: _CacheKey = (
             verified.issuer,
             verified.subject,
+            principal_kind(verified.subject, verified.claims),
             verified.groups,
             verified.roles,
             verified.email,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deskpool.identity.kinds import HUMAN
 from deskpool.permissions import EffectivePermissions, has_permission
 
 
@@ -26,6 +27,8 @@ class Principal:
     :param groups: local groups, by membership or by an OIDC group claim binding.
     :param claimed_groups: the raw group claim values of the token.
     :param effective: the resolved permissions.
+    :param kind: ``human`` (a person) or ``service`` (a client of the client credentials grant,
+        :mod:`deskpool.identity.kinds`).
     """
 
     id: str
@@ -38,6 +41,7 @@ class Principal:
     claimed_groups: tuple[str, ...]
     claimed_roles: tuple[str, ...]
     effective: EffectivePermissions
+    kind: str = HUMAN
 
     def may(self, permission: str) -> bool:
         """Whether the principal holds ``permission`` (``platform:admin`` overrides)."""

@@ -1,8 +1,10 @@
 """From a verified token to a :class:`Principal`: first sign-in, bootstrap admins, resolution.
 
 A user exists because an access token of the configured issuer named them: the first time a
-subject signs in, its user record is created (audited as ``user.create``). At that first
-sign-in only, a user listed in the bootstrap settings receives the ``platform_admin`` role:
+subject signs in, its user record is created (audited as ``user.create``). A user is keyed by
+issuer, subject and kind: a person and a client of the client credentials grant with the same
+subject are two users (:mod:`deskpool.identity.kinds`). At that first sign-in only, a person
+(never a client) listed in the bootstrap settings receives the ``platform_admin`` role:
 
 - ``AUTH_BOOTSTRAP_ADMIN_SUBJECTS``: the token's subject equals a listed one, exactly;
 - ``AUTH_BOOTSTRAP_ADMIN_EMAILS``: the token's email equals a listed one (compared
@@ -28,6 +30,7 @@ from deskpool.audit import record_audit_event
 from deskpool.auth import VerifiedToken
 from deskpool.events import AuditEvent
 from deskpool.identity import store, store_roles, store_sign_in
+from deskpool.identity.kinds import HUMAN, principal_kind
 from deskpool.identity.principal import GroupRef, Principal
 from deskpool.permissions import EffectivePermissions, resolve_permissions
 
@@ -44,8 +47,10 @@ def bootstrap_admin_reason(config: Config, token: VerifiedToken) -> str | None:
     """Why a first sign-in receives ``platform_admin``, or ``None``.
 
     Subjects match exactly; emails case-insensitively, and only when the token's
-    ``email_verified`` claim is exactly ``true``.
+    ``email_verified`` claim is exactly ``true``. A service principal's token never makes one.
     """
+    if principal_kind(token.subject, token.claims) != HUMAN:
+        return None
     if token.subject in config["AUTH_BOOTSTRAP_ADMIN_SUBJECTS"]:
         return "subject listed in AUTH_BOOTSTRAP_ADMIN_SUBJECTS"
     emails = {email.lower() for email in config["AUTH_BOOTSTRAP_ADMIN_EMAILS"]}
@@ -87,10 +92,13 @@ async def sign_in(
         async with connection.transaction():
             return await sign_in_bootstrap(connection, config, token)
     new_id = uuid.uuid4()
+    fields = _user_fields(token)
     signed = await store_sign_in.sign_in_user(
         connection,
-        _user_fields(token),
-        created_event=_created_event(str(new_id), token.issuer, token.subject, token.email),
+        fields,
+        created_event=_created_event(
+            str(new_id), token.issuer, token.subject, token.email, fields.kind
+        ),
         new_id=new_id,
     )
     effective = resolve_permissions(
@@ -109,15 +117,24 @@ def _user_fields(token: VerifiedToken) -> store.UserFields:
         display_name=token.name or token.username,
         claimed_groups=token.groups,
         claimed_roles=token.roles,
+        kind=principal_kind(token.subject, token.claims),
     )
 
 
-def _created_event(user_id: str, issuer: str, subject: str, email: str | None) -> AuditEvent:
+def _created_event(
+    user_id: str, issuer: str, subject: str, email: str | None, kind: str
+) -> AuditEvent:
     return Actor(user_id).audit_event(
         "user.create",
         "users",
         user_id,
-        {"reason": "first sign-in", "issuer": issuer, "subject": subject, "email": email},
+        {
+            "reason": "first sign-in",
+            "issuer": issuer,
+            "subject": subject,
+            "email": email,
+            "kind": kind,
+        },
     )
 
 
@@ -138,6 +155,7 @@ def _principal(
         claimed_groups=token.groups,
         claimed_roles=token.roles,
         effective=effective,
+        kind=user.kind,
     )
 
 
@@ -152,6 +170,14 @@ async def sign_in_bootstrap(
     user = await store.upsert_user(connection, _user_fields(token))
     if user.created:
         await _first_sign_in(connection, config, user, token)
+    elif user.settled:
+        await Actor(user.id).record(
+            connection,
+            "user.update",
+            "users",
+            user.id,
+            {"kind": user.kind, "reason": store_sign_in.SETTLED_REASON},
+        )
     groups, effective = await resolve_effective(connection, user.id, token.groups, token.roles)
     return _principal(user, token, groups, effective)
 
@@ -160,7 +186,7 @@ async def _first_sign_in(
     connection: asyncpg.Connection, config: Config, user: store.UserRow, token: VerifiedToken
 ) -> None:
     await record_audit_event(
-        connection, _created_event(user.id, user.issuer, user.subject, user.email)
+        connection, _created_event(user.id, user.issuer, user.subject, user.email, user.kind)
     )
     reason = bootstrap_admin_reason(config, token)
     if reason is None:

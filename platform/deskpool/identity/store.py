@@ -14,6 +14,8 @@ from typing import Any
 
 import asyncpg
 
+from deskpool.identity.kinds import HUMAN
+
 #: Key of the transaction-level advisory lock every change of access control holds, so that
 #: two concurrent changes cannot each leave one platform admin and together none.
 IDENTITY_LOCK_KEY = 0x6964656E74  # "ident" in ASCII
@@ -34,7 +36,10 @@ async def lock_identity(connection: asyncpg.Connection) -> None:
 
 @dataclass(frozen=True)
 class UserRow:
-    """A user as stored; ``created`` when this statement created it (a first sign-in)."""
+    """A user as stored; ``created`` when this statement created it (a first sign-in).
+
+    ``settled``: this statement gave a user stored before users had kinds its kind.
+    """
 
     id: str
     issuer: str
@@ -43,20 +48,47 @@ class UserRow:
     display_name: str | None
     disabled: bool
     created: bool
+    kind: str = HUMAN
+    settled: bool = False
 
 
-#: Creates the user at first sign-in with the id ``$1``, or refreshes its email (``$4``), name
-#: (``$5``), claims (``$6``, ``$7``) and last sign-in; ``$2``, ``$3``: issuer and subject.
-UPSERT_USER = """
-    INSERT INTO users (id, issuer, subject, email, display_name, claimed_groups, claimed_roles)
-    VALUES ($1, $2, $3, $4, $5, $6::text[], $7::text[])
-    ON CONFLICT (issuer, subject) DO UPDATE
-        SET email = coalesce(EXCLUDED.email, users.email),
-            display_name = coalesce(EXCLUDED.display_name, users.display_name),
-            claimed_groups = EXCLUDED.claimed_groups,
-            claimed_roles = EXCLUDED.claimed_roles,
-            last_seen_at = now()
-    RETURNING id, issuer, subject, email, display_name, disabled, (xmax = 0) AS created
+#: Common table expressions ending in ``upserted``: the user of the issuer ``$2``, subject ``$3``
+#: and kind ``$8`` created at first sign-in with the id ``$1``, or its email (``$4``), name
+#: (``$5``), claims (``$6``, ``$7``) and last sign-in refreshed. A row stored before users had
+#: kinds and not settled yet (``unsettled``, migration 0026) becomes this kind's user, unless
+#: this kind has one already: the first sign-in after the upgrade keeps its grants.
+UPSERT_USER_CTES = """
+    settled AS (
+        UPDATE users
+           SET kind = $8::text,
+               email = coalesce($4::text, email),
+               display_name = coalesce($5::text, display_name),
+               claimed_groups = $6::text[],
+               claimed_roles = $7::text[],
+               last_seen_at = now()
+         WHERE issuer = $2::text AND subject = $3::text AND kind = 'unsettled'
+           AND NOT EXISTS (SELECT 1 FROM users o
+                            WHERE o.issuer = $2::text AND o.subject = $3::text
+                              AND o.kind = $8::text)
+        RETURNING id, issuer, subject, kind, email, display_name, disabled, false AS created,
+                  true AS settled
+    ),
+    inserted AS (
+        INSERT INTO users (id, issuer, subject, kind, email, display_name, claimed_groups,
+                           claimed_roles)
+        SELECT $1::uuid, $2::text, $3::text, $8::text, $4::text, $5::text, $6::text[],
+               $7::text[]
+         WHERE NOT EXISTS (SELECT 1 FROM settled)
+        ON CONFLICT (issuer, subject, kind) DO UPDATE
+            SET email = coalesce(EXCLUDED.email, users.email),
+                display_name = coalesce(EXCLUDED.display_name, users.display_name),
+                claimed_groups = EXCLUDED.claimed_groups,
+                claimed_roles = EXCLUDED.claimed_roles,
+                last_seen_at = now()
+        RETURNING id, issuer, subject, kind, email, display_name, disabled,
+                  (xmax = 0) AS created, false AS settled
+    ),
+    upserted AS (SELECT * FROM settled UNION ALL SELECT * FROM inserted)
 """
 
 
@@ -70,9 +102,11 @@ class UserFields:
     display_name: str | None
     claimed_groups: Sequence[str] = ()
     claimed_roles: Sequence[str] = ()
+    #: ``human`` or ``service`` (:func:`deskpool.identity.kinds.principal_kind`).
+    kind: str = HUMAN
 
     def parameters(self, new_id: uuid.UUID) -> tuple[Any, ...]:
-        """The parameters ``$1`` to ``$7`` of :data:`UPSERT_USER`."""
+        """The parameters ``$1`` to ``$8`` of :data:`UPSERT_USER_CTES`."""
         return (
             new_id,
             self.issuer,
@@ -81,11 +115,12 @@ class UserFields:
             self.display_name,
             list(self.claimed_groups),
             list(self.claimed_roles),
+            self.kind,
         )
 
 
 def user_row(row: Mapping[str, Any]) -> UserRow:
-    """The :class:`UserRow` of a row :data:`UPSERT_USER` returned."""
+    """The :class:`UserRow` of a row of ``upserted`` (:data:`UPSERT_USER_CTES`)."""
     return UserRow(
         str(row["id"]),
         row["issuer"],
@@ -94,6 +129,8 @@ def user_row(row: Mapping[str, Any]) -> UserRow:
         row["display_name"],
         row["disabled"],
         row["created"],
+        row["kind"],
+        row["settled"],
     )
 
 
@@ -103,7 +140,9 @@ async def upsert_user(connection: asyncpg.Connection, fields: UserFields) -> Use
     The group and role claims of this sign-in are kept, so a later change of access can be
     judged while the user is away (:mod:`deskpool.revocation`).
     """
-    row = await connection.fetchrow(UPSERT_USER, *fields.parameters(uuid.uuid4()))
+    row = await connection.fetchrow(
+        f"WITH {UPSERT_USER_CTES} SELECT * FROM upserted", *fields.parameters(uuid.uuid4())
+    )
     assert row is not None
     return user_row(row)
 
@@ -146,9 +185,15 @@ async def get_user(connection: asyncpg.Connection, user_id: uuid.UUID) -> dict[s
 async def find_user(
     connection: asyncpg.Connection, issuer: str, subject: str
 ) -> dict[str, Any] | None:
-    """The user of an issuer's subject, or ``None``."""
+    """The person (not a service principal) of an issuer's subject, or ``None``.
+
+    A row stored before users had kinds and not settled yet counts, after a ``human`` one.
+    """
     row = await connection.fetchrow(
-        "SELECT * FROM users WHERE issuer = $1 AND subject = $2", issuer, subject
+        """SELECT * FROM users WHERE issuer = $1 AND subject = $2 AND kind <> 'service'
+            ORDER BY kind = 'unsettled' LIMIT 1""",
+        issuer,
+        subject,
     )
     return None if row is None else plain(row)
 
@@ -164,7 +209,7 @@ async def users_with_email(connection: asyncpg.Connection, email: str) -> list[d
 async def insert_user(
     connection: asyncpg.Connection, issuer: str, subject: str, email: str | None
 ) -> dict[str, Any]:
-    """Create a user record before its first sign-in (the break-glass command)."""
+    """Create a person's user record before its first sign-in (the break-glass command)."""
     row = await connection.fetchrow(
         "INSERT INTO users (issuer, subject, email) VALUES ($1, $2, $3) RETURNING *",
         issuer,

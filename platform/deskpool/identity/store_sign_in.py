@@ -20,17 +20,28 @@ import asyncpg
 
 from deskpool.audit import AUDIT_TABLE
 from deskpool.events import AuditEvent
-from deskpool.identity.store import UPSERT_USER, UserFields, UserRow, user_row
+from deskpool.identity.store import UPSERT_USER_CTES, UserFields, UserRow, user_row
 from deskpool.identity.store_roles import roles_with
 from deskpool.permissions import Grant, Role
 
+#: Why a user stored before users had kinds took the kind of its first sign-in since (the
+#: ``user.update`` event of that sign-in).
+SETTLED_REASON = "first sign-in since users are keyed by kind; the user stored before took its kind"
+
 _SIGN_IN = f"""
-WITH upserted AS ({UPSERT_USER}),
+WITH {UPSERT_USER_CTES},
 audited AS (
     INSERT INTO {AUDIT_TABLE} (occurred_at, actor, action, resource_type, resource_id,
                                outcome, request_id, source_address, details)
-    SELECT $8, u.id::text, $9, 'users', u.id::text, 'success', NULL, NULL, $10::jsonb
+    SELECT $9, u.id::text, $10, 'users', u.id::text, 'success', NULL, NULL, $11::jsonb
       FROM upserted u WHERE u.created
+),
+settled_audited AS (
+    INSERT INTO {AUDIT_TABLE} (occurred_at, actor, action, resource_type, resource_id,
+                               outcome, request_id, source_address, details)
+    SELECT $9, u.id::text, 'user.update', 'users', u.id::text, 'success', NULL, NULL,
+           jsonb_build_object('kind', u.kind, 'reason', '{SETTLED_REASON}')
+      FROM upserted u WHERE u.settled
 ),
 user_groups AS (
     SELECT g.id, g.key, 'member' AS via FROM groups g
@@ -40,7 +51,8 @@ user_groups AS (
     SELECT g.id, g.key, 'claim' AS via FROM groups g
       JOIN oidc_group_bindings b ON b.group_id = g.id AND b.claim_value = ANY($6::text[])
 )
-SELECT u.id, u.issuer, u.subject, u.email, u.display_name, u.disabled, u.created,
+SELECT u.id, u.issuer, u.subject, u.kind, u.email, u.display_name, u.disabled, u.created,
+       u.settled,
        (SELECT coalesce(json_agg(json_build_array(g.id, g.key, g.via) ORDER BY g.key, g.via DESC),
                         '[]')
           FROM user_groups g) AS groups,

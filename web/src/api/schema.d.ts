@@ -2098,6 +2098,11 @@ export interface components {
             subject: string;
             email: string | null;
             display_name: string | null;
+            /**
+             * @description `human`: a person who signed in. `service`: a client that obtained its own token (client credentials grant); a person and a client with the same `subject` are two users. `unsettled`: stored before users had kinds, until its next sign-in gives it that sign-in's kind.
+             * @enum {string}
+             */
+            kind: "human" | "service" | "unsettled";
             groups: components["schemas"]["GroupRef"][];
             roles: string[];
             permissions: string[];
@@ -3240,6 +3245,11 @@ export interface components {
             subject: string;
             email: string | null;
             display_name: string | null;
+            /**
+             * @description `human`: a person who signed in. `service`: a client that obtained its own token (client credentials grant); a person and a client with the same `subject` are two users. `unsettled`: stored before users had kinds, until its next sign-in gives it that sign-in's kind.
+             * @enum {string}
+             */
+            kind: "human" | "service" | "unsettled";
             disabled: boolean;
             /** Format: date-time */
             created_at: string;

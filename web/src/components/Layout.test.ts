@@ -8,6 +8,7 @@ const user: Me = {
   subject: "s",
   email: null,
   display_name: null,
+  kind: "human",
   groups: [],
   roles: [],
   permissions: [],

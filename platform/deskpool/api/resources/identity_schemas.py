@@ -14,7 +14,11 @@ from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.routes import ResponseSpec
 from deskpool.api.validation import require_exactly_one
 from deskpool.api.values import Instant
+from deskpool.identity.kinds import HUMAN, SERVICE, UNSETTLED
 from deskpool.permissions import PermissionCatalog
+
+#: What a user may be (:mod:`deskpool.identity.kinds`).
+USER_KINDS = (HUMAN, SERVICE, UNSETTLED)
 
 KEY_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,62}$"
 _key = validate.Regexp(KEY_PATTERN, error="lowercase letters, digits, '.', '_' and '-'")
@@ -45,6 +49,16 @@ class _PersonSchema(Schema):
     subject = fields.String(required=True)
     email = fields.String(required=True, allow_none=True)
     display_name = fields.String(required=True, allow_none=True)
+    kind = fields.String(
+        required=True,
+        validate=validate.OneOf(USER_KINDS),
+        metadata={
+            "description": "`human`: a person who signed in. `service`: a client that obtained "
+            "its own token (client credentials grant); a person and a client with the same "
+            "`subject` are two users. `unsettled`: stored before users had kinds, until its "
+            "next sign-in gives it that sign-in's kind."
+        },
+    )
 
 
 class MeSchema(_PersonSchema):

@@ -70,6 +70,7 @@ def _me(principal: Principal) -> dict[str, Any]:
         "subject": principal.subject,
         "email": principal.email,
         "display_name": principal.display_name,
+        "kind": principal.kind,
         "groups": [vars(group) for group in principal.groups],
         "roles": sorted(principal.effective.roles),
         "permissions": sorted(principal.effective.permissions),

@@ -7,7 +7,11 @@ on a random port). It serves what a verifier reads from an issuer, over real HTT
   with request counters so tests can check how often a verifier fetched them;
 - the authorization code flow with PKCE (``/authorize``, ``/token``, ``/userinfo``,
   ``/logout``), signing in a registered user at once, without a form, so a browser (the
-  console, the ``/docs`` page) can sign in against it unattended.
+  console, the ``/docs`` page) can sign in against it unattended;
+- the client credentials grant at ``/token`` for clients registered with
+  :meth:`TestIdentityProvider.add_client`: their access tokens name the client as ``sub`` and
+  ``client_id`` and carry no claim of a person, as RFC 9068 §2.2 describes a token obtained
+  without a resource owner.
 
 It issues tokens the way ``docs/operators/identity.md`` advises an identity provider to be set
 up: access tokens are typed ``at+jwt`` (RFC 9068), carry ``client_id`` and ``scope``, and are
@@ -45,7 +49,12 @@ from joserfc.jwk import import_key
 
 from deskpool.config import is_loopback_host
 from deskpool.testing.idp.keys import SIGNING_ALGORITHMS, SigningKey, token_hash
-from deskpool.testing.idp.server import AuthorizationCode, RefreshGrant, create_app
+from deskpool.testing.idp.server import (
+    AuthorizationCode,
+    IdentityClient,
+    RefreshGrant,
+    create_app,
+)
 from deskpool.testing.idp.tokens import TokenIssuer
 
 __all__ = [
@@ -53,6 +62,7 @@ __all__ = [
     "DEFAULT_CLIENT_ID",
     "SIGNING_ALGORITHMS",
     "DevIdentityProvider",
+    "IdentityClient",
     "IdentityUser",
     "SigningKey",
     "TestIdentityProvider",
@@ -115,6 +125,8 @@ class TestIdentityProvider(TokenIssuer):
         self.issuer_path = "/" + issuer_path.strip("/") if issuer_path.strip("/") else ""
         self.token_lifetime = token_lifetime
         self.users: dict[str, IdentityUser] = {}
+        #: Clients of the client credentials grant, by client id.
+        self.clients: dict[str, IdentityClient] = {}
         for user in users or (
             IdentityUser(
                 "dev-admin",
@@ -239,11 +251,15 @@ class TestIdentityProvider(TokenIssuer):
             "userinfo_endpoint": issuer + "/userinfo",
             "end_session_endpoint": issuer + "/logout",
             "response_types_supported": ["code"],
-            "grant_types_supported": ["authorization_code", "refresh_token"],
+            "grant_types_supported": ["authorization_code", "refresh_token", "client_credentials"],
             "subject_types_supported": ["public"],
             "id_token_signing_alg_values_supported": algorithms,
             "scopes_supported": ["openid", "profile", "email", "groups", "offline_access"],
-            "token_endpoint_auth_methods_supported": ["none"],
+            "token_endpoint_auth_methods_supported": [
+                "none",
+                "client_secret_basic",
+                "client_secret_post",
+            ],
             "code_challenge_methods_supported": ["S256"],
             "claims_supported": ["sub", "iss", "aud", "exp", "iat", "email", "name", "groups"],
         }
@@ -255,6 +271,33 @@ class TestIdentityProvider(TokenIssuer):
         user = IdentityUser(subject, dict(claims))
         self.users[subject] = user
         return user
+
+    def add_client(self, client_id: str, secret: str | None = None, **claims: Any) -> str:
+        """Register a client of the client credentials grant; its secret (new when omitted)."""
+        secret = secret or secrets.token_urlsafe(24)
+        self.clients[client_id] = IdentityClient(client_id, secret, dict(claims))
+        return secret
+
+    def client_token(self, client_id: str, *, scope: str = "", **claims: Any) -> str:
+        """An access token as the client credentials grant issues it to ``client_id``.
+
+        Its ``sub`` and ``client_id`` are the client's id (RFC 9068 §2.2); no email, name or
+        other claim of a person.
+        """
+        return self.issue_token(
+            client_id,
+            claims={**claims, "client_id": client_id, "scope": scope},
+            expires_in=self.token_lifetime,
+        )
+
+    def _client_tokens(self, client: IdentityClient, scope: str) -> dict[str, Any]:
+        access = self.client_token(client.client_id, scope=scope, **client.claims)
+        return {
+            "access_token": access,
+            "token_type": "Bearer",
+            "expires_in": int(self.token_lifetime),
+            "scope": scope,
+        }
 
     def _user_for(self, login_hint: str | None) -> IdentityUser:
         if login_hint:

@@ -3,8 +3,9 @@
 :func:`create_app` serves, under the issuer path, ``/.well-known/openid-configuration``,
 ``/jwks.json`` (and ``/untrusted/jwks.json``, an attacker's keys), ``/authorize`` (signing the
 hinted user in at once, or showing :mod:`deskpool.testing.idp_signin`'s page), ``/token``
-(authorization code with PKCE S256, refresh token), ``/userinfo`` and ``/logout``, with CORS
-open so a browser console on another origin can sign in.
+(authorization code with PKCE S256, refresh token, and client credentials for the registered
+clients, authenticated by ``client_secret_basic`` or ``client_secret_post``), ``/userinfo`` and
+``/logout``, with CORS open so a browser console on another origin can sign in.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import unquote_plus, urlencode, urlsplit
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -31,7 +32,7 @@ from deskpool.testing.idp.keys import SIGNING_ALGORITHMS
 if TYPE_CHECKING:
     from deskpool.testing.idp import TestIdentityProvider
 
-__all__ = ["AuthorizationCode", "RefreshGrant", "create_app"]
+__all__ = ["AuthorizationCode", "IdentityClient", "RefreshGrant", "create_app"]
 
 CODE_LIFETIME = 60.0
 
@@ -57,6 +58,20 @@ class RefreshGrant:
     client_id: str
     subject: str
     scope: str
+
+
+@dataclass
+class IdentityClient:
+    """A client that obtains tokens of its own with the client credentials grant.
+
+    :param client_id: its id; per RFC 9068 §2.2 also the ``sub`` of its tokens.
+    :param secret: its secret.
+    :param claims: further claims of its access tokens.
+    """
+
+    client_id: str
+    secret: str
+    claims: dict[str, object]
 
 
 APP_KEY_IDP: web.AppKey[TestIdentityProvider] = web.AppKey("idp")
@@ -197,9 +212,32 @@ async def _token(request: web.Request) -> web.Response:
         if refresh is None or refresh.client_id != client_id:
             return _oauth_error("invalid_grant", "the refresh token is unknown or was used")
         body = idp._tokens_for(refresh.subject, refresh.client_id, refresh.scope, None)
+    elif grant_type == "client_credentials":
+        client_id, secret = _client_credentials(
+            request, client_id, str(form.get("client_secret", ""))
+        )
+        client = idp.clients.get(client_id)
+        if client is None or not hmac.compare_digest(secret, client.secret):
+            return _oauth_error("invalid_client", "the client is unknown or its secret wrong", 401)
+        body = idp._client_tokens(client, str(form.get("scope", "")))
     else:
-        return _oauth_error("unsupported_grant_type", "use authorization_code or refresh_token")
+        return _oauth_error(
+            "unsupported_grant_type", "use authorization_code, refresh_token or client_credentials"
+        )
     return web.json_response(body, headers={"Cache-Control": "no-store", "Pragma": "no-cache"})
+
+
+def _client_credentials(request: web.Request, client_id: str, secret: str) -> tuple[str, str]:
+    """The client id and secret of a token request: HTTP Basic (RFC 6749 §2.3.1) or the form."""
+    scheme, _, encoded = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "basic":
+        return client_id, secret
+    try:
+        decoded = base64.b64decode(encoded, validate=True).decode()
+    except ValueError:
+        return "", ""
+    name, _, password = decoded.partition(":")
+    return unquote_plus(name), unquote_plus(password)
 
 
 async def _userinfo(request: web.Request) -> web.Response:
