@@ -24,7 +24,10 @@ from pathlib import Path
 import aiohttp
 
 from deskpool.testing.processes import read_addresses, until
-from tests.deploy.conftest import DEPLOY, REPO
+from tests.support.deploy import (
+    DEPLOY,
+    REPO,
+)
 
 CONTAINERS_CONF = DEPLOY / "podman" / "containers.conf"
 #: Where a container's ``LISTEN_ADDRESSES_FILE`` folder is mounted.

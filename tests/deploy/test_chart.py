@@ -15,7 +15,10 @@ import pytest
 import yaml
 from kubernetes_validate.utils import all_versions
 
-from tests.deploy.conftest import CHART, DEPLOY
+from tests.support.deploy import (
+    CHART,
+    DEPLOY,
+)
 
 PRODUCTION = yaml.safe_load((DEPLOY / "helm" / "values-production.yaml").read_text())
 VALUE_SETS: dict[str, dict[str, Any]] = {"default": {}, "production": PRODUCTION}

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import yaml
 
-from tests.deploy.conftest import DEPLOY
+from tests.support.deploy import (
+    DEPLOY,
+)
 
 COMPOSE = DEPLOY / "compose" / "compose.yaml"
 

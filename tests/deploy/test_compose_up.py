@@ -28,7 +28,6 @@ import yaml
 from deskpool.testing.processes import ANY_PORT
 from deskpool.testing.pytest_plugin import fresh_database
 from deskpool.testing.services import ServiceAddresses
-from tests.deploy.conftest import DEPLOY
 from tests.deploy.podman import (
     ADDRESSES_MOUNT,
     addresses_folder,
@@ -40,6 +39,9 @@ from tests.deploy.podman import (
     wait_http,
 )
 from tests.deploy.test_image import IMAGE
+from tests.support.deploy import (
+    DEPLOY,
+)
 
 COMPONENTS = ("api", "worker", "gateway", "web")
 BUNDLED = ("postgres", "redis", "desktopd")

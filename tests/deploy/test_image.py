@@ -27,7 +27,6 @@ from deskpool.testing.processes import ANY_PORT, until
 from deskpool.testing.pytest_plugin import fresh_database
 from deskpool.testing.services import ServiceAddresses
 from deskpool.testing.tunnels import WebSocketTunnelClient
-from tests.deploy.conftest import REPO
 from tests.deploy.podman import (
     Containers,
     addresses_folder,
@@ -36,6 +35,9 @@ from tests.deploy.podman import (
     podman,
     printed_address,
     wait_http,
+)
+from tests.support.deploy import (
+    REPO,
 )
 
 IMAGE = "localhost/deskpool:test"

@@ -6,42 +6,19 @@ A deployment's processes run on the module's database; the browser tests' consol
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.e2e.console_instance import Instance, console_instance
+from tests.support.e2e import (
+    DeploymentEnviron,
+)
 
 from deskpool.desktopd import DesktopDaemonSimulator
-from deskpool.testing.processes import ANY_PORT, QUICK_INTERVALS, deployment_environ
+from deskpool.testing.processes import QUICK_INTERVALS, deployment_environ
 from deskpool.testing.pytest_plugin import fresh_database
-
-DeploymentEnviron = Callable[..., dict[str, str]]
-
-
-def dev_process_environ(base: Mapping[str, str], addresses_file: Path) -> dict[str, str]:
-    """The environment of a ``deskpool dev`` process of a test (with ``--issuer-port 0``).
-
-    Every listener binds a port the system picks, and the process writes which to
-    ``addresses_file`` (``LISTEN_ADDRESSES_FILE``); quick intervals; ``APP_ENV=development``
-    as ``make run`` writes it in ``.run/dev.env``.
-    """
-    return {
-        **base,
-        "PATH": os.environ["PATH"],
-        "API_ADDR": ANY_PORT,
-        "METRICS_ADDR": ANY_PORT,
-        "GATEWAY_ADDR": ANY_PORT,
-        "WEB_ADDR": ANY_PORT,
-        "DESKTOPD_ADDRESS": ANY_PORT,
-        "LISTEN_ADDRESSES_FILE": str(addresses_file),
-        "SECRETS_MASTER_KEY": "A" * 43 + "=",
-        "POOL_RECONCILE_INTERVAL": "1s",
-        "WORKER_POLL_INTERVAL": "1s",
-        "APP_ENV": "development",
-    }
 
 
 @pytest.fixture

@@ -30,12 +30,18 @@ from typing import Any
 import aiohttp
 import pytest
 from PIL import Image
-from tests.conftest import REPO, deskpool_command
+from tests.support.paths import REPO
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.ocr import read_text
-from deskpool.testing.processes import ANY_PORT, read_addresses, until, until_ready
+from deskpool.testing.processes import (
+    ANY_PORT,
+    deskpool_command,
+    read_addresses,
+    until,
+    until_ready,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 DIST = REPO / "web" / "dist"

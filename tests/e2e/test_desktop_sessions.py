@@ -28,8 +28,10 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
-from tests.e2e.conftest import DeploymentEnviron
 from tests.secret_leak_guard import LeakGuard
+from tests.support.e2e import (
+    DeploymentEnviron,
+)
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.idp import TestIdentityProvider

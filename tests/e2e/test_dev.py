@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from tests.conftest import REPO, deskpool_command
-from tests.e2e.conftest import dev_process_environ
+from tests.support.e2e import (
+    dev_process_environ,
+)
+from tests.support.paths import REPO
 
 from deskpool.guacamole.handshake import ClientInfo, perform_handshake
 from deskpool.guacamole.stream import InstructionReader
-from deskpool.testing.processes import read_addresses, until, until_ready
+from deskpool.testing.processes import deskpool_command, read_addresses, until, until_ready
 from deskpool.testing.tunnels import WebSocketTunnelClient
 
 

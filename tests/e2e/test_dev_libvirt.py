@@ -30,13 +30,15 @@ from typing import Any
 import aiohttp
 import libvirt
 import pytest
-from tests.conftest import REPO, deskpool_command
 from tests.e2e import console_instance as console
-from tests.e2e.conftest import dev_process_environ
+from tests.support.e2e import (
+    dev_process_environ,
+)
+from tests.support.paths import REPO
 
 from deskpool.testing.libvirt import LOCAL_URI, LibvirtLab, check_libvirt
 from deskpool.testing.libvirt.guest import SCREEN_BANNER
-from deskpool.testing.processes import read_addresses, until, until_ready
+from deskpool.testing.processes import deskpool_command, read_addresses, until, until_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

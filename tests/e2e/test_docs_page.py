@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 from deskpool.testing.idp import TestIdentityProvider
 

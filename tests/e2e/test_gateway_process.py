@@ -10,8 +10,10 @@ import sys
 import time
 
 import aiohttp
-from tests.conftest import REPO
-from tests.integration.gateway.conftest import gateway_environ
+from tests.support.gateway import (
+    gateway_environ,
+)
+from tests.support.paths import REPO
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import Status

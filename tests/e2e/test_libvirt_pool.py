@@ -35,7 +35,9 @@ import asyncpg
 import libvirt
 import libvirt_qemu
 import pytest
-from tests.e2e.conftest import DeploymentEnviron
+from tests.support.e2e import (
+    DeploymentEnviron,
+)
 
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.libvirt import LOCAL_URI, TCP_URI, LibvirtLab

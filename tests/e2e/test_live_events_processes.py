@@ -14,8 +14,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from tests.e2e.conftest import DeploymentEnviron
 from tests.integration.live.test_event_stream import read_events
+from tests.support.e2e import (
+    DeploymentEnviron,
+)
 
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.processes import DeskpoolProcess, listening, running

@@ -29,7 +29,9 @@ from typing import cast
 import aiohttp
 import asyncpg
 import pytest
-from tests.e2e.conftest import DeploymentEnviron
+from tests.support.e2e import (
+    DeploymentEnviron,
+)
 
 from deskpool.clusters.repository import get_cluster
 from deskpool.pools.model import DesktopState

@@ -38,7 +38,6 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
-from tests.e2e.conftest import DeploymentEnviron
 from tests.e2e.console_instance import CHROMIUM, DIST, TIMEOUT, Instance, visit
 from tests.e2e.test_desktop_sessions import (
     LEASE_SECONDS,
@@ -49,6 +48,9 @@ from tests.e2e.test_desktop_sessions import (
     tunnel_url,
 )
 from tests.secret_leak_guard import LeakGuard
+from tests.support.e2e import (
+    DeploymentEnviron,
+)
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import InstructionParser

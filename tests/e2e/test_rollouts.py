@@ -35,8 +35,10 @@ from typing import Any, cast
 import aiohttp
 import asyncpg
 import pytest
-from tests.e2e.conftest import DeploymentEnviron
 from tests.secret_leak_guard import LeakGuard
+from tests.support.e2e import (
+    DeploymentEnviron,
+)
 
 from deskpool.clusters.repository import get_cluster
 from deskpool.runtime import Runtime

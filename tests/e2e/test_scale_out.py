@@ -23,10 +23,12 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
-from tests.e2e.conftest import DeploymentEnviron
 from tests.e2e.deployment_api import Api
 from tests.e2e.jobrecorder import RECORDING_TABLES, recorder_site
 from tests.secret_leak_guard import LeakGuard
+from tests.support.e2e import (
+    DeploymentEnviron,
+)
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.jobs import queue

@@ -33,9 +33,11 @@ from typing import Any, cast
 import aiohttp
 import asyncpg
 import pytest
-from tests.e2e.conftest import DeploymentEnviron
 from tests.e2e.test_rollouts import ADMIN, hands, wait
 from tests.secret_leak_guard import LeakGuard
+from tests.support.e2e import (
+    DeploymentEnviron,
+)
 
 from deskpool.clusters.repository import get_cluster
 from deskpool.desktopd import DesktopDaemonSimulator

@@ -16,12 +16,13 @@ import uuid
 from collections.abc import Callable, Mapping
 
 import asyncpg
-from tests.conftest import REPO, deskpool_command
 from tests.secret_leak_guard import LeakGuard
+from tests.support.paths import REPO
 
 from deskpool.host import bootstrap
 from deskpool.secret_rotation import count_by_key_id
 from deskpool.secrets import SecretContext, SecretStore, build_secret_store, put_secrets
+from deskpool.testing.processes import deskpool_command
 from deskpool_envelope.store import EnvelopeSecretStore, MasterKey
 
 Run = Callable[..., subprocess.CompletedProcess[str]]

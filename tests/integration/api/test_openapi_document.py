@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 from openapi_spec_validator import validate
-from tests.conftest import REPO
 from tests.integration.api.extra_operations import ExtraOperations
+from tests.support.paths import REPO
 
 from deskpool.api.app import build_route_table
 from deskpool.api.openapi import build_document, render_document

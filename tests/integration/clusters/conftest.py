@@ -10,25 +10,17 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from tests.integration.seed import seed_user
+from tests.support.clusters import (
+    Callers,
+    Headers,
+)
 
 from deskpool.runtime import Runtime
 from deskpool.testing.pytest_plugin import opened_runtime
-
-Headers = dict[str, str]
-
-
-@dataclass(frozen=True)
-class Callers:
-    """Authorization headers of the test's callers."""
-
-    manager: Headers
-    reader: Headers
-    nobody: Headers
 
 
 @pytest.fixture

@@ -8,9 +8,13 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from tests.integration.clusters.conftest import Callers
-from tests.integration.pools.conftest import pool_body
 from tests.integration.seed import seed_user
+from tests.support.clusters import (
+    Callers,
+)
+from tests.support.pools import (
+    pool_body,
+)
 
 from deskpool.clusters import driver_manager_for
 from deskpool.runtime import Runtime

@@ -15,8 +15,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from tests.integration.clusters.conftest import Callers
 from tests.secret_leak_guard import LeakGuard
+from tests.support.clusters import (
+    Callers,
+)
 
 from deskpool.clusters import driver_manager_for
 from deskpool.runtime import Runtime

@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.integration.clusters.conftest import Callers
 from tests.integration.clusters.test_clusters_api import CLUSTERS, create, simulator_cluster
 from tests.integration.clusters.test_credentials_at_rest import dump_every_table
+from tests.support.clusters import (
+    Callers,
+)
 
 from deskpool.clusters import driver_manager_for, repository
 from deskpool.clusters.service import seal_plain_secret_options

@@ -15,7 +15,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from tests.integration.gateway.conftest import GatewayHarness
+from tests.support.gateway import (
+    GatewayHarness,
+)
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.desktopd.daemon import SimulatedUser

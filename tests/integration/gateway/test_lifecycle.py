@@ -9,7 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from tests.integration.gateway.conftest import GatewayHarness
+from tests.support.gateway import (
+    GatewayHarness,
+)
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import Instruction, Status, encode

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from tests.integration.gateway.conftest import GatewayHarness
+from tests.support.gateway import (
+    GatewayHarness,
+)
 
 from deskpool.guacamole import Status, encode
 from deskpool.sessions.tunnel import DesktopTarget, SessionEndReason

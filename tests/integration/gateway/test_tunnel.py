@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 
 from prometheus_client import generate_latest
-from tests.integration.gateway.conftest import GatewayHarness
+from tests.support.gateway import (
+    GatewayHarness,
+)
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import Instruction, Status

@@ -13,7 +13,11 @@ import uuid
 from typing import Any
 
 import pytest
-from tests.integration.identity.conftest import Directory, Person, principal_of
+from tests.support.identity import (
+    Directory,
+    Person,
+    principal_of,
+)
 
 from deskpool.actor import Actor
 from deskpool.identity import service

@@ -11,7 +11,10 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from tests.integration.identity.conftest import Directory, Person
+from tests.support.identity import (
+    Directory,
+    Person,
+)
 
 from deskpool.testing.pytest_plugin import fresh_database, served
 from deskpool.testing.services import ServiceAddresses

@@ -7,8 +7,13 @@ import secrets
 import uuid
 from collections.abc import Awaitable, Callable
 
-from tests.integration.identity.conftest import Directory, Person
-from tests.integration.pools.conftest import pool_model
+from tests.support.identity import (
+    Directory,
+    Person,
+)
+from tests.support.pools import (
+    pool_model,
+)
 
 from deskpool.pools import store as store_pools
 from deskpool.pools.model import Pool

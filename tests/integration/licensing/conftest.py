@@ -9,20 +9,22 @@ from __future__ import annotations
 import base64
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
 import pytest
 from tests.integration.seed import seed_user
+from tests.support.licensing import (
+    RESET,
+    Clock,
+    Headers,
+)
 
 from deskpool.licensing.context import LicensingContext
 from deskpool.licensing.watermark import WatermarkKeys
 from deskpool.runtime import Runtime
 from deskpool.testing.pytest_plugin import fresh_database, opened_runtime
 from deskpool.testing.services import ServiceAddresses
-
-Headers = dict[str, str]
 
 
 @pytest.fixture(scope="package")
@@ -36,16 +38,6 @@ def licensing_database(test_servers: ServiceAddresses) -> Iterator[str]:
 def master_key() -> bytes:
     """The ``SECRETS_MASTER_KEY`` of these tests."""
     return secrets.token_bytes(32)
-
-
-RESET = """
-TRUNCATE license_installation, clusters, jobs, periodic_tasks, audit_events CASCADE;
-UPDATE license_watermark SET instant = NULL, seq = 0, evidence = NULL, evidence_detail = NULL,
-       evidence_at = NULL, mac = NULL, judged_status = NULL, judged_edition = NULL,
-       judged_at = NULL;
-UPDATE license_reports SET next_due_at = NULL, last_attempt_at = NULL, last_success_at = NULL,
-       last_outcome = NULL, last_error = NULL, consecutive_failures = 0, sent = 0;
-"""
 
 
 @pytest.fixture
@@ -100,16 +92,6 @@ def new_caller(
         return bearer(subject)
 
     return make
-
-
-class Clock:
-    """A clock tests set (forward, or back by a day, a week, a year)."""
-
-    def __init__(self, now: datetime | None = None) -> None:
-        self.now = now or datetime.now(UTC)
-
-    def __call__(self) -> datetime:
-        return self.now
 
 
 @pytest.fixture

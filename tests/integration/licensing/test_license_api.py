@@ -10,7 +10,9 @@ from typing import Any
 
 import asyncpg
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from tests.integration.pools.conftest import pool_body
+from tests.support.pools import (
+    pool_body,
+)
 
 from deskpool.licensing.model import FREE_LIMITS, sign_document
 from deskpool.reconciliation.plan import ReconcilePolicy

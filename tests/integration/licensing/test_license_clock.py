@@ -13,8 +13,10 @@ from typing import Any
 
 import asyncpg
 import pytest
-from tests.integration.licensing.conftest import Clock
 from tests.integration.licensing.test_license_faults import watermark_run
+from tests.support.licensing import (
+    Clock,
+)
 
 from deskpool.actor import Actor
 from deskpool.audit import DEFAULT_PARTITION, maintain_audit_partitions, month_of, partition_name

@@ -140,7 +140,7 @@ async def test_a_licensed_edition_reports_on_schedule_and_recovers_from_failures
     make_context: Any,
 ) -> None:
     endpoint, url = receiver
-    from tests.integration.licensing.conftest import Clock
+    from tests.support.licensing import Clock
 
     await service.install_license(
         db, make_context(Clock()), license_vendor.issue(), Actor.system("test:reports")

@@ -9,7 +9,9 @@ from typing import Any
 import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
-from tests.integration.licensing.conftest import Clock
+from tests.support.licensing import (
+    Clock,
+)
 
 from deskpool.actor import Actor
 from deskpool.licensing import service, store

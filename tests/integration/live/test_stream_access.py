@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 from tests.integration.live.test_event_stream import read_events
-from tests.integration.pools.conftest import pool_model
+from tests.support.pools import (
+    pool_model,
+)
 
 from deskpool.live import bus
 from deskpool.live.model import LiveEvent

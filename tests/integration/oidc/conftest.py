@@ -6,37 +6,18 @@ exception; an issuer that cannot be reached must end in :class:`ServiceUnavailab
 
 from __future__ import annotations
 
-import base64
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from joserfc import jws
+from tests.support.oidc import (
+    AUDIENCE,
+    ManualClock,
+)
 
 from deskpool.auth import AuthProviderState
-from deskpool.errors import Unauthenticated
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool_oidc import OidcAuthProvider, OidcSettings
-
-AUDIENCE = "deskpool"
-
-
-class ManualClock:
-    """Wall-clock and monotonic time that move only when a test says so."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-        self._start = time.monotonic()
-
-    def now(self) -> float:
-        return time.time() + self.offset
-
-    def monotonic(self) -> float:
-        return self._start + self.offset
-
-    def advance(self, seconds: float) -> None:
-        self.offset += seconds
 
 
 @pytest.fixture
@@ -80,25 +61,3 @@ async def verifier(
     assert provider.state is AuthProviderState.READY
     yield provider
     await provider.close()
-
-
-async def rejected(verifier: OidcAuthProvider, token: str) -> Unauthenticated:
-    """Verify ``token`` and return the Unauthenticated it must raise (anything else fails)."""
-    with pytest.raises(Unauthenticated) as caught:
-        await verifier.verify(token)
-    error = caught.value
-    assert error.status == 401
-    assert error.headers["WWW-Authenticate"].startswith('Bearer realm="deskpool"')
-    return error
-
-
-def b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def signed_payload(idp: TestIdentityProvider, payload: bytes) -> str:
-    """A correctly signed JWS whose payload is whatever the test wants."""
-    key = idp.key(idp.current_kid)
-    return jws.serialize_compact(
-        {"alg": key.alg, "kid": key.kid}, payload, key.key, algorithms=[key.alg]
-    )

@@ -7,7 +7,11 @@ import warnings
 from collections.abc import Callable
 
 import pytest
-from tests.integration.oidc.conftest import AUDIENCE, ManualClock, rejected
+from tests.support.oidc import (
+    AUDIENCE,
+    ManualClock,
+    rejected,
+)
 
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool_oidc import OidcAuthProvider

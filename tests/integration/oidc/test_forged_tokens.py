@@ -6,7 +6,9 @@ import json
 
 import pytest
 from joserfc import jws
-from tests.integration.oidc.conftest import rejected
+from tests.support.oidc import (
+    rejected,
+)
 
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool_oidc import OidcAuthProvider

@@ -7,7 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from tests.integration.oidc.conftest import AUDIENCE
+from tests.support.oidc import (
+    AUDIENCE,
+)
 
 import deskpool_oidc
 from deskpool.area_settings import declare_area_settings

@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 from joserfc import jws
-from tests.integration.oidc.conftest import AUDIENCE, rejected
+from tests.support.oidc import (
+    AUDIENCE,
+    rejected,
+)
 
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool_oidc import OidcAuthProvider

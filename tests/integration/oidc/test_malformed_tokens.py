@@ -6,7 +6,12 @@ import json
 from typing import Any
 
 import pytest
-from tests.integration.oidc.conftest import AUDIENCE, b64, rejected, signed_payload
+from tests.support.oidc import (
+    AUDIENCE,
+    b64,
+    rejected,
+    signed_payload,
+)
 
 from deskpool.auth import bearer_token_from_header
 from deskpool.errors import Unauthenticated

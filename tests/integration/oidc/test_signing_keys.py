@@ -6,7 +6,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from tests.integration.oidc.conftest import ManualClock, b64, rejected
+from tests.support.oidc import (
+    ManualClock,
+    b64,
+    rejected,
+)
 
 from deskpool.errors import Unauthenticated
 from deskpool.testing.idp import TestIdentityProvider

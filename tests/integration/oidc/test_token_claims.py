@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from tests.integration.oidc.conftest import rejected
+from tests.support.oidc import (
+    rejected,
+)
 
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool_oidc import OidcAuthProvider

@@ -13,7 +13,12 @@ from urllib.parse import parse_qs, urlsplit
 import aiohttp
 import pytest
 from joserfc import jws
-from tests.integration.oidc.conftest import AUDIENCE, b64, rejected, signed_payload
+from tests.support.oidc import (
+    AUDIENCE,
+    b64,
+    rejected,
+    signed_payload,
+)
 
 import deskpool_oidc
 from deskpool.area_settings import declare_area_settings

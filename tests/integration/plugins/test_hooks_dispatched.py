@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pytest
 from stevedore import ExtensionManager
-from tests.conftest import install_fake_distribution
+from tests.support.plugins import install_fake_distribution
 
 from deskpool import hookspecs
 from deskpool.api.app import build_route_table

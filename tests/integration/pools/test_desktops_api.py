@@ -7,7 +7,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from tests.integration.pools.conftest import Caller, add_desktops, pool_model
+from tests.support.pools import (
+    Caller,
+    add_desktops,
+    pool_model,
+)
 
 from deskpool.pools import store as store_pools
 from deskpool.pools.model import DesktopState, Pool, PoolKind

@@ -8,7 +8,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from tests.integration.pools.conftest import TUNNEL_URL, Caller, pool_model, ready_desktops
+from tests.support.pools import (
+    TUNNEL_URL,
+    Caller,
+    pool_model,
+    ready_desktops,
+)
 
 from deskpool.pools import store as store_pools
 from deskpool.pools.model import DesktopState, Pool, PoolKind, PoolState

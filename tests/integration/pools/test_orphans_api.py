@@ -7,7 +7,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tests.integration.pools.conftest import Caller
+from tests.support.pools import (
+    Caller,
+)
 
 from deskpool.runtime import Runtime
 

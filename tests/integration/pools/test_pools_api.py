@@ -6,7 +6,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tests.integration.pools.conftest import Caller, add_desktops, pool_body
+from tests.support.pools import (
+    Caller,
+    add_desktops,
+    pool_body,
+)
 
 from deskpool.pools import store as store_pools
 from deskpool.pools.model import DesktopState

@@ -9,7 +9,12 @@ from datetime import UTC, datetime
 
 import asyncpg
 import pytest
-from tests.integration.pools.conftest import MakePool, add_desktops, add_user, pool_model
+from tests.support.pools import (
+    MakePool,
+    add_desktops,
+    add_user,
+    pool_model,
+)
 
 from deskpool.desktops import store as store_desktops
 from deskpool.desktops import store_allocation

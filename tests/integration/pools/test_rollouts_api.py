@@ -11,7 +11,11 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.integration.pools.conftest import Caller, add_desktops, pool_body
+from tests.support.pools import (
+    Caller,
+    add_desktops,
+    pool_body,
+)
 
 from deskpool.notices import service as notices
 from deskpool.pools import store as store_pools

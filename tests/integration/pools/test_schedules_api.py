@@ -10,7 +10,10 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.integration.pools.conftest import Caller, pool_body
+from tests.support.pools import (
+    Caller,
+    pool_body,
+)
 
 from deskpool.runtime import Runtime
 

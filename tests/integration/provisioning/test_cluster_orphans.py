@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
-from tests.integration.provisioning.conftest import (
+from tests.support.provisioning import (
     POLICY,
     ConvergedPool,
     MakeCluster,

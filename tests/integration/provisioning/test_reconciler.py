@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
-from tests.integration.provisioning.conftest import (
+from tests.support.provisioning import (
     POLICY,
     ConvergedPool,
     MakeCluster,

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, time, timedelta
 
 import asyncpg
 import pytest
-from tests.integration.provisioning.conftest import (
+from tests.support.provisioning import (
     POLICY,
     ConvergedPool,
     RunJob,

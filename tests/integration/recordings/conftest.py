@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import base64
 import secrets
-import uuid
 from pathlib import Path
 
 import pytest
-
-from deskpool.recordings import store
-from deskpool.recordings.model import Recording
-from deskpool.runtime import Runtime
-from deskpool.testing.processes import until
-from deskpool_gateway.recording_writer import RecordingWriter
 
 
 @pytest.fixture
@@ -24,25 +17,3 @@ def recordings_environ(deskpool_environ: dict[str, str], tmp_path: Path) -> dict
         "SECRETS_MASTER_KEY": base64.b64encode(secrets.token_bytes(32)).decode(),
         "RECORDINGS_PATH": str(tmp_path),
     }
-
-
-async def new_recording(runtime: Runtime, desktop_name: str) -> Recording:
-    """A recording row of an unknown session (no chunk yet)."""
-    return await store.insert_recording(
-        runtime.db,
-        session_id=uuid.uuid4(),
-        pool_id=uuid.uuid4(),
-        user_id=uuid.uuid4(),
-        desktop_name=desktop_name,
-        include_keys=False,
-        store="files",
-    )
-
-
-async def until_ready(writer: RecordingWriter) -> None:
-    """Wait until ``writer``'s process built its recording store."""
-
-    async def ready() -> bool:
-        return writer.ready
-
-    await until(ready, "the recording writer is ready", seconds=30)

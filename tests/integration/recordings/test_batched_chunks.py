@@ -9,7 +9,10 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from tests.integration.recordings.conftest import new_recording, until_ready
+from tests.support.recordings import (
+    new_recording,
+    until_ready,
+)
 
 from deskpool.api.resources.recordings import recording_view
 from deskpool.recordings import service, store

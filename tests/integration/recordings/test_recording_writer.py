@@ -13,7 +13,10 @@ import signal
 import uuid
 from pathlib import Path
 
-from tests.integration.recordings.conftest import new_recording, until_ready
+from tests.support.recordings import (
+    new_recording,
+    until_ready,
+)
 
 from deskpool.guacamole import InstructionParser
 from deskpool.recordings import service

@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from tests.integration.recordings.conftest import new_recording
+from tests.support.recordings import (
+    new_recording,
+)
 
 from deskpool.recordings import service, store
 from deskpool.recordings.model import store_key

@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from tests.integration.sessions.conftest import (
+from tests.support.pools import TUNNEL_URL
+from tests.support.sessions import (
     CONSOLE_HOST,
-    TUNNEL_URL,
     VNC_PORT,
     Estate,
     audit_actions,

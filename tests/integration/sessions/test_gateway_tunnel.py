@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-from tests.integration.sessions.conftest import (
+from tests.support.sessions import (
     Estate,
     desktop_row,
     open_desktop,

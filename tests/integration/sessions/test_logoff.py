@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tests.integration.sessions.conftest import (
+from tests.support.sessions import (
     Estate,
     audit_actions,
     desktop_row,

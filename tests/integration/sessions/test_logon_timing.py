@@ -17,7 +17,10 @@ from typing import Any
 
 import aiohttp
 from prometheus_client import generate_latest
-from tests.integration.sessions.conftest import Estate, open_desktop
+from tests.support.sessions import (
+    Estate,
+    open_desktop,
+)
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import Status

@@ -6,8 +6,10 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tests.integration.pools.conftest import pool_body
-from tests.integration.sessions.conftest import (
+from tests.support.pools import (
+    pool_body,
+)
+from tests.support.sessions import (
     Estate,
     audit_actions,
     connected_through,

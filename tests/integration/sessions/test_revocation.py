@@ -19,8 +19,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from tests.integration.sessions.conftest import (
-    Caller,
+from tests.support.pools import Caller
+from tests.support.sessions import (
     Estate,
     desktop_row,
     details,

@@ -12,7 +12,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tests.integration.sessions.conftest import Estate, install_license
+from tests.support.sessions import (
+    Estate,
+    install_license,
+)
 
 from deskpool.runtime import Runtime
 from deskpool.testing.licensing import TestVendor

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tests.integration.sessions.conftest import (
+from tests.support.sessions import (
     Estate,
     desktop_row,
     install_license,

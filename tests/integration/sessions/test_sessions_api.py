@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from tests.integration.sessions.conftest import (
+from tests.support.sessions import (
     Estate,
     connected_through,
     desktop_row,

@@ -14,8 +14,14 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tests.integration.provisioning.conftest import claim, job_context
-from tests.integration.sessions.conftest import Estate, desktop_row
+from tests.support.provisioning import (
+    claim,
+    job_context,
+)
+from tests.support.sessions import (
+    Estate,
+    desktop_row,
+)
 
 from deskpool.jobs import queue
 from deskpool.pools.model import PoolKind

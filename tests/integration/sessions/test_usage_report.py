@@ -14,7 +14,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from tests.integration.sessions.conftest import Estate
+from tests.support.sessions import (
+    Estate,
+)
 
 from deskpool.runtime import Runtime
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from tests.unit.pools.conftest import DesktopBuilder, VmBuilder
+from tests.support.pool_builders import (
+    DesktopBuilder,
+    VmBuilder,
+)
 
 from deskpool.pools.model import (
     Desktop,

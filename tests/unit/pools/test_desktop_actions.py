@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 from marshmallow import ValidationError
-from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder
+from tests.support.pool_builders import (
+    DesktopBuilder,
+    PoolBuilder,
+)
 
 from deskpool.api.resources.pool_schemas import bounded_name_width
 from deskpool.desktops.service import (

@@ -7,7 +7,10 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 import pytest
-from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder
+from tests.support.pool_builders import (
+    DesktopBuilder,
+    PoolBuilder,
+)
 
 from deskpool.desktops.allocation import (
     Allocation,

@@ -6,7 +6,10 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 import pytest
-from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder
+from tests.support.pool_builders import (
+    DesktopBuilder,
+    PoolBuilder,
+)
 
 from deskpool.area_settings import declare_area_settings
 from deskpool.config import SettingRegistry, declare_core_settings

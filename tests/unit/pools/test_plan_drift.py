@@ -6,7 +6,11 @@ from dataclasses import replace
 from datetime import datetime
 from uuid import UUID
 
-from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder, VmBuilder
+from tests.support.pool_builders import (
+    DesktopBuilder,
+    PoolBuilder,
+    VmBuilder,
+)
 from tests.unit.pools.planning import POLICY, S, described, failed, observed
 
 from deskpool.pools.model import (

@@ -5,7 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder, VmBuilder
+from tests.support.pool_builders import (
+    DesktopBuilder,
+    PoolBuilder,
+    VmBuilder,
+)
 from tests.unit.pools.planning import POLICY, S, described, failed, observed
 
 from deskpool.pools.model import (

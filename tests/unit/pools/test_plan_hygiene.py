@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder, VmBuilder
+from tests.support.pool_builders import (
+    DesktopBuilder,
+    PoolBuilder,
+    VmBuilder,
+)
 from tests.unit.pools.planning import POLICY, observed
 
 from deskpool.pools.model import (

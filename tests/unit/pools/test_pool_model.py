@@ -7,7 +7,10 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder
+from tests.support.pool_builders import (
+    DesktopBuilder,
+    PoolBuilder,
+)
 
 from deskpool.errors import FieldError
 from deskpool.pools.model import (

@@ -9,7 +9,10 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta
 
-from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder
+from tests.support.pool_builders import (
+    DesktopBuilder,
+    PoolBuilder,
+)
 
 from deskpool.notices.model import Notice
 from deskpool.pools.model import Desktop, DesktopState

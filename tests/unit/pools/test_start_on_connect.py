@@ -10,7 +10,11 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from tests.unit.pools.conftest import DesktopBuilder, PoolBuilder, VmBuilder
+from tests.support.pool_builders import (
+    DesktopBuilder,
+    PoolBuilder,
+    VmBuilder,
+)
 from tests.unit.pools.planning import POLICY, S, described, observed
 
 from deskpool.desktops.states import IllegalTransition, PowerOff, PowerUp, transition

@@ -9,7 +9,12 @@ from uuid import UUID
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.unit.pools.conftest import NOW, build_pool, build_vm, desktop_builder
+from tests.support.pool_builders import (
+    NOW,
+    build_pool,
+    build_vm,
+    desktop_builder,
+)
 
 from deskpool.pools.model import Desktop, DesktopState, Pool, PoolKind
 from deskpool.reconciliation.plan import (
