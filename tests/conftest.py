@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 import types
@@ -13,34 +12,34 @@ from pathlib import Path
 import pytest
 
 from deskpool.testing.processes import deskpool_command
+from tests.support import lanes
+from tests.support.paths import REPO
+from tests.support.plugins import install_fake_distribution
 
 pytest_plugins = ["tests.secret_leak_guard", "deskpool.testing.libvirt.fixtures"]
 
-FIXTURES = Path(__file__).parent / "fixtures"
-REPO = Path(__file__).parent.parent
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Unit, then integration, then end-to-end; the slow lane and xdist groups by folder.
 
-def install_fake_distribution(
-    target: Path, name: str, modules: list[str], entry_points: Mapping[str, Mapping[str, str]]
-) -> Path:
-    """Install a distribution into ``target`` the way pip lays one out.
-
-    The modules and a ``.dist-info`` folder with METADATA and entry_points.txt; put ``target``
-    on PYTHONPATH to make it installed.
+    First of the hooks, so that ``-m "not slow"`` and xdist's groups see the marks.
     """
-    target.mkdir(parents=True, exist_ok=True)
-    for module in modules:
-        shutil.copy(FIXTURES / "plugins" / f"{module}.py", target / f"{module}.py")
-    info = target / f"{name.replace('-', '_')}-1.2.3.dist-info"
-    info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.2.3\n")
-    lines = []
-    for group, items in entry_points.items():
-        lines.append(f"[{group}]")
-        lines += [f"{key} = {value}" for key, value in items.items()]
-        lines.append("")
-    (info / "entry_points.txt").write_text("\n".join(lines))
-    return target
+    lanes.arrange(items)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With ``-m "not slow"`` (``make test-fast``), the slow lane's files are not even collected.
+
+    Collecting the API contract alone builds a test per operation (seconds of CPU per worker).
+    """
+    if config.getoption("markexpr", "") != "not slow":
+        return None
+    try:
+        relative = collection_path.relative_to(config.rootpath).as_posix()
+    except ValueError:
+        return None
+    return True if lanes.only_slow(relative, collection_path.is_dir()) else None
 
 
 @pytest.fixture
@@ -55,10 +54,13 @@ def plugin_site(tmp_path: Path) -> Callable[..., Path]:
 
 @pytest.fixture
 def run_deskpool() -> Callable[..., subprocess.CompletedProcess[str]]:
-    """Run the real ``deskpool`` command with exactly the given environment."""
+    """Run the real ``deskpool`` command with exactly the given environment.
+
+    Its ``timeout`` is generous: a fresh interpreter shares the CPU with the run's other workers.
+    """
 
     def run(
-        *args: str, env: Mapping[str, str], timeout: float = 30
+        *args: str, env: Mapping[str, str], timeout: float = 90
     ) -> subprocess.CompletedProcess[str]:
         full_env = {"PATH": os.environ.get("PATH", ""), **env}
         return subprocess.run(
