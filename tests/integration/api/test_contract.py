@@ -1,15 +1,15 @@
 """Contract tests: schemathesis over the whole checked-in OpenAPI document.
 
-Two instances are served on loopback from a thread of their own (schemathesis calls them over
-real HTTP, synchronously): one without OIDC configuration, where protected operations answer
-503 as SPEC §5.1.4 requires and public ones behave normally, and one against the test identity
-provider, called with the token of a bootstrap administrator, where no operation may answer a
-5xx at all. Every response must conform to the document: status, content type, headers and
-body schema; invalid requests must be refused with a 4xx; and **valid requests must be
-accepted** (schemathesis's ``positive_data_acceptance`` check): data the document allows may be
-refused only for reasons of state (401, 403, 404, 409, 429), never with a 400 or 422, so a
-generated client never sends a request the server must refuse. Examples per operation are
-bounded so the run takes seconds.
+Two instances are served on loopback by a process of their own (schemathesis calls them over
+real HTTP, synchronously; :mod:`tests.support.served_apis`): one without OIDC configuration,
+where protected operations answer 503 as SPEC §5.1.4 requires and public ones behave normally,
+and one against the test identity provider, called with the token of a bootstrap administrator,
+where no operation may answer a 5xx at all. Every response must conform to the document: status,
+content type, headers and body schema; invalid requests must be refused with a 4xx; and **valid
+requests must be accepted** (schemathesis's ``positive_data_acceptance`` check): data the
+document allows may be refused only for reasons of state (401, 403, 404, 409, 429), never with a
+400 or 422, so a generated client never sends a request the server must refuse. Examples per
+operation are bounded so the run takes seconds.
 
 Allowances, each narrow and each listed in docs/api.md ("What the document cannot say"):
 
@@ -28,21 +28,17 @@ Allowances, each narrow and each listed in docs/api.md ("What the document canno
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import schemathesis
-from aiohttp import web
 from hypothesis import HealthCheck, reject, settings
-from tests.conftest import REPO
+from tests.support.paths import REPO
+from tests.support.served_apis import ServedApis, served_apis
 
-from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.services import ServiceAddresses
 
 DOCUMENT = REPO / "api" / "openapi" / "openapi.yaml"
@@ -83,67 +79,6 @@ def call(case: Any, base_url: str, **kwargs: Any) -> Any:
     return response
 
 
-@dataclass(frozen=True)
-class ServedApis:
-    """Base URLs of the two instances and the administrator's bearer token."""
-
-    unconfigured: str
-    secured: str
-    admin_token: str
-
-
-class ApiThread:
-    """Serves API applications from an event loop in a thread, for synchronous clients."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._cleanups: list[Any] = []
-
-    def __enter__(self) -> ApiThread:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.run(self._close())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=30)
-        self.loop.close()
-
-    def run(self, coroutine: Any) -> Any:
-        """Run ``coroutine`` on the thread's loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=120)
-
-    async def serve(self, environ: dict[str, str]) -> str:
-        """Open a runtime for ``environ`` and serve its API on loopback; the base URL."""
-        from deskpool.api.app import create_app
-        from deskpool.host import bootstrap
-        from deskpool.runtime import Runtime
-
-        process = bootstrap(environ, ["api"], log_setup=False)
-        runtime = Runtime(process.config, process.plugins)
-        await runtime.open()
-        self._cleanups.append(runtime.close)
-        runner = web.AppRunner(create_app(runtime))
-        await runner.setup()
-        self._cleanups.append(runner.cleanup)
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        return f"http://127.0.0.1:{port}"
-
-    async def start_identity_provider(self) -> TestIdentityProvider:
-        """A test issuer running on this thread's loop."""
-        idp = TestIdentityProvider()
-        await idp.start()
-        self._cleanups.append(idp.stop)
-        return idp
-
-    async def _close(self) -> None:
-        for cleanup in reversed(self._cleanups):
-            await cleanup()
-
-
 @pytest.fixture(scope="module")
 def served(migrated_database_url: str, test_servers: ServiceAddresses) -> Iterator[ServedApis]:
     environ = {
@@ -157,21 +92,8 @@ def served(migrated_database_url: str, test_servers: ServiceAddresses) -> Iterat
         # The fuzzer sends far more than a person would; the limiter is tested elsewhere.
         "API_RATE_LIMIT_PER_MINUTE": "1000000",
     }
-    with ApiThread() as thread:
-        unconfigured = thread.run(thread.serve(environ))
-        idp = thread.run(thread.start_identity_provider())
-        secured = thread.run(
-            thread.serve(
-                environ
-                | {
-                    "AUTH_OIDC_ISSUER_URL": idp.issuer_url,
-                    "AUTH_OIDC_AUDIENCE": idp.audience,
-                    "AUTH_BOOTSTRAP_ADMIN_SUBJECTS": ADMIN_SUBJECT,
-                }
-            )
-        )
-        token = idp.issue_token(ADMIN_SUBJECT, expires_in=3600)
-        yield ServedApis(unconfigured=unconfigured, secured=secured, admin_token=token)
+    with served_apis(environ, ADMIN_SUBJECT) as apis:
+        yield apis
 
 
 @schema.parametrize()
