@@ -189,8 +189,8 @@ class RateLimiter:
         pending = [(caller, w, w.pending) for caller, w in self._windows.items() if w.pending]
         if not pending:
             return
-        for _, window, amount in pending:
-            window.pending -= amount
+        # The amounts stay pending until the totals that include them are read back, so that a
+        # request counted while the pipeline is out is judged on them too.
         try:
             async with self._kv.pipeline(transaction=False) as pipe:
                 for caller, _, amount in pending:
@@ -201,10 +201,13 @@ class RateLimiter:
                     )
                 results = await pipe.execute()
         except (RedisError, OSError) as error:
+            for _, window, amount in pending:
+                window.pending -= amount
             self._store_failed(error)
             return
         self._store_answered()
-        for (_, window, _), (count, ttl_ms) in zip(pending, results, strict=True):
+        for (_, window, amount), (count, ttl_ms) in zip(pending, results, strict=True):
+            window.pending -= amount
             window.shared_count = int(count)
             window.resets_at = min(window.resets_at, now + int(ttl_ms) / 1000)
 
