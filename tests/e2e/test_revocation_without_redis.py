@@ -19,9 +19,9 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
-from tests.e2e.conftest import DeploymentEnviron
 from tests.e2e.deployment_api import Api
 from tests.secret_leak_guard import LeakGuard
+from tests.support.e2e import DeploymentEnviron
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import Status

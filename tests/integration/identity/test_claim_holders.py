@@ -14,9 +14,9 @@ import uuid
 from typing import Any
 
 import pytest
-from tests.integration.identity.conftest import Directory, Person, principal_of
 from tests.integration.identity.test_escalation import assert_denied
 from tests.integration.identity.test_membership import a_pool, entitle
+from tests.support.identity import Directory, Person, principal_of
 
 from deskpool.actor import Actor
 from deskpool.identity.rules import EscalationDenied

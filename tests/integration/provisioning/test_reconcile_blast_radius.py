@@ -23,7 +23,8 @@ from typing import Any
 
 import asyncpg
 import pytest
-from tests.integration.provisioning.conftest import (
+from tests.integration.seed import seed_user
+from tests.support.provisioning import (
     POLICY,
     MakePool,
     RunJob,
@@ -31,7 +32,6 @@ from tests.integration.provisioning.conftest import (
     no_fence,
     provision_all,
 )
-from tests.integration.seed import seed_user
 
 from deskpool.jobs.periodic import PeriodicContext
 from deskpool.pools.model import DesktopState, Pool

@@ -15,12 +15,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from tests.integration.sessions.conftest import Caller, Estate, desktop_row
 from tests.integration.sessions.test_start_on_connect import (
     logon,
     rest_powered_off,
     run_desktop_jobs,
 )
+from tests.support.pools import Caller
+from tests.support.sessions import Estate, desktop_row
 
 from deskpool.pools.model import PoolKind
 from deskpool.runtime import Runtime
