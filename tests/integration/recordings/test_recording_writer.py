@@ -96,6 +96,7 @@ async def test_output_waits_no_longer_than_the_chunk_interval_to_be_kept_and_cou
         writer = RecordingWriter(runtime.config.environment(), count_interval=0.2)
         try:
             channel = await writer.open(row.id, PlatformSessionBroker(runtime))
+            await until_ready(writer)  # the bound below is not the writer process's start
             Recorder(channel, include_keys=False).output(FRAME.encode())
 
             async def counted() -> bool:
