@@ -14,8 +14,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 import pytest
-from tests.integration.gateway.conftest import GatewayHarness
 from tests.integration.gateway.test_daemon_safety import eventually, owner_of
+from tests.support.gateway import GatewayHarness
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.desktopd.faults import LoginRefusal

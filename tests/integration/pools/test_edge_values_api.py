@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from tests.integration.pools.conftest import Caller, pool_body
 from tests.integration.pools.test_schedules_api import OFFICE
+from tests.support.pools import Caller, pool_body
 
 from deskpool.runtime import Runtime
 

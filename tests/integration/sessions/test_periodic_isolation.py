@@ -13,12 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from tests.integration.sessions.conftest import (
-    Estate,
-    connected_through,
-    desktop_row,
-    open_desktop,
-)
+from tests.support.sessions import Estate, connected_through, desktop_row, open_desktop
 
 from deskpool.runtime import Runtime
 from deskpool.sessions.broker import PlatformSessionBroker

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from tests.conftest import REPO
+from tests.support.paths import REPO
 
 from deskpool.guacamole import Status
 
