@@ -15,7 +15,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from tests.integration.identity.conftest import Directory, Person
+from tests.support.identity import Directory, Person
 
 from deskpool.testing.idp import DEFAULT_CLIENT_ID
 
