@@ -16,6 +16,18 @@ import { PoolForm } from "./PoolForm";
 
 type Pool = Schemas["Pool"];
 
+/** Why the pool's reconciliation fails, and since when: the other pools are not affected. */
+function ReconcileError({ pool }: { pool: Pool }) {
+  const failing = pool.reconcile_error;
+  if (!failing) return null;
+  return (
+    <div className="reconcile-error" role="alert" data-testid="reconcile-error">
+      <strong>Reconciliation of this pool is failing</strong> since {when(failing.since)}: {failing.reason}.{" "}
+      Its desktops are kept as they are and other pools are not affected; the next pass tries again ({words(failing.code)}).
+    </div>
+  );
+}
+
 function Counts({ pool }: { pool: Pool }) {
   const entries = Object.entries(pool.counts.by_state).filter(([, count]) => count > 0);
   return (
@@ -181,6 +193,7 @@ export function PoolDetailPage() {
         <Badge value={data.state} />
         <Badge value={data.health?.status ?? "unknown"} />
       </div>
+      <ReconcileError pool={data} />
       <p>{data.description}</p>
       {data.health?.reasons.length ? (
         <ul className="reasons">

@@ -14,7 +14,20 @@ type Pool = Schemas["Pool"];
 const COLUMNS: Column<Pool>[] = [
   { header: "Name", cell: (pool) => <Link to={`/pools/${pool.id}`}>{pool.name}</Link> },
   { header: "State", cell: (pool) => <Badge value={pool.state} /> },
-  { header: "Health", cell: (pool) => <Badge value={pool.health?.status ?? "unknown"} /> },
+  {
+    header: "Health",
+    cell: (pool) => (
+      <>
+        <Badge value={pool.health?.status ?? "unknown"} />
+        {pool.reconcile_error ? (
+          <span className="reconcile-failing" title={pool.reconcile_error.reason}>
+            {" "}
+            reconciliation failing
+          </span>
+        ) : null}
+      </>
+    ),
+  },
   { header: "Kind", cell: (pool) => (pool.kind === "persistent" ? "persistent" : "non-persistent") },
   { header: "Size", cell: (pool) => `${pool.min_size}–${pool.max_size} (+${pool.spare} spare)` },
   { header: "Desktops", className: "num", cell: (pool) => pool.counts.total },
