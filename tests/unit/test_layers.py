@@ -84,11 +84,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("desktops", ("desktops",)),
     ("starts", ("starts",)),
     ("sessions", ("sessions",)),
-    ("provisioning", ("provisioning",)),
     ("notices", ("notices",)),
     ("revocation", ("revocation",)),
     ("rollouts, schedules", ("rollouts", "schedules")),
     ("reconciliation", ("reconciliation",)),
+    ("provisioning", ("provisioning",)),
     ("vm_events, reports", ("vm_events", "reports")),
     ("api", ("api",)),
     (
@@ -131,8 +131,6 @@ _POOL_ADMIN = (
     "revocation; pool administration belongs in a package of its own above them (issue 35 §3-4 "
     "are rewriting pools/service.py now)"
 )
-_ORPHANS = "the orphan VM job forgets the orphan it deleted through the reconciliation's store"
-_BUILD_TEMPLATE = "provisioning clones the template a rollout names (rollouts.store.build_template)"
 _RUNTIME = (
     "inside functions: the runtime builds the drivers, the recording store and the licensing "
     "context on first use, for every component; to be handed in by host.py"
@@ -157,14 +155,11 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {
     ("deskpool.pools.service", "deskpool.sessions.service"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.sessions.model"): _POOL_ADMIN,
     ("deskpool.pools.service", "deskpool.starts.store"): _POOL_ADMIN,
-    ("deskpool.provisioning.handlers", "deskpool.reconciliation.store_orphans"): _ORPHANS,
-    ("deskpool.provisioning.steps", "deskpool.rollouts.store"): _BUILD_TEMPLATE,
     ("deskpool.runtime", "deskpool.clusters.drivers"): _RUNTIME,
     ("deskpool.runtime", "deskpool.recordings.stores"): _RUNTIME,
     ("deskpool.runtime", "deskpool.licensing.context"): _RUNTIME,
     ("deskpool.runtime", "deskpool.licensing.service"): _RUNTIME,
     ("deskpool.starts.cancel", "deskpool.sessions.store"): _STARTS,
-    ("deskpool.starts.service", "deskpool.revocation.service"): _STARTS,
     ("deskpool.starts.service", "deskpool.sessions.tunnel"): _STARTS,
     ("deskpool.starts.service", "deskpool.sessions.service"): _STARTS,
     ("deskpool.starts.service", "deskpool.sessions.store"): _STARTS,
@@ -172,14 +167,7 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {
 }
 
 #: A model's imports of I/O still in the code, with why. Remove a line when its import is gone.
-KNOWN_MODEL_IO: dict[tuple[str, str], str] = {
-    ("deskpool.schedules.samples", "deskpool.schedules.store"): (
-        "the capacity sample's record type is declared in the store"
-    ),
-    ("deskpool.vm_events.model", "deskpool.clusters.repository"): (
-        "a watch key is made from a cluster record, declared in the repository"
-    ),
-}
+KNOWN_MODEL_IO: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)

@@ -262,6 +262,52 @@ async def apply_event_to_locked(
     return await write_desktop(connection, after)
 
 
+async def apply_event_if_unchanged(
+    connection: asyncpg.Connection,
+    expected: Desktop,
+    event: DesktopEvent,
+    now: datetime,
+    *,
+    pool: Pool,
+) -> Desktop | None:
+    """Apply ``event`` to the desktop only if its record still equals ``expected``.
+
+    Runs in a transaction of its own (a savepoint inside the caller's).
+
+    :returns: the desktop after the event, or ``None`` when it is gone or changed since
+        ``expected`` was read (the caller decides again on its next pass).
+    :raises IllegalTransition: the event is not legal in the desktop's (unchanged) state.
+    """
+    async with connection.transaction():
+        current = await get_desktop(connection, expected.id, for_update=True)
+        if current is None or current != expected:
+            return None
+        return await apply_event_to_locked(connection, current, event, now, pool=pool)
+
+
+async def apply_event_in_state(
+    connection: asyncpg.Connection,
+    desktop_id: uuid.UUID,
+    event: DesktopEvent,
+    now: datetime,
+    *,
+    states: Collection[DesktopState],
+    pool: Pool,
+) -> Desktop | None:
+    """Apply ``event`` to the desktop only if it is in one of ``states``.
+
+    A job working on a step applies the step's outcome this way: if an administrator or the
+    reconciler moved the desktop meanwhile (deleted it, failed it), the outcome is dropped.
+
+    :returns: the desktop after the event, or ``None`` when it is gone or in another state.
+    """
+    async with connection.transaction():
+        current = await get_desktop(connection, desktop_id, for_update=True)
+        if current is None or current.state not in states:
+            return None
+        return await apply_event_to_locked(connection, current, event, now, pool=pool)
+
+
 async def set_desktop_node(
     connection: asyncpg.Connection, desktop_id: uuid.UUID, node: str | None
 ) -> bool:

@@ -33,10 +33,14 @@ AuditOf = Callable[[str, str, str | None, dict[str, Any]], AuditEvent]
 
 
 class Holding(Protocol):
-    """What a user holds now, as the broker asks it."""
+    """What a user holds now, as the broker and start on connect ask it."""
 
     def keeps_session(self, pool_id: uuid.UUID, *, read_only: bool) -> bool:
         """Whether the user may keep (or open) a session on a desktop of ``pool_id``."""
+        ...
+
+    def keeps_desktop(self, pool_id: uuid.UUID) -> bool:
+        """Whether the user may keep a desktop of ``pool_id`` (or one started for him)."""
         ...
 
 

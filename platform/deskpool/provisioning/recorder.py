@@ -24,14 +24,13 @@ import asyncpg
 from deskpool.audit import record_audit_event
 from deskpool.desktops.jobs import DESKTOPS, WORKER_ACTOR
 from deskpool.desktops.states import DesktopEvent, Failed, IllegalTransition
-from deskpool.desktops.store import get_desktop, set_desktop_node
+from deskpool.desktops.store import apply_event_in_state, get_desktop, set_desktop_node
 from deskpool.drivers import DriverError
 from deskpool.errors import DeskpoolError, ServiceUnavailable
 from deskpool.events import AuditEvent, Outcome
 from deskpool.jobs.context import JobContext
 from deskpool.live.publishers import publish_desktop
 from deskpool.pools.model import Desktop, DesktopState, Pool
-from deskpool.provisioning.store import apply_event_in_state
 from deskpool.starts import service as starts
 
 log = logging.getLogger(__name__)

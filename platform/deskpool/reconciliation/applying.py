@@ -41,7 +41,7 @@ from deskpool.desktops.jobs import (
     job_for_state,
 )
 from deskpool.desktops.states import IllegalTransition
-from deskpool.desktops.store import insert_desktops
+from deskpool.desktops.store import apply_event_if_unchanged, insert_desktops
 from deskpool.errors import NotFound
 from deskpool.events import AuditEvent
 from deskpool.licensing.service import cap_desktops
@@ -50,7 +50,6 @@ from deskpool.live.publishers import publish
 from deskpool.notices.service import Delivery, deliver
 from deskpool.pools.errors import DesktopNameTaken
 from deskpool.pools.model import PoolState
-from deskpool.provisioning.store import apply_event_if_unchanged
 from deskpool.reconciliation.events import action_event, unowned_event
 from deskpool.reconciliation.failures import error_text
 from deskpool.reconciliation.metrics import PoolReconcileMetrics

@@ -23,12 +23,11 @@ from deskpool.actor import Actor
 from deskpool.audit import record_audit_event
 from deskpool.desktops.jobs import enqueue_desktop_job, job_for_state
 from deskpool.desktops.states import Refresh
-from deskpool.desktops.store import get_desktop
+from deskpool.desktops.store import apply_event_if_unchanged, get_desktop
 from deskpool.live.publishers import desktop_event
 from deskpool.notices import service as notices
 from deskpool.notices.service import Delivery
 from deskpool.pools.model import Desktop, Pool
-from deskpool.provisioning.store import apply_event_if_unchanged
 from deskpool.rollouts import store
 from deskpool.rollouts.changes import (
     NOTICE_REASON,

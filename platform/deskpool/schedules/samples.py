@@ -1,6 +1,6 @@
 """What a pool has at a reconciliation pass, counted for its capacity plot (pure).
 
-The reconciler records one :class:`~deskpool.schedules.store.CapacitySample` per pool and
+The reconciler records one :class:`CapacitySample` per pool and
 :data:`SAMPLE_MINUTES` minutes (the last pass of the bucket wins) and prunes those older than
 :data:`SAMPLE_RETENTION`; ``GET /api/v1/pools/{pool_id}/capacity`` shows them next to the
 targets the schedule planned.
@@ -9,16 +9,30 @@ targets the schedule planned.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from deskpool.pools.model import Desktop, DesktopState
 from deskpool.schedules.model import InForce, Targets
-from deskpool.schedules.store import CapacitySample
 
 #: One sample per pool and this many minutes.
 SAMPLE_MINUTES = 5
 #: How long samples are kept (the console plots the past week).
 SAMPLE_RETENTION = timedelta(days=15)
+
+
+@dataclass(frozen=True, slots=True)
+class CapacitySample:
+    """What a pool had at one reconciliation pass, and the phase and targets in force then."""
+
+    at: datetime
+    ready: int
+    in_use: int
+    powered_off: int
+    other: int
+    phase: str | None
+    min_ready: int | None
+    spare: int | None
 
 
 def capacity_sample(

@@ -29,7 +29,8 @@ from deskpool.schedules.model import (
     targets_of,
     validate_schedule,
 )
-from deskpool.schedules.store import CapacitySample, ScheduleRecord
+from deskpool.schedules.samples import CapacitySample
+from deskpool.schedules.store import ScheduleRecord
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime

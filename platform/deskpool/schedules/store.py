@@ -25,6 +25,7 @@ from deskpool.schedules.model import (
     phase_doc,
     phase_of,
 )
+from deskpool.schedules.samples import CapacitySample
 
 
 class ScheduleNameTaken(Conflict):
@@ -41,20 +42,6 @@ class ScheduleRecord:
     schedule: Schedule
     created_at: datetime
     updated_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class CapacitySample:
-    """What a pool had at one reconciliation pass, and the phase and targets in force then."""
-
-    at: datetime
-    ready: int
-    in_use: int
-    powered_off: int
-    other: int
-    phase: str | None
-    min_ready: int | None
-    spare: int | None
 
 
 def _json(value: Any) -> Any:

@@ -26,9 +26,9 @@ from deskpool.audit import record_audit_event
 from deskpool.desktops import store as store_desktops
 from deskpool.desktops.states import Allocated
 from deskpool.events import AuditEvent
+from deskpool.identity.access import holding_of
 from deskpool.jobs.periodic import each_alone
 from deskpool.pools.model import Desktop, DesktopState, Pool
-from deskpool.revocation.service import holding_of
 from deskpool.runtime import Runtime
 from deskpool.sessions import service as sessions
 from deskpool.sessions import store as session_store

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from deskpool.clusters.repository import ClusterRecord
 from deskpool.drivers import VmEvent, VmEventKind
+
+if TYPE_CHECKING:
+    # A type only: a model does no I/O, so it never loads the clusters' repository.
+    from deskpool.clusters.repository import ClusterRecord
 
 #: The event kinds that may leave a desktop without a running VM.
 RECONCILE_ON = frozenset({VmEventKind.STOPPED, VmEventKind.REMOVED})
