@@ -13,6 +13,13 @@ import { useSession } from "../session";
 
 type User = Schemas["User"];
 
+/** A person and a service principal (client credentials) with one subject are two users. */
+const KIND_LABELS: Record<"human" | "service" | "unsettled", string> = {
+  human: "person",
+  service: "service principal",
+  unsettled: "not known until its next sign-in",
+};
+
 function userLabel(user: { display_name?: string | null; email?: string | null; subject?: string; user_id?: string }) {
   return user.display_name || user.email || user.subject || user.user_id || "";
 }
@@ -43,6 +50,7 @@ function Users() {
           { header: "Name", cell: (u) => u.display_name ?? "—" },
           { header: "Email", cell: (u) => u.email ?? "—" },
           { header: "Subject", cell: (u) => <code>{u.subject}</code> },
+          { header: "Kind", cell: (u) => KIND_LABELS[u.kind] },
           { header: "Last seen", cell: (u) => when(u.last_seen_at) },
           {
             header: "Status",
