@@ -83,6 +83,14 @@ async def test_a_users_manager_cannot_disable_a_claim_admin(
     assert_denied(*await patch(directory, users_manager, target, True), "platform:admin")
     assert not await disabled(directory, target)
     assert (await directory.me(target))["is_platform_admin"]
+    refusal = await directory.runtime.db.fetchrow(
+        "SELECT resource_type, details FROM audit_events WHERE actor = $1 "
+        "AND action = 'access.escalation_denied' AND outcome = 'denied'",
+        users_manager.id,
+    )
+    assert refusal is not None
+    assert refusal["resource_type"] == "users"
+    assert '"platform:admin"' in refusal["details"]
 
     assert (await patch(directory, admin, target, True))[0] == 200
     assert await disabled(directory, target)
