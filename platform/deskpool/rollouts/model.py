@@ -121,6 +121,14 @@ class Strategy:
     recreate_assigned: bool = False
 
 
+@dataclass(frozen=True)
+class StartRollout:
+    """A rollout to start: the template to move the pool to, and how."""
+
+    template: str
+    strategy: Strategy = Strategy()
+
+
 def validate_strategy(strategy: Strategy, pool: Pool, to_template: str) -> list[FieldError]:
     """Every invalid field of a rollout of ``pool`` to ``to_template`` with ``strategy``."""
     errors: list[FieldError] = []

@@ -10,10 +10,9 @@ after the commit.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from deskpool.actor import Actor
 from deskpool.desktops.store import desktops_of_pools
@@ -27,12 +26,11 @@ from deskpool.pools.jobs import enqueue_pool_reconcile
 from deskpool.rollouts import model, store
 from deskpool.rollouts.changes import change_state, notice_source, rollout_event
 from deskpool.rollouts.model import (
-    InUsePolicy,
     Rollout,
     RolloutCounts,
     RolloutDesktop,
     RolloutState,
-    Strategy,
+    StartRollout,
 )
 from deskpool.rollouts.planner import RolloutView, count_rollout
 from deskpool.rollouts.store import PoolImage
@@ -48,23 +46,6 @@ class RolloutShown:
     rollout: Rollout
     desktops: list[RolloutDesktop]
     counts: RolloutCounts
-
-
-def strategy_of(body: Mapping[str, Any]) -> Strategy:
-    """The strategy of a start request's members (defaults: :class:`Strategy`)."""
-    defaults = Strategy()
-    return Strategy(
-        canary=body.get("canary", defaults.canary),
-        batch_size=body.get("batch_size", defaults.batch_size),
-        min_ready=body.get("min_ready"),
-        surge=body.get("surge", defaults.surge),
-        in_use=InUsePolicy(body.get("in_use", defaults.in_use)),
-        warning_seconds=body.get("warning_seconds", defaults.warning_seconds),
-        message=body.get("message", defaults.message),
-        start_at=body.get("start_at"),
-        stop_on_error=body.get("stop_on_error", defaults.stop_on_error),
-        recreate_assigned=body.get("recreate_assigned", defaults.recreate_assigned),
-    )
 
 
 async def _shown_many(
@@ -91,17 +72,17 @@ async def _shown(runtime: Runtime, rollout: Rollout) -> RolloutShown:
 
 
 async def start_rollout(
-    runtime: Runtime, actor: Actor, pool_id: uuid.UUID, body: Mapping[str, Any]
+    runtime: Runtime, actor: Actor, pool_id: uuid.UUID, command: StartRollout
 ) -> RolloutShown:
-    """Start a rollout of the pool to ``body["template"]`` with the body's strategy.
+    """Start a rollout of the pool to ``command.template`` with the command's strategy.
 
     The template is looked up on the pool's cluster as a pool's is (a unique name is stored as
     its id). :raises NotFound: no such pool. :raises ValidationFailed: an invalid strategy or
     template. :raises RolloutConflict: the pool already has an active rollout.
     """
     record = await pools.get_pool(runtime, pool_id)
-    strategy = strategy_of(body)
-    template = str(body["template"])
+    strategy = command.strategy
+    template = command.template
     errors = model.validate_strategy(strategy, record.pool, template)
     if errors:
         raise ValidationFailed(errors)

@@ -141,6 +141,26 @@ class Schedule:
         return ZoneInfo(self.time_zone)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleSettings:
+    """What a create or replace sets of a schedule: everything but its id and generation."""
+
+    name: str
+    time_zone: str
+    phases: tuple[Phase, ...]
+    exceptions: tuple[ExceptionDates, ...] = ()
+
+    def schedule(self, schedule_id: UUID) -> Schedule:
+        """The schedule these settings make, under ``schedule_id`` (not validated yet)."""
+        return Schedule(
+            id=schedule_id,
+            name=self.name,
+            time_zone=self.time_zone,
+            phases=self.phases,
+            exceptions=self.exceptions,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class InForce:
     """The phase in force at an instant: its name, settings, and since when.

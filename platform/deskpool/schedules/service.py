@@ -8,7 +8,6 @@ pass. A schedule a pool references cannot be deleted (409 ``schedule_in_use``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -21,11 +20,10 @@ from deskpool.schedules import store
 from deskpool.schedules.model import (
     InForce,
     Schedule,
+    ScheduleSettings,
     changes_between,
     exception_doc,
-    exception_of,
     phase_doc,
-    phase_of,
     targets_of,
     validate_schedule,
 )
@@ -48,34 +46,12 @@ class ScheduleInUse(Conflict):
     title = "Schedule in use"
 
 
-def schedule_of(schedule_id: uuid.UUID, body: Mapping[str, Any]) -> Schedule:
-    """A schedule from a create or replace request's members.
+def checked_schedule(schedule_id: uuid.UUID, settings: ScheduleSettings) -> Schedule:
+    """The schedule ``settings`` make under ``schedule_id``, validated.
 
-    :raises ValidationFailed: a day or a time that does not parse (the rest is
-        :func:`~deskpool.schedules.model.validate_schedule`'s).
+    :raises ValidationFailed: see :func:`~deskpool.schedules.model.validate_schedule`.
     """
-    errors: list[FieldError] = []
-    phases = []
-    for index, doc in enumerate(body.get("phases", [])):
-        try:
-            phases.append(phase_of(doc))
-        except (ValueError, KeyError):
-            errors.append(FieldError(f"/phases/{index}", "has an unknown day or an invalid start"))
-    exceptions = []
-    for index, doc in enumerate(body.get("exceptions", [])):
-        try:
-            exceptions.append(exception_of(doc))
-        except (ValueError, KeyError):
-            errors.append(FieldError(f"/exceptions/{index}", "has an invalid date"))
-    if errors:
-        raise ValidationFailed(errors)
-    schedule = Schedule(
-        id=schedule_id,
-        name=str(body["name"]),
-        time_zone=str(body["time_zone"]),
-        phases=tuple(phases),
-        exceptions=tuple(exceptions),
-    )
+    schedule = settings.schedule(schedule_id)
     problems = validate_schedule(schedule)
     if problems:
         raise ValidationFailed(problems)
@@ -99,10 +75,10 @@ async def _reconcile_users(connection: Any, schedule_id: uuid.UUID) -> list[str]
 
 
 async def create_schedule(
-    runtime: Runtime, actor: Actor, body: Mapping[str, Any]
+    runtime: Runtime, actor: Actor, settings: ScheduleSettings
 ) -> ScheduleRecord:
     """Create a schedule. :raises ValidationFailed: invalid. :raises ScheduleNameTaken: taken."""
-    schedule = schedule_of(uuid.uuid4(), body)
+    schedule = checked_schedule(uuid.uuid4(), settings)
     async with runtime.db.acquire() as connection, connection.transaction():
         record = await store.insert_schedule(connection, schedule)
         await actor.record(
@@ -127,10 +103,10 @@ async def list_schedules(
 
 
 async def replace_schedule(
-    runtime: Runtime, actor: Actor, schedule_id: uuid.UUID, body: Mapping[str, Any]
+    runtime: Runtime, actor: Actor, schedule_id: uuid.UUID, settings: ScheduleSettings
 ) -> ScheduleRecord:
     """Replace the schedule's settings; the pools using it are reconciled at once."""
-    schedule = schedule_of(schedule_id, body)
+    schedule = checked_schedule(schedule_id, settings)
     async with runtime.db.acquire() as connection, connection.transaction():
         current = await store.get_schedule(connection, schedule_id, for_update=True)
         if current is None:

@@ -26,6 +26,7 @@ audited; live events ``pool.rollout`` carry the progress.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -48,6 +49,8 @@ from deskpool.rollouts.model import (
     EntryState,
     InUsePolicy,
     RolloutState,
+    StartRollout,
+    Strategy,
 )
 from deskpool.rollouts.service import RolloutShown
 from deskpool.rollouts.store import PoolImage
@@ -304,6 +307,25 @@ def _ids(call: Call) -> tuple[uuid.UUID, uuid.UUID]:
 
 # ----------------------------------------------------------------------------------- routes
 
+
+def start_rollout_command(body: Mapping[str, Any]) -> StartRollout:
+    """A loaded ``RolloutCreate`` document as a command (defaults: :class:`Strategy`'s)."""
+    defaults = Strategy()
+    strategy = Strategy(
+        canary=body.get("canary", defaults.canary),
+        batch_size=body.get("batch_size", defaults.batch_size),
+        min_ready=body.get("min_ready"),
+        surge=body.get("surge", defaults.surge),
+        in_use=InUsePolicy(body.get("in_use", defaults.in_use)),
+        warning_seconds=body.get("warning_seconds", defaults.warning_seconds),
+        message=body.get("message", defaults.message),
+        start_at=body.get("start_at"),
+        stop_on_error=body.get("stop_on_error", defaults.stop_on_error),
+        recreate_assigned=body.get("recreate_assigned", defaults.recreate_assigned),
+    )
+    return StartRollout(template=str(body["template"]), strategy=strategy)
+
+
 #: The rollout and image history operations.
 ROUTES = RouteTable()
 
@@ -327,7 +349,8 @@ _ONE = "/api/v1/pools/{pool_id}/rollouts/{rollout_id}"
 )
 async def start_rollout(call: Call) -> Reply:
     pool_id = parse_id(call.path_param("pool_id"), "pool")
-    shown = await service.start_rollout(call.runtime, call.actor, pool_id, call.body)
+    command = start_rollout_command(call.body)
+    shown = await service.start_rollout(call.runtime, call.actor, pool_id, command)
     return Reply(rollout_view(shown), 201)
 
 

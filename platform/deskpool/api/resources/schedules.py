@@ -18,6 +18,7 @@ range of dates running a named phase or ``settings`` of their own). A pool refer
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,6 +28,7 @@ from deskpool.api.context import Call
 from deskpool.api.pagination import Page, PageQuery, page_schema, paginate, text_cursor
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.api.values import Day, Instant
+from deskpool.errors import FieldError, ValidationFailed
 from deskpool.ids import parse_id
 from deskpool.schedules import service
 from deskpool.schedules.model import (
@@ -40,9 +42,12 @@ from deskpool.schedules.model import (
     IdlePolicy,
     InForce,
     LogoffScope,
+    ScheduleSettings,
     exception_doc,
+    exception_of,
     phase_at,
     phase_doc,
+    phase_of,
     targets_of,
 )
 from deskpool.schedules.store import ScheduleRecord
@@ -300,6 +305,36 @@ def _schedule_id(call: Call) -> Any:
 #: The schedule operations and a pool's capacity.
 ROUTES = RouteTable()
 
+
+def schedule_settings(body: Mapping[str, Any]) -> ScheduleSettings:
+    """A loaded ``ScheduleInput`` document as the settings the schedule services take.
+
+    :raises ValidationFailed: a day or a time that does not parse, at its pointer (the rest
+        is :func:`~deskpool.schedules.model.validate_schedule`'s, in the service).
+    """
+    errors: list[FieldError] = []
+    phases = []
+    for index, doc in enumerate(body.get("phases", [])):
+        try:
+            phases.append(phase_of(doc))
+        except (ValueError, KeyError):
+            errors.append(FieldError(f"/phases/{index}", "has an unknown day or an invalid start"))
+    exceptions = []
+    for index, doc in enumerate(body.get("exceptions", [])):
+        try:
+            exceptions.append(exception_of(doc))
+        except (ValueError, KeyError):
+            errors.append(FieldError(f"/exceptions/{index}", "has an invalid date"))
+    if errors:
+        raise ValidationFailed(errors)
+    return ScheduleSettings(
+        name=str(body["name"]),
+        time_zone=str(body["time_zone"]),
+        phases=tuple(phases),
+        exceptions=tuple(exceptions),
+    )
+
+
 _ONE = "/api/v1/schedules/{schedule_id}"
 
 
@@ -314,7 +349,7 @@ _ONE = "/api/v1/schedules/{schedule_id}"
     responses={201: ResponseSpec("The schedule.", ScheduleSchema)},
 )
 async def create_schedule(call: Call) -> Reply:
-    record = await service.create_schedule(call.runtime, call.actor, call.body)
+    record = await service.create_schedule(call.runtime, call.actor, schedule_settings(call.body))
     return Reply(schedule_view(record), 201)
 
 
@@ -362,7 +397,8 @@ async def get_schedule(call: Call) -> dict[str, Any]:
     responses={200: ResponseSpec("The schedule.", ScheduleSchema)},
 )
 async def replace_schedule(call: Call) -> dict[str, Any]:
-    record = await service.replace_schedule(call.runtime, call.actor, _schedule_id(call), call.body)
+    settings = schedule_settings(call.body)
+    record = await service.replace_schedule(call.runtime, call.actor, _schedule_id(call), settings)
     return schedule_view(record)
 
 
@@ -395,7 +431,7 @@ async def delete_schedule(call: Call) -> Reply:
 )
 async def preview_schedule(call: Call) -> dict[str, Any]:
     body = call.body
-    schedule = service.schedule_of(uuid.UUID(int=0), body)
+    schedule = service.checked_schedule(uuid.UUID(int=0), schedule_settings(body))
     items = []
     for change in service.preview(schedule, body["from_"], body["to"]):
         targets = targets_of(change.settings, body["max_size"])
