@@ -13,6 +13,7 @@ response schema.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
@@ -115,12 +116,17 @@ def route_template(request: web.Request) -> str:
     return resource.canonical if resource is not None else "unmatched"
 
 
+#: The status counted for a request whose client closed the connection before the answer.
+CLIENT_CLOSED_REQUEST = 499
+
+
 @web.middleware
 async def request_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Give the request an id, then log one line and record metrics when it is answered.
 
     The status logged and counted is the one sent: a response's, or an HTTP exception's (a
-    redirect raised as ``web.HTTPTemporaryRedirect``); 500 only when nothing answered.
+    redirect raised as ``web.HTTPTemporaryRedirect``); 499 when the client left and its
+    handler was cancelled; 500 only when nothing answered.
     """
     supplied = request.headers.get("X-Request-Id", "")
     request_id = supplied if _REQUEST_ID.match(supplied) else uuid.uuid4().hex
@@ -139,6 +145,14 @@ async def request_middleware(request: web.Request, handler: Handler) -> web.Stre
         # aiohttp sends, not a failure: it is logged and counted with its own status.
         status = answer.status
         answer.headers["X-Request-Id"] = request_id
+        raise
+    except asyncio.CancelledError:
+        # aiohttp cancels the handler of a connection the client closed (handler
+        # cancellation): the client left, nothing failed (499, as proxies count it).
+        if request.transport is None or request.transport.is_closing():
+            status = CLIENT_CLOSED_REQUEST
+            log.info("the client left %s %s before its response was sent", request.method,
+                     route_template(request))  # fmt: skip
         raise
     finally:
         elapsed = time.perf_counter() - started

@@ -8,6 +8,8 @@ HTTP errors (unknown route, wrong method, body too large) and anything unexpecte
   ``dependency_unavailable`` with ``Retry-After``, logged as one line;
 - a value PostgreSQL refuses to store that validation let through: 400 ``invalid_value``,
   logged as a warning naming the route (a schema rule is missing there);
+- the client's connection closed while its response was written: logged as one line saying
+  the client left (not as a dependency failure), and nothing is sent;
 - anything else is a bug: logged with its traceback and answered 500 with only the request id.
 
 No traceback or HTML error page ever reaches a client.
@@ -175,11 +177,36 @@ _REFUSED_VALUES = (
 )
 
 
+class ClientLeft(DeskpoolError):
+    """The client closed its connection while its response was written (never sent)."""
+
+    status = 400
+    code = "client_closed_request"
+    title = "Client closed the connection"
+
+
+def client_left(request: web.Request, error: Exception) -> bool:
+    """Whether ``error`` is the client's connection going away (a write to a closed socket).
+
+    aiohttp's ``ClientConnectionResetError`` is a ``ConnectionResetError``; a reset from a
+    database or key-value store connection leaves the client's transport open, so it is still
+    told from this by the transport.
+    """
+    if not isinstance(error, ConnectionResetError | BrokenPipeError):
+        return False
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
 def unexpected_error(error: Exception, request: web.Request) -> DeskpoolError:
     """What to answer for an exception no handler expected, logging it once."""
     route = request.match_info.route.resource
     where = f"{request.method} {route.canonical if route is not None else request.path}"
     request_id = {"request_id": request.get(REQUEST_ID_KEY, "")}
+    if client_left(request, error):
+        # Not a dependency: the client closed the connection while the response was written.
+        log.info("the client left %s before its response was sent", where, extra=request_id)
+        return ClientLeft("The client closed the connection.")
     dependency = outage_of(error)
     if dependency is not None:
         log.warning(

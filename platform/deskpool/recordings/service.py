@@ -92,16 +92,28 @@ async def open_download(
     return recording, wanted
 
 
+class RecordingGone(NotFound):
+    """The recording's chunks went while it was read (retention deleted it under a download)."""
+
+
 async def chunks(
     runtime: Runtime, recording: Recording, wanted: ByteRange | None
 ) -> AsyncIterator[bytes]:
-    """The plaintext bytes of ``wanted`` (everything for ``None``), one opened chunk at a time."""
+    """The plaintext bytes of ``wanted`` (everything for ``None``), one opened chunk at a time.
+
+    :raises RecordingGone: a chunk is gone (retention deleted the recording meanwhile).
+    """
     if recording.size_bytes == 0:
         return
     start, end = (0, recording.size_bytes - 1) if wanted is None else (wanted.start, wanted.end)
     recordings = runtime.recording_store
     for index, first, last in chunks_for_range(recording.chunk_sizes, start, end):
-        data = await asyncio.to_thread(recordings.get_chunk, recording.store_key, index)
+        try:
+            data = await asyncio.to_thread(recordings.get_chunk, recording.store_key, index)
+        except KeyError:
+            raise RecordingGone(
+                f"Recording {recording.id} was deleted while it was read."
+            ) from None
         yield data[first:last]
 
 

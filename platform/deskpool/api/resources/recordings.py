@@ -10,6 +10,7 @@ download (a playback is one) is audited as ``recording.download``.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -25,6 +26,8 @@ from deskpool.api.values import Instant
 from deskpool.ids import parse_id
 from deskpool.recordings import service, store
 from deskpool.recordings.model import Recording
+
+log = logging.getLogger(__name__)
 
 #: The media type of a recording: the Guacamole protocol's text stream.
 RECORDING_CONTENT_TYPE = "application/vnd.deskpool.guacamole-recording"
@@ -181,7 +184,18 @@ async def download_recording(call: Call) -> web.StreamResponse:
         response = web.StreamResponse(status=206, headers=headers)
         response.content_length = wanted.length
     await response.prepare(request)
-    async for data in service.chunks(call.runtime, recording, wanted):
-        await response.write(data)
+    try:
+        async for data in service.chunks(call.runtime, recording, wanted):
+            await response.write(data)
+    except service.RecordingGone:
+        # The status is sent: break the body off (shorter than its Content-Length), so the
+        # client sees an incomplete download rather than waiting for the rest.
+        log.info("recording %s was deleted while it was downloaded: cut short", recording.id)
+        if request.transport is not None:
+            request.transport.close()
+        return response
+    except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one
+        log.info("the client left the download of recording %s", recording.id)
+        return response
     await response.write_eof()
     return response
