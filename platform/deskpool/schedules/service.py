@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from deskpool.actor import Actor
-from deskpool.errors import Conflict, FieldError, NotFound, ValidationFailed
+from deskpool.errors import Conflict, FieldError, NotFound, ValidationFailed, error_text
 from deskpool.pools import service as pools
 from deskpool.pools.jobs import enqueue_pool_reconcile
 from deskpool.schedules import store
@@ -37,6 +37,17 @@ if TYPE_CHECKING:
 MAX_PERIOD = timedelta(days=31)
 #: The most samples a capacity query returns (the newest of the period).
 MAX_SAMPLES = 5000
+
+
+class ScheduleUnusable(Conflict):
+    """The stored schedule's phases cannot be computed (HTTP 409): dates out of the calendar.
+
+    The API refuses such schedules; one stored before (or behind the API) can only be
+    corrected or replaced. Its pools say so in their ``reconcile_error``.
+    """
+
+    code = "schedule_unusable"
+    title = "Schedule cannot be computed"
 
 
 class ScheduleInUse(Conflict):
@@ -195,7 +206,14 @@ async def pool_capacity(
         planned = [PlannedTargets(start, None, None, pool.min_size, pool.spare, "keep")]
     else:
         planned = []
-        for change in changes_between(schedule, start, end):
+        try:
+            changes = changes_between(schedule, start, end)
+        except (ArithmeticError, ValueError) as error:
+            raise ScheduleUnusable(
+                f"The phases of schedule {schedule.name!r} cannot be computed "
+                f"({error_text(error)}); correct or replace the schedule."
+            ) from None
+        for change in changes:
             targets = targets_of(change.settings, pool.max_size)
             planned.append(
                 PlannedTargets(

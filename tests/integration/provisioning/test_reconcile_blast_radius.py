@@ -50,6 +50,7 @@ from deskpool.testing.pytest_plugin import opened_runtime
 S = DesktopState
 
 ApiGet = Callable[[str], Awaitable[Any]]
+ApiCall = Callable[[str], Awaitable[tuple[int, Any]]]
 
 
 @pytest.fixture
@@ -67,22 +68,35 @@ async def api_runtime(
 
 
 @pytest.fixture
-async def api_get(
+async def api_call(
     api_runtime: Runtime,
     api_client_for: Callable[[Any], Awaitable[Any]],
     identity_provider: Any,
     bearer: Callable[..., dict[str, str]],
-) -> ApiGet:
-    """``await api_get(path)``: the JSON a ``pools:read`` holder gets."""
+) -> ApiCall:
+    """``await api_call(path)``: the status and JSON of ``GET path`` (pools and schedules read)."""
     client = await api_client_for(api_runtime)
     subject = f"reader-{secrets.token_hex(4)}"
-    await seed_user(api_runtime, identity_provider.issuer_url, subject, "pools:read")
+    await seed_user(
+        api_runtime, identity_provider.issuer_url, subject, "pools:read", "schedules:read"
+    )
     headers = bearer(subject)
 
-    async def get(path: str) -> Any:
+    async def call(path: str) -> tuple[int, Any]:
         response = await client.get(path, headers=headers)
-        assert response.status == 200, await response.text()
-        return await response.json()
+        return response.status, await response.json()
+
+    return call
+
+
+@pytest.fixture
+def api_get(api_call: ApiCall) -> ApiGet:
+    """``await api_get(path)``: the JSON of a success (any other status fails the test)."""
+
+    async def get(path: str) -> Any:
+        status, body = await api_call(path)
+        assert status == 200, body
+        return body
 
     return get
 
@@ -205,6 +219,22 @@ async def test_two_poisoned_pools_fail_alone_and_say_so(
             == 0.0
         )
         assert len(await desktops(db, pool)) == 1
+
+
+async def test_a_stored_poisoned_schedule_is_shown_and_its_capacity_refused_in_words(
+    db: asyncpg.Connection, make_pool: MakePool, api_get: ApiGet, api_call: ApiCall
+) -> None:
+    """Its list and its page answer, its pool's capacity is a 409 (finding 1: all three 500)."""
+    schedule_id = await poison_schedule(db)
+    pool = await make_pool(min_size=1, schedule_id=schedule_id)
+    shown = await api_get(f"/api/v1/schedules/{schedule_id}")
+    assert shown["in_force"] is None
+    listed = await api_get("/api/v1/schedules?limit=100")
+    assert str(schedule_id) in {item["id"] for item in listed["items"]}
+    status, problem = await api_call(f"/api/v1/pools/{pool.id}/capacity")
+    assert status == 409, problem
+    assert problem["code"] == "schedule_unusable"
+    assert "cannot be computed" in problem["detail"]
 
 
 async def test_a_poisoned_pool_reconciled_now_fails_alone(

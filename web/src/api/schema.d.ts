@@ -900,7 +900,7 @@ export interface paths {
         };
         /**
          * A pool's planned and actual capacity
-         * @description The targets the pool's schedule plans from `from` to `to` (default: a week ago to a week ahead; at most 31 days), one entry per change, next to what the pool had at each reconciliation pass (ready, in use, powered off, other). A pool without a schedule plans its min_size and spare.
+         * @description The targets the pool's schedule plans from `from` to `to` (default: a week ago to a week ahead; at most 31 days), one entry per change, next to what the pool had at each reconciliation pass (ready, in use, powered off, other). A pool without a schedule plans its min_size and spare. 409 `schedule_unusable` when the stored schedule's dates cannot be computed.
          *
          *     Requires the permission `pools:read` (or `platform:admin`).
          */
@@ -3129,6 +3129,7 @@ export interface components {
             phases: components["schemas"]["Phase"][];
             exceptions: components["schemas"]["ScheduleException"][];
             generation: number;
+            /** @description The phase in force now; null when none is, or when a stored date is beyond what can be computed (its pools then show a `reconcile_error`). */
             in_force: components["schemas"]["InForce"] | null;
             /** Format: date-time */
             created_at: string;

@@ -42,6 +42,7 @@ from deskpool.schedules.model import (
     IdlePolicy,
     InForce,
     LogoffScope,
+    Schedule,
     ScheduleSettings,
     exception_doc,
     exception_of,
@@ -194,7 +195,17 @@ class ScheduleSchema(Schema):
     phases = fields.List(fields.Nested(PhaseSchema), required=True)
     exceptions = fields.List(fields.Nested(ScheduleExceptionSchema), required=True)
     generation = fields.Integer(required=True)
-    in_force = fields.Nested(InForceSchema, required=True, allow_none=True)
+    in_force = fields.Nested(
+        InForceSchema,
+        required=True,
+        allow_none=True,
+        metadata={
+            "description": (
+                "The phase in force now; null when none is, or when a stored date is beyond "
+                "what can be computed (its pools then show a `reconcile_error`)."
+            )
+        },
+    )
     created_at = fields.AwareDateTime(required=True)
     updated_at = fields.AwareDateTime(required=True)
 
@@ -266,6 +277,14 @@ def _in_force(found: InForce | None) -> dict[str, Any] | None:
     return {"phase": found.phase, "exception": found.exception, "since": found.since}
 
 
+def _phase_now(schedule: Schedule) -> InForce | None:
+    """The phase in force now; ``None`` too when a stored date is out of the calendar's reach."""
+    try:
+        return phase_at(schedule, datetime.now(UTC))
+    except (ArithmeticError, ValueError):
+        return None  # its pools say why in their reconcile_error
+
+
 def schedule_view(record: ScheduleRecord) -> dict[str, Any]:
     """A schedule as the API shows it."""
     schedule = record.schedule
@@ -279,7 +298,7 @@ def schedule_view(record: ScheduleRecord) -> dict[str, Any]:
             for exception in schedule.exceptions
         ],
         "generation": schedule.generation,
-        "in_force": _in_force(phase_at(schedule, datetime.now(UTC))),
+        "in_force": _in_force(_phase_now(schedule)),
         "created_at": record.created_at,
         "updated_at": record.updated_at,
     }
@@ -456,7 +475,8 @@ async def preview_schedule(call: Call) -> dict[str, Any]:
         "The targets the pool's schedule plans from `from` to `to` (default: a week ago to a "
         "week ahead; at most 31 days), one entry per change, next to what the pool had at "
         "each reconciliation pass (ready, in use, powered off, other). A pool without a "
-        "schedule plans its min_size and spare."
+        "schedule plans its min_size and spare. 409 `schedule_unusable` when the stored "
+        "schedule's dates cannot be computed."
     ),
     tags=("pools",),
     permission="pools:read",
