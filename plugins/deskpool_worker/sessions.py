@@ -14,6 +14,7 @@ import logging
 
 from deskpool.config import SettingRegistry, parse_duration
 from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
+from deskpool.provisioning.starts import end_stale_starts
 from deskpool.registry import Registry
 from deskpool.sessions.maintenance import SESSION_CHECK_SETTING, SESSION_CHECK_TASK, check_sessions
 
@@ -35,7 +36,7 @@ def declare_settings(registry: SettingRegistry) -> None:
 
 async def session_check(context: PeriodicContext) -> None:
     """One run of :func:`deskpool.sessions.maintenance.check_sessions`."""
-    done = await check_sessions(context.runtime)
+    done = await check_sessions(context.runtime, sweep_starts=end_stale_starts)
     if done.lost_sessions or done.disconnects_requested or done.logged_off:
         log.info(
             "session check: %d session(s) of lost gateways ended, %d disconnect(s) requested, "

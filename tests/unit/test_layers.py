@@ -135,13 +135,6 @@ _RUNTIME = (
     "inside functions: the runtime builds the drivers, the recording store and the licensing "
     "context on first use, for every component; to be handed in by host.py"
 )
-_STARTS = (
-    "start on connect is split across starts/ and sessions/: sessions' use cases (open, log off) "
-    "use starts' model, store and cancel, so starts sits below sessions, while the worker's side "
-    "(starts/service.py: hand over, end, sweep) and the cancel record the logon through "
-    "sessions/ and ask revocation whether the access still holds; the worker's side belongs above "
-    "sessions and revocation (with provisioning, its caller), the logon's SQL below both"
-)
 
 KNOWN_UPWARD: dict[tuple[str, str], str] = {
     ("deskpool.pools.service", "deskpool.desktops.store"): _POOL_ADMIN,
@@ -159,11 +152,6 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {
     ("deskpool.runtime", "deskpool.recordings.stores"): _RUNTIME,
     ("deskpool.runtime", "deskpool.licensing.context"): _RUNTIME,
     ("deskpool.runtime", "deskpool.licensing.service"): _RUNTIME,
-    ("deskpool.starts.cancel", "deskpool.sessions.store"): _STARTS,
-    ("deskpool.starts.service", "deskpool.sessions.tunnel"): _STARTS,
-    ("deskpool.starts.service", "deskpool.sessions.service"): _STARTS,
-    ("deskpool.starts.service", "deskpool.sessions.store"): _STARTS,
-    ("deskpool.starts.service", "deskpool.sessions.logons"): _STARTS,
 }
 
 #: A model's imports of I/O still in the code, with why. Remove a line when its import is gone.

@@ -31,7 +31,7 @@ from deskpool.events import AuditEvent, Outcome
 from deskpool.jobs.context import JobContext
 from deskpool.live.publishers import publish_desktop
 from deskpool.pools.model import Desktop, DesktopState, Pool
-from deskpool.starts import service as starts
+from deskpool.provisioning import starts
 
 log = logging.getLogger(__name__)
 

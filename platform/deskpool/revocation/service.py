@@ -15,9 +15,11 @@ it (the disconnect request of an administrator's disconnect, reason ``access_rev
 tunnel closes with ``CLIENT_FORBIDDEN``, and its end logs the user off), and logs the user off a
 desktop they are logged on to without a tunnel (the pool's rule after log-off follows: a
 persistent desktop stays theirs, ``ready``; a non-persistent one is rebuilt), and cancels a start
-on connect not yet handed over (:func:`deskpool.starts.cancel.cancel_start`). Each is audited
-under the actor of the change. Tokens not yet redeemed are refused by the gateway's redemption,
-which asks :func:`holdings` again (:meth:`deskpool.sessions.broker.PlatformSessionBroker.redeem`).
+on connect not yet handed over (:func:`deskpool.sessions.start_cancel.cancel_start`). Each is
+audited under the actor of the change. Tokens not yet redeemed are refused by the gateway's
+redemption, which asks :func:`holdings` again
+(:meth:`deskpool.sessions.broker.PlatformSessionBroker.redeem`, through
+:mod:`deskpool.identity.access`).
 """
 
 from __future__ import annotations
@@ -39,9 +41,9 @@ from deskpool.runtime import Runtime
 from deskpool.sessions import store as sessions_store
 from deskpool.sessions.model import SessionRecord
 from deskpool.sessions.service import AuditOf, log_off, publish_disconnect
+from deskpool.sessions.start_cancel import cancel_start
 from deskpool.sessions.tunnel import SessionEndReason
 from deskpool.starts import store as starts_store
-from deskpool.starts.cancel import cancel_start
 
 #: Why a desktop is logged off, in its ``desktop.logoff`` audit event.
 LOGOFF_REASON = "access revoked"

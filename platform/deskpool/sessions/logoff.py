@@ -2,7 +2,7 @@
 
 With a tunnel open, its gateway is asked to close it and its end logs the user off; with none,
 the user is logged off now (:func:`deskpool.sessions.service.log_off`); with a start on connect
-pending for them, the start is cancelled (:mod:`deskpool.starts.cancel`).
+pending for them, the start is cancelled (:mod:`deskpool.sessions.start_cancel`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from deskpool.runtime import Runtime
 from deskpool.sessions import store
 from deskpool.sessions.model import SessionRecord
 from deskpool.sessions.service import AuditOf, log_off, publish_disconnect
+from deskpool.sessions.start_cancel import cancel_start
 from deskpool.sessions.tunnel import SessionEndReason
-from deskpool.starts.cancel import cancel_start
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +43,7 @@ async def log_off_my_desktop(
     desktop becomes ``ready`` and stays the user's, a non-persistent one is rebuilt. A desktop
     the user is not logged on to (``ready``, being rebuilt) is answered as it is, except that a
     start on connect still pending for the user is cancelled
-    (:func:`deskpool.starts.cancel.cancel_start`): the desktop is not handed to them, and is
+    (:func:`deskpool.sessions.start_cancel.cancel_start`): the desktop is not handed to them, and is
     released as the pool's rule says.
 
     :raises NotFound: no such desktop, or it is not the caller's.

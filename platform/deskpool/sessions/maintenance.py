@@ -18,6 +18,7 @@ Registered by the ``worker`` component as the periodic task ``session_check`` (e
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -28,7 +29,6 @@ from deskpool.sessions.broker import end_lost_gateways
 from deskpool.sessions.model import logoff_due, over_limits
 from deskpool.sessions.service import log_off, publish_disconnect
 from deskpool.sessions.tunnel import SessionEndReason
-from deskpool.starts.service import end_stale_starts
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,13 @@ SESSION_CHECK_SETTING = "SESSION_CHECK_INTERVAL"
 
 #: How long expired tokens are kept (for the rejection reason ``expired`` rather than unknown).
 EXPIRED_TOKEN_RETENTION = timedelta(hours=1)
+
+
+#: Ends the starts on connect that will not be handed over (step 5):
+#: :func:`deskpool.provisioning.starts.end_stale_starts`, which the worker passes in. Start on
+#: connect's worker side sits above sessions in the layer order (``tests/unit/test_layers.py``),
+#: so the session check takes it as a handler rather than importing it.
+StartSweep = Callable[[Runtime], Awaitable[object]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +64,7 @@ def _end_reason(reason: str | None) -> SessionEndReason | None:
         return None
 
 
-async def check_sessions(runtime: Runtime) -> SessionCheck:
+async def check_sessions(runtime: Runtime, *, sweep_starts: StartSweep) -> SessionCheck:
     """Run the session check once (see the module's description).
 
     Each session, desktop and start is handled alone (:func:`~deskpool.jobs.periodic.each_alone`):
@@ -121,5 +128,5 @@ async def check_sessions(runtime: Runtime) -> SessionCheck:
         # Before the tokens go: a logon whose token expired unused stopped there.
         await store.fail_unused_tokens(connection)
         pruned = await store.prune_tokens(connection, now - EXPIRED_TOKEN_RETENTION)
-    await end_stale_starts(runtime)
+    await sweep_starts(runtime)
     return SessionCheck(lost, sum(requested.done), sum(logged_off.done), pruned)

@@ -490,7 +490,7 @@ async def start_for_user(
     powered-off one is powered up for him (``PowerUp(user)``, its ``desktop.provision`` job
     enqueued), one already on its way to ready for him is waited for. The start names the
     logon, which records ``allocated`` now; the worker that makes the desktop ready hands it
-    over (:func:`deskpool.starts.service.hand_over`). Requests of one user in one pool are
+    over (:func:`deskpool.provisioning.starts.hand_over`). Requests of one user in one pool are
     serialized by the allocation's lock, and a free desktop is locked ``SKIP LOCKED``, so
     nobody else gets it.
 

@@ -10,6 +10,10 @@ carry each state change, and the console connects by itself once the desktop is 
 
 - :mod:`~deskpool.starts.model`: which desktop is started for a user (pure).
 - :mod:`~deskpool.starts.store`: the SQL of ``desktop_starts``.
-- :mod:`~deskpool.starts.service`: start for a user, hand over when ready, end failed or
-  abandoned starts.
+
+The use cases are where their callers are: starting for a user in the session's open
+(:mod:`deskpool.sessions.service`), cancelling a start in a log-off or a revocation
+(:mod:`deskpool.sessions.start_cancel`), handing over when ready and ending failed or abandoned
+starts on the worker's side (:mod:`deskpool.provisioning.starts`). This package is the model and
+the store they share, below sessions in the layer order (``tests/unit/test_layers.py``).
 """

@@ -24,6 +24,7 @@ from tests.support.sessions import (
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import Status
+from deskpool.provisioning.starts import end_stale_starts
 from deskpool.runtime import Runtime
 from deskpool.sessions import store
 from deskpool.sessions.broker import PlatformSessionBroker
@@ -179,7 +180,7 @@ async def test_a_token_that_expires_unused_or_late_fails_its_logon(
     other = await estate()
     unused = await open_desktop(client, other)
     await _expire_tokens(pools_runtime, unused["id"])
-    await check_sessions(pools_runtime)
+    await check_sessions(pools_runtime, sweep_starts=end_stale_starts)
     async with pools_runtime.db.acquire() as db:
         reasons = await db.fetch(
             "SELECT failure_reason FROM logons WHERE user_id = $1::uuid", other.user.id

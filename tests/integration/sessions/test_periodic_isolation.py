@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from tests.support.sessions import Estate, connected_through, desktop_row, open_desktop
 
+from deskpool.provisioning.starts import end_stale_starts
 from deskpool.runtime import Runtime
 from deskpool.sessions.broker import PlatformSessionBroker
 from deskpool.sessions.maintenance import check_sessions
@@ -61,7 +62,7 @@ async def test_a_poisoned_session_does_not_stop_the_session_check(
     requests = broker.disconnect_requests("gw-iso")
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        done = await check_sessions(pools_runtime)
+        done = await check_sessions(pools_runtime, sweep_starts=end_stale_starts)
 
     assert done.disconnects_requested == 1
     assert (await anext(requests)).session_id == long.session_id

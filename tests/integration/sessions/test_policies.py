@@ -18,6 +18,7 @@ from tests.support.sessions import (
 )
 
 from deskpool.pools.model import PoolKind
+from deskpool.provisioning.starts import end_stale_starts
 from deskpool.runtime import Runtime
 from deskpool.sessions.broker import PlatformSessionBroker
 from deskpool.sessions.maintenance import check_sessions
@@ -131,7 +132,7 @@ async def test_a_lost_gateway_never_logs_the_user_off_at_once(
             "UPDATE gateway_leases SET lease_expires_at = now() - interval '1 second' "
             "WHERE gateway_id = 'gw-gone'"
         )
-    done = await check_sessions(pools_runtime)
+    done = await check_sessions(pools_runtime, sweep_starts=end_stale_starts)
     assert done.lost_sessions >= 1
     assert done.logged_off == 0
     desktop = await desktop_row(pools_runtime, opened["id"])
@@ -165,7 +166,8 @@ async def test_logoff_after_the_delay_keeps_a_persistent_desktop_assigned(
     opened, grant = await connected_through(client, broker, place, "gw-d")
     await broker.session_ended(grant.session_id, SessionEndReason.CLIENT_CLOSED, TunnelCounters())
 
-    await check_sessions(pools_runtime)  # within the delay: still logged on
+    # Within the delay: still logged on.
+    await check_sessions(pools_runtime, sweep_starts=end_stale_starts)
     assert (await desktop_row(pools_runtime, opened["id"]))["state"] == "in_use"
     back = await open_desktop(client, place)
     assert back["id"] == opened["id"]
@@ -186,7 +188,7 @@ async def test_logoff_after_the_delay_keeps_a_persistent_desktop_assigned(
             "WHERE id = $1::uuid",
             opened["id"],
         )
-    done = await check_sessions(pools_runtime)
+    done = await check_sessions(pools_runtime, sweep_starts=end_stale_starts)
     assert done.logged_off == 1
     desktop = await desktop_row(pools_runtime, opened["id"])
     assert (desktop["state"], str(desktop["assigned_user"])) == ("ready", place.user.id)
@@ -216,7 +218,7 @@ async def test_sessions_past_their_limits_or_their_desktop_are_asked_to_close(
         )
         await db.execute("DELETE FROM desktops WHERE id = $1", moved.desktop_id)
     requests = broker.disconnect_requests("gw-m")
-    done = await check_sessions(pools_runtime)
+    done = await check_sessions(pools_runtime, sweep_starts=end_stale_starts)
     assert done.disconnects_requested == 3
     asked = {(await anext(requests)).session_id for _ in range(3)}
     await requests.aclose()

@@ -26,8 +26,8 @@ from tests.support.sessions import (
 from deskpool.jobs import queue
 from deskpool.pools.model import PoolKind
 from deskpool.provisioning.handlers import desktop_job_kinds
+from deskpool.provisioning.starts import START_FAILED, end_stale_starts
 from deskpool.runtime import Runtime
-from deskpool.starts.service import START_FAILED, end_stale_starts
 
 MakeEstate = Callable[..., Awaitable[Estate]]
 NewCaller = Callable[..., Awaitable[Any]]

@@ -1,5 +1,10 @@
 """Start on connect, on the worker's side: hand a started desktop over, end starts that failed.
 
+Here, with the desktop jobs that call it (:mod:`deskpool.provisioning.recorder`), above sessions
+and revocation, whose logons and access it records and asks; the session check runs
+:func:`end_stale_starts` as the handler the worker passes it
+(:func:`deskpool.sessions.maintenance.check_sessions`).
+
 The open itself (reserving a powered-off desktop to the user, enqueuing its power-on and
 answering a pending connection) is a session use case:
 :func:`deskpool.sessions.service.open_pool_desktop` and
@@ -33,9 +38,9 @@ from deskpool.runtime import Runtime
 from deskpool.sessions import service as sessions
 from deskpool.sessions import store as session_store
 from deskpool.sessions.logons import LogonPhase
+from deskpool.sessions.start_cancel import cancel_start
 from deskpool.sessions.tunnel import SessionEndReason
 from deskpool.starts import store
-from deskpool.starts.cancel import cancel_start
 from deskpool.starts.store import StaleStart
 
 log = logging.getLogger(__name__)
@@ -71,7 +76,7 @@ async def hand_over(
     Called in the transaction that recorded ``ready``, so nobody sees the desktop ready and
     free in between. The logon waiting for it records ``powered_on``. A user who no longer may
     use the pool's desktops is not handed it: the start is cancelled
-    (:func:`deskpool.starts.cancel.cancel_start`).
+    (:func:`deskpool.sessions.start_cancel.cancel_start`).
 
     :returns: the desktop after (``in_use``), or as it was when no start waits for it.
     """

@@ -1,6 +1,6 @@
 """Cancel a start on connect before its desktop is handed over.
 
-A start waits for the worker to bring its desktop to ready (:func:`deskpool.starts.service
+A start waits for the worker to bring its desktop to ready (:func:`deskpool.provisioning.starts
 .hand_over`). When the user loses the access behind it (disabled, his entitlement removed:
 :func:`deskpool.revocation.service.revoke_lost_access`) or logs off from the desktop while it
 starts (:func:`deskpool.sessions.logoff.log_off_my_desktop`), the start is cancelled in that
