@@ -8,14 +8,16 @@ anything a validator lets through is computable.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, date, datetime, time, timedelta, timezone
+from typing import Any
 from uuid import UUID
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from marshmallow import Schema, ValidationError
+from marshmallow import Schema, ValidationError, fields
 from tests.unit.rollouts.test_rollout_planner import pool_of, rollout_of, six, view
 
 from deskpool.api.values import Day, Instant
@@ -265,3 +267,36 @@ def test_the_gateways_display_numbers_are_ascii_digits_in_range(raw: str) -> Non
 
     with pytest.raises(BadRequest):
         client_info(MultiDict({"width": raw}), "ada")
+
+
+# --------------------------------------------------------------------------- every operation
+
+
+def _load_fields(schema: Any, seen: set[int]) -> Iterator[tuple[str, Any]]:
+    instance = schema() if isinstance(schema, type) else schema
+    if instance is None or id(instance) in seen:
+        return
+    seen.add(id(instance))
+    for name, field in instance.load_fields.items():
+        yield name, field
+        inner = [field.inner] if isinstance(field, fields.List) else [field]
+        for each in inner:
+            yield name, each
+            if isinstance(each, fields.Nested):
+                yield from _load_fields(each.schema, seen)
+
+
+def test_every_operation_reads_instants_and_dates_with_the_value_types() -> None:
+    from deskpool.api.app import build_route_table
+    from deskpool.plugins import PluginSelection, load_plugins
+
+    operations = build_route_table(load_plugins(PluginSelection.from_environ({}))).operations()
+    read = [
+        (f"{operation.method} {operation.path} {name}", field)
+        for operation in operations
+        for schema in (operation.query, operation.body)
+        for name, field in _load_fields(schema, set())
+        if isinstance(field, fields.DateTime | fields.Date)
+    ]
+    assert [where for where, field in read if not isinstance(field, Instant | Day)] == []
+    assert "POST /api/v1/pools/{pool_id}/rollouts start_at" in {where for where, _ in read}
