@@ -34,8 +34,9 @@ from deskpool.listener import ConnectionLimits, HttpListenerComponent
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
 from deskpool.revocation import service as revocation
+from deskpool.revocation.watch import access_watch
 from deskpool.runtime import ComponentFactory, Runtime
-from deskpool.sessions.broker import broker_factory
+from deskpool.sessions.broker import PlatformSessionBroker, broker_factory
 from deskpool.sessions.tunnel import SessionBroker
 from deskpool_gateway.endpoint import SUPERVISOR, tunnel_handler
 from deskpool_gateway.metrics import GatewayMetrics
@@ -129,12 +130,15 @@ class GatewayComponent(HttpListenerComponent):
 
     async def start(self) -> None:
         """Make the broker, start watching tunnels, and listen."""
+        broker = self._broker_factory(self.runtime)
         self.supervisor = TunnelSupervisor(
             self.settings,
-            self._broker_factory(self.runtime),
+            broker,
             self.metrics,
             self.gateway_id,
             RecordingWriter(self.runtime.config.environment()),
+            # The platform's tunnels are judged again by the access watch (users in its database).
+            access_watch(self.runtime) if isinstance(broker, PlatformSessionBroker) else None,
         )
         self.supervisor.start()
         await super().start()

@@ -19,6 +19,8 @@ from typing import Any
 from uuid import UUID
 
 from deskpool.guacamole import Status
+from deskpool.revocation.model import Holding
+from deskpool.revocation.watch import AccessWatch, Watch
 from deskpool.sessions.tunnel import SessionBroker, SessionEndReason, TunnelCounters, TunnelGrant
 from deskpool_gateway.metrics import GatewayMetrics
 from deskpool_gateway.recording_writer import RecordingWriter
@@ -45,6 +47,9 @@ class TunnelSupervisor:
     :param metrics: the gateway's metrics.
     :param gateway_id: this process's id (``host:pid:random``).
     :param recordings: the recording writer of recorded tunnels.
+    :param access: the process's access watch (the platform's broker): every tunnel registers
+        with it, and one whose user no longer keeps it closes as access revoked, whatever took
+        the access away (the disconnect requests say so too, when the change asked for them).
     """
 
     def __init__(
@@ -54,8 +59,12 @@ class TunnelSupervisor:
         metrics: GatewayMetrics,
         gateway_id: str,
         recordings: RecordingWriter,
+        access: AccessWatch | None = None,
     ) -> None:
         self.settings = settings
+        self.access = access
+        #: The access watch's registration of each open tunnel (with :attr:`access`).
+        self.watches: dict[UUID, Watch] = {}
         self.recordings = recordings
         self.broker = broker
         self.metrics = metrics
@@ -85,7 +94,15 @@ class TunnelSupervisor:
     # ------------------------------------------------------------------------------ tunnels
     def add(self, tunnel: Tunnel) -> None:
         """Count ``tunnel`` as open."""
-        self.tunnels[tunnel.grant.session_id] = tunnel
+        grant = tunnel.grant
+        self.tunnels[grant.session_id] = tunnel
+        if self.access is not None:
+            pool_id, read_only = grant.pool_id, grant.read_only
+
+            def keeps(holding: Holding) -> bool:
+                return holding.keeps_session(pool_id, read_only=read_only)
+
+            self.watches[grant.session_id] = self.access.register(grant.user_id, "tunnel", keeps)
         self._empty.clear()
         self.metrics.open_tunnels.set(len(self.tunnels))
 
@@ -116,6 +133,9 @@ class TunnelSupervisor:
     async def finish(self, tunnel: Tunnel) -> None:
         """``tunnel`` ended: record it and forget it."""
         self.tunnels.pop(tunnel.grant.session_id, None)
+        watch = self.watches.pop(tunnel.grant.session_id, None)
+        if watch is not None and self.access is not None:
+            self.access.unregister(watch)
         self.metrics.open_tunnels.set(len(self.tunnels))
         reason = tunnel.end_reason or SessionEndReason.CLIENT_CLOSED
         duration = time.monotonic() - tunnel.opened
@@ -144,10 +164,13 @@ class TunnelSupervisor:
 
     # ------------------------------------------------------------------------------ watching
     def check(self, tunnel: Tunnel, now: float) -> None:
-        """Close ``tunnel`` if one of its limits is reached."""
+        """Close ``tunnel`` if one of its limits is reached, or its user lost access."""
         if tunnel.ended:
             return
-        if tunnel.max_duration and now - tunnel.opened >= tunnel.max_duration:
+        watch = self.watches.get(tunnel.grant.session_id)
+        if watch is not None and watch.is_lost:
+            self.disconnect(tunnel.grant.session_id, SessionEndReason.ACCESS_REVOKED)
+        elif tunnel.max_duration and now - tunnel.opened >= tunnel.max_duration:
             tunnel.close(Status.SESSION_CLOSED, SessionEndReason.MAX_DURATION)
         elif tunnel.idle_timeout and now - tunnel.last_input >= tunnel.idle_timeout:
             tunnel.close(Status.SESSION_TIMEOUT, SessionEndReason.IDLE_TIMEOUT)

@@ -4,7 +4,10 @@ Publishers ``XADD`` to one stream (``<KVSTORE_KEY_PREFIX>live:events``), capped 
 recent :data:`STREAM_LENGTH` entries. Each api process runs one :class:`LiveHub`: a single task
 that blocks on ``XREAD`` and hands every entry to the process's subscribers, so a thousand open
 streams cost one Redis connection. A subscriber that resumes (``Last-Event-ID``) first reads
-what it missed with ``XRANGE``; the hub's entries it already saw are skipped by id.
+what it missed with ``XRANGE``; the hub's entries it already saw are skipped by id. When
+reading the stream fails (Redis stopped, restarted, or its connection dropped), events
+published meanwhile may be lost: once reading works again, every subscriber gets a
+:data:`RESET` entry first, and its client reloads.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ STREAM_LENGTH = 10_000
 BLOCK_MS = 5_000
 #: Entries buffered per subscriber before it is dropped (it reconnects and resumes).
 SUBSCRIBER_BUFFER = 1_000
+#: The type of the entry the hub hands its subscribers when events may have been lost (reading
+#: the stream failed, and succeeded again): their clients must read everything again.
+RESET = "reset"
 
 
 def stream_key(prefix: str) -> str:
@@ -143,6 +149,8 @@ class LiveHub:
         self._position: str | None = None
         self._started = asyncio.Event()
         self._closed = False
+        #: Reading failed since the last entry delivered: events may have been lost.
+        self._lost = False
 
     async def _run(self) -> None:
         while not self._closed:
@@ -159,9 +167,17 @@ class LiveHub:
                 if self._closed:
                     # The client may turn the cancellation of a blocked read into an error.
                     return
-                log.warning("reading live events failed (%s); retrying", error)
+                if not self._lost:
+                    log.warning("reading live events failed (%s); retrying", error)
+                # Events published meanwhile may be lost (a publisher that failed does not
+                # retry, a restarted Redis keeps nothing): the subscribers must reload.
+                self._lost = True
                 await asyncio.sleep(1.0)
                 continue
+            if self._lost and self._position is not None:
+                self._lost = False
+                log.info("reading live events again; streams are told to reset")
+                self._deliver((self._position, LiveEvent(RESET, "")))
             for _stream, entries in answer or ():
                 for raw_id, raw_fields in entries:
                     entry = _entry(raw_id, raw_fields)
@@ -249,6 +265,9 @@ class LiveHub:
                     continue
                 if item is None:
                     return
+                if item[1].type == RESET:
+                    yield item
+                    continue
                 if stream_id_key(item[0]) <= seen:
                     continue
                 seen = stream_id_key(item[0])

@@ -46,6 +46,10 @@ class Holding:
         """Whether the user may still watch a session read-only."""
         return not self.disabled and has_permission(self.effective, SHADOW)
 
+    def keeps_permission(self, permission: str) -> bool:
+        """Whether the user is enabled and still holds ``permission`` (a download's, say)."""
+        return not self.disabled and has_permission(self.effective, permission)
+
     def keeps_session(self, pool_id: uuid.UUID, *, read_only: bool) -> bool:
         """Whether a session (a user's tunnel, or a read-only view) of ``pool_id`` may go on."""
         return self.keeps_watching() if read_only else self.keeps_desktop(pool_id)

@@ -50,11 +50,12 @@ LOGOFF_REASON = "access revoked"
 
 
 async def holdings(
-    connection: asyncpg.Connection, user_ids: Collection[uuid.UUID], *, exclusive: bool
+    connection: asyncpg.Connection, user_ids: Collection[uuid.UUID], *, exclusive: bool | None
 ) -> dict[uuid.UUID, Holding]:
     """What each user holds now (a user that no longer exists holds nothing).
 
-    The users' rows are locked (see :func:`deskpool.revocation.store.lock_users`).
+    The users' rows are locked (see :func:`deskpool.revocation.store.lock_users`), unless
+    ``exclusive`` is ``None`` (a stream's periodic judgement: read, not locked).
     """
     access = await store.lock_users(connection, user_ids, exclusive=exclusive)
     held: dict[uuid.UUID, Holding] = {}

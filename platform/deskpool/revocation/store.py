@@ -28,18 +28,19 @@ class UserAccess:
 
 
 async def lock_users(
-    connection: asyncpg.Connection, user_ids: Collection[uuid.UUID], *, exclusive: bool
+    connection: asyncpg.Connection, user_ids: Collection[uuid.UUID], *, exclusive: bool | None
 ) -> dict[uuid.UUID, UserAccess]:
     """Lock the users' rows (``FOR UPDATE`` or ``FOR SHARE``) and read their access.
 
     A revocation locks exclusively, a token's redemption shares: whichever comes second sees
-    what the first committed (a session started meanwhile, or the access taken away).
+    what the first committed (a session started meanwhile, or the access taken away). With
+    ``exclusive`` ``None`` the rows are only read.
     """
-    mode = "UPDATE" if exclusive else "SHARE"
+    lock = {True: " FOR UPDATE", False: " FOR SHARE", None: ""}[exclusive]
     rows = await connection.fetch(
         f"""
         SELECT id, disabled, claimed_groups, claimed_roles FROM users
-         WHERE id = ANY($1::uuid[]) ORDER BY id FOR {mode}
+         WHERE id = ANY($1::uuid[]) ORDER BY id{lock}
         """,
         list(user_ids),
     )

@@ -41,3 +41,11 @@ def test_a_disabled_or_deleted_user_keeps_nothing() -> None:
     gone = nobody(USER)
     assert not gone.keeps_session(POOL, read_only=False)
     assert not gone.keeps_session(POOL, read_only=True)
+
+
+def test_a_permission_is_kept_while_held_and_enabled() -> None:
+    assert holding("recordings:read").keeps_permission("recordings:read")
+    assert holding("platform:admin").keeps_permission("recordings:read")
+    assert not holding("sessions:read").keeps_permission("recordings:read")
+    assert not holding("recordings:read", disabled=True).keeps_permission("recordings:read")
+    assert not nobody(USER).keeps_permission("recordings:read")

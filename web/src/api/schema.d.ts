@@ -322,7 +322,8 @@ export interface paths {
          *
          *     - `id`: its position in the stream; reconnect with the `Last-Event-ID` header set to the last
          *       one received to get what was missed (events are kept for a while: when the position is too
-         *       old, the first event is a `reset`, meaning "read everything again");
+         *       old, the first event is a `reset`, meaning "read everything again"; a `reset` also comes on
+         *       an open stream after events may have been lost, when the key-value store was unavailable);
          *     - `event`: `<kind>.<what>`: `desktop.state`, `desktop.deleted`, `pool.changed`,
          *       `pool.availability`, `job.succeeded`, `job.dead`, `job.retrying`, `session.changed`,
          *       `<kind>.changed` for any change made through the API;
@@ -1174,7 +1175,7 @@ export interface paths {
         };
         /**
          * Download (play) a session recording
-         * @description The recording's Guacamole instruction stream, as guacd writes its recordings (`Guacamole.SessionRecording` plays it). A single `Range: bytes=...` is honoured (206 with `Content-Range`; 416 past the end). Audited as `recording.download`.
+         * @description The recording's Guacamole instruction stream, as guacd writes its recordings (`Guacamole.SessionRecording` plays it). A single `Range: bytes=...` is honoured (206 with `Content-Range`; 416 past the end). Audited as `recording.download`. The download is cut (the connection reset) within seconds of the caller losing `recordings:read` or being disabled.
          *
          *     Requires the permission `recordings:read` (or `platform:admin`).
          */

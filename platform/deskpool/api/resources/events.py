@@ -11,7 +11,8 @@ puts a marker in the stream (:func:`deskpool.identity.authenticator.identity_cha
 subscriber's permissions are read again before the next event after it is sent (also when the
 process hears of a change on the invalidation channel, and at the latest every
 :data:`~deskpool.identity.authenticator.PRINCIPAL_CACHE_SECONDS`); the stream closes once its
-user is disabled. A
+user is disabled: heard on the invalidation channel, or seen by the process's access watch
+(:mod:`deskpool.revocation.watch`, every few seconds from the database, Redis or not). A
 user entitled to a pool gets ``pool.availability`` (the pool's id only) for a change of the
 pool or of a desktop of it he does not hold (:func:`deskpool.live.model.view_for`), so his
 pool list
@@ -27,6 +28,8 @@ import contextlib
 import json
 import logging
 import time
+import uuid
+from typing import Any
 
 from aiohttp import web
 
@@ -49,6 +52,8 @@ from deskpool.live.model import (
     view_for,
 )
 from deskpool.pools.service import entitled_pool_ids
+from deskpool.revocation.model import Holding
+from deskpool.revocation.watch import access_watch
 from deskpool.runtime import Runtime
 
 #: Seconds between keep-alive comments on a quiet stream (proxies close idle connections).
@@ -67,7 +72,8 @@ the changes of what the caller may read. Each event has:
 
 - `id`: its position in the stream; reconnect with the `Last-Event-ID` header set to the last
   one received to get what was missed (events are kept for a while: when the position is too
-  old, the first event is a `reset`, meaning "read everything again");
+  old, the first event is a `reset`, meaning "read everything again"; a `reset` also comes on
+  an open stream after events may have been lost, when the key-value store was unavailable);
 - `event`: `<kind>.<what>`: `desktop.state`, `desktop.deleted`, `pool.changed`,
   `pool.availability`, `job.succeeded`, `job.dead`, `job.retrying`, `session.changed`,
   `<kind>.changed` for any change made through the API;
@@ -211,22 +217,39 @@ async def _stream(
     )
     await response.prepare(request)
     await response.write(f"retry: {RETRY_MS}\n: stream open\n\n".encode())
-    relay = asyncio.create_task(_relay(hub, resume, subscriber, response))
-    disabled = asyncio.create_task(subscriber.until_disabled())
-    try:
-        await asyncio.wait((relay, disabled), return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (relay, disabled):
-            task.cancel()
-        ended = await asyncio.gather(relay, disabled, return_exceptions=True)
+    user_id = uuid.UUID(str(subscriber.principal.id))
+    runtime = subscriber.runtime
+    watching = (
+        access_watch(runtime).watching(user_id, "live_events", _keeps_streaming)
+        if runtime is not None
+        else contextlib.nullcontext(None)
+    )
+    with watching as watch:
+        relay = asyncio.create_task(_relay(hub, resume, subscriber, response))
+        disabled = asyncio.create_task(subscriber.until_disabled())
+        tasks: list[asyncio.Task[Any]] = [relay, disabled]
+        if watch is not None:
+            # The database's word, every few seconds whether or not Redis answers.
+            tasks.append(asyncio.create_task(watch.lost.wait()))
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            ended = await asyncio.gather(*tasks, return_exceptions=True)
     for outcome in ended:
         if isinstance(outcome, Exception):
             # The response has started: a store lost now ends the stream (the client resumes).
             log.warning("a live event stream ended: %s", type(outcome).__name__)
-    if subscriber.principal.disabled:
+    if subscriber.principal.disabled or (watch is not None and watch.is_lost):
         with contextlib.suppress(ConnectionResetError, RuntimeError):
             await response.write(b": account disabled\n\n")
     return response
+
+
+def _keeps_streaming(holding: Holding) -> bool:
+    """A live event stream goes on while its subscriber is enabled (each event is judged too)."""
+    return not holding.disabled
 
 
 async def _relay(
@@ -239,6 +262,11 @@ async def _relay(
                 await response.write(b": keep-alive\n\n")
                 continue
             entry_id, event = entry
+            if event.type == bus.RESET:
+                # Events may have been lost (Redis was away): the client reads everything again.
+                subscriber.changed()
+                await response.write(_format(entry_id, "reset", {"type": "reset"}))
+                continue
             if event.type == IDENTITY_CHANGED_EVENT:
                 # In stream order: every event after it is judged with what holds after it.
                 subscriber.changed()

@@ -5,7 +5,8 @@ the Guacamole instruction stream the desktop showed, as guacd writes its own rec
 ``Guacamole.SessionRecording`` of guacamole-common-js plays. ``GET /api/v1/recordings`` lists
 them (filters: pool, user, session, period); ``GET /api/v1/recordings/{id}/download`` streams
 one, opened chunk by chunk from its sealed store, and honours a single ``Range``. Every
-download (a playback is one) is audited as ``recording.download``.
+download (a playback is one) is audited as ``recording.download``, and is registered with the
+access watch (:mod:`deskpool.api.streams`): it is cut once its reader loses ``recordings:read``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from deskpool.api.pagination import Page, PageQuery, page_schema, paginate
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.resources.sessions import time_id_cursor
 from deskpool.api.routes import ResponseSpec, RouteTable
+from deskpool.api.streams import guarded
 from deskpool.api.values import Instant
 from deskpool.ids import parse_id
 from deskpool.recordings import service, store
 from deskpool.recordings.model import Recording
+from deskpool.revocation.model import Holding
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +102,14 @@ def _recording_id(call: Call) -> uuid.UUID:
 
 ROUTES = RouteTable()
 
+#: The permission that reads recordings, and keeps a download going.
+READ = "recordings:read"
+
+
+def _keeps_reading(holding: Holding) -> bool:
+    """A download goes on while its reader is enabled and holds ``recordings:read``."""
+    return holding.keeps_permission(READ)
+
 
 @ROUTES.route(
     "GET",
@@ -147,7 +158,9 @@ async def get_recording(call: Call) -> dict[str, Any]:
     description=(
         "The recording's Guacamole instruction stream, as guacd writes its recordings "
         "(`Guacamole.SessionRecording` plays it). A single `Range: bytes=...` is honoured "
-        "(206 with `Content-Range`; 416 past the end). Audited as `recording.download`."
+        "(206 with `Content-Range`; 416 past the end). Audited as `recording.download`. The "
+        "download is cut (the connection reset) within seconds of the caller losing "
+        "`recordings:read` or being disabled."
     ),
     tags=("recordings",),
     permission="recordings:read",
@@ -184,18 +197,26 @@ async def download_recording(call: Call) -> web.StreamResponse:
         response = web.StreamResponse(status=206, headers=headers)
         response.content_length = wanted.length
     await response.prepare(request)
-    try:
-        async for data in service.chunks(call.runtime, recording, wanted):
-            await response.write(data)
-    except service.RecordingGone:
-        # The status is sent: break the body off (shorter than its Content-Length), so the
-        # client sees an incomplete download rather than waiting for the rest.
-        log.info("recording %s was deleted while it was downloaded: cut short", recording.id)
-        if request.transport is not None:
-            request.transport.close()
-        return response
-    except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one
-        log.info("the client left the download of recording %s", recording.id)
-        return response
-    await response.write_eof()
+
+    async def send() -> bool:
+        """Write the bytes asked for; whether the body went out whole."""
+        try:
+            async for data in service.chunks(call.runtime, recording, wanted):
+                await response.write(data)
+        except service.RecordingGone:
+            # The status is sent: break the body off (shorter than its Content-Length), so the
+            # client sees an incomplete download rather than waiting for the rest.
+            log.info("recording %s was deleted while it was downloaded: cut short", recording.id)
+            if request.transport is not None:
+                request.transport.close()
+            return False
+        except ConnectionResetError:  # aiohttp's ClientConnectionResetError is one
+            log.info("the client left the download of recording %s", recording.id)
+            return False
+        return True
+
+    # Within seconds of the caller losing recordings:read (or being disabled), the download ends.
+    finished, whole = await guarded(call, "recording_download", _keeps_reading, send)
+    if finished and whole:
+        await response.write_eof()
     return response
