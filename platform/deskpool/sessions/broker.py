@@ -43,7 +43,7 @@ from deskpool.pools import store as store_pools
 from deskpool.recordings import store as recordings_store
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretDecryptionFailed, SecretsUnavailable
-from deskpool.sessions import store
+from deskpool.sessions import lease_clock, store
 from deskpool.sessions.logons import LogonPhase
 from deskpool.sessions.model import (
     IssuedToken,
@@ -560,10 +560,12 @@ async def end_lost_gateways(runtime: Runtime) -> int:
     """End the sessions of gateways whose lease expired (``gateway_lost``); return how many.
 
     Each lost gateway is claimed with ``FOR UPDATE SKIP LOCKED``, so concurrent callers (every
-    gateway's heartbeat, the worker's session task) never end the same sessions twice.
+    gateway's heartbeat, the worker's session task) never end the same sessions twice. A lease
+    that ran out while nobody could reach the database restarts instead (:mod:`lease_clock`).
     """
     ended = 0
     async with runtime.db.acquire() as connection, connection.transaction():
+        await lease_clock.restart_silenced_leases(connection)
         lost = await store.claim_lost_gateways(connection)
         lost += [g for g in await store.orphaned_gateways(connection) if g not in lost]
         for gateway_id in lost:
