@@ -192,12 +192,18 @@ class TunnelSupervisor:
             await self.heartbeat()
 
     async def heartbeat(self) -> None:
-        """Renew the lease and report every open session's counters."""
+        """Renew the lease and report every open session's counters (the sessions relayed).
+
+        A session the broker answers it ended and cannot be reopened is closed.
+        """
         counters = {sid: tunnel.counters for sid, tunnel in self.tunnels.items()}
         try:
-            await self.broker.heartbeat(self.gateway_id, counters)
+            closing = await self.broker.heartbeat(self.gateway_id, counters)
         except Exception as error:
             log.warning("gateway heartbeat failed (%s); retrying", type(error).__name__)
+            return
+        for request in closing or ():
+            self.disconnect(request.session_id, request.reason)
 
     async def _disconnects(self) -> None:
         while True:

@@ -55,6 +55,7 @@ from deskpool.sessions.model import (
     target_from_json,
     token_key,
 )
+from deskpool.sessions.reassert import reassert_sessions
 from deskpool.sessions.service import (
     SYSTEM_ACTOR,
     close_desktop_session,
@@ -355,12 +356,18 @@ class PlatformSessionBroker:
 
     async def heartbeat(
         self, gateway_id: str, counters: Mapping[uuid.UUID, TunnelCounters]
-    ) -> None:
-        """Renew the lease, record counters, and end the sessions of lost gateways."""
+    ) -> list[DisconnectRequest]:
+        """Reassert, renew the lease, record counters; the relayed sessions to close.
+
+        The sessions relayed (``counters``) that ended as lost are reopened or handed back
+        (:mod:`deskpool.sessions.reassert`); then the sessions of lost gateways end.
+        """
+        closing = await reassert_sessions(self.runtime, gateway_id, list(counters))
         async with self.runtime.db.acquire() as connection, connection.transaction():
             await store.renew_lease(connection, gateway_id, self.lease)
             await store.record_counters(connection, gateway_id, counters)
         await end_lost_gateways(self.runtime)
+        return closing
 
     async def session_ended(
         self, session_id: uuid.UUID, reason: SessionEndReason, counters: TunnelCounters

@@ -239,6 +239,12 @@ def logs_off_at_end(policy: SessionPolicy, reason: SessionEndReason) -> bool:
     )
 
 
+#: A desktop whose last session ended ``gateway_lost`` is not logged off sooner than this after
+#: it: a gateway that is alive (its lease ran out while the database was away) reopens the
+#: session with its next heartbeat, every third of a lease (:mod:`deskpool.sessions.reassert`).
+GATEWAY_LOST_GRACE = timedelta(seconds=60)
+
+
 def logoff_due(
     policy: SessionPolicy,
     *,
@@ -257,11 +263,14 @@ def logoff_due(
     if policy.after_disconnect is AfterDisconnect.NEVER:
         return False
     waited = now - disconnected_since
+    delay = timedelta(seconds=policy.logoff_delay)
+    if last_end_reason is SessionEndReason.GATEWAY_LOST:
+        delay = max(delay, GATEWAY_LOST_GRACE)
     if policy.after_disconnect is AfterDisconnect.LOGOFF_IMMEDIATELY and (
         last_end_reason is not None and last_end_reason not in INFRASTRUCTURE_ENDS
     ):
         return True
-    return waited >= timedelta(seconds=policy.logoff_delay)
+    return waited >= delay
 
 
 def over_limits(

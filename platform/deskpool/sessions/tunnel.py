@@ -150,8 +150,14 @@ class SessionBroker(Protocol):
     async def first_frame(self, session_id: UUID) -> None:
         """The daemon drew its first frame (something drawn, then ``sync``): the logon is done."""
 
-    async def heartbeat(self, gateway_id: str, counters: Mapping[UUID, TunnelCounters]) -> None:
-        """Renew this gateway's lease and record each open session's bytes and activity."""
+    async def heartbeat(
+        self, gateway_id: str, counters: Mapping[UUID, TunnelCounters]
+    ) -> Sequence[DisconnectRequest] | None:
+        """Renew this gateway's lease and record each open session's bytes and activity.
+
+        ``counters`` names every session the gateway relays. What is returned are sessions of
+        those the gateway must close (the broker found they ended and cannot be reopened).
+        """
 
     async def session_ended(
         self, session_id: UUID, reason: SessionEndReason, counters: TunnelCounters

@@ -45,6 +45,8 @@ class InMemorySessionBroker:
     heartbeats: list[tuple[str, dict[uuid.UUID, TunnelCounters]]] = field(default_factory=list)
     ended: dict[uuid.UUID, tuple[SessionEndReason, TunnelCounters]] = field(default_factory=dict)
     released: list[str] = field(default_factory=list)
+    #: Sessions the next heartbeat that names them hands back to close (ended, not reopened).
+    lost: set[uuid.UUID] = field(default_factory=set)
     _disconnects: asyncio.Queue[DisconnectRequest] = field(default_factory=asyncio.Queue)
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
 
@@ -101,10 +103,16 @@ class InMemorySessionBroker:
 
     async def heartbeat(
         self, gateway_id: str, counters: Mapping[uuid.UUID, TunnelCounters]
-    ) -> None:
-        """Record a heartbeat (a copy of the counters)."""
+    ) -> list[DisconnectRequest]:
+        """Record a heartbeat (a copy of the counters); hand back the :attr:`lost` it names."""
         self.heartbeats.append((gateway_id, {k: replace(v) for k, v in counters.items()}))
+        closing = [
+            DisconnectRequest(session_id, SessionEndReason.GATEWAY_LOST)
+            for session_id in counters
+            if session_id in self.lost
+        ]
         await self._notify()
+        return closing
 
     async def session_ended(
         self, session_id: uuid.UUID, reason: SessionEndReason, counters: TunnelCounters

@@ -114,6 +114,21 @@ async def test_heartbeats_report_bytes_and_activity(start_gateway: Callable[...,
     await client.ws.close()
 
 
+async def test_a_session_the_heartbeat_hands_back_is_closed(
+    start_gateway: Callable[..., Any],
+) -> None:
+    """A relayed session the broker ended as lost and cannot reopen: the gateway closes it."""
+    harness: GatewayHarness = await start_gateway(GATEWAY_LEASE_DURATION="300ms")
+    token = harness.broker.issue()
+    session_id = harness.broker.grant_of(token).session_id
+    client = await harness.open(token)
+    await client.until("sync")
+    harness.broker.lost.add(session_id)
+    closed = await client.closed(within=3)
+    assert closed.status == Status.SESSION_CLOSED
+    assert await harness.broker.wait_ended(session_id) is SessionEndReason.GATEWAY_LOST
+
+
 async def test_a_vanished_browser_is_a_client_timeout(
     gateway: GatewayHarness, monkeypatch: pytest.MonkeyPatch
 ) -> None:

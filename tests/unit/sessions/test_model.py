@@ -167,3 +167,21 @@ def test_which_tunnel_urls_are_handed_to_browsers(url: str, app_env: str, usable
     assert (problem is None) is usable
     if problem is not None:
         assert "GATEWAY_PUBLIC_WS_URL" in problem
+
+
+@pytest.mark.parametrize(
+    ("reason", "waited", "due"),
+    [
+        (R.GATEWAY_LOST, 2, False),
+        (R.GATEWAY_LOST, 59, False),
+        (R.GATEWAY_LOST, 60, True),
+        (R.CLIENT_CLOSED, 2, True),
+    ],
+)
+def test_a_desktop_whose_gateway_was_lost_waits_for_the_gateway_to_reassert(
+    reason: SessionEndReason, waited: int, due: bool
+) -> None:
+    """However short the logoff delay, a lost gateway's next heartbeat may reopen the session."""
+    rules = SessionPolicy(after_disconnect=AfterDisconnect.LOGOFF_AFTER_DELAY, logoff_delay=2)
+    since = NOW - timedelta(seconds=waited)
+    assert logoff_due(rules, disconnected_since=since, last_end_reason=reason, now=NOW) is due
