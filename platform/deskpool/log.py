@@ -21,6 +21,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from deskpool.outages import LIBRARY_LOGGERS, OutageWithoutTraceback
+
 LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -111,3 +113,7 @@ def configure_logging(level: str, app_env: str) -> None:
     root.setLevel(LEVELS[level])
     # aiohttp's own access log is replaced by the request middleware's line.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    for name in LIBRARY_LOGGERS:
+        library = logging.getLogger(name)
+        if not any(isinstance(f, OutageWithoutTraceback) for f in library.filters):
+            library.addFilter(OutageWithoutTraceback())

@@ -9,6 +9,7 @@ that escapes a handler is a bug.
 
 from __future__ import annotations
 
+import logging
 import socket
 
 import asyncpg
@@ -63,3 +64,28 @@ def outage_of(error: BaseException) -> str | None:
         if current.__cause__ is not None:
             pending.append(current.__cause__)
     return None
+
+
+class OutageWithoutTraceback(logging.Filter):
+    """A library's record of an outage is one line: no traceback, the error's type and text.
+
+    asyncpg's pool logs a warning with the traceback each time it fails to reopen its floor of
+    connections while the database is away (``Failed to restore the pool connection floor``).
+    An outage is not a bug: the record keeps its level and message, the exception becomes
+    ``(ConnectionRefusedError: ...)`` at the end of the message. Other exceptions pass as
+    they are.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Fold an outage's exception into the message (always keeps the record)."""
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None and outage_of(error) is not None:
+            record.msg = f"{record.getMessage()} ({type(error).__name__}: {error})"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+#: The loggers of libraries that log an outage with its traceback.
+LIBRARY_LOGGERS = ("asyncpg.pool",)
