@@ -29,9 +29,9 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
-from tests.e2e.conftest import DeploymentEnviron
 from tests.e2e.deployment_api import FAST_SIMULATOR, Api
 from tests.secret_leak_guard import LeakGuard
+from tests.support.e2e import DeploymentEnviron
 
 from deskpool.db import migrate
 from deskpool.desktopd import DesktopDaemonSimulator
@@ -51,8 +51,6 @@ OUTAGE_SECONDS = 90.0
 GATEWAY_HELD_SECONDS = 12.0
 #: How long after the return the job in flight at the stop may take to finish.
 JOB_FINISHES_WITHIN = 60.0
-
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
