@@ -3,8 +3,9 @@
 :class:`PlanApplier` is the second phase of a reconciliation run
 (:mod:`deskpool.reconciliation.reconciler`). Each pool's actions are applied in one
 transaction, fenced by the run's lease (or the job's) and under the pool's reconciliation lock
-(:func:`~deskpool.reconciliation.store.lock_pool_for_reconciliation`), so two reconciliations
-of one pool (the periodic pass, a ``pool.reconcile`` job, a VM event's) never apply at once;
+(:func:`lock_pool`, waiting up to :data:`LOCK_WAIT` for it between tries that never block, so
+no statement timeout cuts the wait short), so two reconciliations of one pool (the periodic
+pass, a ``pool.reconcile`` job, a VM event's) never apply at once;
 each action (every desktop of a create at once) runs in a savepoint of it.
 
 *A plan made before the lock.* Plans are made before the lock is taken (a batch's together),
@@ -23,6 +24,7 @@ a time, in one statement.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -49,9 +51,9 @@ from deskpool.live.model import LiveEvent
 from deskpool.live.publishers import publish
 from deskpool.notices.service import Delivery, deliver
 from deskpool.pools.errors import DesktopNameTaken
-from deskpool.pools.model import PoolState
+from deskpool.pools.model import Pool, PoolState
 from deskpool.reconciliation.events import action_event, unowned_event
-from deskpool.reconciliation.failures import error_text
+from deskpool.reconciliation.failures import ReconcileBusy, error_text
 from deskpool.reconciliation.metrics import PoolReconcileMetrics
 from deskpool.reconciliation.plan import (
     Action,
@@ -68,10 +70,10 @@ from deskpool.reconciliation.rollout_apply import apply_rollout_action
 from deskpool.reconciliation.schedule_apply import apply_logoff_action
 from deskpool.reconciliation.store import (
     PoolNow,
-    lock_pool_for_reconciliation,
     mark_reconciled,
     mark_reconciled_many,
     pool_now,
+    try_lock_pool_for_reconciliation,
 )
 from deskpool.reconciliation.store_orphans import record_orphans
 from deskpool.rollouts.model import ENDED
@@ -85,6 +87,9 @@ log = logging.getLogger(__name__)
 
 #: Passes over pools without actions a periodic run records in one statement (at most).
 MARK_BATCH = 200
+
+#: How long a pass waits for another reconciliation of the same pool to finish applying.
+LOCK_WAIT = 60.0
 
 #: Fences a transaction: raises :class:`~deskpool.jobs.LeaseLost` unless the caller's run or
 #: job still holds its lease (``JobContext.hold_lease``, :func:`hold_periodic_run`).
@@ -113,6 +118,25 @@ class AppliedPlan:
     pool_id: uuid.UUID
     applied: int
     skipped: int
+
+
+async def lock_pool(connection: asyncpg.Connection, pool: Pool) -> None:
+    """Take the pool's reconciliation lock, waiting up to :data:`LOCK_WAIT` for it.
+
+    :raises ReconcileBusy: another reconciliation of the pool held it all that time.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LOCK_WAIT
+    pause = 0.02
+    while not await try_lock_pool_for_reconciliation(connection, pool.id):
+        left = deadline - loop.time()
+        if left <= 0:
+            raise ReconcileBusy(
+                f"pool {pool.name}: another reconciliation of it held its lock for "
+                f"{LOCK_WAIT:g}s; left to the next pass"
+            )
+        await asyncio.sleep(min(pause, left))
+        pause = min(pause * 2, 0.5)
 
 
 def creates_allowed(planned: PlannedPool, current: PoolNow | None, wanted: int) -> int:
@@ -190,7 +214,7 @@ class PlanApplier:
             if acting:
                 async with connection.transaction():
                     await fence(connection)
-                    await lock_pool_for_reconciliation(connection, pool.id)
+                    await lock_pool(connection, pool)
                     # Planned before the lock: what another pass applied since counts now.
                     current = await pool_now(connection, pool.id)
                     applied, skipped = await self._apply_actions(connection, planned, current)

@@ -59,6 +59,14 @@ class PlanFailed(Exception):
         self.error = error
 
 
+class ReconcileBusy(Exception):
+    """Another reconciliation of the pool held its lock for longer than a pass waits.
+
+    Not a failure of the pool: the other reconciliation is doing the work; this pass leaves the
+    pool to the next one.
+    """
+
+
 class PoolReconcileFailed(Exception):
     """Reconciling a pool failed; the failure is recorded on the pool."""
 

@@ -27,7 +27,7 @@ from deskpool.jobs.periodic import PeriodicContext, PeriodicTask, hold_periodic_
 # Asked for below reconciliation (pools/jobs.py); here too, as the worker registers the kind.
 from deskpool.pools.jobs import POOL_RECONCILE_JOB as POOL_RECONCILE_JOB
 from deskpool.pools.jobs import enqueue_pool_reconcile as enqueue_pool_reconcile
-from deskpool.reconciliation.failures import PoolReconcileFailed
+from deskpool.reconciliation.failures import PoolReconcileFailed, ReconcileBusy
 
 if TYPE_CHECKING:
     from deskpool.reconciliation.reconciler import PoolReconcilerService
@@ -72,6 +72,9 @@ def pool_reconcile_job_kind(factory: ReconcilerFactory) -> JobKind:
             raise PermanentJobFailure(f"the payload names no pool ({error})") from None
         try:
             await factory(context.runtime).reconcile_now(pool_id, context.hold_lease)
+        except ReconcileBusy as busy:
+            # Another reconciliation of the pool is applying; the periodic pass follows it.
+            log.warning("%s", busy)
         except PoolReconcileFailed as failed:
             # Recorded on the pool; the periodic pass tries again, retrying the job would not.
             raise PermanentJobFailure(str(failed)) from None

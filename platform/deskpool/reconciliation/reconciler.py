@@ -61,6 +61,7 @@ from deskpool.reconciliation.events import unowned_event
 from deskpool.reconciliation.failures import (
     PoolFailure,
     PoolReconcileFailed,
+    ReconcileBusy,
     apply_failure,
     error_text,
 )
@@ -130,6 +131,8 @@ class PoolReconcilerService:
         """
         try:
             await self._reconcile_pool(uuid.UUID(pool_id), context)
+        except ReconcileBusy as busy:
+            log.info("%s", busy)
         finally:
             self._cycle_left -= 1
             if self.applier.marks_waiting >= MARK_BATCH or self._cycle_left <= 0:
@@ -161,6 +164,7 @@ class PoolReconcilerService:
         """Plan and apply one pool now; ``None`` when it does not exist.
 
         :raises PoolReconcileFailed: the pool's pass failed (and says so on the pool).
+        :raises ReconcileBusy: another reconciliation of the pool kept applying too long.
         """
         started = time.monotonic()
         pool = await get_pool(self.runtime.db, pool_id)
@@ -188,7 +192,7 @@ class PoolReconcilerService:
         if planned is not None and failure is None:
             try:
                 return await self.applier.apply(planned, fence, defer_mark=defer_mark)
-            except LeaseLost:
+            except (LeaseLost, ReconcileBusy):
                 raise
             except Exception as error:
                 failure = apply_failure(error)

@@ -5,7 +5,7 @@ A pass (:mod:`deskpool.reconciliation.reconciler`) reads a batch of pools with
 (:mod:`deskpool.reconciliation.planner`), and records with :func:`mark_reconciled` (or
 :func:`mark_reconciled_many`, many pools in one statement) the generation it saw and the
 pool's health, or with :func:`record_reconcile_failure` why the pass failed.
-:func:`lock_pool_for_reconciliation` serializes the passes over one pool (the
+:func:`try_lock_pool_for_reconciliation` serializes the passes over one pool (the
 periodic task and a ``pool.reconcile`` job); :func:`owners_on_clusters` and
 :func:`existing_owners` say which pools, desktops and recorded VMs exist, for the cluster-wide
 orphan pass (:mod:`deskpool.reconciliation.cluster_vms`). The records themselves are
@@ -149,12 +149,19 @@ async def desktop_names_on_clusters(
     return {cluster_id: set(names) for cluster_id, names in grouped.items()}
 
 
-async def lock_pool_for_reconciliation(connection: asyncpg.Connection, pool_id: uuid.UUID) -> None:
-    """Take the pool's reconciliation lock until the caller's transaction ends."""
-    await connection.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+async def try_lock_pool_for_reconciliation(
+    connection: asyncpg.Connection, pool_id: uuid.UUID
+) -> bool:
+    """Take the pool's reconciliation lock until the caller's transaction ends, if it is free.
+
+    It is a transaction-level advisory lock; trying never waits, so no statement timeout can
+    cut a wait short (the caller waits between tries).
+    """
+    taken: bool = await connection.fetchval(
+        "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))",
         f"deskpool.reconcile:{pool_id}",
     )
+    return taken
 
 
 @dataclass

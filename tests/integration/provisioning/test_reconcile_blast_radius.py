@@ -23,6 +23,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from asyncpg.transaction import Transaction
 from tests.integration.seed import seed_user
 from tests.support.provisioning import (
     POLICY,
@@ -35,10 +36,12 @@ from tests.support.provisioning import (
 
 from deskpool.jobs.periodic import PeriodicContext
 from deskpool.pools.model import DesktopState, Pool
-from deskpool.reconciliation import cluster_vms, planning
+from deskpool.reconciliation import applying, cluster_vms, planning
+from deskpool.reconciliation.failures import ReconcileBusy
 from deskpool.reconciliation.metrics import PoolReconcileMetrics
 from deskpool.reconciliation.periodic import POOL_RECONCILE_TASK, reconcile_batch
 from deskpool.reconciliation.reconciler import PoolReconcilerService
+from deskpool.reconciliation.store import try_lock_pool_for_reconciliation
 from deskpool.rollouts import store as rollout_store
 from deskpool.rollouts.model import InUsePolicy, Rollout, RolloutState
 from deskpool.runtime import Runtime
@@ -324,3 +327,43 @@ async def test_the_periodic_pass_and_a_job_at_once_never_exceed_max_size(
         )
         count = len(await desktops(db, pool))
         assert count == 5, f"attempt {attempt}: {count} desktops for a max_size of 5"
+
+
+async def hold_reconcile_lock(db: asyncpg.Connection, pool: Pool) -> Transaction:
+    """Take the pool's reconciliation lock in ``db``'s transaction, as an applying pass holds it."""
+    transaction = db.transaction()
+    await transaction.start()
+    assert await try_lock_pool_for_reconciliation(db, pool.id)
+    return transaction
+
+
+async def test_a_pass_waits_for_another_applying_the_same_pool(
+    db: asyncpg.Connection, make_pool: MakePool, runtime: Runtime
+) -> None:
+    pool = await make_pool(min_size=2)
+    held = await hold_reconcile_lock(db, pool)
+    waiting = asyncio.create_task(
+        PoolReconcilerService(runtime, POLICY).reconcile_now(pool.id, no_fence)
+    )
+    await asyncio.sleep(0.5)
+    assert not waiting.done()
+    await held.rollback()
+    applied = await waiting
+    assert applied is not None
+    assert applied.applied == 2
+
+
+async def test_a_pass_that_waits_too_long_leaves_the_pool_without_failing_it(
+    db: asyncpg.Connection, make_pool: MakePool, runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(applying, "LOCK_WAIT", 0.3)
+    pool = await make_pool(min_size=2)
+    held = await hold_reconcile_lock(db, pool)
+    try:
+        with pytest.raises(ReconcileBusy):
+            await PoolReconcilerService(runtime, POLICY).reconcile_now(pool.id, no_fence)
+    finally:
+        await held.rollback()
+    assert await desktops(db, pool) == []
+    failing = await db.fetchval("SELECT reconcile_error_code FROM pools WHERE id = $1", pool.id)
+    assert failing is None
