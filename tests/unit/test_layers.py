@@ -89,6 +89,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("rollouts, schedules", ("rollouts", "schedules")),
     ("reconciliation", ("reconciliation",)),
     ("provisioning", ("provisioning",)),
+    ("pool administration", ("pool_admin",)),
     ("vm_events, reports", ("vm_events", "reports")),
     ("api", ("api",)),
     (
@@ -125,29 +126,12 @@ IO_MODULES = frozenset(
 
 #: Upward imports still in the code, each with why it is there and how it goes away.
 #: ``(importing module, imported module)``. Remove a line when its import is gone.
-_POOL_ADMIN = (
-    "pools/ holds both the Pool model every area builds on and pool administration "
-    "(pools/service.py), which drives desktops, sessions, starts, rollouts, reconciliation and "
-    "revocation; pool administration belongs in a package of its own above them (issue 35 §3-4 "
-    "are rewriting pools/service.py now)"
-)
 _RUNTIME = (
     "inside functions: the runtime builds the drivers, the recording store and the licensing "
     "context on first use, for every component; to be handed in by host.py"
 )
 
 KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    ("deskpool.pools.service", "deskpool.desktops.store"): _POOL_ADMIN,
-    ("deskpool.pools.service", "deskpool.desktops.jobs"): _POOL_ADMIN,
-    ("deskpool.pools.service", "deskpool.identity.rules"): _POOL_ADMIN,
-    ("deskpool.pools.service", "deskpool.identity.refusals"): _POOL_ADMIN,
-    ("deskpool.pools.service", "deskpool.reconciliation.store_orphans"): _POOL_ADMIN,
-    ("deskpool.pools.service", "deskpool.revocation.service"): _POOL_ADMIN,
-    ("deskpool.pools.service", "deskpool.rollouts.store"): _POOL_ADMIN,
-    ("deskpool.pools.service", "deskpool.rollouts.model"): _POOL_ADMIN,
-    ("deskpool.pools.service", "deskpool.sessions.service"): _POOL_ADMIN,
-    ("deskpool.pools.service", "deskpool.sessions.model"): _POOL_ADMIN,
-    ("deskpool.pools.service", "deskpool.starts.store"): _POOL_ADMIN,
     ("deskpool.runtime", "deskpool.clusters.drivers"): _RUNTIME,
     ("deskpool.runtime", "deskpool.recordings.stores"): _RUNTIME,
     ("deskpool.runtime", "deskpool.licensing.context"): _RUNTIME,
@@ -250,7 +234,7 @@ def platform_imports() -> list[Import]:
 
 
 def package_of(module: str) -> str:
-    """``deskpool.pools.service`` is in ``pools``; ``deskpool.actor`` is ``actor``."""
+    """``deskpool.pools.model`` is in ``pools``; ``deskpool.actor`` is ``actor``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
 

@@ -24,7 +24,7 @@ Stores (SQL, one aggregate each): :mod:`~deskpool.pools.store`,
 :mod:`~deskpool.reconciliation.store`, :mod:`~deskpool.provisioning.store`; their
 errors are :mod:`~deskpool.pools.errors`.
 
-Services: :mod:`~deskpool.pools.service` (pools, entitlements, orphans) and
+Services: :mod:`~deskpool.pool_admin.service` (pool administration, a package of its own) and
 :mod:`~deskpool.desktops.service` (desktops). Reconciliation:
 :mod:`~deskpool.reconciliation.reconciler` (the service that plans and applies a batch),
 :mod:`~deskpool.reconciliation.cluster_vms`, :mod:`~deskpool.reconciliation.events`,

@@ -2,7 +2,7 @@
 
 A command holds model values (enums, UUIDs, tuples), never a request body: the API's schema
 checks the document, its handler turns it into a command (``deskpool.api.resources.pools``),
-and :mod:`deskpool.pools.service` validates the command against the stored pool. A change
+and :mod:`deskpool.pool_admin.service` validates the command against the stored pool. A change
 (:class:`ChangePool`) holds each member as ``T | Unset``: :data:`~deskpool.unset.UNSET` keeps
 the stored value.
 """

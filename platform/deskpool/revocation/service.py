@@ -7,7 +7,7 @@ The services that take access away call :func:`revoke_lost_access` inside their 
 - disabling a user (:func:`deskpool.identity.user_state.set_user_disabled`);
 - removing a group member, deleting a group, a grant, a role's permission, a role, or an OIDC
   group claim binding (:mod:`deskpool.identity.service`);
-- revoking a pool entitlement (:func:`deskpool.pools.service.revoke_entitlement`).
+- revoking a pool entitlement (:func:`deskpool.pool_admin.service.revoke_entitlement`).
 
 For each concerned user it reads what they hold now (:class:`~deskpool.revocation.model.Holding`)
 and, for what they no longer may keep: asks the gateway holding each such open session to close

@@ -20,7 +20,7 @@ from deskpool.errors import NotFound, ValidationFailed
 from deskpool.live.publishers import publish
 from deskpool.notices import service as notices
 from deskpool.notices.service import deliver
-from deskpool.pools import service as pools
+from deskpool.pools import lookups as pools
 from deskpool.pools import store as store_pools
 from deskpool.pools.jobs import enqueue_pool_reconcile
 from deskpool.rollouts import model, store

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from deskpool.actor import Actor
 from deskpool.errors import Conflict, FieldError, NotFound, ValidationFailed, error_text
-from deskpool.pools import service as pools
+from deskpool.pools import lookups as pools
 from deskpool.pools.jobs import enqueue_pool_reconcile
 from deskpool.schedules import store
 from deskpool.schedules.model import (

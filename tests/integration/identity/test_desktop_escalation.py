@@ -24,7 +24,7 @@ from tests.support.identity import (
 
 from deskpool.actor import Actor
 from deskpool.identity.rules import EscalationDenied
-from deskpool.pools import service as pools_service
+from deskpool.pool_admin import service as pools_service
 from deskpool.pools.store_entitlements import SubjectType
 
 

@@ -51,7 +51,7 @@ from deskpool.live.model import (
     valid_stream_id,
     view_for,
 )
-from deskpool.pools.service import entitled_pool_ids
+from deskpool.pool_admin.service import entitled_pool_ids
 from deskpool.revocation.model import Holding
 from deskpool.revocation.watch import access_watch
 from deskpool.runtime import Runtime

@@ -26,7 +26,7 @@ from deskpool.api.resources.jobs import JobSchema
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.errors import InvalidCursor, NotFound
 from deskpool.ids import parse_id
-from deskpool.pools import service
+from deskpool.pool_admin import service
 from deskpool.reconciliation.store_orphans import OrphanRecord
 
 #: The longest VM id a path may name; longer ones are no VM's.

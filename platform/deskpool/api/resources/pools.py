@@ -69,7 +69,7 @@ from deskpool.desktops.allocation import DesktopNotReady, NoDesktopAvailable
 from deskpool.desktops.states import IN_FLIGHT_STATES
 from deskpool.errors import NotFound
 from deskpool.ids import parse_id
-from deskpool.pools import service
+from deskpool.pool_admin import service
 from deskpool.pools.model import (
     Desktop,
     DesktopState,

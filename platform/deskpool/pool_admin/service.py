@@ -1,15 +1,18 @@
-"""Use cases of the pool aggregate, one function each: what the API, the CLI and plugins call.
+"""Pool administration, one function per use case: what the API, the CLI and plugins call.
 
 Each change validates, changes, records its audit event through the :class:`Actor` and
 enqueues its jobs in one transaction, so a request either happens whole or not at all.
-Changes take the members of a create or change request as the API's schemas load them
-(``PoolCreateSchema``, ``PoolChangeSchema``): a caller outside the API passes the same
-members. A new template or cluster is looked up through the cluster's driver before the
-transaction (:func:`check_template`), so no driver call holds a row lock.
+Changes take typed commands (:mod:`deskpool.pools.commands`). A new template or cluster is
+looked up through the cluster's driver before the transaction
+(:func:`~deskpool.pools.lookups.check_template`), so no driver call holds a row lock.
 
-The reads the API renders are here too (:func:`list_pools`, :func:`get_pool`, :func:`show_pools`,
-:func:`list_entitlements`, :func:`list_entitled_pools`, :func:`held_in_pools`), so no handler
-reaches a store.
+It is a package of its own, above everything a pool's administration drives (desktops,
+sessions, starts, rollouts, revocation, reconciliation's orphans): the pool aggregate below
+(:mod:`deskpool.pools`) imports none of them.
+
+The reads the API renders are here too (:func:`list_pools`, :func:`show_pools`,
+:func:`list_entitlements`, :func:`list_entitled_pools`, :func:`held_in_pools`, and
+:func:`~deskpool.pools.lookups.get_pool` re-exported), so no handler reaches a store.
 """
 
 from __future__ import annotations
@@ -21,16 +24,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deskpool.actor import Actor
-from deskpool.clusters import repository as clusters
-from deskpool.clusters.drivers import driver_manager_for
-from deskpool.clusters.repository import ClusterRecord, get_cluster
-from deskpool.db.rows import Db
+from deskpool.clusters.repository import get_cluster
 from deskpool.desktops import store as store_desktops
 from deskpool.desktops.jobs import CLUSTERS, enqueue_orphan_deletion
-from deskpool.drivers import DriverError, deadline_after
-from deskpool.drivers import OsType as TemplateOsType
 from deskpool.errors import (
-    DeskpoolError,
     InvalidCursor,
     LocatedFieldError,
     NotFound,
@@ -44,6 +41,19 @@ from deskpool.pools import store as store_pools
 from deskpool.pools import store_entitlements
 from deskpool.pools.commands import ChangePool, CreatePool, DomainJoinInput
 from deskpool.pools.jobs import enqueue_pool_reconcile
+from deskpool.pools.lookups import (
+    TemplateCheck as TemplateCheck,
+)
+from deskpool.pools.lookups import (
+    check_template as check_template,
+)
+from deskpool.pools.lookups import (
+    cluster_or_422,
+    field_error,
+)
+from deskpool.pools.lookups import (
+    get_pool as get_pool,
+)
 from deskpool.pools.model import (
     Desktop,
     OsType,
@@ -77,103 +87,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Seconds a pool change waits for the cluster's driver to list its templates.
-TEMPLATE_CHECK_TIMEOUT = 10.0
-
-#: How many templates a "no such template" error lists.
-_TEMPLATES_LISTED = 10
-
-
-def _field_error(pointer: str, message: str) -> ValidationFailed:
-    return ValidationFailed([LocatedFieldError(pointer, message)])
-
-
-@dataclass(frozen=True)
-class TemplateCheck:
-    """The outcome of checking a pool's template against its cluster."""
-
-    template: str
-    status: str
-    detail: str | None = None
-
-    def view(self) -> dict[str, Any]:
-        """The ``template_check`` member of a write response."""
-        return {"status": self.status, "detail": self.detail}
-
-
-def _not_verified(template: str, why: str) -> TemplateCheck:
-    return TemplateCheck(template, "not_verified", why)
-
-
-async def check_template(
-    runtime: Runtime, cluster: ClusterRecord, template: str, os_type: OsType
-) -> TemplateCheck:
-    """Look ``template`` up on ``cluster``; return its id and whether it was verified.
-
-    :raises ValidationFailed: the driver lists the templates and none is ``template`` (or
-        several are named so), or the template's OS is not ``os_type``.
-    """
-    manager = driver_manager_for(runtime)
-    try:
-        async with manager.open(cluster) as driver:
-            templates = await driver.list_templates(deadline=deadline_after(TEMPLATE_CHECK_TIMEOUT))
-    except DriverError as error:
-        return _not_verified(template, f"{error.code}: {error.detail}")
-    except DeskpoolError as error:  # the driver is not installed, or its credentials won't open
-        return _not_verified(template, f"{error.code}: {error.detail}")
-    except Exception as error:  # a driver outside its contract: not the caller's problem
-        log.exception("the %s driver failed listing templates of %s", cluster.driver, cluster.id)
-        return _not_verified(
-            template,
-            f"driver_unexpected_error: the {cluster.driver} driver raised {type(error).__name__}",
-        )
-    found = [item for item in templates if item.id == template]
-    if not found:
-        found = [item for item in templates if item.name == template]
-        if len(found) > 1:
-            raise _field_error(
-                "/template",
-                f"{len(found)} templates of the cluster are named {template!r}; give the id "
-                f"({', '.join(sorted(item.id for item in found))}).",
-            )
-    if not found:
-        listed = ", ".join(
-            f"{item.name} (id {item.id})"
-            for item in sorted(templates, key=lambda t: t.name)[:_TEMPLATES_LISTED]
-        )
-        more = len(templates) - _TEMPLATES_LISTED
-        suffix = f" and {more} more" if more > 0 else ""
-        raise _field_error(
-            "/template",
-            f"The cluster {cluster.name!r} has no template {template!r}; it has: "
-            f"{listed or 'none'}{suffix}.",
-        )
-    chosen = found[0]
-    if chosen.os_type in (TemplateOsType.LINUX, TemplateOsType.WINDOWS) and str(
-        chosen.os_type
-    ) != str(os_type):
-        raise _field_error(
-            "/os_type",
-            f"The template {chosen.name!r} is a {chosen.os_type} template, not {os_type}.",
-        )
-    return TemplateCheck(chosen.id, "verified")
-
-
-async def cluster_of(runtime: Runtime, cluster_id: uuid.UUID) -> ClusterRecord:
-    """The cluster ``cluster_id`` of a pool being written; 422 ``/cluster_id`` when missing."""
-    return await _cluster_or_422(runtime.db, cluster_id)
-
-
-async def _cluster_or_422(db: Db, cluster_id: uuid.UUID) -> ClusterRecord:
-    cluster = await clusters.get_cluster(db, cluster_id)
-    if cluster is None:
-        raise _field_error("/cluster_id", f"No cluster has the id {cluster_id}.")
-    return cluster
-
 
 def _check_domain_join(pool: Pool, join: DomainJoin | None) -> None:
     if join is not None and pool.os_type is not OsType.WINDOWS:
-        raise _field_error("/domain_join", "Only Windows pools join a domain.")
+        raise field_error("/domain_join", "Only Windows pools join a domain.")
 
 
 def _raise_invalid(errors: list[Any]) -> None:
@@ -205,8 +122,8 @@ async def create_pool(runtime: Runtime, actor: Actor, command: CreatePool) -> Po
     _check_domain_join(pool, join)
     password = command.domain_join.password if command.domain_join else None
     if join is not None and password is None:
-        raise _field_error("/domain_join/password", "Missing data for required field.")
-    cluster = await _cluster_or_422(runtime.db, pool.cluster_id)
+        raise field_error("/domain_join/password", "Missing data for required field.")
+    cluster = await cluster_or_422(runtime.db, pool.cluster_id)
     check = await check_template(runtime, cluster, pool.template, pool.os_type)
     pool = Pool(id=pool.id, **{**command.model_members(), "template": check.template})
     async with runtime.db.acquire() as connection, connection.transaction():
@@ -269,7 +186,7 @@ async def change_pool(
     check = TemplateCheck(planned.template, "not_checked")
     if planned.template != before.pool.template or planned.cluster_id != before.pool.cluster_id:
         _raise_invalid(validate_pool(planned))
-        cluster = await _cluster_or_422(runtime.db, planned.cluster_id)
+        cluster = await cluster_or_422(runtime.db, planned.cluster_id)
         check = await check_template(runtime, cluster, planned.template, planned.os_type)
         if "template" in changes:
             changes["template"] = check.template
@@ -296,7 +213,7 @@ async def change_pool(
                 connection, pool_id, proposed.template, set_by=actor.name, how="changed"
             )
         if proposed.cluster_id != current.pool.cluster_id:
-            await _cluster_or_422(connection, proposed.cluster_id)
+            await cluster_or_422(connection, proposed.cluster_id)
         _check_domain_join(proposed, join if replaces_join else current.domain_join)
         if (
             replaces_join
@@ -304,7 +221,7 @@ async def change_pool(
             and password is None
             and not current.domain_join_password.is_set
         ):
-            raise _field_error("/domain_join/password", "Missing data for required field.")
+            raise field_error("/domain_join/password", "Missing data for required field.")
         updated = await store_pools.update_pool(
             connection,
             current.pool,
@@ -407,7 +324,7 @@ async def grant_entitlement(
         if not await store_pools.pool_exists(connection, pool_id):
             raise NotFound(f"No pool has the id {pool_id}.")
         if not await store_entitlements.subject_exists(connection, subject_type, subject_id):
-            raise _field_error("/subject_id", f"No {subject_type} has the id {subject_id}.")
+            raise field_error("/subject_id", f"No {subject_type} has the id {subject_id}.")
         entitlement, created = await store_entitlements.grant_entitlement(
             connection, pool_id, subject_type, subject_id
         )
@@ -501,14 +418,6 @@ async def list_pools(
     return await store_pools.list_pools(
         runtime.db, limit=limit, after=after, cluster_id=cluster_id, state=state
     )
-
-
-async def get_pool(runtime: Runtime, pool_id: uuid.UUID) -> PoolRecord:
-    """The pool ``pool_id``; :class:`NotFound` when there is none."""
-    record = await store_pools.get_pool_record(runtime.db, pool_id)
-    if record is None:
-        raise NotFound(f"No pool has the id {pool_id}.")
-    return record
 
 
 async def show_pools(runtime: Runtime, records: Sequence[PoolRecord]) -> list[PoolShown]:
