@@ -32,6 +32,7 @@ import asyncpg
 from deskpool.audit import record_audit_event
 from deskpool.desktops import store as store_desktops
 from deskpool.desktops.states import SessionOpened
+from deskpool.errors import error_text
 from deskpool.events import AuditEvent
 from deskpool.identity.access import holding_of
 from deskpool.live.publishers import publish, session_event
@@ -62,7 +63,16 @@ async def reassert_sessions(
     )
     closing: list[DisconnectRequest] = []
     for row in rows:
-        reopened = await _reopen(runtime, row["id"])
+        try:  # each session alone: one that fails is tried again by the next heartbeat
+            reopened = await _reopen(runtime, row["id"])
+        except Exception as error:
+            log.warning(
+                "reopening session %s of gateway %s failed (%s); the others go on",
+                row["id"],
+                gateway_id,
+                error_text(error),
+            )
+            continue
         if reopened is None:
             log.warning(
                 "session %s of gateway %s ended as lost and cannot be reopened (its desktop "

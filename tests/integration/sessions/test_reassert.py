@@ -12,9 +12,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from tests.support.sessions import Estate, audit_actions, desktop_row, open_desktop
 
 from deskpool.runtime import Runtime
+from deskpool.sessions import reassert
 from deskpool.sessions.broker import PlatformSessionBroker, end_lost_gateways
 from deskpool.sessions.service import log_off
 from deskpool.sessions.tunnel import DisconnectRequest, SessionEndReason, TunnelCounters
@@ -84,3 +86,36 @@ async def test_a_session_whose_desktop_was_logged_off_is_handed_back_to_close(
     assert (await _end_reason(pools_runtime, grant.session_id))["end_reason"] == "gateway_lost"
     desktop = await desktop_row(pools_runtime, opened["id"])
     assert desktop["in_session"] is False
+
+
+async def test_a_session_that_fails_to_reopen_keeps_neither_the_lease_nor_the_others(
+    client: Any, estate: MakeEstate, pools_runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    place = await estate(ready=2)
+    gateway = PlatformSessionBroker(pools_runtime, lease=30.0)
+    first = await open_desktop(client, place)
+    one = await gateway.redeem(first["connection"]["token"], gateway_id="gw-one-fails")
+    await _lose(pools_runtime, "gw-one-fails")
+    second = await open_desktop(client, place)
+    assert second["id"] == first["id"]  # the user's desktop, again
+    other = await gateway.redeem(second["connection"]["token"], gateway_id="gw-one-fails")
+    await _lose(pools_runtime, "gw-one-fails")
+    reopen = reassert._reopen
+
+    async def failing(runtime: Runtime, session_id: uuid.UUID) -> Any:
+        if session_id == one.session_id:
+            raise RuntimeError("a bug in one session")
+        return await reopen(runtime, session_id)
+
+    monkeypatch.setattr(reassert, "_reopen", failing)
+    closing = await gateway.heartbeat(
+        "gw-one-fails", {one.session_id: TunnelCounters(), other.session_id: TunnelCounters()}
+    )
+    assert closing == []  # the failed one is tried again by the next heartbeat
+    assert (await _end_reason(pools_runtime, other.session_id))["end_reason"] is None
+    async with pools_runtime.db.acquire() as db:
+        renewed = await db.fetchval(
+            "SELECT lease_expires_at > now() FROM gateway_leases WHERE gateway_id = $1",
+            "gw-one-fails",
+        )
+    assert renewed is True
