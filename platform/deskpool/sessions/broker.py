@@ -359,13 +359,14 @@ class PlatformSessionBroker:
     ) -> list[DisconnectRequest]:
         """Reassert, renew the lease, record counters; the relayed sessions to close.
 
-        The sessions relayed (``counters``) that ended as lost are reopened or handed back
+        The lease first (a session reopened without a lease would be an orphan's), then the
+        sessions relayed (``counters``) that ended as lost are reopened or handed back
         (:mod:`deskpool.sessions.reassert`); then the sessions of lost gateways end.
         """
-        closing = await reassert_sessions(self.runtime, gateway_id, list(counters))
         async with self.runtime.db.acquire() as connection, connection.transaction():
             await store.renew_lease(connection, gateway_id, self.lease)
             await store.record_counters(connection, gateway_id, counters)
+        closing = await reassert_sessions(self.runtime, gateway_id, list(counters))
         await end_lost_gateways(self.runtime)
         return closing
 
