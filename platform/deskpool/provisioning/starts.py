@@ -36,7 +36,7 @@ from deskpool.jobs.periodic import each_alone
 from deskpool.pools.model import Desktop, DesktopState, Pool
 from deskpool.runtime import Runtime
 from deskpool.sessions import service as sessions
-from deskpool.sessions import store as session_store
+from deskpool.sessions import store_logons as session_store_logons
 from deskpool.sessions.logons import LogonPhase
 from deskpool.sessions.start_cancel import cancel_start
 from deskpool.sessions.tunnel import SessionEndReason
@@ -121,7 +121,7 @@ async def end_start(connection: asyncpg.Connection, desktop_id: uuid.UUID, reaso
     if start is None:
         return False
     if start.logon_id is not None:
-        await session_store.fail_logon(connection, start.logon_id, reason)
+        await session_store_logons.fail_logon(connection, start.logon_id, reason)
     return True
 
 

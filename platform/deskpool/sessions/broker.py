@@ -43,7 +43,7 @@ from deskpool.pools import store as store_pools
 from deskpool.recordings import store as recordings_store
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretDecryptionFailed, SecretsUnavailable
-from deskpool.sessions import lease_clock, store
+from deskpool.sessions import lease_clock, store, store_logons, store_policies, store_tokens
 from deskpool.sessions.logons import LogonPhase
 from deskpool.sessions.model import (
     IssuedToken,
@@ -114,9 +114,9 @@ async def _start_session(
         read_only=shadow_of is not None,
         shadow_of=shadow_of,
     )
-    await store.set_token_session(connection, key, session.id)
+    await store_tokens.set_token_session(connection, key, session.id)
     if issued.logon_id is not None:
-        seconds = await store.open_logon_tunnel(connection, issued.logon_id, session.id)
+        seconds = await store_logons.open_logon_tunnel(connection, issued.logon_id, session.id)
         phases.append((LogonPhase.TUNNEL_OPENED, seconds))
     details = {"protocol": protocol} if shadow_of is None else {"shadow_of": str(shadow_of)}
     await record_audit_event(
@@ -199,7 +199,7 @@ class PlatformSessionBroker:
                 outcome = rejected.reason
             if isinstance(outcome, str):
                 if outcome in ("expired", "desktop_gone"):
-                    await store.fail_token_logon(self.runtime.db, key, f"token_{outcome}")
+                    await store_logons.fail_token_logon(self.runtime.db, key, f"token_{outcome}")
                 raise TokenRejected(outcome)
         except _DATABASE_ERRORS as error:
             log.warning("cannot redeem a connection token: %s", type(error).__name__)
@@ -217,9 +217,9 @@ class PlatformSessionBroker:
         phases: list[tuple[LogonPhase, float | None]],
     ) -> TunnelGrant | str:
         """The grant, or the reason a redeemed token opens nothing."""
-        redeemed = await store.redeem_token(connection, key)
+        redeemed = await store_tokens.redeem_token(connection, key)
         if redeemed is None:
-            issued = await store.get_token(connection, key)
+            issued = await store_tokens.get_token(connection, key)
             now = await connection.fetchval("SELECT now()")
             raise TokenRejected(rejection_reason(issued, now) or "used")
         issued, sealed = redeemed
@@ -250,7 +250,7 @@ class PlatformSessionBroker:
         )
         if not desktop.in_session:
             await store_desktops.apply_event(connection, desktop.id, SessionOpened(), pool=pool)
-        policy = await store.get_policy(connection, pool.id)
+        policy = await store_policies.get_policy(connection, pool.id)
         recording = None
         if policy.recording.enabled:
             recording = await recordings_store.insert_recording(
@@ -342,14 +342,14 @@ class PlatformSessionBroker:
         """The daemon answered ``ready``: record its connection id (for shadowing)."""
         async with self.runtime.db.acquire() as connection, connection.transaction():
             await store.set_connected(connection, session_id, connection_id)
-            seconds = await store.mark_session_logon(
+            seconds = await store_logons.mark_session_logon(
                 connection, session_id, LogonPhase.DAEMON_CONNECTED
             )
         observe_phase(self.runtime, LogonPhase.DAEMON_CONNECTED, seconds)
 
     async def first_frame(self, session_id: uuid.UUID) -> None:
         """The daemon drew its first frame: the session's logon is complete."""
-        seconds = await store.mark_session_logon(
+        seconds = await store_logons.mark_session_logon(
             self.runtime.db, session_id, LogonPhase.FIRST_FRAME
         )
         observe_phase(self.runtime, LogonPhase.FIRST_FRAME, seconds)
@@ -531,7 +531,7 @@ async def end_session(
                 recorded = reason
         ended = await store.end_session(connection, session_id, str(recorded), counters)
         assert ended is not None
-        await store.fail_session_logon(connection, session_id, str(recorded))
+        await store_logons.fail_session_logon(connection, session_id, str(recorded))
         actor = str(ended.user_id) if recorded is SessionEndReason.CLIENT_CLOSED else SYSTEM_ACTOR
         await record_audit_event(
             connection,
@@ -551,7 +551,7 @@ async def end_session(
         if not ended.read_only:
             await close_desktop_session(connection, ended.desktop_id)
             shadows = await store.open_shadows_of(connection, ended.id)
-            policy = await store.get_policy(connection, ended.pool_id)
+            policy = await store_policies.get_policy(connection, ended.pool_id)
             if logs_off_at_end(policy, recorded):
                 await log_off(connection, ended.desktop_id, f"session ended ({recorded})")
         watching = [
@@ -599,7 +599,9 @@ async def _end_in(connection: asyncpg.Connection, runtime: Runtime, session_id: 
         ended = await store.end_session(connection, session_id, str(SessionEndReason.GATEWAY_LOST))
         if ended is None:
             return False
-        await store.fail_session_logon(connection, session_id, str(SessionEndReason.GATEWAY_LOST))
+        await store_logons.fail_session_logon(
+            connection, session_id, str(SessionEndReason.GATEWAY_LOST)
+        )
         await record_audit_event(
             connection,
             _event("session.end", SYSTEM_ACTOR, ended, reason=str(SessionEndReason.GATEWAY_LOST)),

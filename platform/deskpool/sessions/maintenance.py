@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 
 from deskpool.jobs.periodic import each_alone
 from deskpool.runtime import Runtime
-from deskpool.sessions import store
+from deskpool.sessions import store, store_logons, store_policies, store_tokens
 from deskpool.sessions.broker import end_lost_gateways
 from deskpool.sessions.model import logoff_due, over_limits
 from deskpool.sessions.service import log_off, publish_disconnect
@@ -74,7 +74,7 @@ async def check_sessions(runtime: Runtime, *, sweep_starts: StartSweep) -> Sessi
     db = runtime.db
     now: datetime = await db.fetchval("SELECT now()")
 
-    async def close_if_over(item: store.OpenSession) -> bool:
+    async def close_if_over(item: store_policies.OpenSession) -> bool:
         session = item.session
         if session.disconnect_requested_at is not None:
             return False
@@ -97,7 +97,7 @@ async def check_sessions(runtime: Runtime, *, sweep_starts: StartSweep) -> Sessi
         await publish_disconnect(runtime, marked)
         return True
 
-    async def log_off_if_due(desktop: store.DisconnectedDesktop) -> bool:
+    async def log_off_if_due(desktop: store_policies.DisconnectedDesktop) -> bool:
         due = logoff_due(
             desktop.policy,
             disconnected_since=desktop.disconnected_since,
@@ -114,19 +114,19 @@ async def check_sessions(runtime: Runtime, *, sweep_starts: StartSweep) -> Sessi
 
     requested = await each_alone(
         SESSION_CHECK_TASK,
-        await store.open_sessions(db),
+        await store_policies.open_sessions(db),
         close_if_over,
         lambda item: f"session {item.session.id}",
     )
     logged_off = await each_alone(
         SESSION_CHECK_TASK,
-        await store.disconnected_desktops(db),
+        await store_policies.disconnected_desktops(db),
         log_off_if_due,
         lambda desktop: f"logging off desktop {desktop.desktop_id}",
     )
     async with db.acquire() as connection:
         # Before the tokens go: a logon whose token expired unused stopped there.
-        await store.fail_unused_tokens(connection)
-        pruned = await store.prune_tokens(connection, now - EXPIRED_TOKEN_RETENTION)
+        await store_logons.fail_unused_tokens(connection)
+        pruned = await store_tokens.prune_tokens(connection, now - EXPIRED_TOKEN_RETENTION)
     await sweep_starts(runtime)
     return SessionCheck(lost, sum(requested.done), sum(logged_off.done), pruned)

@@ -53,7 +53,7 @@ from deskpool.pools import store_entitlements
 from deskpool.pools.model import Desktop, DesktopState, Pool
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretContext, SecretsUnavailable
-from deskpool.sessions import store
+from deskpool.sessions import store, store_logons, store_policies, store_tokens
 from deskpool.sessions.logons import LogonPhase, LogonRecord
 from deskpool.sessions.model import (
     DEFAULT_POLICY,
@@ -170,7 +170,7 @@ Opened = DesktopConnection | PendingConnection
 
 async def pool_policies(db: Db, pool_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, SessionPolicy]:
     """The session policy of each pool (the default for a pool that never set one)."""
-    return await store.policies_of(db, pool_ids)
+    return await store_policies.policies_of(db, pool_ids)
 
 
 def checked_policy(change: PolicyChange, base: SessionPolicy | None = None) -> SessionPolicy:
@@ -192,8 +192,8 @@ async def set_pool_policy(
 
     :raises ValidationFailed: see :func:`checked_policy`.
     """
-    policy = checked_policy(change, await store.get_policy(connection, pool_id))
-    await store.put_policy(connection, pool_id, policy)
+    policy = checked_policy(change, await store_policies.get_policy(connection, pool_id))
+    await store_policies.put_policy(connection, pool_id, policy)
     return policy
 
 
@@ -286,7 +286,7 @@ async def issue_token(
     sealed = runtime.secret_store.encrypt(
         json.dumps(target_to_json(target)).encode(), token_context(key)
     )
-    expires_at = await store.insert_token(
+    expires_at = await store_tokens.insert_token(
         connection,
         key,
         user_id=user_id,
@@ -304,7 +304,7 @@ async def issue_token(
 async def _connect(
     runtime: Runtime, url: str, user_id: uuid.UUID, desktop: Desktop, pool: Pool, logon: uuid.UUID
 ) -> DesktopConnection:
-    policy = await store.get_policy(runtime.db, pool.id)
+    policy = await store_policies.get_policy(runtime.db, pool.id)
     target = await resolve_target(runtime, desktop, pool, policy)
     async with runtime.db.acquire() as connection, connection.transaction():
         # The guest answered (resolve_target): recorded with the token, one commit for both.
@@ -317,7 +317,7 @@ async def _connect(
         # no more (the user opened the pool again rather than connecting).
         start = await starts.remove_start(connection, desktop.id)
         if start is not None and start.logon_id not in (None, logon):
-            await store.fail_logon(connection, start.logon_id, "superseded")
+            await store_logons.fail_logon(connection, start.logon_id, "superseded")
     return DesktopConnection(
         desktop, token, url, target.protocol, expires_at, recorded=policy.recording.enabled
     )
@@ -367,7 +367,7 @@ async def mark_phase(
     Start on connect records ``powered_on`` with this, between ``allocated`` and
     ``guest_ready``.
     """
-    seconds = await store.mark_logon(db, logon_id, phase, desktop_id=desktop_id)
+    seconds = await store_logons.mark_logon(db, logon_id, phase, desktop_id=desktop_id)
     observe_phase(runtime, phase, seconds)
 
 
@@ -389,7 +389,7 @@ async def timed_logon(
     :param continued: a logon asked earlier that this block carries on (a desktop started for
         the user, who now connects to it): no new one is recorded.
     """
-    logon_id = continued or await store.start_logon(
+    logon_id = continued or await store_logons.start_logon(
         runtime.db, user_id=user_id, pool_id=pool_id, desktop_id=desktop_id
     )
     try:
@@ -397,7 +397,7 @@ async def timed_logon(
     except Exception as error:
         reason = getattr(error, "code", None)
         try:
-            await store.fail_logon(
+            await store_logons.fail_logon(
                 runtime.db, logon_id, reason if isinstance(reason, str) else "error"
             )
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as lost:
@@ -464,7 +464,7 @@ async def open_pool_desktop(
                 # allocated, which makes the desktop count as one with a session until its
                 # token is issued.
                 await check_can_open_session(connection, runtime.licensing, desktop.id)
-                allocated = await store.mark_logon(
+                allocated = await store_logons.mark_logon(
                     connection, logon, LogonPhase.ALLOCATED, desktop_id=desktop.id
                 )
         observe_phase(runtime, LogonPhase.ALLOCATED, allocated)
@@ -515,7 +515,7 @@ async def start_for_user(
         connection, desktop_id=desktop.id, pool_id=pool.id, user_id=user_id, logon_id=logon
     )
     if replaced is not None:
-        await store.fail_logon(connection, replaced, "superseded")
+        await store_logons.fail_logon(connection, replaced, "superseded")
     await record_audit_event(
         connection,
         audit(
@@ -664,7 +664,7 @@ async def get_session_detail(
 ) -> tuple[SessionRecord, LogonRecord | None]:
     """The session ``session_id`` and the logon that opened it. :raises NotFound: none."""
     session = await get_session(runtime, session_id)
-    return session, await store.logon_of_session(runtime.db, session_id)
+    return session, await store_logons.logon_of_session(runtime.db, session_id)
 
 
 async def list_sessions(

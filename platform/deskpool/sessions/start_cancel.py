@@ -31,7 +31,7 @@ from deskpool.desktops.states import Unassigned
 from deskpool.events import AuditEvent
 from deskpool.pools import store as store_pools
 from deskpool.pools.model import Desktop, DesktopState, Pool, PoolKind
-from deskpool.sessions import store as session_store
+from deskpool.sessions import store_logons as session_store_logons
 from deskpool.starts import store
 
 #: Builds the audit event of a change: ``(action, resource_type, resource_id, details)``.
@@ -71,7 +71,7 @@ async def cancel_start(
         return None
     await store.remove_start(connection, desktop_id)
     if start.logon_id is not None:
-        await session_store.fail_logon(connection, start.logon_id, reason)
+        await session_store_logons.fail_logon(connection, start.logon_id, reason)
     released = False
     if desktop is not None and desktop.assigned_user == str(start.user_id):
         pool = await store_pools.get_pool(connection, desktop.pool_id)

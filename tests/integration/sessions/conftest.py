@@ -40,7 +40,7 @@ from tests.support.sessions import (
 from deskpool.pools import store as store_pools
 from deskpool.pools.model import DesktopState, PoolKind
 from deskpool.runtime import Runtime
-from deskpool.sessions import store
+from deskpool.sessions import store_policies
 from deskpool.sessions.broker import PlatformSessionBroker
 from deskpool.sessions.model import SessionPolicy
 
@@ -59,7 +59,7 @@ def estate(
         async with pools_runtime.db.acquire() as connection:
             record = await store_pools.create_pool(connection, pool)
             if policy is not None:
-                await store.put_policy(connection, pool.id, policy)
+                await store_policies.put_policy(connection, pool.id, policy)
         desktops = await ready_desktops(pools_runtime, record.pool, ready)
         user = await new_caller()
         admin = await new_caller("sessions:manage", "sessions:read")

@@ -26,7 +26,7 @@ from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import Status
 from deskpool.provisioning.starts import end_stale_starts
 from deskpool.runtime import Runtime
-from deskpool.sessions import store
+from deskpool.sessions import store_logons
 from deskpool.sessions.broker import PlatformSessionBroker
 from deskpool.sessions.maintenance import check_sessions
 from deskpool.sessions.tunnel import TokenRejected
@@ -171,7 +171,7 @@ async def test_a_token_that_expires_unused_or_late_fails_its_logon(
     user = uuid.UUID(place.user.id)
     async with pools_runtime.db.acquire() as db:
         rows = await db.fetch("SELECT id FROM logons WHERE user_id = $1", user)
-        (logon,) = [await store.get_logon(db, row["id"]) for row in rows]
+        (logon,) = [await store_logons.get_logon(db, row["id"]) for row in rows]
     assert logon is not None
     assert (logon.outcome, logon.failure_reason) == ("failed", "token_expired")
     assert (logon.token_issued_at is not None, logon.tunnel_opened_at) == (True, None)

@@ -1,0 +1,137 @@
+"""The SQL of logons: each phase of a logon recorded once, on the database's clock.
+
+A logon is asked by the API (:mod:`deskpool.sessions.service`), reaches its phases through the
+gateway (:mod:`deskpool.sessions.broker`) and fails at most once; the phases themselves are the
+pure :mod:`deskpool.sessions.logons`. Reports read the ``logons`` table (:mod:`deskpool.reports`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from deskpool.db.rows import Db, fetch_record, record_from_row
+from deskpool.sessions.logons import LogonPhase, LogonRecord
+
+
+def _phase_update(phase: LogonPhase, where: str) -> str:
+    """``UPDATE logons`` setting ``phase`` now, once; returns the seconds since the phase before.
+
+    A phase is recorded once, and never on a logon that failed or that already drew.
+    """
+    column = phase.column
+    earlier = ", ".join(p.column for p in phase.earlier) or "asked_at"
+    return f"""
+        UPDATE logons SET {column} = clock_timestamp(){{extra}}
+         WHERE {where} AND {column} IS NULL AND failed_at IS NULL AND first_frame_at IS NULL
+        RETURNING EXTRACT(EPOCH FROM {column} - GREATEST({earlier}))::float8 AS seconds
+        """
+
+
+async def start_logon(
+    db: Db, *, user_id: uuid.UUID, pool_id: uuid.UUID, desktop_id: uuid.UUID | None = None
+) -> uuid.UUID:
+    """Record a logon asked now; return its id."""
+    logon_id: uuid.UUID = await db.fetchval(
+        "INSERT INTO logons (user_id, pool_id, desktop_id) VALUES ($1, $2, $3) RETURNING id",
+        user_id,
+        pool_id,
+        desktop_id,
+    )
+    return logon_id
+
+
+async def mark_logon(
+    db: Db, logon_id: uuid.UUID, phase: LogonPhase, *, desktop_id: uuid.UUID | None = None
+) -> float | None:
+    """Record that logon ``logon_id`` reached ``phase`` now (and which desktop it is).
+
+    :returns: seconds since the phase before, or ``None`` when nothing was recorded.
+    """
+    extra = ", desktop_id = coalesce($2, desktop_id)"
+    query = _phase_update(phase, "id = $1").replace("{extra}", extra)
+    seconds: float | None = await db.fetchval(query, logon_id, desktop_id)
+    return seconds
+
+
+async def open_logon_tunnel(db: Db, logon_id: uuid.UUID, session_id: uuid.UUID) -> float | None:
+    """The gateway opened session ``session_id`` for the logon: ``tunnel_opened`` now."""
+    query = _phase_update(LogonPhase.TUNNEL_OPENED, "id = $1").replace(
+        "{extra}", ", session_id = $2"
+    )
+    seconds: float | None = await db.fetchval(query, logon_id, session_id)
+    return seconds
+
+
+async def mark_session_logon(db: Db, session_id: uuid.UUID, phase: LogonPhase) -> float | None:
+    """Record that the logon of session ``session_id`` reached ``phase`` now."""
+    query = _phase_update(phase, "session_id = $1").replace("{extra}", "")
+    seconds: float | None = await db.fetchval(query, session_id)
+    return seconds
+
+
+async def fail_logon(db: Db, logon_id: uuid.UUID, reason: str) -> bool:
+    """Record why logon ``logon_id`` stopped (unless it drew or failed already)."""
+    status: str = await db.execute(
+        """
+        UPDATE logons SET failed_at = clock_timestamp(), failure_reason = $2
+         WHERE id = $1 AND failed_at IS NULL AND first_frame_at IS NULL
+        """,
+        logon_id,
+        reason,
+    )
+    return status.endswith(" 1")
+
+
+async def fail_token_logon(db: Db, key: bytes, reason: str) -> None:
+    """Record why the logon of the token ``key`` stopped (a refused token)."""
+    await db.execute(
+        """
+        UPDATE logons SET failed_at = clock_timestamp(), failure_reason = $2
+         WHERE id = (SELECT logon_id FROM connection_tokens WHERE token_key = $1)
+           AND failed_at IS NULL AND first_frame_at IS NULL AND tunnel_opened_at IS NULL
+        """,
+        key,
+        reason,
+    )
+
+
+async def fail_session_logon(db: Db, session_id: uuid.UUID, reason: str) -> None:
+    """Session ``session_id`` ended before its first frame: its logon failed for ``reason``."""
+    await db.execute(
+        """
+        UPDATE logons SET failed_at = clock_timestamp(), failure_reason = $2
+         WHERE session_id = $1 AND failed_at IS NULL AND first_frame_at IS NULL
+        """,
+        session_id,
+        reason,
+    )
+
+
+async def fail_unused_tokens(db: Db) -> int:
+    """Logons whose token expired unredeemed failed with ``token_expired``; return how many."""
+    status: str = await db.execute(
+        """
+        UPDATE logons l SET failed_at = t.expires_at, failure_reason = 'token_expired'
+          FROM connection_tokens t
+         WHERE t.logon_id = l.id AND t.redeemed_at IS NULL AND t.expires_at <= now()
+           AND l.failed_at IS NULL AND l.tunnel_opened_at IS NULL
+        """
+    )
+    return int(status.rsplit(" ", 1)[-1])
+
+
+async def logon_of_session(db: Db, session_id: uuid.UUID) -> LogonRecord | None:
+    """The logon that opened session ``session_id`` (``None``: a view, or older than logons)."""
+    query = "SELECT * FROM logons WHERE session_id = $1 ORDER BY asked_at DESC LIMIT 1"
+    return await fetch_record(db, _logon, query, session_id)
+
+
+async def get_logon(db: Db, logon_id: uuid.UUID) -> LogonRecord | None:
+    """The logon ``logon_id``."""
+    return await fetch_record(db, _logon, "SELECT * FROM logons WHERE id = $1", logon_id)
+
+
+def _logon(row: Mapping[str, Any]) -> LogonRecord:
+    return record_from_row(LogonRecord, row)
