@@ -7,7 +7,9 @@ headers too. Each operation of the route table is wrapped by :func:`operation_ha
 refuses an oversized body, authenticates (protected operations) and checks the declared
 permission, applies the rate limit (by principal after authentication; by client address on
 public operations), validates the query and body with webargs, calls the handler (a read whose
-database connection was lost is served once more on another) and dumps its result through the
+database connection was lost is served once more on another; an operation whose transaction
+PostgreSQL ended for a deadlock or a serialization failure is run again, a bounded number of
+times) and dumps its result through the
 response schema.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import re
 import time
 import uuid
@@ -48,7 +51,7 @@ from deskpool.clusters import service as clusters_service
 from deskpool.identity import access
 from deskpool.live.bus import LiveHub
 from deskpool.live.model import StreamSlots
-from deskpool.outages import DATABASE, outage_of
+from deskpool.outages import CONTENTION_ATTEMPTS, DATABASE, contended, outage_of
 from deskpool.revocation import service as revocation
 from deskpool.runtime import Runtime
 
@@ -184,6 +187,41 @@ def response_schemas(operation: Operation) -> dict[int, Schema]:
     return schemas
 
 
+async def run_handler(operation: Operation, call: Call) -> Any:
+    """Run ``operation``'s handler, again when what failed it says it may be run again.
+
+    - A read that met a dead connection (cut, or the server restarted) is served once more on
+      another; a change is not: it may have been committed.
+    - A transaction PostgreSQL ended to break a deadlock or a serialization failure was rolled
+      back whole (services change in one transaction): the operation is run again, after a
+      short random pause, up to :data:`CONTENTION_ATTEMPTS` times in all; then the error goes
+      to the problem middleware (503 with ``Retry-After``).
+
+    Nothing is run again once the response has started (a stream).
+    """
+    request = call.request
+    outage_retried = False
+    attempt = 1
+    while True:
+        try:
+            return await operation.handler(call)
+        except Exception as error:
+            if request.writer is not None and request.writer.output_size > 0:
+                raise
+            if contended(error) and attempt < CONTENTION_ATTEMPTS:
+                attempt += 1
+                await asyncio.sleep(random.uniform(0.01, 0.05) * attempt)
+                continue
+            if (
+                request.method in _RETRIED_METHODS
+                and not outage_retried
+                and outage_of(error) == DATABASE
+            ):
+                outage_retried = True
+                continue
+            raise
+
+
 def operation_handler(operation: Operation) -> Handler:
     """Wrap ``operation``'s handler with the limits, authentication and validation it declares."""
     # Schemas are built once per operation: building one costs more than serving a request.
@@ -219,16 +257,7 @@ def operation_handler(operation: Operation) -> Handler:
             call.query["cursor"] = seal.open(binding, cursor) if cursor else None
         if body_schema is not None:
             call.body = await parse_body(request, body_schema, parser)
-        try:
-            result = await operation.handler(call)
-        except Exception as error:
-            # A read that met a dead connection (cut, or the server restarted) is served once
-            # more on another, unless it already sent something (a stream); a change is not
-            # retried: it may have been committed.
-            retry = request.method in _RETRIED_METHODS and request.writer.output_size == 0
-            if not retry or outage_of(error) != DATABASE:
-                raise
-            result = await operation.handler(call)
+        result = await run_handler(operation, call)
         if seal is not None:
             result = seal_next(result, seal, binding)
         if isinstance(result, web.StreamResponse):

@@ -112,7 +112,9 @@ _STANDARD_PROBLEMS: dict[int, tuple[str, str]] = {
     503: (
         "ServiceUnavailable",
         "Authentication is not configured, or a dependency (the database, the key-value store) "
-        "was lost under the request (`dependency_unavailable`, with Retry-After: send it again).",
+        "was lost or did not answer in time (`dependency_unavailable`, the detail naming it), or "
+        "the database ended the request's transaction for contention each time it was tried "
+        "(`contention`); both with Retry-After: send it again.",
     ),
 }
 

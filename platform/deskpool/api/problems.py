@@ -5,7 +5,11 @@ HTTP errors (unknown route, wrong method, body too large) and anything unexpecte
 ``application/problem+json``:
 
 - a store lost under the request (PostgreSQL or Redis, see :mod:`deskpool.outages`): 503
-  ``dependency_unavailable`` with ``Retry-After``, logged as one line;
+  ``dependency_unavailable`` with ``Retry-After``, its detail naming the store, logged as one
+  line;
+- a transaction PostgreSQL still ended for a deadlock or a serialization failure after the
+  operation was run again (see :func:`deskpool.outages.contended`): 503 ``contention`` with
+  ``Retry-After``, logged as one line;
 - a value PostgreSQL refuses to store that validation let through: 400 ``invalid_value``,
   logged as a warning naming the route (a schema rule is missing there);
 - the client's connection closed while its response was written: logged as one line saying
@@ -34,10 +38,17 @@ from deskpool.errors import (
     MethodNotAllowed,
     NotFound,
     PayloadTooLarge,
+    ServiceUnavailable,
     UnsupportedMediaType,
     problem_document,
 )
-from deskpool.outages import RETRY_AFTER_SECONDS, outage_of
+from deskpool.outages import (
+    CONTENTION_ATTEMPTS,
+    RETRY_AFTER_SECONDS,
+    contended,
+    outage_of,
+    unavailable_detail,
+)
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +229,20 @@ def unexpected_error(error: Exception, request: web.Request) -> DeskpoolError:
             extra=request_id,
         )
         return DependencyUnavailable(
-            f"The {dependency} was unavailable while serving this request; retry it.",
+            unavailable_detail(dependency), headers={"Retry-After": str(RETRY_AFTER_SECONDS)}
+        )
+    if contended(error):
+        log.warning(
+            "the database ended the transaction serving %s %d times (%s)",
+            where,
+            CONTENTION_ATTEMPTS,
+            type(error).__name__,
+            extra=request_id,
+        )
+        return ServiceUnavailable(
+            "The database ended this request's transaction to resolve a conflict with "
+            "concurrent changes, each time it was tried; nothing was changed; retry it.",
+            code="contention",
             headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
         )
     if isinstance(error, RequestPayloadError):

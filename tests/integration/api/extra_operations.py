@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import asyncpg
 from marshmallow import Schema, fields, validate
 
 from deskpool.api.context import Call
@@ -47,10 +48,12 @@ class ExtraOperations:
 
     def __init__(self, numbers: int = 0) -> None:
         self.numbers = numbers
+        #: How many times ``POST /test/contended/{failures}`` ran, by request.
+        self.contended_runs: dict[int, int] = {}
 
     @hookimpl
     def deskpool_register_routes(self, routes: RouteTable) -> None:
-        """Add ``POST /test/desktops``, ``GET /test/numbers`` and ``GET /test/crash``."""
+        """Add ``POST /test/desktops``, ``GET /test/numbers``, ``GET /test/crash`` and more."""
 
         @routes.route(
             "POST",
@@ -92,3 +95,18 @@ class ExtraOperations:
         )
         async def crash_test(call: Call) -> Any:
             raise RuntimeError("secret internal detail /srv/deskpool/x.py line 3")
+
+        @routes.route(
+            "POST",
+            "/test/contended/{failures}",
+            summary="Meet a deadlock the first {failures} times it is run",
+            tags=("test",),
+            permission=None,
+            responses={200: ResponseSpec("The times it was run.")},
+        )
+        async def contended_test(call: Call) -> Any:
+            runs = self.contended_runs.get(id(call.request), 0) + 1
+            self.contended_runs[id(call.request)] = runs
+            if runs <= int(call.request.match_info["failures"]):
+                raise asyncpg.DeadlockDetectedError("deadlock detected")
+            return {"runs": runs}

@@ -155,6 +155,19 @@ async def test_an_unexpected_error_is_500_without_details(client: Any) -> None:
     assert "request id" in body["detail"]
 
 
+async def test_a_deadlocked_operation_is_run_again(client: Any) -> None:
+    response = await client.post("/test/contended/3")
+    assert response.status == 200, await response.text()
+    assert await response.json() == {"runs": 4}
+
+
+async def test_an_operation_deadlocked_every_time_is_503_with_retry_after(client: Any) -> None:
+    response = await client.post("/test/contended/100")
+    body = await problem(response, 503, "contention")
+    assert response.headers["Retry-After"].isdigit()
+    assert "retry" in body["detail"]
+
+
 async def test_a_protected_operation_is_503_while_oidc_is_unset(client: Any) -> None:
     response = await client.get("/api/v1/pools")
     body = await problem(response, 503, "auth_not_configured")
