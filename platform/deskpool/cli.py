@@ -73,7 +73,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     process = bootstrap(_environ(), [])
 
     async def run() -> list[str]:
-        pool = await connect_pool(process.config)
+        pool = await connect_pool(process.config, bounded=False)
         try:
             async with pool.acquire() as connection:
                 return await migrate(connection)

@@ -445,6 +445,27 @@ def declare_core_settings(registry: SettingRegistry) -> None:
         type_name="integer",
     )
     data.add(
+        "DATABASE_ACQUIRE_TIMEOUT",
+        parse_duration,
+        "5s",
+        "How long a request waits for a database connection (a busy pool giving one back, a "
+        "full server making room) before it is answered 503 `dependency_unavailable`. Opening "
+        "one connection is bounded to 1 s each try, and after a statement's answer timed out "
+        "requests fail at once for 2 s: a server that stopped answering costs a request about "
+        "`DATABASE_STATEMENT_TIMEOUT` + 0.5 s at most.",
+        type_name="duration",
+    )
+    data.add(
+        "DATABASE_STATEMENT_TIMEOUT",
+        parse_duration,
+        "1s",
+        "Longest a statement may run: the server cancels it (`statement_timeout`), and the client "
+        "gives up on an answer 1 s later (a server that stopped answering). A request meeting "
+        "either is answered 503 `dependency_unavailable`. A `DATABASE_URL` option or a role "
+        "setting does not override it.",
+        type_name="duration",
+    )
+    data.add(
         "DBSERVER_DB",
         str,
         "deskpool",
@@ -476,6 +497,15 @@ def declare_core_settings(registry: SettingRegistry) -> None:
     )
     data.add("KVSTORE_PASSWORD", str, "", "Password, if the store requires one.", secret=True)
     data.add("KVSTORE_DB", parse_int(0, 15), "0", "Logical database index.", type_name="integer")
+    data.add(
+        "KVSTORE_TIMEOUT",
+        parse_duration,
+        "1s",
+        "How long connecting to the key-value store and each of its answers may take; past it "
+        "the command fails and the next ones fail at once for 2 s (the caller's degraded "
+        "behaviour, or 503 `dependency_unavailable`).",
+        type_name="duration",
+    )
     data.add(
         "KVSTORE_KEY_PREFIX",
         str,

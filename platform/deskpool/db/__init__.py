@@ -110,24 +110,47 @@ async def connect_patiently(*args: Any, **kwargs: Any) -> asyncpg.Connection:
             delay = min(delay * 2, 1.0)
 
 
-async def connect_pool(config: Config) -> asyncpg.Pool:
+async def connect_pool(config: Config, *, bounded: bool = True) -> asyncpg.Pool:
     """Open the connection pool sized by ``DATABASE_MAX_CONNS``.
 
-    New connections are opened by :func:`connect_patiently`.
+    New connections are opened by :func:`connect_patiently`. A ``bounded`` pool (every
+    process's) waits ``DATABASE_ACQUIRE_TIMEOUT`` at most for a connection and
+    ``DATABASE_STATEMENT_TIMEOUT`` for a statement (see :mod:`deskpool.db.bounded`); migrations
+    use an unbounded one (a migration may rewrite a large table).
 
     :raises StartupError: naming the server (never the password) when it cannot be reached.
     """
+    from deskpool.db.bounded import CLIENT_MARGIN, CONNECT_TIMEOUT, BoundedPool
+
     url = config["DATABASE_URL"]
     size = config["DATABASE_MAX_CONNS"]
+    acquire = config.duration("DATABASE_ACQUIRE_TIMEOUT")
+    statement = config.duration("DATABASE_STATEMENT_TIMEOUT")
     try:
-        pool = await asyncpg.create_pool(
-            url,
-            min_size=min(1, size),
-            max_size=size,
-            timeout=10,
-            command_timeout=60,
-            connect=connect_patiently,
-        )
+        if bounded:
+            pool = await BoundedPool(
+                url,
+                acquire_timeout=acquire,
+                min_size=min(1, size),
+                max_size=size,
+                max_queries=50_000,
+                max_inactive_connection_lifetime=300.0,
+                timeout=CONNECT_TIMEOUT,
+                command_timeout=statement + CLIENT_MARGIN,
+                server_settings={"statement_timeout": str(int(statement * 1000))},
+                connect=connect_patiently,
+                loop=None,
+                record_class=asyncpg.Record,
+            )
+        else:
+            pool = await asyncpg.create_pool(
+                url,
+                min_size=min(1, size),
+                max_size=size,
+                timeout=10,
+                command_timeout=None,
+                connect=connect_patiently,
+            )
     except (OSError, asyncpg.PostgresError, TimeoutError) as error:
         raise StartupError(
             f"cannot connect to PostgreSQL at {describe_database(url)} (DATABASE_URL): "

@@ -31,8 +31,23 @@ log = logging.getLogger(__name__)
 
 #: Entries kept in the stream (approximately): how far back a reconnecting client can resume.
 STREAM_LENGTH = 10_000
-#: How long one ``XREAD`` blocks, in milliseconds (below the client's socket timeout).
+#: How long one ``XREAD`` blocks at most, in milliseconds; never more than half the client's
+#: socket timeout (``KVSTORE_TIMEOUT``), see :func:`block_ms`.
 BLOCK_MS = 5_000
+
+
+def block_ms(kv: redis.Redis) -> int:
+    """How long an ``XREAD`` on ``kv`` may block, in milliseconds.
+
+    Half its socket timeout, :data:`BLOCK_MS` at most: a read that outlasted the timeout would
+    be taken for a store that stopped answering.
+    """
+    timeout = kv.connection_pool.connection_kwargs.get("socket_timeout")
+    if not timeout:
+        return BLOCK_MS
+    return max(10, min(BLOCK_MS, int(float(timeout) * 1000 / 2)))
+
+
 #: Entries buffered per subscriber before it is dropped (it reconnects and resumes).
 SUBSCRIBER_BUFFER = 1_000
 #: The type of the entry the hub hands its subscribers when events may have been lost (reading
@@ -159,7 +174,7 @@ class LiveHub:
                     self._position = await last_id(self.kv, self.prefix)
                     self._started.set()
                 answer: Any = await self.kv.xread(
-                    {stream_key(self.prefix): self._position}, count=500, block=BLOCK_MS
+                    {stream_key(self.prefix): self._position}, count=500, block=block_ms(self.kv)
                 )
             except asyncio.CancelledError:
                 raise

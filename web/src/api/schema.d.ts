@@ -3366,7 +3366,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description Authentication is not configured, or a dependency (the database, the key-value store) was lost under the request (`dependency_unavailable`, with Retry-After: send it again). */
+        /** @description Authentication is not configured, or a dependency (the database, the key-value store) was lost or did not answer in time (`dependency_unavailable`, the detail naming it), or the database ended the request's transaction for contention each time it was tried (`contention`); both with Retry-After: send it again. */
         ServiceUnavailable: {
             headers: {
                 /** @description Seconds to wait before sending the request again (outages). */
