@@ -116,7 +116,7 @@ async def connect_pool(config: Config, *, bounded: bool = True) -> asyncpg.Pool:
     New connections are opened by :func:`connect_patiently`. A ``bounded`` pool (every
     process's) waits ``DATABASE_ACQUIRE_TIMEOUT`` at most for a connection and
     ``DATABASE_STATEMENT_TIMEOUT`` for a statement (see :mod:`deskpool.db.bounded`); migrations
-    use an unbounded one (a migration may rewrite a large table).
+    and operators' commands use an unbounded one (they may rewrite a large table).
 
     :raises StartupError: naming the server (never the password) when it cannot be reached.
     """
@@ -194,11 +194,12 @@ async def current_pool(config: Config) -> AsyncIterator[asyncpg.Pool]:
     """A connection pool to a database whose schema is current, closed on the way out.
 
     What a command that reads or changes data opens (``deskpool admin grant``, ``deskpool
-    secrets ...``): it refuses a database that migrations have not caught up with.
+    secrets ...``): it refuses a database that migrations have not caught up with. Its
+    statements are not bounded (an operator's command may rewrite many rows, or wait for a lock).
 
     :raises SchemaOutOfDate: naming the pending migrations.
     """
-    pool = await connect_pool(config)
+    pool = await connect_pool(config, bounded=False)
     try:
         status = await schema_status(pool)
         if status.pending:
