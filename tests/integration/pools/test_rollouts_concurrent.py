@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
+import pytest
 from tests.integration.pools.conftest import Caller, pool_body
 
 from deskpool.runtime import Runtime
@@ -25,6 +26,12 @@ from deskpool.testing.processes import until
 
 POOLS = "/api/v1/pools"
 TEMPLATES = [{"name": "ubuntu-22.04"}, {"name": "ubuntu-24.04"}, {"name": "ubuntu-25.04"}]
+
+
+@pytest.fixture
+def pools_environ(pools_environ: dict[str, str]) -> dict[str, str]:
+    """Statements may wait as long as the deadlock takes to be found (1 s, then retries)."""
+    return pools_environ | {"DATABASE_STATEMENT_TIMEOUT": "30s"}
 
 
 async def test_eight_concurrent_rollouts_meeting_a_reconciliation_are_never_500(
