@@ -9,7 +9,10 @@ of the platform bounds its connections the same way (settings declared here):
 - ``API_HEADER_TIMEOUT``: a connection that has begun a request must send the rest of its
   request line and headers within that time, or it is closed (slowloris);
 - ``API_MAX_CONNECTIONS``: a listener holding that many connections answers a new one 503
-  (``too_many_connections``, with ``Retry-After``) and closes it at once.
+  (``too_many_connections``, with ``Retry-After``) and closes it at once;
+- a per-address cap (the api's ``API_MAX_CONNECTIONS_PER_ADDRESS``): a client address holding
+  that many connections of the listener has a new one answered the same way, so one address
+  cannot hold them all; the addresses of trusted proxies (``API_TRUSTED_PROXIES``) are exempt.
 
 A request aiohttp cannot parse (a header over 8190 bytes, a malformed line, an unsupported
 content coding) is answered problem+json (431, 400 or 415) and logged as one line that names
@@ -19,6 +22,8 @@ the kind of error and the client, never the bytes received: they may hold a bear
 from __future__ import annotations
 
 import asyncio
+import collections
+import ipaddress
 import json
 import logging
 import socket
@@ -95,11 +100,27 @@ class ConnectionLimits:
     :param idle_timeout: seconds without a request before a connection is closed.
     :param header_timeout: seconds a begun request has to finish its request line and headers.
     :param max_connections: connections one listener holds at most.
+    :param max_per_address: connections one client address holds at most (0: no cap).
+    :param exempt: networks the per-address cap does not apply to (trusted proxies).
     """
 
     idle_timeout: float = 75.0
     header_timeout: float = 10.0
     max_connections: int = 1000
+    max_per_address: int = 0
+    exempt: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+
+    def capped(self, address: str) -> bool:
+        """Whether the per-address cap applies to ``address``."""
+        if self.max_per_address <= 0:
+            return False
+        try:
+            parsed = ipaddress.ip_address(address)
+        except ValueError:
+            return True
+        if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
+            parsed = parsed.ipv4_mapped
+        return not any(parsed in network for network in self.exempt)
 
     @classmethod
     def from_config(cls, config: Config) -> ConnectionLimits:
@@ -267,6 +288,10 @@ class GuardedServer(web.Server):
         self.listener = listener
         self.handler_kwargs = handler_kwargs
         self.refused = 0
+        #: Open connections by client address (those the per-address cap applies to).
+        self.by_address: collections.Counter[str] = collections.Counter()
+        self.counted: dict[int, str] = {}
+        self.refused_addresses: set[str] = set()
 
     def __call__(self) -> web.RequestHandler:
         """A handler for one new connection."""
@@ -280,9 +305,19 @@ class GuardedServer(web.Server):
         )
 
     def connection_made(self, handler: web.RequestHandler, transport: asyncio.Transport) -> None:
-        """Count the connection; answer it 503 and close it when the listener is full."""
+        """Count the connection; answer it 503 and close it when the listener is full.
+
+        The same when its address holds as many as one address may.
+        """
         super().connection_made(handler, transport)
         over = len(self.connections) > self.limits.max_connections
+        address = _peer_of(transport)
+        if not over and address is not None and self.limits.capped(address):
+            self.by_address[address] += 1
+            self.counted[id(handler)] = address
+            if self.by_address[address] > self.limits.max_per_address:
+                self._refuse_address(handler, address)
+                return
         if over and isinstance(handler, GuardedRequestHandler):
             if self.refused == 0:
                 log.warning(
@@ -291,20 +326,54 @@ class GuardedServer(web.Server):
                     self.limits.max_connections,
                 )
             self.refused += 1
-            handler.refuse(
-                DeskpoolError(
-                    "This server holds as many connections as it accepts; retry shortly.",
-                    status=503,
-                    code="too_many_connections",
-                    title="Service Unavailable",
-                    headers={"Retry-After": str(REFUSED_RETRY_AFTER)},
-                )
-            )
+            handler.refuse(_too_many("This server holds as many connections as it accepts"))
         elif self.refused and not over:
             log.warning(
                 "%s accepts connections again (%d refused meanwhile)", self.listener, self.refused
             )
             self.refused = 0
+
+    def _refuse_address(self, handler: web.RequestHandler, address: str) -> None:
+        if address not in self.refused_addresses:
+            log.warning(
+                "%s: %s holds API_MAX_CONNECTIONS_PER_ADDRESS (%d) connections: refusing its "
+                "new ones",
+                self.listener,
+                address,
+                self.limits.max_per_address,
+            )
+        self.refused_addresses.add(address)
+        if isinstance(handler, GuardedRequestHandler):
+            handler.refuse(_too_many("Your address holds as many connections as one may"))
+
+    def connection_lost(
+        self, handler: web.RequestHandler, exc: BaseException | None = None
+    ) -> None:
+        """Uncount the connection."""
+        super().connection_lost(handler, exc)
+        address = self.counted.pop(id(handler), None)
+        if address is not None:
+            self.by_address[address] -= 1
+            if self.by_address[address] <= 0:
+                del self.by_address[address]
+                self.refused_addresses.discard(address)
+
+
+def _peer_of(transport: asyncio.Transport) -> str | None:
+    peer = transport.get_extra_info("peername")
+    if isinstance(peer, tuple | list) and peer:
+        return str(peer[0])
+    return None
+
+
+def _too_many(what: str) -> DeskpoolError:
+    return DeskpoolError(
+        f"{what}; retry shortly.",
+        status=503,
+        code="too_many_connections",
+        title="Service Unavailable",
+        headers={"Retry-After": str(REFUSED_RETRY_AFTER)},
+    )
 
 
 class ListenerRunner(web.AppRunner):

@@ -30,6 +30,7 @@ from marshmallow import EXCLUDE, RAISE, Schema
 from prometheus_client import Counter, Histogram
 
 from deskpool.api import docs, openapi, resources
+from deskpool.api.client_address import TRUSTED_PROXIES_KEY, TrustedProxies
 from deskpool.api.context import Call
 from deskpool.api.cors import CorsPolicy, cors_middleware, cors_on_prepare
 from deskpool.api.inputs import input_guard_middleware
@@ -50,7 +51,7 @@ from deskpool.api.validation import DeskpoolParser, check_body_size, parse_body,
 from deskpool.clusters import service as clusters_service
 from deskpool.identity import access
 from deskpool.live.bus import LiveHub
-from deskpool.live.model import StreamSlots
+from deskpool.live.slots import SharedStreamSlots
 from deskpool.outages import CONTENTION_ATTEMPTS, DATABASE, contended, outage_of
 from deskpool.revocation import service as revocation
 from deskpool.runtime import Runtime
@@ -329,6 +330,7 @@ def create_app(runtime: Runtime) -> web.Application:
         handler_args={"auto_decompress": False},
     )
     app[RUNTIME_KEY] = runtime
+    app[TRUSTED_PROXIES_KEY] = config.typed("API_TRUSTED_PROXIES", TrustedProxies)
     app.on_response_prepare.append(cors_on_prepare(cors))
     app[METRICS_KEY] = HttpMetrics(runtime)
     limiter = RateLimiter(
@@ -362,7 +364,9 @@ def create_app(runtime: Runtime) -> web.Application:
         await hub.close()  # ends the open event streams before the graceful shutdown waits
 
     app.on_shutdown.append(close_hub)
-    app[events.STREAM_SLOTS_KEY] = StreamSlots(int(config["API_EVENT_STREAMS_PER_USER"]))
+    app[events.STREAM_SLOTS_KEY] = SharedStreamSlots(
+        runtime.kv, config["KVSTORE_KEY_PREFIX"], int(config["API_EVENT_STREAMS_PER_USER"])
+    )
     app[PAGE_LIMITS_KEY] = PageLimits.from_config(config)
     app[CURSOR_SEALS_KEY] = CursorSeals()
     app[PARSER_KEY] = DeskpoolParser(

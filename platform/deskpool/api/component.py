@@ -6,9 +6,12 @@ in-flight requests get ``API_SHUTDOWN_TIMEOUT`` to finish before connections are
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from aiohttp import web
 
 from deskpool.api.app import create_app
+from deskpool.api.client_address import TrustedProxies
 from deskpool.config import (
     HostPort,
     SettingRegistry,
@@ -16,7 +19,7 @@ from deskpool.config import (
     parse_int,
     parse_listen_address,
 )
-from deskpool.listener import HttpListenerComponent
+from deskpool.listener import ConnectionLimits, HttpListenerComponent
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
 from deskpool.runtime import ComponentFactory
@@ -36,6 +39,20 @@ class ApiComponent(HttpListenerComponent):
     def shutdown_timeout(self) -> float:
         """``API_SHUTDOWN_TIMEOUT``."""
         return self.runtime.config.duration("API_SHUTDOWN_TIMEOUT")
+
+    @property
+    def limits(self) -> ConnectionLimits:
+        """The listener's limits, with ``API_MAX_CONNECTIONS_PER_ADDRESS``.
+
+        The cap applies to every client address but the trusted proxies' (``API_TRUSTED_PROXIES``).
+        """
+        config = self.runtime.config
+        proxies = config.typed("API_TRUSTED_PROXIES", TrustedProxies)
+        return replace(
+            super().limits,
+            max_per_address=int(config["API_MAX_CONNECTIONS_PER_ADDRESS"]),
+            exempt=proxies.networks,
+        )
 
     def create_app(self) -> web.Application:
         """The REST API application."""
@@ -92,9 +109,29 @@ def deskpool_declare_settings(registry: SettingRegistry) -> None:
         "API_EVENT_STREAMS_PER_USER",
         parse_int(1, 1000),
         "5",
-        "Live event streams (`GET /api/v1/events`) one user may hold open at once in one api "
-        "process; one more is answered 429 with `Retry-After`.",
+        "Live event streams (`GET /api/v1/events`) one user may hold open at once across every "
+        "api process (counted in the key-value store; while it is unavailable, in each process); "
+        "one more is answered 429 `too_many_streams` with `Retry-After`.",
         type_name="integer",
+    )
+    api.add(
+        "API_MAX_CONNECTIONS_PER_ADDRESS",
+        parse_int(0, 1_000_000),
+        "100",
+        "Open connections one client address may hold on the api listener; one more is "
+        "answered 503 `too_many_connections` with `Retry-After` and closed. The addresses of "
+        "`API_TRUSTED_PROXIES` are exempt. 0 turns the cap off.",
+        type_name="integer",
+    )
+    api.add(
+        "API_TRUSTED_PROXIES",
+        TrustedProxies.parse,
+        "",
+        "Comma-separated addresses or networks (CIDR) of the proxies in front of the api. Only "
+        "a request from one of them has its `X-Forwarded-For` read: its client is the rightmost "
+        "address there that is not a trusted proxy. The rate limits and the audit's source "
+        "address use that client; empty: every request's client is its peer.",
+        type_name="list",
     )
     api.add(
         "API_PAGE_SIZE_DEFAULT",

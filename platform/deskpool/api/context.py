@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from deskpool.actor import Actor
+from deskpool.api.client_address import client_address
 from deskpool.api.problems import REQUEST_ID_KEY
 from deskpool.errors import Unauthenticated
 
@@ -60,7 +61,7 @@ class Call:
         return Actor.of_principal(
             self.principal,
             request_id=self.request_id or None,
-            source_address=self.request.remote,
+            source_address=client_address(self.request),
         )
 
     @property

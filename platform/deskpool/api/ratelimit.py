@@ -2,7 +2,8 @@
 
 Each caller has a budget of ``API_RATE_LIMIT_PER_MINUTE`` requests per window of one minute
 (0 turns rate limiting off). The caller is the authenticated principal on protected operations
-(its local id, else its token subject) and the client address on public ones, so one user's
+(its local id, else its token subject) and the client address on public ones (behind a
+trusted proxy, the address it forwards: :mod:`deskpool.api.client_address`), so one user's
 budget follows them across addresses and every API process shares it through Redis.
 
 The window is a fixed one that opens with a caller's first request: one Redis key per caller,
@@ -36,6 +37,7 @@ from aiohttp import web
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from deskpool.api.client_address import client_address
 from deskpool.errors import RateLimited
 
 if TYPE_CHECKING:
@@ -95,7 +97,7 @@ def caller_key(principal: Principal | None, request: web.Request) -> str:
         value = getattr(principal, attribute, None) if principal is not None else None
         if value:
             return f"principal:{value}"
-    return f"address:{request.remote or 'unknown'}"
+    return f"address:{client_address(request) or 'unknown'}"
 
 
 @dataclass

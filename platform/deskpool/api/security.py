@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from deskpool.api.client_address import client_address as forwarded_client_address
 from deskpool.audit import record_audit_event
 from deskpool.errors import DeskpoolError, Forbidden, Unauthenticated
 from deskpool.events import AuditEvent
@@ -47,8 +48,8 @@ def install_authentication(app: web.Application, runtime: Runtime) -> None:
 
 
 def client_address(request: web.Request) -> str | None:
-    """The client's address as the server saw it."""
-    return request.remote
+    """The client's address (behind a trusted proxy, the one it forwards)."""
+    return forwarded_client_address(request)
 
 
 async def record_denial(

@@ -64,8 +64,9 @@ async def test_eight_concurrent_rollouts_meeting_a_reconciliation_are_never_500(
     reconciliation, watcher = await asyncpg.connect(url), await asyncpg.connect(url)
     try:
         async with reconciliation.transaction():
-            # PostgreSQL ends the transaction whose wait it checks first: the request's.
-            await reconciliation.execute("SET LOCAL deadlock_timeout = '20s'")
+            # PostgreSQL ends the transaction whose wait it checks first: the request's (each
+            # request holding the pool's row in turn meets the cycle, a second each).
+            await reconciliation.execute("SET LOCAL deadlock_timeout = '200s'")
             await reconciliation.execute(
                 "UPDATE rollouts SET message = message WHERE id = $1", rollout_id
             )
@@ -92,5 +93,7 @@ async def test_eight_concurrent_rollouts_meeting_a_reconciliation_are_never_500(
 
     statuses = Counter(status for status, _ in answers)
     assert statuses[500] == 0, [text for status, text in answers if status == 500]
-    # The pool has its one active rollout: every request is refused as a conflict.
-    assert statuses == Counter({409: 8}), answers
+    # The pool has its one active rollout: every request is refused as a conflict, or (one
+    # that met the deadlock on each of its attempts, under a loaded machine) told to retry.
+    assert set(statuses) <= {409, 503}, answers
+    assert all('"contention"' in text for status, text in answers if status == 503), answers

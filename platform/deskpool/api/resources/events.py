@@ -47,10 +47,10 @@ from deskpool.live import bus
 from deskpool.live.model import (
     KIND_OF_RESOURCE,
     LiveEvent,
-    StreamSlots,
     valid_stream_id,
     view_for,
 )
+from deskpool.live.slots import SharedStreamSlots
 from deskpool.pool_admin.service import entitled_pool_ids
 from deskpool.revocation.model import Holding
 from deskpool.revocation.watch import access_watch
@@ -64,7 +64,7 @@ RETRY_MS = 3_000
 log = logging.getLogger(__name__)
 
 HUB_KEY = web.AppKey("live_hub", bus.LiveHub)
-STREAM_SLOTS_KEY = web.AppKey("live_stream_slots", StreamSlots)
+STREAM_SLOTS_KEY = web.AppKey("live_stream_slots", SharedStreamSlots)
 
 _DESCRIPTION = """\
 A [server-sent event](https://html.spec.whatwg.org/multipage/server-sent-events.html) stream of
@@ -121,16 +121,15 @@ async def stream_events(call: Call) -> web.StreamResponse:
         raise BadRequest("Last-Event-ID is not an id this stream gave.")
     slots = request.app[STREAM_SLOTS_KEY]
     principal = call.caller
-    if not slots.take(principal.id):
+    slot = await slots.take(principal.id)
+    if slot is None:
         raise TooManyStreams(
             f"You hold {slots.per_user} live event streams open already; close one first.",
             headers={"Retry-After": str(RETRY_MS // 1000)},
         )
-    try:
+    async with slots.held(slot):
         subscriber = Subscriber(request.app[AUTHENTICATOR_KEY], principal, call.runtime)
         return await _stream(request, resume, subscriber)
-    finally:
-        slots.give_back(principal.id)
 
 
 class TooManyStreams(RateLimited):
