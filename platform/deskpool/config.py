@@ -450,7 +450,7 @@ def declare_core_settings(registry: SettingRegistry) -> None:
         "5s",
         "How long a request waits for a database connection (a busy pool giving one back, a "
         "full server making room) before it is answered 503 `dependency_unavailable`. Opening "
-        "one connection is bounded to 1 s each try, and after a statement's answer timed out "
+        "one connection is bounded to 1.5 s each try, and after a statement's answer timed out "
         "requests fail at once for 2 s: a server that stopped answering costs a request about "
         "`DATABASE_STATEMENT_TIMEOUT` + 0.5 s at most.",
         type_name="duration",

@@ -32,7 +32,7 @@ from asyncpg.pool import PoolAcquireContext
 log = logging.getLogger(__name__)
 
 #: How long opening one connection may take, in seconds (each try, see ``connect_patiently``).
-CONNECT_TIMEOUT = 1.0
+CONNECT_TIMEOUT = 1.5
 #: How much longer than the statement timeout the client waits for an answer, in seconds.
 CLIENT_MARGIN = 0.5
 #: Seconds during which acquiring fails at once after an answer did not come in time.

@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncpg
 import pytest
-from tests.integration.pools.conftest import Caller, pool_body
+from tests.support.pools import Caller, pool_body
 
 from deskpool.runtime import Runtime
 from deskpool.testing.processes import until
