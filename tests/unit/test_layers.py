@@ -116,6 +116,7 @@ MODEL_FILES = frozenset(
         "samples.py",
         "logons.py",
         "phases.py",
+        "document.py",
     }
 )
 #: What a model may not import: drivers of I/O, and the platform's modules that do I/O.

@@ -21,6 +21,7 @@ from marshmallow import Schema, ValidationError, fields
 from tests.unit.rollouts.test_rollout_planner import pool_of, rollout_of, six, view
 
 from deskpool.api.values import Day, Instant
+from deskpool.licensing import document as license_document
 from deskpool.licensing import model as licensing
 from deskpool.licensing.model import BuildIntegrity, WatermarkIntegrity, WatermarkView
 from deskpool.reports import model as reports
@@ -212,10 +213,8 @@ def test_a_report_period_the_validator_accepts_is_computable(
 
 
 VENDOR = TestVendor(trusted=False)
-KEYRING = {
-    VENDOR.key_id
-    or licensing.key_fingerprint(VENDOR.private_key.public_key()): VENDOR.private_key.public_key()
-}
+VENDOR_KEY = VENDOR.private_key.public_key()
+KEYRING = {VENDOR.key_id or license_document.key_fingerprint(VENDOR_KEY): VENDOR_KEY}
 
 
 @EXAMPLES
@@ -229,8 +228,8 @@ def test_a_license_the_validator_accepts_is_computable(
         issued_at=licensing.format_instant(issued), expires_at=licensing.format_instant(expires)
     )
     try:
-        license = licensing.verify_document(document, KEYRING)
-    except licensing.LicenseMalformed:
+        license = license_document.verify_document(document, KEYRING)
+    except license_document.LicenseMalformed:
         # The document says UTC: a year in range as written may leave it once normalised.
         issued_utc, expires_utc = issued.astimezone(UTC), expires.astimezone(UTC)
         assert (
@@ -245,8 +244,8 @@ def test_a_license_the_validator_accepts_is_computable(
 
 def test_a_license_expiring_in_9999_is_malformed_not_a_crash() -> None:
     document = VENDOR.issue(issued_at="2026-01-01T00:00:00Z", expires_at="9999-12-31T23:59:59Z")
-    with pytest.raises(licensing.LicenseMalformed, match="expires_at"):
-        licensing.verify_document(document, KEYRING)
+    with pytest.raises(license_document.LicenseMalformed, match="expires_at"):
+        license_document.verify_document(document, KEYRING)
 
 
 # --------------------------------------------------------------------------- digits elsewhere

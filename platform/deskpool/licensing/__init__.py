@@ -3,9 +3,11 @@
 The parts, in the layers of the platform:
 
 - :mod:`~deskpool.licensing.model`: the domain with no I/O: editions and their limits (declared
-  once, in :data:`~deskpool.licensing.model.EDITION_LIMITS`), the license document and its
-  verification, the judgement of expiry and grace against the clock and the watermark, and the
-  enforcement decisions ("may one more desktop be created?").
+  once, in :data:`~deskpool.licensing.model.EDITION_LIMITS`), what a verified license says, the
+  judgement of expiry and grace against the clock and the watermark, and the enforcement
+  decisions ("may one more desktop be created?").
+- :mod:`~deskpool.licensing.document`: the license document with no I/O: its format, signing
+  and verification, and the refusals of a document that cannot be installed.
 - :mod:`~deskpool.licensing.keys`: the vendor public keys built into this version.
 - :mod:`~deskpool.licensing.watermark`: the MAC that protects the stored watermark.
 - :mod:`~deskpool.licensing.store`: the SQL of the installed license, the watermark and the

@@ -19,8 +19,8 @@ import os
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from deskpool.licensing.document import key_fingerprint
 from deskpool.licensing.manifest import manifest_required
-from deskpool.licensing.model import key_fingerprint
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,8 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from deskpool.licensing.model import BuildIntegrity, canonical, format_instant, key_fingerprint
+from deskpool.licensing.document import canonical, key_fingerprint
+from deskpool.licensing.model import BuildIntegrity, format_instant
 
 MANIFEST_FORMAT = "deskpool-manifest/1"
 MANIFEST_LABEL = b"deskpool-manifest/1\n"

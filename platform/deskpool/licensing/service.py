@@ -23,6 +23,7 @@ from deskpool.actor import Actor
 from deskpool.events import Outcome
 from deskpool.licensing import store
 from deskpool.licensing.context import LicensingContext
+from deskpool.licensing.document import LicenseRefused, check_installable, verify_document
 from deskpool.licensing.manifest import ManifestCheck
 from deskpool.licensing.model import (
     CLOCK_SKEW_TOLERANCE,
@@ -30,19 +31,16 @@ from deskpool.licensing.model import (
     Judgement,
     License,
     LicenseLimitReached,
-    LicenseRefused,
     Resource,
     Usage,
     WatermarkView,
     check_growth,
-    check_installable,
     format_instant,
     headroom,
     judge,
     judged_time,
     limit_reason,
     room_for_concurrent,
-    verify_document,
 )
 from deskpool.licensing.reporting import (
     LicenseReporter,

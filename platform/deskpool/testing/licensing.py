@@ -18,12 +18,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
 from deskpool.licensing import keys
-from deskpool.licensing.model import (
-    MAX_DOCUMENT_BYTES,
-    PRODUCT,
-    format_instant,
-    sign_document,
-)
+from deskpool.licensing.document import MAX_DOCUMENT_BYTES, PRODUCT, sign_document
+from deskpool.licensing.model import format_instant
 
 
 class TestVendor:
@@ -74,7 +70,7 @@ class TestVendor:
 
         ``lone surrogate``: the licensee holds an escaped half of a UTF-16 pair (``\\ud800``),
         which no Unicode text holds; ``oversized``: a good license padded with whitespace to
-        beyond :data:`~deskpool.licensing.model.MAX_DOCUMENT_BYTES`.
+        beyond :data:`~deskpool.licensing.document.MAX_DOCUMENT_BYTES`.
         """
         surrogate = json.loads(self.issue())
         surrogate["license"]["licensee"] = "Example \ud800 Org"

@@ -14,7 +14,8 @@ from tests.support.pools import (
     pool_body,
 )
 
-from deskpool.licensing.model import FREE_LIMITS, sign_document
+from deskpool.licensing.document import sign_document
+from deskpool.licensing.model import FREE_LIMITS
 from deskpool.reconciliation.plan import ReconcilePolicy
 from deskpool.reconciliation.reconciler import PoolReconcilerService
 from deskpool.runtime import Runtime

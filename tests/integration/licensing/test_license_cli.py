@@ -9,7 +9,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from deskpool.cli import main
-from deskpool.licensing.model import sign_document
+from deskpool.licensing.document import sign_document
 from deskpool.testing.licensing import TestVendor
 
 

@@ -21,7 +21,8 @@ from tests.support.licensing import (
 from deskpool.actor import Actor
 from deskpool.audit import DEFAULT_PARTITION, maintain_audit_partitions, month_of, partition_name
 from deskpool.licensing import service
-from deskpool.licensing.model import LicenseExpired, LicenseStatus
+from deskpool.licensing.document import LicenseExpired
+from deskpool.licensing.model import LicenseStatus
 from deskpool.ops import create_ops_app
 from deskpool.runtime import Runtime
 from deskpool.testing.licensing import TestVendor

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from deskpool.actor import Actor
 from deskpool.cli import main
 from deskpool.licensing import keys, service
+from deskpool.licensing.document import sign_document
 from deskpool.licensing.manifest import (
     build_manifest,
     default_manifest_path,
@@ -28,7 +29,7 @@ from deskpool.licensing.manifest import (
     manifest_required,
     verify_manifest,
 )
-from deskpool.licensing.model import FREE_LIMITS, BuildIntegrity, LicenseStatus, sign_document
+from deskpool.licensing.model import FREE_LIMITS, BuildIntegrity, LicenseStatus
 from deskpool.testing.licensing import TestVendor
 from deskpool.testing.pytest_plugin import opened_runtime
 

@@ -15,14 +15,9 @@ from tests.support.licensing import (
 
 from deskpool.actor import Actor
 from deskpool.licensing import service, store
+from deskpool.licensing.document import LicenseExpired
 from deskpool.licensing.metrics import LicenseMetrics
-from deskpool.licensing.model import (
-    FREE_LIMITS,
-    GRACE_PERIOD,
-    LicenseExpired,
-    LicenseStatus,
-    WatermarkIntegrity,
-)
+from deskpool.licensing.model import FREE_LIMITS, GRACE_PERIOD, LicenseStatus, WatermarkIntegrity
 from deskpool.licensing.watermark import StoredWatermark, WatermarkKeys, advance
 from deskpool.testing.licensing import TestVendor
 

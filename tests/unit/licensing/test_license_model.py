@@ -10,6 +10,17 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from deskpool.licensing import keys
+from deskpool.licensing.document import (
+    LicenseExpired,
+    LicenseForged,
+    LicenseMalformed,
+    LicenseModified,
+    LicenseOtherProduct,
+    check_installable,
+    key_fingerprint,
+    sign_document,
+    verify_document,
+)
 from deskpool.licensing.model import (
     CLOCK_SKEW_TOLERANCE,
     EDITION_LIMITS,
@@ -17,26 +28,17 @@ from deskpool.licensing.model import (
     GRACE_PERIOD,
     BuildIntegrity,
     Edition,
-    LicenseExpired,
-    LicenseForged,
     LicenseLimitReached,
-    LicenseMalformed,
-    LicenseModified,
-    LicenseOtherProduct,
     LicenseStatus,
     Resource,
     Usage,
     WatermarkIntegrity,
     WatermarkView,
     check_growth,
-    check_installable,
     headroom,
     judge,
     judged_time,
-    key_fingerprint,
     room_for_concurrent,
-    sign_document,
-    verify_document,
 )
 from deskpool.testing.licensing import TestVendor
 

@@ -17,8 +17,8 @@ from marshmallow import Schema, fields, validate
 from deskpool.api.context import Call
 from deskpool.api.routes import ResponseSpec, RouteTable
 from deskpool.licensing import service
+from deskpool.licensing.document import MAX_DOCUMENT_BYTES
 from deskpool.licensing.model import (
-    MAX_DOCUMENT_BYTES,
     BuildIntegrity,
     Edition,
     LicenseStatus,
