@@ -40,11 +40,14 @@ async def open_when_ready(
 
 
 async def test_dev_serves_signs_in_and_seeds_a_simulated_pool(
-    deskpool_environ: dict[str, str], tmp_path: Path
+    deskpool_environ: dict[str, str], module_database_url: str, tmp_path: Path
 ) -> None:
     addresses_file = tmp_path / "addresses.json"
-    # Every listener binds a port the system picks, and the process says which.
+    # Every listener binds a port the system picks, and the process says which. A database of
+    # this module's own: deskpool dev seeds its demo only on a fresh one (the run's shared one
+    # holds the pools of the integration tests that ran before).
     env = dev_process_environ(deskpool_environ, addresses_file)
+    env["DATABASE_URL"] = module_database_url
     command = [*deskpool_command(), "dev", "--state-dir", str(tmp_path), "--issuer-port", "0"]
     process = await asyncio.create_subprocess_exec(
         *command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
