@@ -34,7 +34,6 @@ from redis.exceptions import RedisError
 from deskpool.audit import record_audit_event
 from deskpool.desktops import store as store_desktops
 from deskpool.desktops.states import SessionOpened
-from deskpool.errors import error_text
 from deskpool.events import AuditEvent
 from deskpool.identity.access import holding_of
 from deskpool.kv import subscription
@@ -43,8 +42,9 @@ from deskpool.pools import store as store_pools
 from deskpool.recordings import store as recordings_store
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretDecryptionFailed, SecretsUnavailable
-from deskpool.sessions import lease_clock, store, store_logons, store_policies, store_tokens
+from deskpool.sessions import store, store_logons, store_policies, store_tokens
 from deskpool.sessions.logons import LogonPhase
+from deskpool.sessions.lost_gateways import end_lost_gateways
 from deskpool.sessions.model import (
     IssuedToken,
     SessionRecord,
@@ -562,55 +562,3 @@ async def end_session(
             await publish_disconnect(runtime, viewer)
     await publish(runtime=runtime, event=session_event("ended", ended))
     return ended
-
-
-async def end_lost_gateways(runtime: Runtime) -> int:
-    """End the sessions of gateways whose lease expired (``gateway_lost``); return how many.
-
-    Each lost gateway is claimed with ``FOR UPDATE SKIP LOCKED``, so concurrent callers (every
-    gateway's heartbeat, the worker's session task) never end the same sessions twice. A lease
-    that ran out while nobody could reach the database restarts instead (:mod:`lease_clock`).
-    """
-    ended = 0
-    async with runtime.db.acquire() as connection, connection.transaction():
-        await lease_clock.restart_silenced_leases(connection)
-        lost = await store.claim_lost_gateways(connection)
-        lost += [g for g in await store.orphaned_gateways(connection) if g not in lost]
-        for gateway_id in lost:
-            for session_id in await store.open_session_ids_of_gateway(connection, gateway_id):
-                try:  # each session alone: its savepoint rolls back, the others go on
-                    ended += await _end_in(connection, runtime, session_id)
-                except Exception as error:
-                    log.warning(
-                        "ending session %s of lost gateway %s failed (%s); the others go on",
-                        session_id,
-                        gateway_id,
-                        error_text(error),
-                    )
-            await store.drop_lease(connection, gateway_id)
-    if lost:
-        log.warning("gateway(s) %s lost their lease: %d session(s) ended", ", ".join(lost), ended)
-    return ended
-
-
-async def _end_in(connection: asyncpg.Connection, runtime: Runtime, session_id: uuid.UUID) -> bool:
-    """End a session of a lost gateway inside the caller's transaction."""
-    async with connection.transaction():
-        ended = await store.end_session(connection, session_id, str(SessionEndReason.GATEWAY_LOST))
-        if ended is None:
-            return False
-        await store_logons.fail_session_logon(
-            connection, session_id, str(SessionEndReason.GATEWAY_LOST)
-        )
-        await record_audit_event(
-            connection,
-            _event("session.end", SYSTEM_ACTOR, ended, reason=str(SessionEndReason.GATEWAY_LOST)),
-        )
-        await recordings_store.finish_session_recording(connection, session_id)
-        if not ended.read_only:
-            await close_desktop_session(connection, ended.desktop_id)
-            if ended.disconnect_reason == SessionEndReason.ACCESS_REVOKED:
-                # The gateway was lost before it closed a tunnel whose access was taken away:
-                # its user is logged off all the same.
-                await log_off(connection, ended.desktop_id, "access revoked")
-    return True

@@ -1,7 +1,7 @@
 """The lease clock: a gateway's lease does not run out while nobody could reach the database.
 
 A gateway renews its lease with every heartbeat; when its lease runs out, its sessions end as
-``gateway_lost`` (:func:`deskpool.sessions.broker.end_lost_gateways`). But when the database
+``gateway_lost`` (:func:`deskpool.sessions.lost_gateways.end_lost_gateways`). But when the database
 is away (stopped, unreachable) for longer than a lease, *every* heartbeat fails: the lease
 clock ran on while the gateway could not be heard, and a gateway still relaying its users'
 tunnels would be judged lost the moment the database returns.

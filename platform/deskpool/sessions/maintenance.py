@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from deskpool.jobs.periodic import each_alone
 from deskpool.runtime import Runtime
 from deskpool.sessions import store, store_logons, store_policies, store_tokens
-from deskpool.sessions.broker import end_lost_gateways
+from deskpool.sessions.lost_gateways import end_lost_gateways
 from deskpool.sessions.model import logoff_due, over_limits
 from deskpool.sessions.service import log_off, publish_disconnect
 from deskpool.sessions.tunnel import SessionEndReason

@@ -1,7 +1,7 @@
 """A gateway re-asserts the sessions it relays: a session ended as lost by mistake reopens.
 
 A session ends as ``gateway_lost`` when its gateway's lease ran out
-(:func:`deskpool.sessions.broker.end_lost_gateways`). The gateway is the one that knows
+(:func:`deskpool.sessions.lost_gateways.end_lost_gateways`). The gateway is the one that knows
 whether it still relays the tunnel: every heartbeat carries the ids of the sessions it
 relays, and :func:`reassert_sessions` reopens each of them that the database says ended
 ``gateway_lost``:
