@@ -15,10 +15,7 @@ from marshmallow import Schema, ValidationError, fields, validate
 from deskpool.api.inputs import storable_text
 from deskpool.api.pagination import PageQuery
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
-from deskpool.api.resources.sessions import (
-    SessionPolicyInputSchema,
-    SessionPolicySchema,
-)
+from deskpool.api.resources.session_schemas import SessionPolicyInputSchema, SessionPolicySchema
 from deskpool.api.routes import ResponseSpec
 from deskpool.api.secret_fields import SecretInput, SecretStatusSchema
 from deskpool.api.validation import FullMatch

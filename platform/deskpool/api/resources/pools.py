@@ -59,11 +59,8 @@ from deskpool.api.resources.pool_schemas import (
     PoolSchema,
     PoolWriteSchema,
 )
-from deskpool.api.resources.sessions import (
-    PENDING_CONNECTION,
-    DesktopConnectionSchema,
-    opened_view,
-)
+from deskpool.api.resources.session_schemas import PENDING_CONNECTION, DesktopConnectionSchema
+from deskpool.api.resources.sessions import opened_view
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.desktops.allocation import DesktopNotReady, NoDesktopAvailable
 from deskpool.desktops.states import IN_FLIGHT_STATES

@@ -17,7 +17,7 @@ from marshmallow import Schema, fields, validate
 
 from deskpool.api.context import Call
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
-from deskpool.api.resources.sessions import phase_field
+from deskpool.api.resources.session_schemas import phase_field
 from deskpool.api.routes import ResponseSpec, RouteTable
 from deskpool.api.values import Instant
 from deskpool.reports import service
