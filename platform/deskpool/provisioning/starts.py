@@ -35,7 +35,7 @@ from deskpool.identity.access import holding_of
 from deskpool.jobs.periodic import each_alone
 from deskpool.pools.model import Desktop, DesktopState, Pool
 from deskpool.runtime import Runtime
-from deskpool.sessions import service as sessions
+from deskpool.sessions import logon_timing
 from deskpool.sessions import store_logons as session_store_logons
 from deskpool.sessions.logons import LogonPhase
 from deskpool.sessions.start_cancel import cancel_start
@@ -96,7 +96,7 @@ async def hand_over(
     after = await store_desktops.apply_event(connection, desktop.id, Allocated(user), pool=pool)
     await store.mark_powered_on(connection, desktop.id)
     if start.logon_id is not None:
-        await sessions.mark_phase(runtime, connection, start.logon_id, LogonPhase.POWERED_ON)
+        await logon_timing.mark_phase(runtime, connection, start.logon_id, LogonPhase.POWERED_ON)
     await record_audit_event(
         connection,
         AuditEvent(

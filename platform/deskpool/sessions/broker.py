@@ -43,6 +43,7 @@ from deskpool.recordings import store as recordings_store
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretDecryptionFailed, SecretsUnavailable
 from deskpool.sessions import store, store_logons, store_policies, store_tokens
+from deskpool.sessions.logon_timing import observe_phase
 from deskpool.sessions.logons import LogonPhase
 from deskpool.sessions.lost_gateways import end_lost_gateways
 from deskpool.sessions.model import (
@@ -61,10 +62,9 @@ from deskpool.sessions.service import (
     close_desktop_session,
     disconnect_channel,
     log_off,
-    observe_phase,
     publish_disconnect,
-    token_context,
 )
+from deskpool.sessions.tokens import token_context
 from deskpool.sessions.tunnel import (
     DesktopTarget,
     DisconnectRequest,

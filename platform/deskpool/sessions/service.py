@@ -2,48 +2,31 @@
 
 One function per use case; each validates, changes, audits and enqueues in one transaction.
 The API handlers, the worker's session task and the gateway's broker
-(:mod:`deskpool.sessions.broker`) call these, so a rule lives in one place.
-
-*Connection tokens.* Opening a desktop answers a token bound to the user, the desktop and the
-connection parameters the server resolved through the cluster's driver
-(:func:`resolve_target`); the target is sealed by the secret store for the context
-``session.connection_token[<key hex>].target`` and stored under the token's SHA-256, never the
-token itself. A token lives ``SESSION_TOKEN_TTL`` and is redeemed once.
+(:mod:`deskpool.sessions.broker`) call these, so a rule lives in one place. What they share
+lives beside them: the connection tokens they issue (:mod:`deskpool.sessions.tokens`) and the
+timing of a logon (:mod:`deskpool.sessions.logon_timing`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import uuid
-import weakref
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
-from prometheus_client import CollectorRegistry, Histogram
 from redis.exceptions import RedisError
 
 from deskpool.audit import record_audit_event
-from deskpool.clusters.repository import get_cluster
 from deskpool.db.rows import Db
 from deskpool.desktops import store as store_desktops
 from deskpool.desktops import store_allocation
 from deskpool.desktops.allocation import DesktopNotReady, NoDesktopAvailable
 from deskpool.desktops.jobs import PROVISION, REBUILD, enqueue_desktop_job
 from deskpool.desktops.states import Allocated, PowerUp, Released, SessionClosed
-from deskpool.drivers import DriverError, deadline_after
-from deskpool.errors import (
-    Conflict,
-    DeskpoolError,
-    Forbidden,
-    NotFound,
-    ServiceUnavailable,
-    ValidationFailed,
-)
+from deskpool.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from deskpool.events import AuditEvent
 from deskpool.identity.principal import Principal
 from deskpool.licensing.service import check_can_open_session
@@ -52,54 +35,28 @@ from deskpool.pools import store as store_pools
 from deskpool.pools import store_entitlements
 from deskpool.pools.model import Desktop, DesktopState, Pool
 from deskpool.runtime import Runtime
-from deskpool.secrets import SecretContext, SecretsUnavailable
-from deskpool.sessions import store, store_logons, store_policies, store_tokens
+from deskpool.sessions import store, store_logons, store_policies
+from deskpool.sessions.logon_timing import mark_phase, observe_phase, timed_logon
 from deskpool.sessions.logons import LogonPhase, LogonRecord
 from deskpool.sessions.model import (
     DEFAULT_POLICY,
     PolicyChange,
     SessionPolicy,
     SessionRecord,
-    new_token,
-    preferred_protocol,
-    target_to_json,
-    token_key,
-    tunnel_url_problem,
     validate_policy,
 )
+from deskpool.sessions.tokens import _RETRY, issue_token, resolve_target, tunnel_url
 from deskpool.sessions.tunnel import DesktopTarget, SessionEndReason
 from deskpool.starts import store as starts
 from deskpool.starts.model import choose_start
 
 log = logging.getLogger(__name__)
 
-#: The setting of a connection token's lifetime (declared by the ``api`` component).
-TOKEN_TTL_SETTING = "SESSION_TOKEN_TTL"
-#: Its default, when the process did not declare it.
-DEFAULT_TOKEN_TTL = 60.0
-#: How long the driver may take to say where a desktop is shown.
-TARGET_TIMEOUT = 20.0
-#: The secret kind of a sealed connection target.
-TOKEN_SECRET_KIND = "session.connection_token"
 #: Who the automatic actions of sessions are recorded as.
 SYSTEM_ACTOR = "system:sessions"
 
 #: Builds the audit event of a change: ``(action, resource_type, resource_id, details)``.
 AuditOf = Callable[[str, str, str | None, dict[str, Any]], AuditEvent]
-
-
-class GatewayNotConfigured(ServiceUnavailable):
-    """``GATEWAY_PUBLIC_WS_URL`` is unset, or not ``wss://`` outside development (503)."""
-
-    code = "gateway_not_configured"
-    title = "Desktop access is not configured"
-
-
-class DesktopUnreachable(ServiceUnavailable):
-    """The driver could not say where the desktop is shown (not running, no address yet)."""
-
-    code = "desktop_unreachable"
-    title = "Desktop not reachable"
 
 
 class AccessRevoked(Forbidden):
@@ -200,107 +157,6 @@ async def set_pool_policy(
 # ------------------------------------------------------------------------------ connection
 
 
-def token_context(key: bytes) -> SecretContext:
-    """The secret context a token's target is sealed for."""
-    return SecretContext.of(TOKEN_SECRET_KIND, key.hex(), "target")
-
-
-def tunnel_url(runtime: Runtime) -> str:
-    """``GATEWAY_PUBLIC_WS_URL``, checked; with a master key to seal tokens.
-
-    :raises GatewayNotConfigured: the URL is unset, or not ``wss://`` outside development.
-    :raises SecretsUnavailable: no master key seals tokens.
-    """
-    config = runtime.config
-    url = str(config["GATEWAY_PUBLIC_WS_URL"])
-    problem = tunnel_url_problem(url, str(config["APP_ENV"]))
-    if problem is not None:
-        raise GatewayNotConfigured(problem)
-    if runtime.secret_store.current_key_id is None:
-        raise SecretsUnavailable(
-            "SECRETS_MASTER_KEY is not set: connection tokens cannot be sealed."
-        )
-    return url
-
-
-def token_ttl(runtime: Runtime) -> float:
-    """``SESSION_TOKEN_TTL`` in seconds."""
-    if TOKEN_TTL_SETTING in runtime.config:
-        return runtime.config.duration(TOKEN_TTL_SETTING)
-    return DEFAULT_TOKEN_TTL
-
-
-async def resolve_target(
-    runtime: Runtime, desktop: Desktop, pool: Pool, policy: SessionPolicy
-) -> DesktopTarget:
-    """Ask the desktop's cluster driver where the desktop is shown (``desktop_endpoint``).
-
-    The pool's protocol is a preference: the driver answers the protocol the guest offers (a
-    Windows guest is shown with RDP whatever the pool prefers).
-
-    :raises DesktopUnreachable: the VM does not run, has no address yet, or the driver fails.
-    """
-    async with runtime.db.acquire() as connection:
-        record = await store_desktops.get_desktop_record(connection, desktop.id)
-        if record is None or desktop.vm_id is None:
-            raise DesktopUnreachable(f"desktop {desktop.name} has no VM yet", headers=_RETRY)
-        cluster = await get_cluster(connection, record.cluster_id)
-    if cluster is None:
-        raise DesktopUnreachable(f"the cluster of desktop {desktop.name} is gone")
-    preferred = preferred_protocol(policy)
-    try:
-        async with runtime.drivers.open(cluster) as driver:
-            endpoint = await driver.desktop_endpoint(
-                desktop.vm_id, preferred, deadline=deadline_after(TARGET_TIMEOUT)
-            )
-    except (DriverError, DeskpoolError) as error:
-        raise DesktopUnreachable(
-            f"desktop {desktop.name} cannot be reached now ({error.code}: {error.detail}); "
-            "try again shortly",
-            headers=_RETRY,
-        ) from None
-    return DesktopTarget(
-        protocol=str(endpoint.protocol),
-        hostname=endpoint.host,
-        port=endpoint.port,
-        parameters={**endpoint.parameters, **endpoint.credentials},
-    )
-
-
-_RETRY = {"Retry-After": "5"}
-
-
-async def issue_token(
-    runtime: Runtime,
-    connection: asyncpg.Connection,
-    *,
-    user_id: uuid.UUID,
-    desktop: Desktop,
-    target: DesktopTarget,
-    shadow_of: uuid.UUID | None = None,
-    logon_id: uuid.UUID | None = None,
-) -> tuple[str, datetime]:
-    """Store a new single-use token for ``target``; return it and its expiry."""
-    token = new_token()
-    key = token_key(token)
-    sealed = runtime.secret_store.encrypt(
-        json.dumps(target_to_json(target)).encode(), token_context(key)
-    )
-    expires_at = await store_tokens.insert_token(
-        connection,
-        key,
-        user_id=user_id,
-        desktop_id=desktop.id,
-        pool_id=desktop.pool_id,
-        protocol=target.protocol,
-        sealed_target=sealed,
-        ttl=token_ttl(runtime),
-        shadow_of=shadow_of,
-        logon_id=logon_id,
-    )
-    return token, expires_at
-
-
 async def _connect(
     runtime: Runtime, url: str, user_id: uuid.UUID, desktop: Desktop, pool: Pool, logon: uuid.UUID
 ) -> DesktopConnection:
@@ -324,85 +180,6 @@ async def _connect(
 
 
 # ------------------------------------------------------------------------------ logon timing
-
-_PHASE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-_PHASE_HISTOGRAMS: weakref.WeakKeyDictionary[CollectorRegistry, Histogram] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def phase_histogram(registry: CollectorRegistry) -> Histogram:
-    """``deskpool_logon_phase_seconds`` on ``registry`` (made once per registry)."""
-    histogram = _PHASE_HISTOGRAMS.get(registry)
-    if histogram is None:
-        histogram = Histogram(
-            "deskpool_logon_phase_seconds",
-            "Seconds each logon phase took: from the phase before it (the request, for "
-            "allocated) to reaching it, by phase (allocated, powered_on, guest_ready, "
-            "token_issued, tunnel_opened, daemon_connected, first_frame).",
-            ["phase"],
-            buckets=_PHASE_BUCKETS,
-            registry=registry,
-        )
-        _PHASE_HISTOGRAMS[registry] = histogram
-    return histogram
-
-
-def observe_phase(runtime: Runtime, phase: LogonPhase, seconds: float | None) -> None:
-    """Count a phase just recorded in this process's ``/metrics`` (nothing when ``None``)."""
-    if seconds is not None:
-        phase_histogram(runtime.metrics).labels(str(phase)).observe(max(seconds, 0.0))
-
-
-async def mark_phase(
-    runtime: Runtime,
-    db: Db,
-    logon_id: uuid.UUID,
-    phase: LogonPhase,
-    *,
-    desktop_id: uuid.UUID | None = None,
-) -> None:
-    """Record that a logon reached ``phase`` now (in the caller's transaction, if any).
-
-    Start on connect records ``powered_on`` with this, between ``allocated`` and
-    ``guest_ready``.
-    """
-    seconds = await store_logons.mark_logon(db, logon_id, phase, desktop_id=desktop_id)
-    observe_phase(runtime, phase, seconds)
-
-
-@contextlib.asynccontextmanager
-async def timed_logon(
-    runtime: Runtime,
-    *,
-    user_id: uuid.UUID,
-    pool_id: uuid.UUID,
-    desktop_id: uuid.UUID | None = None,
-    continued: uuid.UUID | None = None,
-) -> AsyncIterator[uuid.UUID]:
-    """Record a logon asked now; if the block fails, record why it stopped.
-
-    The reason is the error's code (``desktop_unreachable``, ``no_desktop_available``,
-    ``license_limit_reached``...), or ``error`` for anything else. A failure to record the
-    failure (the database gone) is logged and the original error goes on.
-
-    :param continued: a logon asked earlier that this block carries on (a desktop started for
-        the user, who now connects to it): no new one is recorded.
-    """
-    logon_id = continued or await store_logons.start_logon(
-        runtime.db, user_id=user_id, pool_id=pool_id, desktop_id=desktop_id
-    )
-    try:
-        yield logon_id
-    except Exception as error:
-        reason = getattr(error, "code", None)
-        try:
-            await store_logons.fail_logon(
-                runtime.db, logon_id, reason if isinstance(reason, str) else "error"
-            )
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as lost:
-            log.warning("could not record the failed logon %s: %s", logon_id, type(lost).__name__)
-        raise
 
 
 async def _audit_allocation(
