@@ -26,6 +26,7 @@ from datetime import timedelta
 
 from deskpool.audit import maintain_audit_partitions
 from deskpool.config import SettingRegistry, parse_duration, parse_int
+from deskpool.identity import access
 from deskpool.jobs import queue
 from deskpool.jobs.metrics import JobMetrics
 from deskpool.jobs.model import JobKind, RegisteredJobKind
@@ -35,6 +36,7 @@ from deskpool.plugins import hookimpl
 from deskpool.reconciliation.metrics import PoolReconcileMetrics
 from deskpool.recordings import service as recordings
 from deskpool.registry import Registry
+from deskpool.revocation import service as revocation
 from deskpool.runtime import ComponentFactory, Runtime
 from deskpool.vm_events.watcher import REFRESH_SECONDS, VmEventWatcher
 from deskpool_worker import pools, sessions
@@ -67,6 +69,10 @@ class WorkerComponent:
     name = pools.WORKER_COMPONENT
 
     def __init__(self, runtime: Runtime) -> None:
+        # Handing a started desktop over judges its user's access, and schedule and session
+        # work revokes what a user lost: revocation is composed here, as the api and the
+        # gateway compose it (deskpool.identity.access).
+        access.install(revocation)
         self.runtime = runtime
         config = runtime.config
         self.worker_id = new_worker_id()
