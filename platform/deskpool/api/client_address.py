@@ -103,7 +103,9 @@ def client_address(request: web.Request) -> str | None:
     known: str | None = request.get(CLIENT_ADDRESS_KEY)
     if known is not None:
         return known
-    proxies = request.app.get(TRUSTED_PROXIES_KEY) or TrustedProxies()
+    proxies = request.app.get(TRUSTED_PROXIES_KEY)
+    if not isinstance(proxies, TrustedProxies):  # an application made without the setting
+        proxies = TrustedProxies()
     address = proxies.client_of(request.remote, request.headers.getall("X-Forwarded-For", []))
     if address is not None:
         request[CLIENT_ADDRESS_KEY] = address

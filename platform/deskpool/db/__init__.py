@@ -124,10 +124,12 @@ async def connect_pool(config: Config, *, bounded: bool = True) -> asyncpg.Pool:
 
     url = config["DATABASE_URL"]
     size = config["DATABASE_MAX_CONNS"]
-    acquire = config.duration("DATABASE_ACQUIRE_TIMEOUT")
-    statement = config.duration("DATABASE_STATEMENT_TIMEOUT")
     try:
         if bounded:
+            # Read only here: an operator's command builds its configuration from the
+            # database settings alone, which need not declare the bounds it does not use.
+            acquire = config.duration("DATABASE_ACQUIRE_TIMEOUT")
+            statement = config.duration("DATABASE_STATEMENT_TIMEOUT")
             pool = await BoundedPool(
                 url,
                 acquire_timeout=acquire,
