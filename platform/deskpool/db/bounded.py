@@ -124,12 +124,17 @@ class BoundedPool(asyncpg.Pool):  # type: ignore[misc]
         super().__init__(*args, init=adopt, connection_class=BoundedConnection, **kwargs)
 
     def answer_timed_out(self) -> None:
-        """A connection's answer did not come in time: fail acquiring for a moment."""
-        if time.monotonic() >= self._failed_until:
-            log.warning(
-                "the database did not answer in time; acquiring fails at once for %.0f s",
-                PAUSE_AFTER_TIMEOUT,
-            )
+        """A connection's answer did not come in time: fail acquiring for a moment.
+
+        A timeout met while the pause runs (a statement sent before it began) does not
+        lengthen it: a busy API would otherwise keep it going long after the database is back.
+        """
+        if self.failed_recently():
+            return
+        log.warning(
+            "the database did not answer in time; acquiring fails at once for %.0f s",
+            PAUSE_AFTER_TIMEOUT,
+        )
         self._failed_until = time.monotonic() + PAUSE_AFTER_TIMEOUT
 
     def failed_recently(self) -> bool:
