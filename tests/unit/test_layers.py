@@ -78,7 +78,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("shared records", ("audit", "audit_query", "live")),
     ("actor", ("actor",)),
     ("jobs", ("jobs",)),
-    ("clusters, licensing, recordings", ("clusters", "licensing", "recordings")),
+    (
+        "clusters, licensing, recordings, client_policy",
+        ("clusters", "licensing", "recordings", "client_policy"),
+    ),
     ("pools", ("pools",)),
     ("identity", ("identity",)),
     ("desktops", ("desktops",)),

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from deskpool.actor import Actor
+from deskpool.client_policy.model import changed_members
 from deskpool.clusters.repository import get_cluster
 from deskpool.desktops import store as store_desktops
 from deskpool.desktops.jobs import CLUSTERS, enqueue_orphan_deletion
@@ -157,6 +158,7 @@ async def create_pool(runtime: Runtime, actor: Actor, command: CreatePool) -> Po
                 "state": str(pool.state),
                 "domain_join": join is not None,
                 "template_check": check.status,
+                "client_policy": policy.client.as_json(),
             },
         )
         record = await store_pools.get_pool_record(connection, pool.id)
@@ -231,8 +233,13 @@ async def change_pool(
         )
         if updated.pool.generation != current.pool.generation:
             await enqueue_pool_reconcile(connection, pool_id)
+        client_changes: dict[str, list[Any]] = {}
         if not isinstance(change.session_policy, Unset):
-            await sessions.set_pool_policy(connection, pool_id, change.session_policy)
+            before_policy = (await sessions.pool_policies(connection, [pool_id]))[pool_id]
+            after_policy = await sessions.set_pool_policy(
+                connection, pool_id, change.session_policy
+            )
+            client_changes = changed_members(before_policy.client, after_policy.client)
         if replaces_join and join is None:
             await store_pools.DOMAIN_JOIN_PASSWORD.delete(connection, pool_id)
         elif password is not None:
@@ -256,6 +263,7 @@ async def change_pool(
                     else "unchanged"
                 ),
                 "template_check": check.status,
+                **({"client_policy": client_changes} if client_changes else {}),
             },
         )
         record = await store_pools.get_pool_record(connection, pool_id)

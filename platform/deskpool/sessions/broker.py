@@ -32,6 +32,7 @@ import asyncpg
 from redis.exceptions import RedisError
 
 from deskpool.audit import record_audit_event
+from deskpool.client_policy.model import ClientPolicy, Transfer
 from deskpool.desktops import store as store_desktops
 from deskpool.desktops.states import SessionOpened
 from deskpool.events import AuditEvent
@@ -42,7 +43,7 @@ from deskpool.pools import store as store_pools
 from deskpool.recordings import store as recordings_store
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretDecryptionFailed, SecretsUnavailable
-from deskpool.sessions import store, store_logons, store_policies, store_tokens
+from deskpool.sessions import store, store_logons, store_policies, store_tokens, transfers
 from deskpool.sessions.logon_timing import observe_phase
 from deskpool.sessions.logons import LogonPhase
 from deskpool.sessions.lost_gateways import end_lost_gateways
@@ -276,6 +277,8 @@ class PlatformSessionBroker:
             ),
             recording_id=None if recording is None else recording.id,
             record_keys=policy.recording.include_keys,
+            client_policy=policy.client,
+            user_email=await store.user_email(connection, issued.user_id),
         )
 
     async def _join(
@@ -313,6 +316,8 @@ class PlatformSessionBroker:
             desktop_name=watched.desktop_name,
             read_only=True,
             join_connection_id=watched.connection_id,
+            client_policy=(await store_policies.get_policy(connection, watched.pool_id)).client,
+            user_email=await store.user_email(connection, issued.user_id),
         )
 
     def _open_target(self, sealed: bytes, key: bytes) -> DesktopTarget:
@@ -323,6 +328,18 @@ class PlatformSessionBroker:
         except SecretDecryptionFailed:
             raise TokenRejected("unknown") from None
         return target_from_json(json.loads(plain))
+
+    # -------------------------------------------------------------------------- client policy
+
+    async def client_policies(
+        self, pool_ids: Sequence[uuid.UUID]
+    ) -> Mapping[uuid.UUID, ClientPolicy]:
+        """The current client policy of each of ``pool_ids`` (the gateway follows changes)."""
+        return await transfers.client_policies(self.runtime.db, pool_ids)
+
+    async def record_transfers(self, session_id: uuid.UUID, seen: Sequence[Transfer]) -> None:
+        """Audit the transfers the gateway saw on a session (``session.transfer``)."""
+        await transfers.record_transfers(self.runtime, session_id, seen)
 
     # -------------------------------------------------------------------------- recording
 

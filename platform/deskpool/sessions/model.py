@@ -22,6 +22,12 @@ from typing import Any
 from urllib.parse import urlsplit
 from uuid import UUID
 
+from deskpool.client_policy.model import (
+    DEFAULT_CLIENT_POLICY,
+    ClientPolicy,
+    ClientPolicyChange,
+    validate_client_policy,
+)
 from deskpool.errors import FieldError
 from deskpool.pools.model import Desktop, DesktopState
 from deskpool.recordings.model import NO_RECORDING, RecordingPolicy
@@ -75,6 +81,7 @@ class SessionPolicy:
     :ivar idle_timeout: seconds without user input before the session is disconnected.
     :ivar max_session_duration: seconds a session may last before it is disconnected.
     :ivar recording: whether the gateway records the pool's sessions (and the user's keys).
+    :ivar client: what may cross between the desktop and the browser (issue 36).
     """
 
     protocol: DisplayProtocol = DisplayProtocol.AUTO
@@ -83,6 +90,7 @@ class SessionPolicy:
     idle_timeout: int | None = None
     max_session_duration: int | None = None
     recording: RecordingPolicy = NO_RECORDING
+    client: ClientPolicy = DEFAULT_CLIENT_POLICY
 
     def as_json(self) -> dict[str, Any]:
         """The policy as the API shows it."""
@@ -93,8 +101,12 @@ class SessionPolicy:
             "idle_timeout": self.idle_timeout,
             "max_session_duration": self.max_session_duration,
             "recording": self.recording.as_json(),
+            "client": self.client.as_json(),
         }
 
+
+#: A change that leaves a pool's client policy as it is.
+NO_CLIENT_CHANGE = ClientPolicyChange()
 
 #: The policy of a pool that never set one.
 DEFAULT_POLICY = SessionPolicy()
@@ -111,10 +123,12 @@ class PolicyChange:
     max_session_duration: int | Unset | None = UNSET
     recording_enabled: bool | Unset = UNSET
     recording_include_keys: bool | Unset = UNSET
+    client: ClientPolicyChange = NO_CLIENT_CHANGE
 
     def applied_to(self, base: SessionPolicy) -> SessionPolicy:
         """``base`` with the members this change sets."""
         members = given(self)
+        members["client"] = self.client.applied_to(base.client)
         recording = base.recording
         if "recording_enabled" in members or "recording_include_keys" in members:
             recording = RecordingPolicy(
@@ -137,6 +151,7 @@ def validate_policy(policy: SessionPolicy, prefix: str = "/session_policy") -> l
             errors.append(
                 FieldError(f"{prefix}/{name}", f"must be between 1 and {MAX_POLICY_SECONDS}")
             )
+    errors.extend(validate_client_policy(policy.client, f"{prefix}/client"))
     return errors
 
 

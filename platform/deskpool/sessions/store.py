@@ -359,3 +359,8 @@ async def user_display_name(db: Db, user_id: uuid.UUID) -> str:
         "SELECT coalesce(display_name, email, subject) FROM users WHERE id = $1", user_id
     )
     return str(name or user_id)
+
+
+async def user_email(db: Db, user_id: uuid.UUID) -> str:
+    """A user's email (empty when unknown), for the watermark."""
+    return str(await db.fetchval("SELECT email FROM users WHERE id = $1", user_id) or "")

@@ -8,6 +8,7 @@ business rules here: :mod:`deskpool.sessions.model` decides.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 
 import asyncpg
 
+from deskpool.client_policy.model import ClientPolicy
 from deskpool.db.rows import Db
 from deskpool.recordings.model import RecordingPolicy
 from deskpool.sessions.model import (
@@ -43,7 +45,13 @@ def policy_from_row(row: Mapping[str, Any] | None) -> SessionPolicy:
         recording=RecordingPolicy(
             enabled=row["recording_enabled"], include_keys=row["recording_include_keys"]
         ),
+        client=ClientPolicy.from_json(_json(row.get("client_policy"))),
     )
+
+
+def _json(value: Any) -> dict[str, Any] | None:
+    """A ``jsonb`` column's value (asyncpg hands it over as text)."""
+    return None if value is None else dict(json.loads(value) if isinstance(value, str) else value)
 
 
 async def get_policy(db: Db, pool_id: uuid.UUID) -> SessionPolicy:
@@ -69,12 +77,12 @@ async def put_policy(
         """
         INSERT INTO pool_session_policies AS p
                (pool_id, protocol, after_disconnect, logoff_delay, idle_timeout,
-                max_session_duration, recording_enabled, recording_include_keys)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                max_session_duration, recording_enabled, recording_include_keys, client_policy)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb)
         ON CONFLICT (pool_id) DO UPDATE
            SET protocol = $2, after_disconnect = $3, logoff_delay = $4, idle_timeout = $5,
                max_session_duration = $6, recording_enabled = $7,
-               recording_include_keys = $8, updated_at = now()
+               recording_include_keys = $8, client_policy = $9::jsonb, updated_at = now()
         """,
         pool_id,
         str(policy.protocol),
@@ -84,6 +92,7 @@ async def put_policy(
         policy.max_session_duration,
         policy.recording.enabled,
         policy.recording.include_keys,
+        json.dumps(policy.client.as_json()),
     )
 
 
@@ -104,7 +113,7 @@ async def disconnected_desktops(db: Db) -> list[DisconnectedDesktop]:
         """
         SELECT d.id AS desktop_id, d.pool_id AS desktop_pool_id, p.protocol, p.after_disconnect,
                p.logoff_delay, p.idle_timeout, p.max_session_duration, p.recording_enabled,
-               p.recording_include_keys,
+               p.recording_include_keys, p.client_policy,
                greatest(d.state_changed_at, last.ended_at, tok.issued_at) AS since,
                last.end_reason
           FROM desktops AS d
@@ -146,7 +155,7 @@ async def open_sessions(db: Db) -> Sequence[OpenSession]:
         """
         SELECT s.*, p.protocol AS policy_protocol, p.after_disconnect, p.logoff_delay,
                p.idle_timeout, p.max_session_duration, p.recording_enabled,
-               p.recording_include_keys,
+               p.recording_include_keys, p.client_policy,
                (d.state = 'in_use' AND d.assigned_user = s.user_id) IS TRUE AS held
           FROM desktop_sessions AS s
           LEFT JOIN pool_session_policies AS p ON p.pool_id = s.pool_id

@@ -17,7 +17,10 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 from uuid import UUID
 
+from deskpool.client_policy.model import DEFAULT_CLIENT_POLICY, ClientPolicy, Transfer
+
 __all__ = [
+    "ClientPolicySource",
     "DesktopTarget",
     "DisconnectRequest",
     "RecordingSink",
@@ -76,6 +79,11 @@ class TunnelGrant:
     #: through the broker's ``record_chunks``), and whether the user's key events go in it.
     recording_id: UUID | None = None
     record_keys: bool = False
+    #: The pool's client policy when the token was redeemed (the gateway narrows it to what
+    #: the protocol offers, and follows its changes through :class:`ClientPolicySource`).
+    client_policy: ClientPolicy = DEFAULT_CLIENT_POLICY
+    #: The user's email and the browser's address, for the watermark.
+    user_email: str = ""
 
 
 class TokenRejected(Exception):
@@ -191,3 +199,18 @@ class RecordingSink(Protocol):
 
     async def recording_ended(self, recording_id: UUID, *, truncated: bool) -> None:
         """No more chunks come; ``truncated`` when recording stopped before the session."""
+
+
+@runtime_checkable
+class ClientPolicySource(Protocol):
+    """Where the gateway reads pools' client policies and reports transfers.
+
+    The platform's broker is one; a gateway whose broker is not one enforces the grant's
+    policy as it was when the token was redeemed.
+    """
+
+    async def client_policies(self, pool_ids: Sequence[UUID]) -> Mapping[UUID, ClientPolicy]:
+        """The current client policy of each of ``pool_ids``."""
+
+    async def record_transfers(self, session_id: UUID, transfers: Sequence[Transfer]) -> None:
+        """Audit ``transfers`` (clipboard, files, print jobs, refused streams) of a session."""

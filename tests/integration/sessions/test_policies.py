@@ -17,6 +17,7 @@ from tests.support.sessions import (
     open_desktop,
 )
 
+from deskpool.client_policy.model import DEFAULT_CLIENT_POLICY
 from deskpool.pools.model import PoolKind
 from deskpool.provisioning.starts import end_stale_starts
 from deskpool.runtime import Runtime
@@ -45,6 +46,7 @@ async def test_a_pool_s_session_policy_is_set_and_changed_through_the_api(
         "idle_timeout": None,
         "max_session_duration": None,
         "recording": {"enabled": False, "include_keys": False},
+        "client": DEFAULT_CLIENT_POLICY.as_json(),
     }
     created = await client.post(
         "/api/v1/pools",
@@ -81,6 +83,7 @@ async def test_a_pool_s_session_policy_is_set_and_changed_through_the_api(
         "idle_timeout": 900,
         "max_session_duration": 28800,
         "recording": {"enabled": True, "include_keys": False},
+        "client": DEFAULT_CLIENT_POLICY.as_json(),
     }
     assert (await (await client.get(url, headers=admin.headers)).json())["session_policy"] == policy
     for bad in (

@@ -2367,6 +2367,62 @@ export interface components {
             /** @description The recording holds the user's key events too. */
             include_keys: boolean;
         };
+        ClipboardDirection: {
+            /**
+             * @description What the clipboard carries to the desktop (paste): `off` (nothing) or `text`.
+             * @enum {string}
+             */
+            mode: "off" | "text";
+            /** @description Most bytes (UTF-8) of one clipboard transfer; the gateway cuts the rest. guacd 1.6.0 itself keeps at most 262144. */
+            max_bytes: number;
+        };
+        ClipboardDirection1: {
+            /**
+             * @description What the clipboard carries to the browser (copy out): `off` (nothing) or `text`.
+             * @enum {string}
+             */
+            mode: "off" | "text";
+            /** @description Most bytes (UTF-8) of one clipboard transfer; the gateway cuts the rest. guacd 1.6.0 itself keeps at most 262144. */
+            max_bytes: number;
+        };
+        ClientClipboard: {
+            to_desktop: components["schemas"]["ClipboardDirection"];
+            to_browser: components["schemas"]["ClipboardDirection1"];
+        };
+        ClientFileTransfer: {
+            /** @description Files may go from the browser to the desktop. */
+            upload: boolean;
+            /** @description Files may go from the desktop to the browser. */
+            download: boolean;
+            /** @description Most bytes of one file, either way. */
+            max_file_bytes: number;
+        };
+        ClientAudio: {
+            /** @description The desktop's sound is played. */
+            output: boolean;
+            /** @description The browser's microphone reaches the desktop (RDP). */
+            microphone: boolean;
+        };
+        ClientWatermark: {
+            /** @description The gateway draws the text over the desktop, tiled. */
+            enabled: boolean;
+            /** @description The text; it may name `{name}`, `{email}`, `{session_id}`, `{client_address}`, `{time}`. */
+            text: string;
+            /** @description From 0.05 (faint) to 1. */
+            opacity: number;
+            /** @description Degrees; negative rises to the right. */
+            angle: number;
+            /** @description Pixels between two copies of the text. */
+            spacing: number;
+        };
+        ClientPolicy: {
+            clipboard: components["schemas"]["ClientClipboard"];
+            file_transfer: components["schemas"]["ClientFileTransfer"];
+            audio: components["schemas"]["ClientAudio"];
+            /** @description The desktop may print: the browser gets a PDF (RDP). */
+            printing: boolean;
+            watermark: components["schemas"]["ClientWatermark"];
+        };
         SessionPolicy: {
             /**
              * @description The preferred protocol: `auto` (the driver's choice: RDP for Windows, VNC for others), `rdp` or `vnc`; a guest that offers only one is shown with it.
@@ -2386,6 +2442,8 @@ export interface components {
             max_session_duration: number | null;
             /** @description Whether the pool's sessions are recorded (issue 26). */
             recording: components["schemas"]["RecordingPolicy"];
+            /** @description What may cross between the desktop and the browser: clipboard, files, audio, microphone, printing, and the watermark (issue 36). Enforced by the gateway and by guacd; changes reach open sessions within 2 s. */
+            client: components["schemas"]["ClientPolicy"];
         };
         Pool: {
             id: string;
@@ -2467,6 +2525,62 @@ export interface components {
             /** @description The recording holds the user's key events too. */
             include_keys?: boolean;
         };
+        ClipboardDirectionInput: {
+            /**
+             * @description What the clipboard carries to the desktop (paste): `off` (nothing) or `text`.
+             * @enum {string}
+             */
+            mode?: "off" | "text";
+            /** @description Most bytes (UTF-8) of one clipboard transfer; the gateway cuts the rest. guacd 1.6.0 itself keeps at most 262144. */
+            max_bytes?: number;
+        };
+        ClipboardDirectionInput1: {
+            /**
+             * @description What the clipboard carries to the browser (copy out): `off` (nothing) or `text`.
+             * @enum {string}
+             */
+            mode?: "off" | "text";
+            /** @description Most bytes (UTF-8) of one clipboard transfer; the gateway cuts the rest. guacd 1.6.0 itself keeps at most 262144. */
+            max_bytes?: number;
+        };
+        ClientClipboardInput: {
+            to_desktop?: components["schemas"]["ClipboardDirectionInput"];
+            to_browser?: components["schemas"]["ClipboardDirectionInput1"];
+        };
+        ClientFileTransferInput: {
+            /** @description Files may go from the browser to the desktop. */
+            upload?: boolean;
+            /** @description Files may go from the desktop to the browser. */
+            download?: boolean;
+            /** @description Most bytes of one file, either way. */
+            max_file_bytes?: number;
+        };
+        ClientAudioInput: {
+            /** @description The desktop's sound is played. */
+            output?: boolean;
+            /** @description The browser's microphone reaches the desktop (RDP). */
+            microphone?: boolean;
+        };
+        ClientWatermarkInput: {
+            /** @description The gateway draws the text over the desktop, tiled. */
+            enabled?: boolean;
+            /** @description The text; it may name `{name}`, `{email}`, `{session_id}`, `{client_address}`, `{time}`. */
+            text?: string;
+            /** @description From 0.05 (faint) to 1. */
+            opacity?: number;
+            /** @description Degrees; negative rises to the right. */
+            angle?: number;
+            /** @description Pixels between two copies of the text. */
+            spacing?: number;
+        };
+        ClientPolicyInput: {
+            clipboard?: components["schemas"]["ClientClipboardInput"];
+            file_transfer?: components["schemas"]["ClientFileTransferInput"];
+            audio?: components["schemas"]["ClientAudioInput"];
+            /** @description The desktop may print: the browser gets a PDF (RDP). */
+            printing?: boolean;
+            watermark?: components["schemas"]["ClientWatermarkInput"];
+        };
         SessionPolicyInput: {
             /**
              * @description The preferred protocol: `auto` (the driver's choice: RDP for Windows, VNC for others), `rdp` or `vnc`; a guest that offers only one is shown with it.
@@ -2486,6 +2600,8 @@ export interface components {
             max_session_duration?: number | null;
             /** @description Whether the pool's sessions are recorded (issue 26). */
             recording?: components["schemas"]["RecordingPolicyInput"];
+            /** @description What may cross between the desktop and the browser: clipboard, files, audio, microphone, printing, and the watermark (issue 36). Enforced by the gateway and by guacd; changes reach open sessions within 2 s. */
+            client?: components["schemas"]["ClientPolicyInput"];
         };
         PoolCreate: {
             /** @description Unique among pools (without case), at most 64 characters. */

@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from deskpool.client_policy.model import ClientPolicyChange
 from deskpool.pools.commands import ChangePool, CreatePool, DomainJoinInput
 from deskpool.pools.model import CloneMode, OsType, PoolKind, PoolState
 from deskpool.pools.store import DomainJoin
-from deskpool.sessions.model import AfterDisconnect, DisplayProtocol, PolicyChange
+from deskpool.sessions.model import NO_CLIENT_CHANGE, AfterDisconnect, DisplayProtocol, PolicyChange
 from deskpool.unset import UNSET
 
 #: Members whose JSON value becomes a model value by a conversion.
@@ -55,6 +56,7 @@ def policy_change(document: Mapping[str, Any]) -> PolicyChange:
         max_session_duration=document.get("max_session_duration", UNSET),
         recording_enabled=recording.get("enabled", UNSET),
         recording_include_keys=recording.get("include_keys", UNSET),
+        client=ClientPolicyChange(document["client"]) if "client" in document else NO_CLIENT_CHANGE,
     )
 
 

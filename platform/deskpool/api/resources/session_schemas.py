@@ -15,6 +15,10 @@ from typing import Any
 from marshmallow import Schema, fields, validate
 
 from deskpool.api.pagination import PageQuery
+from deskpool.api.resources.client_policy_schemas import (
+    ClientPolicyInputSchema,
+    ClientPolicySchema,
+)
 from deskpool.api.routes import ResponseSpec
 from deskpool.sessions.logons import PHASES, LogonPhase
 from deskpool.sessions.model import MAX_POLICY_SECONDS, AfterDisconnect, DisplayProtocol
@@ -188,6 +192,17 @@ def _policy_fields(required: bool) -> dict[str, fields.Field[Any]]:
             RecordingPolicySchema if required else RecordingPolicyInputSchema,
             required=required,
             metadata={"description": "Whether the pool's sessions are recorded (issue 26)."},
+        ),
+        "client": fields.Nested(
+            ClientPolicySchema if required else ClientPolicyInputSchema,
+            required=required,
+            metadata={
+                "description": (
+                    "What may cross between the desktop and the browser: clipboard, files, "
+                    "audio, microphone, printing, and the watermark (issue 36). Enforced by "
+                    "the gateway and by guacd; changes reach open sessions within 2 s."
+                )
+            },
         ),
     }
 
