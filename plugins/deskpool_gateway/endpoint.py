@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from multidict import MultiMapping
 
+from deskpool.client_policy.model import ClientPolicy, guacd_arguments, offered
 from deskpool.guacamole import Status
 from deskpool.guacamole.handshake import ClientInfo, HandshakeError, perform_handshake
 from deskpool.guacamole.stream import InstructionReader
@@ -127,12 +128,19 @@ async def _refuse(ws: web.WebSocketResponse, status: Status) -> web.WebSocketRes
     return ws
 
 
+def offered_policy(grant: TunnelGrant, policy: ClientPolicy | None = None) -> ClientPolicy:
+    """The grant's client policy (or ``policy``) narrowed to what its desktop offers."""
+    target = grant.target
+    return offered(policy or grant.client_policy, target.protocol, target.parameters)
+
+
 def connection_parameters(grant: TunnelGrant) -> dict[str, str]:
     """The ``connect`` values by argument name: the server-resolved target, never the browser."""
     target = grant.target
     values = dict(target.parameters)
     values["hostname"] = target.hostname
     values["port"] = str(target.port)
+    values.update(guacd_arguments(offered_policy(grant), target.protocol, str(grant.session_id)))
     if grant.read_only:
         values["read-only"] = "true"
     return values
@@ -242,6 +250,7 @@ async def _open(
             tunnel.leftover = instructions.detach()
             tunnel.on_first_frame = lambda: supervisor.first_frame(grant)
             tunnel.recorder = await _recorder(grant, supervisor)
+            tunnel.guard = supervisor.guard(grant, offered_policy(grant))
             await supervisor.connected(tunnel, handshake.connection_id)
             return tunnel
     metrics.refused(cause)

@@ -52,6 +52,13 @@ class GatewayMetrics:
             buckets=_SESSION_BUCKETS,
             registry=registry,
         )
+        self.transfers = Counter(
+            "deskpool_gateway_transfers",
+            "Clipboard transfers, files, print jobs and refused streams the client policy "
+            "governed, by kind and outcome (allowed, cut, refused).",
+            ["kind", "outcome"],
+            registry=registry,
+        )
 
     def refused(self, reason: str) -> None:
         """Count a tunnel that did not open, and why."""

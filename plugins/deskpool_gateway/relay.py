@@ -43,6 +43,7 @@ from deskpool.sessions.tunnel import SessionEndReason, TunnelCounters, TunnelGra
 from deskpool_gateway.drawing import FirstFrame, ends_with_disconnect
 from deskpool_gateway.input import BrowserInput, HeldInputOverflow
 from deskpool_gateway.recording import Recorder
+from deskpool_gateway.transfers import StreamGuard
 
 if TYPE_CHECKING:
     from deskpool_gateway.metrics import GatewayMetrics
@@ -103,6 +104,8 @@ class Tunnel:
     on_first_frame: Callable[[], Coroutine[None, None, None]] | None = None
     #: Records what the browser is sent (:mod:`deskpool_gateway.recording`); ``None``: off.
     recorder: Recorder | None = None
+    #: Enforces the client policy on both directions' streams (``None``: nothing governed).
+    guard: StreamGuard | None = None
     input: BrowserInput = field(init=False)
     #: Whether the browser was told the tunnel's UUID (an ``error`` may follow it).
     _announced: bool = False
@@ -148,6 +151,8 @@ class Tunnel:
             if self._first_frame_report is not None:
                 await self._first_frame_report
             self._hang_up()
+            if self.guard is not None:
+                self.guard.close()
             if self.recorder is not None:
                 await self.recorder.close()
 
@@ -214,6 +219,9 @@ class Tunnel:
             await self.ws.send_str(encode(INTERNAL_OPCODE, self.session_id))
             self._announced = True
             text = last = parser.feed(leftover)
+            guard = self.guard
+            if text and guard is not None:
+                text = self._guarded_output(guard, text)
             if text and first_frame.feed(text):
                 self._daemon_up()
             record = self.recorder.output if self.recorder is not None else None
@@ -232,6 +240,8 @@ class Tunnel:
                 counters.bytes_to_browser += len(data)
                 bytes_out.inc(len(data))
                 text = feed(decode(data))
+                if text and guard is not None:
+                    text = self._guarded_output(guard, text)
                 if not self.input.up and text and first_frame.feed(text):
                     self._daemon_up()
                 if text:
@@ -288,6 +298,12 @@ class Tunnel:
                     text = await self._internal(text)
                     if not text:
                         continue
+                if self.guard is not None and not self.input.read_only:
+                    text, answer = self.guard.from_browser(text)
+                    if answer:
+                        await self.ws.send_str(answer)
+                    if not text:
+                        continue
                 text = self.input.admit(text)
                 if not text:
                     continue
@@ -316,6 +332,16 @@ class Tunnel:
                 "The desktop daemon's connection ended without a word.",
             )
         self.close(Status.SUCCESS, SessionEndReason.CLIENT_CLOSED)
+
+    def _guarded_output(self, guard: StreamGuard, text: str) -> str:
+        """What of the daemon's ``text`` the client policy lets through to the browser.
+
+        The answers to the daemon (a refused download's ``ack``) are written at once.
+        """
+        text, answer = guard.from_daemon(text)
+        if answer and not self.writer.is_closing():
+            self.writer.write(answer.encode())
+        return text
 
     async def _internal(self, text: str) -> str:
         """Answer the internal instructions of ``text``; return the rest, re-encoded."""

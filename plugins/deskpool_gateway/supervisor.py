@@ -7,6 +7,14 @@ gateway's ceiling), the browser's silence (guacamole-common-js pings every 500 m
 daemon's (guacd sends ``nop`` after 5 s of silence). Heartbeats renew the gateway's lease and
 report each session's bytes and activity through the broker; disconnect requests from the broker
 close the matching tunnel at once.
+
+Client policies (issue 36): every tunnel's streams go through a
+:class:`~deskpool_gateway.transfers.StreamGuard`. When the broker is a
+:class:`~deskpool.sessions.tunnel.ClientPolicySource` (the platform's is), the policies of the
+open tunnels' pools are read every :data:`POLICY_INTERVAL` seconds and a changed one replaces
+the tunnel's at once (a change reaches an open tunnel within 2 s, without a reconnect), and the
+transfers the guards report are audited through it in batches, every second and when a tunnel
+ends.
 """
 
 from __future__ import annotations
@@ -18,14 +26,22 @@ import time
 from typing import Any
 from uuid import UUID
 
+from deskpool.client_policy.model import ClientPolicy, Transfer, offered
 from deskpool.guacamole import Status
 from deskpool.revocation.model import Holding
 from deskpool.revocation.watch import AccessWatch, Watch
-from deskpool.sessions.tunnel import SessionBroker, SessionEndReason, TunnelCounters, TunnelGrant
+from deskpool.sessions.tunnel import (
+    ClientPolicySource,
+    SessionBroker,
+    SessionEndReason,
+    TunnelCounters,
+    TunnelGrant,
+)
 from deskpool_gateway.metrics import GatewayMetrics
 from deskpool_gateway.recording_writer import RecordingWriter
 from deskpool_gateway.relay import Tunnel
 from deskpool_gateway.settings import GatewaySettings
+from deskpool_gateway.transfers import StreamGuard
 
 __all__ = ["TunnelSupervisor"]
 
@@ -37,6 +53,8 @@ RECEIVE_TIMEOUT = 15.0
 SWEEP_INTERVAL = 1.0
 #: Seconds tunnels closed at shutdown get to finish closing.
 CLOSE_GRACE = 5.0
+#: Seconds between two reads of the open tunnels' client policies (and audits of transfers).
+POLICY_INTERVAL = 1.0
 
 
 class TunnelSupervisor:
@@ -74,6 +92,8 @@ class TunnelSupervisor:
         self.opening = 0
         self.accepting = True
         self._tasks: list[asyncio.Task[None]] = []
+        #: Transfers reported by the tunnels' guards, not yet audited, by session.
+        self._transfers: dict[UUID, list[Transfer]] = {}
         self._empty = asyncio.Event()
         self._empty.set()
 
@@ -89,6 +109,7 @@ class TunnelSupervisor:
             asyncio.create_task(self._sweep(), name="gateway-sweep"),
             asyncio.create_task(self._heartbeats(), name="gateway-heartbeat"),
             asyncio.create_task(self._disconnects(), name="gateway-disconnects"),
+            asyncio.create_task(self._client_policies(), name="gateway-client-policies"),
         ]
 
     # ------------------------------------------------------------------------------ tunnels
@@ -105,6 +126,61 @@ class TunnelSupervisor:
             self.watches[grant.session_id] = self.access.register(grant.user_id, "tunnel", keeps)
         self._empty.clear()
         self.metrics.open_tunnels.set(len(self.tunnels))
+
+    def guard(self, grant: TunnelGrant, policy: ClientPolicy) -> StreamGuard:
+        """The guard of ``grant``'s tunnel under ``policy``; what it reports gets audited."""
+        session_id = grant.session_id
+
+        def report(transfer: Transfer) -> None:
+            self.metrics.transfers.labels(transfer.kind.value, transfer.outcome).inc()
+            self._transfers.setdefault(session_id, []).append(transfer)
+
+        return StreamGuard(policy, report)
+
+    async def _client_policies(self) -> None:
+        while True:
+            await asyncio.sleep(POLICY_INTERVAL)
+            await self.follow_policies()
+            await self.audit_transfers()
+
+    async def follow_policies(self) -> None:
+        """Read the open tunnels' pools' client policies; apply those that changed."""
+        source = self.broker
+        if not isinstance(source, ClientPolicySource) or not self.tunnels:
+            return
+        tunnels = list(self.tunnels.values())
+        try:
+            policies = await source.client_policies(list({t.grant.pool_id for t in tunnels}))
+        except Exception as error:
+            log.warning("could not read client policies (%s); retrying", type(error).__name__)
+            return
+        for tunnel in tunnels:
+            policy, guard = policies.get(tunnel.grant.pool_id), tunnel.guard
+            if policy is None or guard is None:
+                continue
+            target = tunnel.grant.target
+            narrowed = offered(policy, target.protocol, target.parameters)
+            if narrowed != guard.policy:
+                log.info("tunnel %s: its pool's client policy changed", tunnel.session_id)
+                guard.policy = narrowed
+
+    async def audit_transfers(self, session_id: UUID | None = None) -> None:
+        """Audit the transfers reported so far (of ``session_id`` only, when given)."""
+        source = self.broker
+        ids = list(self._transfers) if session_id is None else [session_id]
+        for sid in ids:
+            transfers = self._transfers.pop(sid, None)
+            if not transfers or not isinstance(source, ClientPolicySource):
+                continue
+            try:
+                await source.record_transfers(sid, transfers)
+            except Exception as error:
+                log.warning(
+                    "could not audit %d transfer(s) of session %s: %s",
+                    len(transfers),
+                    sid,
+                    type(error).__name__,
+                )
 
     async def connected(self, tunnel: Tunnel, connection_id: str) -> None:
         """Tell the broker the daemon's connection id (failures are logged, not fatal)."""
@@ -148,6 +224,7 @@ class TunnelSupervisor:
             int(tunnel.status or 0),
         )
         await self.ended_early(tunnel.grant, reason, tunnel.counters)
+        await self.audit_transfers(tunnel.grant.session_id)
         if not self.tunnels:
             self._empty.set()
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlencode
 
 import aiohttp
 
+from deskpool.client_policy.model import ClientPolicy, Transfer
 from deskpool.guacamole import INTERNAL_OPCODE, Instruction, InstructionParser, encode
 from deskpool.sessions.tunnel import (
     DesktopTarget,
@@ -47,6 +48,10 @@ class InMemorySessionBroker:
     released: list[str] = field(default_factory=list)
     #: Sessions the next heartbeat that names them hands back to close (ended, not reopened).
     lost: set[uuid.UUID] = field(default_factory=set)
+    #: Client policies by pool (what the gateway reads live); a pool left out keeps its grant's.
+    policies: dict[uuid.UUID, ClientPolicy] = field(default_factory=dict)
+    #: The transfers the gateway audited, by session.
+    transfers: dict[uuid.UUID, list[Transfer]] = field(default_factory=dict)
     _disconnects: asyncio.Queue[DisconnectRequest] = field(default_factory=asyncio.Queue)
     _changed: asyncio.Condition = field(default_factory=asyncio.Condition)
 
@@ -120,6 +125,25 @@ class InMemorySessionBroker:
         """Record the end (the first one wins, as the real broker's is idempotent)."""
         self.ended.setdefault(session_id, (reason, replace(counters)))
         await self._notify()
+
+    async def client_policies(
+        self, pool_ids: Sequence[uuid.UUID]
+    ) -> Mapping[uuid.UUID, ClientPolicy]:
+        """The :attr:`policies` of ``pool_ids`` that are set."""
+        return {pool_id: self.policies[pool_id] for pool_id in pool_ids if pool_id in self.policies}
+
+    async def record_transfers(self, session_id: uuid.UUID, transfers: Sequence[Transfer]) -> None:
+        """Record the audited transfers."""
+        self.transfers.setdefault(session_id, []).extend(transfers)
+        await self._notify()
+
+    async def wait_transfers(
+        self, session_id: uuid.UUID, count: int, within: float = 10.0
+    ) -> list[Transfer]:
+        """The transfers of ``session_id`` once at least ``count`` are audited."""
+        async with asyncio.timeout(within), self._changed:
+            await self._changed.wait_for(lambda: len(self.transfers.get(session_id, [])) >= count)
+        return self.transfers[session_id]
 
     async def release(self, gateway_id: str) -> None:
         """Record a gateway stopping cleanly."""

@@ -1,0 +1,307 @@
+"""The gateway's own enforcement of a tunnel's client policy, on the streams of both directions.
+
+guacd is given the policy as connection arguments (``disable-copy``, ``disable-upload``...:
+:func:`deskpool.client_policy.model.guacd_arguments`), and the gateway enforces it again
+itself, the way it enforces read-only: whatever a client or guacd sends, a stream the policy
+forbids does not cross, and a policy changed while the tunnel is open applies to the next
+stream at once (guacd's arguments apply from the next connection).
+
+The Guacamole streams it governs, by opcode (``idx`` a stream index, ``obj`` an object index):
+
+==============================  =====================  ========================================
+stream                          opened by              allowed when
+==============================  =====================  ========================================
+``clipboard,idx,mime``          browser / daemon       that direction is ``text`` and ``mime``
+                                                       is ``text/*``; cut at its ``max_bytes``
+``file,idx,mime,name``          browser (upload)       ``upload``; cut at ``max_file_bytes``
+``put,obj,idx,mime,name``       browser (upload)       ``upload``; cut at ``max_file_bytes``
+``file,idx,mime,name``          daemon (download)      ``download`` (``application/pdf`` from
+                                                       guacd is a print job: ``printing``;
+                                                       its downloads are octet-stream)
+``body,obj,idx,mime,name``      daemon (download)      ``download`` (a directory listing, the
+                                                       stream-index mimetype, always passes)
+``audio,idx,mime``              browser (microphone)   ``microphone``
+``audio,idx,mime``              daemon (sound)         ``audio_out``
+``filesystem,obj,name``         daemon                 ``upload`` or ``download``
+==============================  =====================  ========================================
+
+A refused stream's ``blob`` and ``end`` are dropped with it. The sender is told as guacd tells
+it: a browser's refused upload or microphone gets ``ack,idx,<message>,771`` (CLIENT_FORBIDDEN),
+guacd's refused download or print job gets the same ``ack`` (it stops sending), and a transfer
+cut at its limit gets ``ack,idx,<message>,781`` (CLIENT_OVERRUN) after what fitted, then its
+other side gets ``end``. Each clipboard transfer, file, print job and refused stream becomes a
+:class:`~deskpool.client_policy.model.Transfer` (sizes, name, SHA-256 of every byte sent, never
+the content), reported when it ends.
+
+Cost: text with no governed stream open and none of the opening opcodes in it (``in`` tests on
+the encoded text) passes untouched; only the instructions of governed streams are decoded.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from deskpool.client_policy.model import ClientPolicy, Direction, Transfer, TransferKind
+from deskpool.guacamole import Instruction, InstructionParser, Status, encode
+
+__all__ = ["DIRECTORY_MIMETYPE", "StreamGuard"]
+
+#: The mimetype of a directory listing guacd sends as a ``body`` (not a file).
+DIRECTORY_MIMETYPE = "application/vnd.glyptodon.guacamole.stream-index+json"
+#: What a print job's ``file`` stream from guacd carries.
+PRINT_MIMETYPE = "application/pdf"
+
+#: Encoded opcodes that open a governed stream, as they appear in the text.
+_FROM_BROWSER = ("9.clipboard,", "4.file,", "3.put,", "5.audio,")
+_FROM_DAEMON = ("9.clipboard,", "4.file,", "4.body,", "5.audio,", "10.filesystem,")
+
+
+@dataclass(slots=True)
+class _Stream:
+    """One governed stream, as far as it went."""
+
+    kind: TransferKind
+    direction: Direction
+    limit: int
+    refused: str | None
+    name: str | None = None
+    mimetype: str | None = None
+    size: int = 0
+    delivered: int = 0
+    cut: bool = False
+    digest: hashlib._Hash = field(default_factory=hashlib.sha256)
+
+    def transfer(self) -> Transfer:
+        outcome = "refused" if self.refused else "cut" if self.cut else "allowed"
+        reason = self.refused or ("over_limit" if self.cut else None)
+        return Transfer(
+            kind=self.kind,
+            direction=self.direction,
+            size=self.size,
+            delivered=self.delivered,
+            sha256=self.digest.hexdigest(),
+            outcome=outcome,
+            reason=reason,
+            name=self.name,
+            mimetype=self.mimetype,
+        )
+
+
+def _fitting(data: bytes, room: int, text: bool) -> bytes:
+    """The first ``room`` bytes of ``data`` (for text, ending on a whole UTF-8 character)."""
+    kept = data[: max(room, 0)]
+    if text:
+        kept = kept.decode("utf-8", "ignore").encode("utf-8")
+    return kept
+
+
+class StreamGuard:
+    """A tunnel's client policy applied to what crosses it.
+
+    :param policy: the policy offered to this tunnel's desktop
+        (:func:`deskpool.client_policy.model.offered`); :attr:`policy` may be replaced while
+        the tunnel is open, and governs every stream opened from then on.
+    :param report: called with each finished transfer.
+    """
+
+    __slots__ = ("_from_browser", "_from_daemon", "policy", "report")
+
+    def __init__(self, policy: ClientPolicy, report: Callable[[Transfer], None]) -> None:
+        self.policy = policy
+        self.report = report
+        self._from_browser: dict[str, _Stream] = {}
+        self._from_daemon: dict[str, _Stream] = {}
+
+    # ------------------------------------------------------------------------------ browser
+    def from_browser(self, text: str) -> tuple[str, str]:
+        """``(for the daemon, answer for the browser)`` of the browser's complete ``text``."""
+        return _governed(text, self._from_browser, _FROM_BROWSER, self._browser_instruction)
+
+    def _browser_instruction(
+        self, instruction: Instruction, forward: list[str], answer: list[str]
+    ) -> None:
+        opcode, args = instruction
+        streams = self._from_browser
+        stream: _Stream | None = None
+        if opcode == "clipboard" and len(args) >= 2:
+            stream = self._clipboard(Direction.TO_DESKTOP, args[1])
+            index = args[0]
+        elif opcode == "file" and len(args) >= 3:
+            stream = self._upload(args[1], args[2])
+            index = args[0]
+        elif opcode == "put" and len(args) >= 4:
+            stream = self._upload(args[2], args[3])
+            index = args[1]
+        elif opcode == "audio" and len(args) >= 2:
+            refused = None if self.policy.microphone else "microphone_off"
+            stream = _Stream(TransferKind.MICROPHONE, Direction.TO_DESKTOP, 0, refused)
+            stream.mimetype = args[1]
+            index = args[0]
+        elif opcode in ("blob", "end") and args and args[0] in streams:
+            self._data(streams, instruction, forward, answer)
+            return
+        if stream is None:
+            forward.append(instruction.encode())
+            return
+        self._opened(streams, index, stream)
+        if stream.refused:
+            answer.append(encode("ack", index, _refusal(stream), int(Status.CLIENT_FORBIDDEN)))
+        else:
+            forward.append(instruction.encode())
+
+    def _upload(self, mimetype: str, name: str) -> _Stream:
+        files = self.policy.files
+        refused = None if files.upload else "upload_off"
+        stream = _Stream(TransferKind.FILE, Direction.TO_DESKTOP, files.max_file_bytes, refused)
+        stream.name, stream.mimetype = name, mimetype
+        return stream
+
+    # ------------------------------------------------------------------------------ daemon
+    def from_daemon(self, text: str) -> tuple[str, str]:
+        """``(for the browser, answer for the daemon)`` of the daemon's complete ``text``."""
+        return _governed(text, self._from_daemon, _FROM_DAEMON, self._daemon_instruction)
+
+    def _daemon_instruction(
+        self, instruction: Instruction, forward: list[str], answer: list[str]
+    ) -> None:
+        opcode, args = instruction
+        streams = self._from_daemon
+        policy = self.policy
+        stream: _Stream | None = None
+        index = args[0] if args else ""
+        if opcode == "clipboard" and len(args) >= 2:
+            stream = self._clipboard(Direction.TO_BROWSER, args[1])
+        elif opcode == "file" and len(args) >= 3:
+            stream = self._download(args[1], args[2], print_job=args[1] == PRINT_MIMETYPE)
+        elif opcode == "body" and len(args) >= 4 and args[2] != DIRECTORY_MIMETYPE:
+            stream = self._download(args[2], args[3], print_job=False)
+            index = args[1]
+        elif opcode == "audio" and len(args) >= 2 and not policy.audio_out:
+            stream = _Stream(TransferKind.AUDIO, Direction.TO_BROWSER, 0, "audio_off")
+            stream.mimetype = args[1]
+        elif opcode == "filesystem":
+            if policy.files.upload or policy.files.download:
+                forward.append(instruction.encode())
+            return
+        elif opcode in ("blob", "end") and args and args[0] in streams:
+            self._data(streams, instruction, forward, answer)
+            return
+        if stream is None:
+            forward.append(instruction.encode())
+            return
+        self._opened(streams, index, stream)
+        if stream.refused:
+            # guacd waits for the browser's ack of a download or print job's blob (and stops on
+            # an error); its clipboard and sound streams take none.
+            if stream.kind in (TransferKind.FILE, TransferKind.PRINT):
+                answer.append(encode("ack", index, _refusal(stream), int(Status.CLIENT_FORBIDDEN)))
+        else:
+            forward.append(instruction.encode())
+
+    def _download(self, mimetype: str, name: str, *, print_job: bool) -> _Stream:
+        policy = self.policy
+        if print_job:
+            refused = None if policy.printing else "printing_off"
+            kind = TransferKind.PRINT
+        else:
+            refused = None if policy.files.download else "download_off"
+            kind = TransferKind.FILE
+        stream = _Stream(kind, Direction.TO_BROWSER, policy.files.max_file_bytes, refused)
+        stream.name, stream.mimetype = name, mimetype
+        return stream
+
+    # ------------------------------------------------------------------------------ both
+    def _clipboard(self, direction: Direction, mimetype: str) -> _Stream:
+        clipboard = (
+            self.policy.clipboard_to_desktop
+            if direction is Direction.TO_DESKTOP
+            else self.policy.clipboard_to_browser
+        )
+        refused = None
+        if not clipboard.allowed:
+            refused = "clipboard_off"
+        elif not mimetype.startswith("text/"):
+            refused = "not_text"
+        stream = _Stream(TransferKind.CLIPBOARD, direction, clipboard.max_bytes, refused)
+        stream.mimetype = mimetype
+        return stream
+
+    def _opened(self, streams: dict[str, _Stream], index: str, stream: _Stream) -> None:
+        """Track ``stream`` under ``index`` (a stream left open there is reported first)."""
+        previous = streams.pop(index, None)
+        if previous is not None:
+            self.report(previous.transfer())
+        streams[index] = stream
+
+    def _data(
+        self,
+        streams: dict[str, _Stream],
+        instruction: Instruction,
+        forward: list[str],
+        answer: list[str],
+    ) -> None:
+        """A ``blob`` or ``end`` of a governed stream: forwarded, cut or dropped."""
+        opcode, args = instruction
+        index = args[0]
+        stream = streams[index]
+        if opcode == "end":
+            del streams[index]
+            if not stream.refused and not stream.cut:
+                forward.append(instruction.encode())
+            self.report(stream.transfer())
+            return
+        try:
+            data = binascii.a2b_base64(args[1]) if len(args) >= 2 else b""
+        except binascii.Error:
+            data = b""
+        stream.size += len(data)
+        stream.digest.update(data)
+        if stream.refused or stream.cut:
+            return
+        if stream.delivered + len(data) <= stream.limit:
+            stream.delivered += len(data)
+            forward.append(instruction.encode())
+            return
+        kept = _fitting(
+            data, stream.limit - stream.delivered, stream.kind is TransferKind.CLIPBOARD
+        )
+        stream.cut = True
+        if kept:
+            stream.delivered += len(kept)
+            forward.append(encode("blob", index, base64.b64encode(kept).decode("ascii")))
+        forward.append(encode("end", index))
+        if stream.kind is not TransferKind.CLIPBOARD:
+            message = f"FAIL (over the limit of {stream.limit} bytes)"
+            answer.append(encode("ack", index, message, int(Status.CLIENT_OVERRUN)))
+
+    def close(self) -> None:
+        """The tunnel ended: report the streams still open, as far as they went."""
+        for streams in (self._from_browser, self._from_daemon):
+            for stream in streams.values():
+                self.report(stream.transfer())
+            streams.clear()
+
+
+_Handler = Callable[[Instruction, list[str], list[str]], None]
+
+
+def _governed(
+    text: str, streams: dict[str, _Stream], markers: tuple[str, ...], handle: _Handler
+) -> tuple[str, str]:
+    """``(forwarded, answered)`` of ``text``: untouched unless a governed stream is involved."""
+    if not streams and not any(marker in text for marker in markers):
+        return text, ""
+    forward: list[str] = []
+    answer: list[str] = []
+    for instruction in InstructionParser().feed_instructions(text):
+        handle(instruction, forward, answer)
+    return "".join(forward), "".join(answer)
+
+
+def _refusal(stream: _Stream) -> str:
+    """The ``ack`` message of a refused stream, as guacd words its own (``FAIL (...)``)."""
+    return f"FAIL ({(stream.refused or 'refused').replace('_', ' ')})"
