@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # deskpool requires) and the drivers: installed editable with deskpool, in one resolution.
 DRIVERS := $(wildcard hypervisor_drivers/*/pyproject.toml)
 
-.PHONY: run test test-fast test-deploy setup services libvirt browser x11 podman lint docs openapi clean console console-test
+.PHONY: run test test-fast test-deploy setup services libvirt browser x11 promtool podman lint docs openapi clean console console-test
 
 # The console (web/): its dependencies from package-lock.json, then a build when a source,
 # the lock file or the OpenAPI document (its generated types) changed.
@@ -63,6 +63,10 @@ browser:
 x11:
 	@bash scripts/ensure-x11.sh
 
+# promtool (Debian's prometheus package): the shipped alerting rules' checks and unit tests.
+promtool:
+	@bash scripts/ensure-promtool.sh
+
 # The main job: `deskpool dev` migrates, then runs every component in one process with the
 # simulator driver and a development identity provider, and prints where everything is.
 # `make run HYPERVISOR=libvirt`: the demo pool's desktops are real tiny VMs on the local libvirt.
@@ -80,7 +84,7 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
 
 # The whole test suite, lint and type checks included, from .venv: unit tests first, then
 # integration, then end-to-end.
-test: setup services libvirt browser x11 console console-test
+test: setup services libvirt browser x11 promtool console console-test
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy

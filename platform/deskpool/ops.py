@@ -13,9 +13,10 @@ import time
 from typing import TYPE_CHECKING
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 
 from deskpool.listener import ConnectionLimits, bound_address, start_listener
+from deskpool.per_registry import once_per_registry
 from deskpool.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -35,10 +36,20 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-async def readyz(request: web.Request) -> web.Response:
-    """Every readiness check passes: 200; otherwise 503 naming each failing check."""
-    runtime = request.app[RUNTIME_KEY]
-    checks = runtime.readiness_checks()
+@once_per_registry
+def readiness_gauge(registry: CollectorRegistry) -> Gauge:
+    """``deskpool_readiness_check_ok`` on ``registry``."""
+    return Gauge(
+        "deskpool_readiness_check_ok",
+        "1 when the readiness check (database, kvstore, schema, a component's) passed at "
+        "the last scrape or /readyz, 0 when it failed: the shipped 'dependency down' alert.",
+        ["check"],
+        registry=registry,
+    )
+
+
+async def run_readiness_checks(runtime: Runtime) -> dict[str, dict[str, object]]:
+    """Every readiness check's result by name, each bounded; recorded in the gauge too."""
 
     async def run(check: ReadinessCheck) -> tuple[str, dict[str, object]]:
         started = time.perf_counter()
@@ -50,7 +61,16 @@ async def readyz(request: web.Request) -> web.Response:
         seconds = round(time.perf_counter() - started, 4)
         return check.name, {"ok": True, "seconds": seconds, **(details or {})}
 
-    results = dict(await asyncio.gather(*(run(check) for check in checks)))
+    results = dict(await asyncio.gather(*(run(check) for check in runtime.readiness_checks())))
+    gauge = readiness_gauge(runtime.metrics)
+    for name, result in results.items():
+        gauge.labels(name).set(1 if result["ok"] else 0)
+    return results
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Every readiness check passes: 200; otherwise 503 naming each failing check."""
+    results = await run_readiness_checks(request.app[RUNTIME_KEY])
     failing = sorted(name for name, result in results.items() if not result["ok"])
     body = {
         "status": "ready" if not failing else "not_ready",
@@ -61,8 +81,13 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """Prometheus text exposition of the process's registry."""
+    """Prometheus text exposition of the process's registry.
+
+    The readiness checks run first, so that ``deskpool_readiness_check_ok`` is as of this
+    scrape: a dependency that went away is seen by the next scrape, not by the next probe.
+    """
     runtime = request.app[RUNTIME_KEY]
+    await run_readiness_checks(runtime)
     payload = generate_latest(runtime.metrics)
     response = web.Response(body=payload)
     response.headers["Content-Type"] = CONTENT_TYPE_LATEST

@@ -82,6 +82,7 @@ class GatewayComponent(HttpListenerComponent):
         super().__init__(runtime)
         self.settings = GatewaySettings.from_config(runtime.config)
         self.metrics = GatewayMetrics(runtime.metrics)
+        self.metrics.max_tunnels.set(self.settings.max_tunnels)
         self.gateway_id = new_gateway_id()
         self._broker_factory: BrokerFactory = broker_factory or broker_factory_of_platform
         self.supervisor: TunnelSupervisor | None = None

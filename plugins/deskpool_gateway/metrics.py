@@ -22,6 +22,12 @@ class GatewayMetrics:
             "Tunnels this gateway process holds open.",
             registry=registry,
         )
+        self.max_tunnels = Gauge(
+            "deskpool_gateway_max_tunnels",
+            "GATEWAY_MAX_TUNNELS: the tunnels this process accepts before refusing (saturation "
+            "is open_tunnels / max_tunnels).",
+            registry=registry,
+        )
         self.failures = Counter(
             "deskpool_gateway_handshake_failures",
             "Tunnels refused or failed, by cause (origin, no_token, bad_request, too_many, "

@@ -7,6 +7,7 @@ Kubernetes versions it bundles. Nothing here installs the chart: no cluster runs
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import helm_python as helm
@@ -137,6 +138,30 @@ def test_production_values_take_secrets_from_the_existing_secret() -> None:
     assert paths["/websocket-tunnel"] == "dp-deskpool-gateway"
     assert paths["/"] == "dp-deskpool-web"
     assert by_kind(manifests, "ServiceMonitor")
+
+
+def test_monitoring_is_off_by_default_and_renders_the_shipped_rules_and_dashboard() -> None:
+    assert not by_kind(render({}), "PrometheusRule")
+    assert "dp-deskpool-dashboard" not in by_kind(render({}), "ConfigMap")
+    monitoring = DEPLOY / "monitoring"
+    manifests = render(
+        {
+            "monitoring": {
+                "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus"}},
+                "grafanaDashboard": {"enabled": True},
+            }
+        }
+    )
+    rule = by_kind(manifests, "PrometheusRule")["dp-deskpool"]
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus"
+    # The rules as shipped, their {{ $labels }} templates untouched by Helm.
+    assert rule["spec"] == yaml.safe_load((monitoring / "alerts.yaml").read_text())
+    dashboard = by_kind(manifests, "ConfigMap")["dp-deskpool-dashboard"]
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads((monitoring / "dashboard.json").read_text())
+    assert json.loads(dashboard["data"]["deskpool.json"]) == shipped
+    kubernetes_validate.validate(dashboard, newest_kubernetes_versions()[-1], strict=True)
 
 
 def test_desktopd_log_level_reaches_guacd() -> None:

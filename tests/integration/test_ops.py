@@ -39,6 +39,11 @@ async def test_readyz_names_the_schema_check_when_migrations_are_pending(
             assert ready.status == 503
             assert body["failing"] == ["schema"]
             assert "pending migrations" in body["checks"]["schema"]["error"]
+            # A scrape runs the checks too: the failing one is 0 in /metrics (the shipped
+            # DeskpoolDependencyDown alert), the passing ones 1.
+            scraped = await (await client.get("/metrics")).text()
+            assert 'deskpool_readiness_check_ok{check="schema"} 0.0' in scraped
+            assert 'deskpool_readiness_check_ok{check="database"} 1.0' in scraped
         finally:
             await runtime.close()
     finally:

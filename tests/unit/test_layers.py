@@ -57,6 +57,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "auth",
             "outages",
             "hookspecs",
+            "per_registry",
         ),
     ),
     (

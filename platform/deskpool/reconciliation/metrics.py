@@ -17,6 +17,9 @@ run or ``pool.reconcile`` job) counts on it.
     settings are named after the exception); a pool without a schedule has ``phase=""``.
 ``deskpool_pool_powered_off_desktops{pool_id}``
     The pool's desktops powered off by its schedule, at the last pass.
+``deskpool_pool_desktops{pool_id,state}``
+    The pool's desktops at the last pass: ``ready`` (free, powered on), ``in_use``,
+    ``powered_off``, ``other``.
 ``deskpool_pool_reconcile_failing{pool_id}``
     1 while the pool's reconciliation fails (its ``reconcile_error``), 0 once a pass over it
     succeeds again, as this worker last saw it.
@@ -32,6 +35,7 @@ import contextlib
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from deskpool.rollouts.model import RolloutCounts
+from deskpool.schedules.samples import CapacitySample
 
 #: The states ``deskpool_rollout_desktops`` counts.
 ROLLOUT_STATES = ("total", "on_new_template", "replacing", "waiting_for_logoff", "failed")
@@ -77,6 +81,13 @@ class PoolReconcileMetrics:
             ["pool_id"],
             registry=registry,
         )
+        self.desktops = Gauge(
+            "deskpool_pool_desktops",
+            "The pool's desktops at the last pass, by state: ready (free, powered on), in_use, "
+            "powered_off, other (being built, repaired, failed...).",
+            ["pool_id", "state"],
+            registry=registry,
+        )
         self.failing = Gauge(
             "deskpool_pool_reconcile_failing",
             "1 while the pool's reconciliation fails (its reconcile_error), 0 once it succeeds.",
@@ -100,15 +111,17 @@ class PoolReconcileMetrics:
         """A pass over the pool succeeded: it is not failing."""
         self.failing.labels(pool_id).set(0)
 
-    def observe_schedule(self, pool_id: str, phase: str, powered_off: int) -> None:
-        """Record the pool's phase in force (the former one's series goes) and powered-off count."""
+    def observe_schedule(self, pool_id: str, phase: str, sample: CapacitySample) -> None:
+        """Record the pool's phase in force (the former one's series goes) and its desktops."""
         former = self._phases.get(pool_id)
         if former is not None and former != phase:
             with contextlib.suppress(KeyError):
                 self.pool_phase.remove(pool_id, former)
         self._phases[pool_id] = phase
         self.pool_phase.labels(pool_id, phase).set(1)
-        self.powered_off.labels(pool_id).set(powered_off)
+        self.powered_off.labels(pool_id).set(sample.powered_off)
+        for state in ("ready", "in_use", "powered_off", "other"):
+            self.desktops.labels(pool_id, state).set(getattr(sample, state))
 
     def count_action(self, kind: str) -> None:
         """Count one applied action of ``kind``."""

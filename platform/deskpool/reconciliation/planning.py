@@ -204,7 +204,7 @@ class BatchPlanner:
             samples.append((pool.id, sample))
             if self.metrics is not None:
                 phase = "" if found is None else found.phase
-                self.metrics.observe_schedule(str(pool.id), phase, sample.powered_off)
+                self.metrics.observe_schedule(str(pool.id), phase, sample)
         try:
             async with self.runtime.db.acquire() as connection, connection.transaction():
                 for pool_id, sample in samples:

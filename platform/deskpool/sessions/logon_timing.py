@@ -11,13 +11,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-import weakref
 from collections.abc import AsyncIterator
 
 import asyncpg
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from deskpool.db.rows import Db
+from deskpool.per_registry import once_per_registry
 from deskpool.runtime import Runtime
 from deskpool.sessions import store_logons
 from deskpool.sessions.logons import LogonPhase
@@ -25,26 +25,37 @@ from deskpool.sessions.logons import LogonPhase
 log = logging.getLogger(__name__)
 
 _PHASE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-_PHASE_HISTOGRAMS: weakref.WeakKeyDictionary[CollectorRegistry, Histogram] = (
-    weakref.WeakKeyDictionary()
-)
 
 
+@once_per_registry
 def phase_histogram(registry: CollectorRegistry) -> Histogram:
-    """``deskpool_logon_phase_seconds`` on ``registry`` (made once per registry)."""
-    histogram = _PHASE_HISTOGRAMS.get(registry)
-    if histogram is None:
-        histogram = Histogram(
-            "deskpool_logon_phase_seconds",
-            "Seconds each logon phase took: from the phase before it (the request, for "
-            "allocated) to reaching it, by phase (allocated, powered_on, guest_ready, "
-            "token_issued, tunnel_opened, daemon_connected, first_frame).",
-            ["phase"],
-            buckets=_PHASE_BUCKETS,
-            registry=registry,
-        )
-        _PHASE_HISTOGRAMS[registry] = histogram
-    return histogram
+    """``deskpool_logon_phase_seconds`` on ``registry``."""
+    return Histogram(
+        "deskpool_logon_phase_seconds",
+        "Seconds each logon phase took: from the phase before it (the request, for "
+        "allocated) to reaching it, by phase (allocated, powered_on, guest_ready, "
+        "token_issued, tunnel_opened, daemon_connected, first_frame).",
+        ["phase"],
+        buckets=_PHASE_BUCKETS,
+        registry=registry,
+    )
+
+
+@once_per_registry
+def failure_counter(registry: CollectorRegistry) -> Counter:
+    """``deskpool_logon_failures`` on ``registry``.
+
+    By pool and reason: the shipped alert on a pool that has no desktop for the users who ask
+    (``reason="no_desktop_available"``) and the connection failures by reason read it.
+    """
+    return Counter(
+        "deskpool_logon_failures",
+        "Logons that stopped before the desktop was reached, by pool and reason (the "
+        "error's code: no_desktop_available, license_limit_reached, desktop_unreachable...; "
+        "error for anything else).",
+        ["pool_id", "reason"],
+        registry=registry,
+    )
 
 
 def observe_phase(runtime: Runtime, phase: LogonPhase, seconds: float | None) -> None:
@@ -94,11 +105,11 @@ async def timed_logon(
     try:
         yield logon_id
     except Exception as error:
-        reason = getattr(error, "code", None)
+        code = getattr(error, "code", None)
+        reason = code if isinstance(code, str) else "error"
+        failure_counter(runtime.metrics).labels(str(pool_id), reason).inc()
         try:
-            await store_logons.fail_logon(
-                runtime.db, logon_id, reason if isinstance(reason, str) else "error"
-            )
+            await store_logons.fail_logon(runtime.db, logon_id, reason)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as lost:
             log.warning("could not record the failed logon %s: %s", logon_id, type(lost).__name__)
         raise

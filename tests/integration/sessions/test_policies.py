@@ -123,6 +123,9 @@ async def test_logoff_at_once_rebuilds_a_non_persistent_desktop_before_anyone_el
     )
     assert again.status == 503
     assert (await again.json())["code"] == "no_desktop_available"
+    # Counted by pool and reason: the shipped DeskpoolPoolWithoutDesktops alert reads it.
+    labels = {"pool_id": str(place.pool.id), "reason": "no_desktop_available"}
+    assert pools_runtime.metrics.get_sample_value("deskpool_logon_failures_total", labels) == 1
 
 
 async def test_a_lost_gateway_never_logs_the_user_off_at_once(
