@@ -15,15 +15,18 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 from deskpool.audit import record_audit_event
+from deskpool.audit_query import list_audit_events
 from deskpool.client_policy.model import ClientPolicy, Transfer
 from deskpool.db.rows import Db
 from deskpool.events import AuditEvent
 from deskpool.runtime import Runtime
 from deskpool.sessions import store, store_policies
+from deskpool.sessions.service import get_session
 
-__all__ = ["TRANSFER_ACTION", "client_policies", "record_transfers"]
+__all__ = ["TRANSFER_ACTION", "client_policies", "record_transfers", "session_transfers"]
 
 #: The audit action of a transfer.
 TRANSFER_ACTION = "session.transfer"
@@ -65,3 +68,26 @@ async def record_transfers(
                     },
                 ),
             )
+
+
+#: The most transfers a session's page lists (the newest).
+TRANSFERS_SHOWN = 500
+
+
+async def session_transfers(runtime: Runtime, session_id: uuid.UUID) -> list[dict[str, Any]]:
+    """The transfers audited on a session, oldest first (at most :data:`TRANSFERS_SHOWN`).
+
+    :raises NotFound: no session has the id.
+    """
+    await get_session(runtime, session_id)
+    events = await list_audit_events(
+        runtime,
+        before=None,
+        filters={
+            "action": TRANSFER_ACTION,
+            "resource_type": "sessions",
+            "resource_id": str(session_id),
+        },
+        limit=TRANSFERS_SHOWN,
+    )
+    return [{**event["details"], "at": event["occurred_at"]} for event in reversed(events)]

@@ -1454,6 +1454,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/sessions/{session_id}/transfers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a desktop session's transfers
+         * @description Every clipboard transfer, file, print job and refused stream the gateway saw on the session, under its pool's client policy: direction, sizes, file name, SHA-256, allowed, cut or refused and why. The content itself is never stored. Oldest first, at most 500 (the audit trail keeps them all, as `session.transfer`).
+         *
+         *     Requires the permission `sessions:read` (or `platform:admin`).
+         */
+        get: operations["listSessionTransfers"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/setup": {
         parameters: {
             query?: never;
@@ -3345,6 +3367,42 @@ export interface components {
         Shadow: {
             session: components["schemas"]["Session"];
             connection: components["schemas"]["Connection"];
+        };
+        Transfer: {
+            /**
+             * Format: date-time
+             * @description When it ended.
+             */
+            at: string;
+            /**
+             * @description `clipboard`, `file`, `print` (a print job's PDF), `microphone` or `audio` (sound streams are listed only when refused).
+             * @enum {string}
+             */
+            kind: "clipboard" | "file" | "print" | "microphone" | "audio";
+            /**
+             * @description `to_desktop` (from the browser) or `to_browser`.
+             * @enum {string}
+             */
+            direction: "to_desktop" | "to_browser";
+            /** @description Bytes the sender sent, kept or not. */
+            size: number;
+            /** @description Bytes that reached the other side. */
+            delivered: number;
+            /** @description Hex SHA-256 of the bytes the sender sent. */
+            sha256: string;
+            /**
+             * @description `allowed`, `cut` (delivered up to the limit) or `refused`.
+             * @enum {string}
+             */
+            outcome: "allowed" | "cut" | "refused";
+            /** @description Why not all of it crossed: `clipboard_off`, `not_text`, `upload_off`, `download_off`, `printing_off`, `microphone_off`, `audio_off`, `over_limit`. */
+            reason: string | null;
+            /** @description The file's name or path. */
+            name: string | null;
+            mimetype: string | null;
+        };
+        TransferList: {
+            items: components["schemas"]["Transfer"][];
         };
         Setup: {
             /** @description Whether a cluster is connected (with an installed driver). */
@@ -6714,6 +6772,38 @@ export interface operations {
                     "application/problem+json": components["schemas"]["Problem"];
                 };
             };
+        };
+    };
+    listSessionTransfers: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                session_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The session's transfers. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["TransferList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getSetup: {

@@ -17,10 +17,12 @@ from deskpool.client_policy.model import (
     MAX_WATERMARK_TEXT,
     WATERMARK_FIELDS,
     ClipboardMode,
+    Direction,
+    TransferKind,
     watermark_text_problem,
 )
 
-__all__ = ["ClientPolicyInputSchema", "ClientPolicySchema"]
+__all__ = ["ClientPolicyInputSchema", "ClientPolicySchema", "TransferListSchema"]
 
 _MODES = [mode.value for mode in ClipboardMode]
 
@@ -144,3 +146,58 @@ def _schemas(required: bool, suffix: str) -> type[Schema]:
 ClientPolicySchema = _schemas(True, "")
 #: Changes to a pool's client policy (members left out, at any depth, stay as they are).
 ClientPolicyInputSchema = _schemas(False, "Input")
+
+
+class TransferSchema(Schema):
+    """One transfer the gateway saw on a session: never its content."""
+
+    at = fields.AwareDateTime(required=True, metadata={"description": "When it ended."})
+    kind = fields.String(
+        required=True,
+        validate=validate.OneOf([kind.value for kind in TransferKind]),
+        metadata={
+            "description": (
+                "`clipboard`, `file`, `print` (a print job's PDF), `microphone` or `audio` "
+                "(sound streams are listed only when refused)."
+            )
+        },
+    )
+    direction = fields.String(
+        required=True,
+        validate=validate.OneOf([direction.value for direction in Direction]),
+        metadata={"description": "`to_desktop` (from the browser) or `to_browser`."},
+    )
+    size = fields.Integer(
+        required=True, metadata={"description": "Bytes the sender sent, kept or not."}
+    )
+    delivered = fields.Integer(
+        required=True, metadata={"description": "Bytes that reached the other side."}
+    )
+    sha256 = fields.String(
+        required=True, metadata={"description": "Hex SHA-256 of the bytes the sender sent."}
+    )
+    outcome = fields.String(
+        required=True,
+        validate=validate.OneOf(["allowed", "cut", "refused"]),
+        metadata={"description": "`allowed`, `cut` (delivered up to the limit) or `refused`."},
+    )
+    reason = fields.String(
+        required=True,
+        allow_none=True,
+        metadata={
+            "description": (
+                "Why not all of it crossed: `clipboard_off`, `not_text`, `upload_off`, "
+                "`download_off`, `printing_off`, `microphone_off`, `audio_off`, `over_limit`."
+            )
+        },
+    )
+    name = fields.String(
+        required=True, allow_none=True, metadata={"description": "The file's name or path."}
+    )
+    mimetype = fields.String(required=True, allow_none=True)
+
+
+class TransferListSchema(Schema):
+    """A session's transfers, oldest first."""
+
+    items = fields.List(fields.Nested(TransferSchema), required=True)

@@ -25,6 +25,7 @@ from typing import Any
 from deskpool.api.context import Call
 from deskpool.api.pagination import Page, decode_cursor, page_schema, paginate
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
+from deskpool.api.resources.client_policy_schemas import TransferListSchema
 from deskpool.api.resources.session_schemas import (
     PENDING_CONNECTION,
     DesktopConnectionSchema,
@@ -43,6 +44,7 @@ from deskpool.sessions import logoff, service, store
 from deskpool.sessions.logons import LogonRecord
 from deskpool.sessions.model import SessionRecord
 from deskpool.sessions.service import DesktopConnection, Opened, PendingConnection
+from deskpool.sessions.transfers import session_transfers
 
 _UNAVAILABLE = {
     503: ResponseSpec(
@@ -196,6 +198,24 @@ async def list_sessions(call: Call) -> Page:
 async def get_session(call: Call) -> dict[str, Any]:
     session, logon = await service.get_session_detail(call.runtime, _session_id(call))
     return {**session_view(session), "logon": _logon_view(logon)}
+
+
+@ROUTES.route(
+    "GET",
+    "/api/v1/sessions/{session_id}/transfers",
+    summary="List a desktop session's transfers",
+    description=(
+        "Every clipboard transfer, file, print job and refused stream the gateway saw on the "
+        "session, under its pool's client policy: direction, sizes, file name, SHA-256, "
+        "allowed, cut or refused and why. The content itself is never stored. Oldest first, "
+        "at most 500 (the audit trail keeps them all, as `session.transfer`)."
+    ),
+    tags=("sessions",),
+    permission="sessions:read",
+    responses={200: ResponseSpec("The session's transfers.", TransferListSchema)},
+)
+async def list_session_transfers(call: Call) -> dict[str, Any]:
+    return {"items": await session_transfers(call.runtime, _session_id(call))}
 
 
 def _logon_view(logon: LogonRecord | None) -> dict[str, Any] | None:
