@@ -16,6 +16,11 @@ header in the forms a log line would show it (``repr`` of bytes, hex, base64):
 secret appeared (never the secret itself); findings made after it ran, or in a run that did not
 select it, fail the session at its end.
 
+In a parallel run (pytest-xdist), each worker has a guard of its own and the final check sees
+only its worker's findings: every worker hands the findings to the controller when it finishes
+(``workeroutput``), and the controller fails the session at its end on any that no final check
+reported, listing them, whichever worker made them.
+
 ``isolated_database_url`` gives a test a migrated database outside the run's shared one (one
 per test module), with no sealed value in it: a test that seals values must not leave them in
 the shared database, where they would (rightly) stop the api from starting without a key in
@@ -199,11 +204,18 @@ def guard_of(config: pytest.Config) -> LeakGuard:
     return config.stash[_GUARD_KEY]
 
 
+#: The key of a worker's findings in pytest-xdist's ``workeroutput``: ``[[where, what,
+#: reported], ...]``, plain lists for the channel between processes.
+WORKER_OUTPUT_KEY = "deskpool_leak_findings"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Start a guard for the run and register the hooks that feed it."""
     guard = LeakGuard()
     config.stash[_GUARD_KEY] = guard
     config.pluginmanager.register(LeakGuardHooks(guard), "deskpool-secret-leak-guard")
+    if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(ControllerHooks(guard), "deskpool-secret-leak-controller")
 
 
 class LeakGuardHooks:
@@ -241,7 +253,17 @@ class LeakGuardHooks:
             self.guard.scan(content, f"{report.nodeid} ({title})")
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Fail the run on findings the final check did not report."""
+        """Fail the run on findings the final check did not report.
+
+        On a pytest-xdist worker: hand every finding to the controller, which judges them.
+        """
+        workeroutput = getattr(session.config, "workeroutput", None)
+        if workeroutput is not None:
+            workeroutput[WORKER_OUTPUT_KEY] = [
+                [finding.where, finding.what, index < self.guard.reported]
+                for index, finding in enumerate(self.guard.findings)
+            ]
+            return
         unreported = self.guard.findings[self.guard.reported :]
         if not unreported:
             return
@@ -251,6 +273,37 @@ class LeakGuardHooks:
             for finding in unreported:
                 terminal.write_line(str(finding))
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+class ControllerHooks:
+    """On pytest-xdist's controller: gather the workers' findings into the run's guard.
+
+    The controller's own guard already scans every report's captured sections (the reports
+    come back to it); a worker adds what it saw in log records. A finding some worker's final
+    check reported counts as reported; the others fail the session
+    (:meth:`LeakGuardHooks.pytest_sessionfinish`).
+    """
+
+    def __init__(self, guard: LeakGuard) -> None:
+        self.guard = guard
+        self.reported: list[Finding] = []
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        """Take the findings of a worker that finished."""
+        for where, what, reported in getattr(node, "workeroutput", {}).get(WORKER_OUTPUT_KEY, []):
+            finding = Finding(where, what)
+            if reported:
+                self.reported.append(finding)
+            elif finding not in self.guard.findings:
+                self.guard.findings.append(finding)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self) -> None:
+        """Put the findings some final check reported first, counted as reported."""
+        rest = [finding for finding in self.guard.findings if finding not in self.reported]
+        self.guard.findings[:] = self.reported + rest
+        self.guard.reported = len(self.reported)
 
 
 # --------------------------------------------------------------------------------- fixtures

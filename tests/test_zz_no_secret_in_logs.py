@@ -1,11 +1,20 @@
-"""No test secret ever appears in what the suite captured (runs last; see secret_leak_guard)."""
+"""No test secret ever appears in what the suite captured (runs last; see secret_leak_guard).
+
+In a parallel run the final check runs last on its worker; the controller judges every
+worker's findings at the session's end (the last test here shows it).
+"""
 
 from __future__ import annotations
 
 import base64
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from tests.secret_leak_guard import CANARY, LeakGuard, encoded_forms
+from tests.support.paths import REPO
 
 #: The guard's own tests log secrets on purpose; theirs carry another canary than the run's.
 SELF_TEST_CANARY = "DPSELFTESTPROBE"
@@ -54,3 +63,46 @@ def test_no_test_secret_appears_in_any_captured_log(leak_guard: LeakGuard) -> No
     assert not findings, "test secrets appeared in captured output:\n" + "\n".join(
         str(finding) for finding in findings
     )
+
+
+#: A run of its own, in parallel: a test logs a secret at DEBUG (a record no captured section
+#: shows, only the worker's guard sees it) in one xdist group, a clean test in another.
+_PARALLEL_RUN = {
+    "conftest.py": 'pytest_plugins = ["tests.secret_leak_guard"]\n',
+    "test_leaky.py": (
+        "import logging\n"
+        "import pytest\n"
+        "pytestmark = pytest.mark.xdist_group('leaky')\n"
+        "def test_leaks(leak_guard):\n"
+        "    logging.getLogger('leaky').debug('token %s', leak_guard.plaintext('probe'))\n"
+    ),
+    "test_clean.py": (
+        "import pytest\n"
+        "pytestmark = pytest.mark.xdist_group('clean')\n"
+        "def test_clean():\n"
+        "    pass\n"
+    ),
+}
+
+
+def test_a_secret_a_worker_saw_fails_the_parallel_run(tmp_path: Path) -> None:
+    for name, text in _PARALLEL_RUN.items():
+        (tmp_path / name).write_text(text)
+    run = subprocess.run(
+        [
+            sys.executable,
+            *("-m", "pytest", "-p", "xdist", "-n", "2", "--dist", "loadgroup"),
+            *("-p", "no:logging", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)),
+            str(tmp_path),
+        ],
+        # Only xdist and the guard: the installed plugins would cost seconds per process.
+        env={**os.environ, "PYTHONPATH": str(REPO), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "2 passed" in run.stdout, run.stdout + run.stderr
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "test secrets found in captured logs or output" in run.stdout
+    assert "test_leaky.py::test_leaks (call): log record of leaky: a test plaintext" in run.stdout
