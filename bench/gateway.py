@@ -21,11 +21,16 @@ alternated runs (the order rotates every run) the client measures:
   whether any recording stopped early (``truncated``: the writer fell behind by more than its
   share of the ring, and the recording gave up rather than slow the relay) are printed with
   the figures. ``--recording-only`` runs just this (no node needed).
+- **client policy**: the throughput above through deskpool's gateway with a client policy on
+  (watermark, clipboard limits, no files, no sound: issue 36) and with the default policy, on a
+  display stream with an 8 KiB clipboard copy after every frame, in ``--policy-runs`` alternated
+  rounds. ``--policy-only`` runs just this.
 
 Run from the repository root (node and npm on the PATH)::
 
     .venv/bin/python bench/gateway.py [--runs 5] [--tunnels 4] [--megabytes 32] [--idle 1000]
     .venv/bin/python bench/gateway.py --recording-only [--recording-runs 5]
+    .venv/bin/python bench/gateway.py --policy-only [--policy-runs 5]
 """
 
 from __future__ import annotations
@@ -174,11 +179,11 @@ async def wait_listening(port: int) -> None:
 
 # ------------------------------------------------------------------------------ one tunnel
 async def ws_flood(
-    session: aiohttp.ClientSession, relay: Relay, size: int
+    session: aiohttp.ClientSession, relay: Relay, size: int, mode: str = "flood"
 ) -> tuple[int, float, float]:
     """Bytes received, first and last arrival times."""
     received, first, last = 0, 0.0, 0.0
-    async with session.ws_connect(relay.url(f"flood:{size}"), protocols=("guacamole",)) as ws:
+    async with session.ws_connect(relay.url(f"{mode}:{size}"), protocols=("guacamole",)) as ws:
         async for message in ws:
             if message.type is not aiohttp.WSMsgType.TEXT:
                 break
@@ -208,18 +213,20 @@ async def tcp_flood(relay: Relay, size: int) -> tuple[int, float, float]:
     return received, first, last
 
 
-async def throughput(relay: Relay, tunnels: int, megabytes: int) -> float:
-    """Megabytes per second through ``tunnels`` concurrent tunnels."""
+async def throughput(
+    relay: Relay, tunnels: int, megabytes: int, mode: str = "flood", tolerance: float = 0.99
+) -> float:
+    """Megabytes per second through ``tunnels`` concurrent tunnels (daemon mode ``mode``)."""
     size = megabytes * 1_000_000
     async with aiohttp.ClientSession() as session:
         if relay.kind == "tcp":
             results = await asyncio.gather(*(tcp_flood(relay, size) for _ in range(tunnels)))
         else:
             results = await asyncio.gather(
-                *(ws_flood(session, relay, size) for _ in range(tunnels))
+                *(ws_flood(session, relay, size, mode) for _ in range(tunnels))
             )
     total = sum(r[0] for r in results)
-    if total < tunnels * size * 0.99:
+    if total < tunnels * size * tolerance:
         raise RuntimeError(f"{relay.name}: received {total} of {tunnels * size} bytes")
     span = max(r[2] for r in results) - min(r[1] for r in results)
     return total / span / 1e6
@@ -466,6 +473,42 @@ async def recording_overhead(
     return series
 
 
+async def policy_overhead(args: argparse.Namespace, on: Relay, off: Relay) -> Series:
+    """Throughput through the gateway with a client policy on and with the default, alternated.
+
+    The daemon's display stream carries an 8 KiB clipboard copy after every frame (~57 KB), so
+    the guard parses every message on both sides and cuts every copy on the policy side.
+    """
+    for relay in (on, off):
+        await wait_listening(relay.port)
+    series = Series(
+        f"deskpool gateway throughput with a client policy on (watermark, clipboard limits, "
+        f"no files, no sound) and off ({args.tunnels} tunnels x {args.megabytes} MB, "
+        f"an 8 KiB copy every frame)",
+        sides=("policy on", "policy off"),
+        figures=(
+            Figure("mbps", "throughput, MB/s", 1, ratio=True),
+            Figure("cpu", "gateway CPU per MB relayed, ms", 2, ratio=True),
+        ),
+        keep_starved=args.keep_starved,
+    )
+    for number, side in rounds(args.policy_runs, series.sides):
+        relay = on if side == "policy on" else off
+        monitor = LoadMonitor()
+        cpu = cpu_seconds(relay)
+        monitor.start()
+        # The policy side cuts each copy to 4 KiB: it delivers about 5 % less.
+        mbps = await throughput(relay, args.tunnels, args.megabytes, "flood-clipboard", 0.9)
+        load = monitor.stop()
+        relay.check_alive()
+        cpu = cpu_seconds(relay) - cpu
+        figures = {"mbps": mbps, "cpu": cpu * 1000 / (args.tunnels * args.megabytes)}
+        print_run(
+            series, Run(side, number, figures, load), lambda line: print(line, file=sys.stderr)
+        )
+    return series
+
+
 def install_guacamole_lite(folder: Path) -> None:
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
@@ -491,6 +534,8 @@ def main() -> None:
     parser.add_argument("--idle", type=int, default=1000)
     parser.add_argument("--recording-runs", type=int, default=5, help="rounds of recording on/off")
     parser.add_argument("--recording-only", action="store_true")
+    parser.add_argument("--policy-runs", type=int, default=5, help="rounds of client policy on/off")
+    parser.add_argument("--policy-only", action="store_true")
     args = parser.parse_args()
     python = sys.executable
     servers = str(HERE / "gateway_servers.py")
@@ -498,7 +543,8 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="bench-guacamole-lite-") as folder,
         tempfile.TemporaryDirectory(prefix="bench-recordings-") as recordings,
     ):
-        if not args.recording_only:
+        partial = args.recording_only or args.policy_only
+        if not partial:
             install_guacamole_lite(Path(folder))
         daemon = Relay("daemon", [python, servers, "daemon", "0"], "")
         started: list[Relay] = []
@@ -519,14 +565,24 @@ def main() -> None:
                 ),
                 Relay("plain relay", [python, servers, "relay", "0", upstream], "tcp"),
             ]
-            if args.recording_only:
+            policed = Relay(
+                "deskpool client policy",
+                [python, servers, "deskpool-policy", "0", upstream],
+                "deskpool",
+            )
+            if partial:
                 relays = [deskpool]
-            for relay in [*relays, recorded]:
+            extra = [policed] if args.policy_only else [recorded, policed]
+            for relay in [*relays, *extra]:
                 relay.start(cwd=Path(folder) if relay.kind == "lite" else None)
                 started.append(relay)
-            if not args.recording_only:
+            if not partial:
                 asyncio.run(run(args, relays))
-            if args.recording_runs:
+            if args.policy_runs:
+                series = asyncio.run(policy_overhead(args, policed, deskpool))
+                print()
+                print(series.table())
+            if args.recording_runs and not args.policy_only:
                 series = asyncio.run(recording_overhead(args, recorded, deskpool, Path(recordings)))
                 print()
                 print(series.table())

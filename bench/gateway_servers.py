@@ -34,6 +34,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
+from deskpool.client_policy.model import DEFAULT_CLIENT_POLICY, ClientPolicyChange
 from deskpool.guacamole import encode
 from deskpool.guacamole.stream import InstructionReader, StreamClosed
 from deskpool.sessions.tunnel import (
@@ -68,9 +69,25 @@ def display_frame(seed: int = 1) -> bytes:
 FIRST_FRAME = 1700000000000
 
 
+def clipboard_copy(index: int = 5, size: int = 8192) -> bytes:
+    """A copy on the desktop as guacd sends it: a text ``clipboard`` stream of ``size`` bytes.
+
+    It comes in blobs of 4096 bytes (``GUAC_COMMON_CLIPBOARD_BLOCK_SIZE``).
+    """
+    text = (b"copied text " * (size // 12 + 1))[:size]
+    blobs = [
+        encode("blob", index, base64.b64encode(text[at : at + 4096]).decode())
+        for at in range(0, size, 4096)
+    ]
+    return (
+        encode("clipboard", index, "text/plain") + "".join(blobs) + encode("end", index)
+    ).encode()
+
+
 async def serve_daemon(port: int) -> None:
-    """The fake guacd."""
+    """The fake guacd (``flood-clipboard:N``: each frame followed by an 8 KiB copy)."""
     frame = display_frame()
+    copied = frame + clipboard_copy()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         instructions = InstructionReader(reader)
@@ -83,11 +100,12 @@ async def serve_daemon(port: int) -> None:
             writer.write(encode("ready", f"${uuid.uuid4()}").encode())
             writer.write(encode("sync", FIRST_FRAME, 1).encode())
             mode = values.get("hostname", "idle")
-            if mode.startswith("flood:"):
+            if mode.startswith(("flood:", "flood-clipboard:")):
                 remaining = int(mode.split(":")[1])
+                chunk = copied if mode.startswith("flood-clipboard:") else frame
                 while remaining > 0:
-                    writer.write(frame)
-                    remaining -= len(frame)
+                    writer.write(chunk)
+                    remaining -= len(chunk)
                     await writer.drain()
             elif mode == "echo":
                 while True:
@@ -174,8 +192,35 @@ class RecordingBenchBroker(BenchBroker):
         (self.folder / f"{recording_id}.ended").touch()
 
 
-async def serve_deskpool(port: int, daemon_port: int, recordings: str | None = None) -> None:
-    """The real gateway component (recording every tunnel into ``recordings`` when given)."""
+#: The client policy of ``deskpool-policy``: watermark on, clipboard limits (copying out cut at
+#: 4 KiB, pasting at 1 KiB), no file transfer, no sound.
+BENCH_POLICY = ClientPolicyChange(
+    {
+        "clipboard": {"to_desktop": {"max_bytes": 1024}, "to_browser": {"max_bytes": 4096}},
+        "file_transfer": {"upload": False, "download": False},
+        "audio": {"output": False},
+        "watermark": {"enabled": True},
+    }
+).applied_to(DEFAULT_CLIENT_POLICY)
+
+
+class PolicyBenchBroker(BenchBroker):
+    """Grants like :class:`BenchBroker`, each under :data:`BENCH_POLICY`."""
+
+    async def redeem(self, token: str, *, gateway_id: str) -> TunnelGrant:
+        """A grant for the daemon mode ``token``, under the bench's client policy."""
+        grant = await super().redeem(token, gateway_id=gateway_id)
+        return dataclasses.replace(grant, client_policy=BENCH_POLICY)
+
+
+async def serve_deskpool(
+    port: int, daemon_port: int, recordings: str | None = None, *, policy: bool = False
+) -> None:
+    """The real gateway component.
+
+    It records every tunnel into ``recordings`` when given, and grants :data:`BENCH_POLICY`
+    with ``policy``.
+    """
     from deskpool.host import bootstrap
     from deskpool.runtime import Runtime
     from deskpool_gateway import GatewayComponent
@@ -195,6 +240,8 @@ async def serve_deskpool(port: int, daemon_port: int, recordings: str | None = N
     process = bootstrap(environ, ["gateway"])
     runtime = Runtime(process.config, process.plugins)
     broker = BenchBroker() if recordings is None else RecordingBenchBroker(Path(recordings))
+    if policy:
+        broker = PolicyBenchBroker()
     component = GatewayComponent(runtime, broker_factory=lambda _: broker)
     await component.start()
     print(f"ready {component.bound.port}", flush=True)
@@ -232,6 +279,8 @@ def main() -> None:
         asyncio.run(serve_daemon(port))
     elif role == "deskpool":
         asyncio.run(serve_deskpool(port, daemon_port))
+    elif role == "deskpool-policy":
+        asyncio.run(serve_deskpool(port, daemon_port, policy=True))
     elif role == "deskpool-recorded":
         asyncio.run(serve_deskpool(port, daemon_port, sys.argv[4]))
     elif role == "relay":
