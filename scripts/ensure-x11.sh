@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Makes sure the X and VNC programs of the VNC bridge tests are installed: Xvfb, x11vnc, xterm,
+# Makes sure the X and VNC programs of the VNC bridge tests are installed: Xvfb, x11vnc, xterm, xclip,
 # xwd, xsetroot and xwininfo (deskpool.testing.x11 starts them itself; nothing runs as a service),
 # and tesseract, which reads the text of remote screens in the browser tests (deskpool.testing.ocr).
 # Uses them when they are there; otherwise, as root on Debian/Ubuntu, installs their packages;
@@ -8,7 +8,7 @@ set -euo pipefail
 
 declare -A PACKAGE=(
   [Xvfb]=xvfb [x11vnc]=x11vnc [xterm]=xterm [xwd]=x11-apps [xsetroot]=x11-xserver-utils
-  [xwininfo]=x11-utils [tesseract]="tesseract-ocr tesseract-ocr-eng"
+  [xwininfo]=x11-utils [xclip]=xclip [tesseract]="tesseract-ocr tesseract-ocr-eng"
 )
 missing=()
 for program in "${!PACKAGE[@]}"; do

@@ -26,6 +26,10 @@ It behaves as guacd 1.6.0 does where a client can tell:
 - a user who sends nothing for 15 s gets ``error "User is not responding." 776``; a ``sync``
   acknowledging a frame never sent, or ``disconnect``, ends that user with ``disconnect``;
 - read-only users (``read-only`` = ``true``) see everything and change nothing;
+- it speaks guacd's clipboard, drive (``filesystem``, ``get``, ``body``, ``put``, ``file``,
+  ``ack``), print and sound streams as the connection's arguments allow
+  (:mod:`deskpool.desktopd.transfers`); on the simulated desktop, Control with C, V, S, P or G
+  copies the typed text, pastes the clipboard, saves a download, prints or plays a tone;
 - told to, it shows two faults of guacd 1.6.0 (:mod:`deskpool.desktopd.faults`): a connection
   whose process dies mid-session (:meth:`DesktopDaemonSimulator.kill_connection`: its sockets
   close without ``disconnect``, and the next connection to that desktop finds it as it was),
@@ -45,13 +49,14 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
 
 from deskpool.desktopd.faults import REFUSED_LOGIN_SYNC_DELAY, LoginRefusal
-from deskpool.desktopd.frames import KEEP_ALIVE_INTERVAL, DesktopConnection
+from deskpool.desktopd.frames import KEEP_ALIVE_INTERVAL, DesktopConnection, Viewer
 from deskpool.desktopd.protocols import PROTOCOL_ARGS, PROTOCOL_VERSION
 from deskpool.desktopd.screen import Box, DesktopScreen
+from deskpool.desktopd.transfers import STREAM_OPCODES, Switches, Transfers, beep
 from deskpool.desktopd.vnc import BridgeFailed, VncBridge, bridge_vnc
 from deskpool.guacamole import Instruction, ProtocolError, Status, encode
 from deskpool.guacamole.stream import InstructionReader, StreamClosed
@@ -64,6 +69,13 @@ log = logging.getLogger(__name__)
 GUACD_TIMEOUT = 15.0
 #: Shortest time between two frames drawn for input.
 FRAME_INTERVAL = 0.04
+#: Control and a letter on the simulated desktop: copy the typed text (a clipboard stream to
+#: every user), paste the clipboard into it, save it as ``typed.txt`` in the drive's Download
+#: folder (a ``file`` stream to the user), print the screen (a PDF ``file`` stream), play a tone
+#: (an ``audio`` stream).
+SHORTCUTS = {"c": "copy", "v": "paste", "s": "save", "p": "print", "g": "play"}
+#: Control_L and Control_R.
+CONTROL_KEYS = frozenset({0xFFE3, 0xFFE4})
 #: What guacd 1.6.0 handles safely before the connection's first frame.
 SAFE_BEFORE_FIRST_FRAME = frozenset({"nop", "sync", "disconnect"})
 
@@ -113,6 +125,10 @@ class SimulatedConnection(DesktopConnection):
 
     screen: DesktopScreen
     dirty: list[Box] = field(default_factory=list)
+    #: Whether a Control key is down.
+    control: bool = False
+    #: Streams the desktop's actions are sending.
+    actions: set[asyncio.Task[object]] = field(default_factory=set)
 
     def frame(self, boxes: Iterable[Box]) -> str:
         """The instructions that draw ``boxes`` and end the frame."""
@@ -128,16 +144,50 @@ class SimulatedConnection(DesktopConnection):
             + self.frame([(0, 0, screen.width, screen.height)])
         )
 
-    def input(self, opcode: str, args: tuple[str, ...]) -> None:
-        """Echo keys, follow the mouse, resize."""
+    def input(self, opcode: str, args: tuple[str, ...], user: Viewer | None = None) -> None:
+        """Echo keys, follow the mouse, resize; Control with a letter acts (:data:`SHORTCUTS`)."""
         screen = self.screen
         numbers = [int(arg) for arg in args if arg.lstrip("-").isdigit()]
         if opcode == "key" and len(numbers) >= 2:
-            self.mark(screen.key(numbers[0], numbers[1] == 1))
+            keysym, pressed = numbers[0], numbers[1] == 1
+            if keysym in CONTROL_KEYS:
+                self.control = pressed
+            elif self.control and chr(keysym & 0xFF).lower() in SHORTCUTS and keysym < 0x100:
+                if pressed:
+                    self._act(SHORTCUTS[chr(keysym).lower()], user)
+            else:
+                self.mark(screen.key(keysym, pressed))
         elif opcode == "mouse" and len(numbers) >= 3:
             self.mark(*screen.mouse(numbers[0], numbers[1], numbers[2]))
         elif opcode == "size" and len(numbers) >= 2:
             self.mark(screen.resize(*_size(args)))
+
+    def pasted(self, text: str) -> None:
+        """Show the desktop's new clipboard."""
+        self.mark(self.screen.show_clipboard(text))
+
+    def _act(self, action: str, user: Viewer | None) -> None:
+        """What Control with a letter does on the simulated desktop (see :data:`SHORTCUTS`)."""
+        screen, transfers = self.screen, self.transfers
+        if action == "paste":
+            self.mark(screen.paste(transfers.clipboard))
+            return
+        users: list[Viewer] = [u for u in self.users if not u.closed]
+        work: Coroutine[object, object, object]
+        if action == "copy":
+            self.mark(screen.show_clipboard(screen.typed))
+            work = transfers.copy(list(users), screen.typed)
+        elif action == "play":
+            work = transfers.play(list(users), beep())
+        elif user is None:
+            return
+        elif action == "save":
+            work = transfers.save_download(user, "typed.txt", screen.typed.encode())
+        else:
+            work = transfers.print_pdf(user, screen.pdf())
+        task = asyncio.get_running_loop().create_task(work)
+        self.actions.add(task)
+        task.add_done_callback(self.actions.discard)
 
     def mark(self, *boxes: Box | None) -> None:
         """Schedule ``boxes`` for the next frame."""
@@ -275,6 +325,7 @@ class DesktopDaemonSimulator:
             user.closed = True
             if user in connection.users:
                 connection.users.remove(user)
+            connection.transfers.left(user)
             if not connection.users:
                 self.connections.pop(connection.id, None)
                 connection.changed.set()
@@ -335,6 +386,7 @@ class DesktopDaemonSimulator:
         connection.users.append(user)
         user.drawn = True
         await user.send(connection.welcome())
+        await connection.transfers.joined(user)
         if connection.renderer is None or connection.renderer.done():
             connection.renderer = asyncio.create_task(connection.render())
 
@@ -413,6 +465,9 @@ class DesktopDaemonSimulator:
                 if (screen.width, screen.height) != (width, height):
                     screen.resize(width, height)
                 connection = SimulatedConnection(connection_id, protocol, screen=screen)
+            connection.transfers = Transfers(
+                Switches.of(protocol, values), on_clipboard=connection.pasted
+            )
             self.connections[connection_id] = connection
         else:  # a join: the connection is up, its display is sent at once
             await self._draw_first_frame(connection, user)
@@ -445,8 +500,10 @@ class DesktopDaemonSimulator:
                 ):
                     break
                 user.acknowledged = int(args[0])
+            elif opcode in STREAM_OPCODES:
+                await connection.transfers.handle(user, instruction, read_only=user.read_only)
             elif not user.read_only:
-                connection.input(opcode, args)
+                connection.input(opcode, args, user)
         await user.send(encode("disconnect"))
 
     async def _crash(

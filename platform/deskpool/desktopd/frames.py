@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from deskpool.desktopd.transfers import Switches, Transfers
 from deskpool.guacamole import encode
 
 __all__ = [
@@ -62,6 +63,8 @@ class DesktopConnection:
     changed: asyncio.Event = field(default_factory=asyncio.Event, kw_only=True)
     renderer: asyncio.Task[None] | None = field(default=None, kw_only=True)
     stream_index: int = field(default=0, kw_only=True)
+    #: Its clipboard, drive, print and sound streams (:mod:`deskpool.desktopd.transfers`).
+    transfers: Transfers = field(default_factory=lambda: Transfers(Switches()), kw_only=True)
 
     async def broadcast(self, text: str) -> None:
         """Send ``text`` to every user still connected."""
@@ -75,8 +78,10 @@ class DesktopConnection:
 
     def image(self, x: int, y: int, png: bytes) -> str:
         """An ``img`` stream drawing ``png`` at ``x``, ``y`` of the default layer."""
+        # Odd indexes, as guacd's client-level streams: a user's own streams (clipboard,
+        # downloads) have even ones, so an image never closes one of them.
         self.stream_index = (self.stream_index + 1) % 64
-        index = self.stream_index
+        index = 2 * self.stream_index + 1
         parts = [encode("img", index, COMPOSITE_OVER, 0, "image/png", x, y)]
         for start in range(0, len(png), BLOB_MAX_LENGTH):
             chunk = base64.b64encode(png[start : start + BLOB_MAX_LENGTH]).decode()
@@ -93,9 +98,12 @@ class DesktopConnection:
         """What a user who just joined receives: the whole desktop, as one frame."""
         raise NotImplementedError
 
-    def input(self, opcode: str, args: tuple[str, ...]) -> None:
-        """A user's ``key``, ``mouse`` or ``size`` (never a read-only user's)."""
+    def input(self, opcode: str, args: tuple[str, ...], user: Viewer | None = None) -> None:
+        """``user``'s ``key``, ``mouse`` or ``size`` (never a read-only user's)."""
         raise NotImplementedError
+
+    def pasted(self, text: str) -> None:
+        """A user's clipboard stream ended: ``text`` is the desktop's clipboard now."""
 
     async def render(self) -> None:
         """Send frames to the users until none is left."""

@@ -9,13 +9,16 @@ It follows RFC 6143 (RFB 3.8) and accepts servers that speak 3.3 or 3.7:
   green at 8 and blue at 0, so a Raw rectangle's pixels are ``BGRX`` bytes;
 - encodings: Raw (0), CopyRect (1) and the DesktopSize pseudo-encoding (-223);
 - client messages: SetPixelFormat, SetEncodings, FramebufferUpdateRequest, KeyEvent (an X11
-  keysym, as Guacamole's ``key`` carries) and PointerEvent (a button mask whose bits 0-4 are the
-  left, middle and right buttons and the wheel up and down, as in Guacamole's ``mouse``);
+  keysym, as Guacamole's ``key`` carries), PointerEvent (a button mask whose bits 0-4 are the
+  left, middle and right buttons and the wheel up and down, as in Guacamole's ``mouse``) and
+  ClientCutText (the clipboard, in Latin-1 unless told otherwise, as RFC 6143 section 7.5.6
+  says);
 - server messages: FramebufferUpdate, SetColourMapEntries (read and ignored: the pixel format
-  is true colour), Bell and ServerCutText (read and ignored).
+  is true colour), Bell (ignored) and ServerCutText (the server's clipboard changed: returned
+  as :class:`CutText`).
 
 It is the transport of a development and test bridge, not a VNC viewer: no other encoding, no
-TLS or VeNCrypt security types, no clipboard.
+TLS or VeNCrypt security types, no extended clipboard.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ __all__ = [
     "RAW",
     "AuthenticationFailed",
     "CopyRect",
+    "CutText",
     "DesktopSize",
     "RawRect",
     "RfbClient",
@@ -56,6 +60,7 @@ SET_ENCODINGS = 2
 FRAMEBUFFER_UPDATE_REQUEST = 3
 KEY_EVENT = 4
 POINTER_EVENT = 5
+CLIENT_CUT_TEXT = 6
 #: Server-to-client message types (section 7.6).
 FRAMEBUFFER_UPDATE = 0
 SET_COLOUR_MAP_ENTRIES = 1
@@ -110,6 +115,13 @@ class DesktopSize:
 
 
 Rect = RawRect | CopyRect | DesktopSize
+
+
+@dataclass(frozen=True)
+class CutText:
+    """The server's clipboard changed (ServerCutText), as bytes in the wire's encoding."""
+
+    data: bytes
 
 
 @dataclass(frozen=True)
@@ -264,6 +276,10 @@ class RfbClient:
         y = min(max(y, 0), 0xFFFF)
         self.writer.write(struct.pack(">BBHH", POINTER_EVENT, mask & 0xFF, x, y))
 
+    def cut_text(self, data: bytes) -> None:
+        """Give the server's clipboard ``data`` (ClientCutText; Latin-1 by the RFB spec)."""
+        self.writer.write(struct.pack(">B3xI", CLIENT_CUT_TEXT, len(data)) + data)
+
     async def flush(self) -> None:
         """Wait until the server's socket took what was written."""
         await self.writer.drain()
@@ -275,8 +291,8 @@ class RfbClient:
             await self.writer.wait_closed()
 
     # ------------------------------------------------------------------------------ from the server
-    async def read_update(self) -> Update:
-        """The next FramebufferUpdate (other server messages are read and dropped).
+    async def read_update(self) -> Update | CutText:
+        """The next FramebufferUpdate or ServerCutText (other server messages are dropped).
 
         :raises RfbError: the server closed the connection or sent something this client
             cannot read.
@@ -293,7 +309,7 @@ class RfbClient:
                     continue
                 elif kind == SERVER_CUT_TEXT:
                     await self.reader.readexactly(3)
-                    await _read_text(self.reader)
+                    return CutText(await _read_bytes(self.reader))
                 else:
                     raise RfbError(f"unknown server message type {kind}")
         except (OSError, asyncio.IncompleteReadError) as error:
@@ -319,9 +335,14 @@ class RfbClient:
         return Update(tuple(rects))
 
 
-async def _read_text(reader: asyncio.StreamReader) -> str:
-    """A ``U32`` length and that many bytes of text (Latin-1, as RFB's strings are)."""
+async def _read_bytes(reader: asyncio.StreamReader) -> bytes:
+    """A ``U32`` length and that many bytes."""
     (length,) = struct.unpack(">I", await reader.readexactly(4))
     if length > TEXT_LIMIT:
         raise RfbError(f"a text of {length} bytes is more than this client reads")
-    return (await reader.readexactly(length)).decode("latin-1")
+    return await reader.readexactly(length)
+
+
+async def _read_text(reader: asyncio.StreamReader) -> str:
+    """A ``U32`` length and that many bytes of text (Latin-1, as RFB's strings are)."""
+    return (await _read_bytes(reader)).decode("latin-1")

@@ -63,6 +63,8 @@ class DesktopScreen:
     user_name: str
     protocol: str
     typed: str = ""
+    #: The desktop's clipboard (what the window shows of it).
+    clipboard: str = ""
     pointer: tuple[int, int, int] = (0, 0, 0)
     clicks: list[tuple[int, int]] = field(default_factory=list)
     _left_down: bool = field(default=False, init=False, repr=False)
@@ -97,6 +99,12 @@ class DesktopScreen:
         return (x0 + 20, y0 + 110, x1 - 20, y1 - 40)
 
     @property
+    def clipboard_box(self) -> Box:
+        """The clipboard line, right of "Type here:"."""
+        x0, y0, x1, _ = self.window_box
+        return (x0 + 140, y0 + 74, max(x1 - 20, x0 + 141), y0 + 100)
+
+    @property
     def pointer_box(self) -> Box:
         """The pointer status line at the bottom of the window."""
         x0, _, x1, y1 = self.window_box
@@ -121,6 +129,7 @@ class DesktopScreen:
         )
         draw.text((x0 + 20, y0 + 78), "Type here:", fill=INK, font=self._small)
         self._draw_clock(time.time())
+        self._draw_clipboard()
         self._draw_text()
         self._draw_pointer()
         for click in self.clicks:
@@ -138,6 +147,22 @@ class DesktopScreen:
             return None
         self.typed = self.typed[:-1] if text == "\b" else (self.typed + text)[-TYPED_LIMIT:]
         return self._draw_text()
+
+    def show_clipboard(self, text: str) -> Box:
+        """The desktop's clipboard is ``text`` now."""
+        self.clipboard = text
+        return self._draw_clipboard()
+
+    def paste(self, text: str) -> Box:
+        """Type ``text`` (the clipboard pasted)."""
+        self.typed = (self.typed + text)[-TYPED_LIMIT:]
+        return self._draw_text()
+
+    def pdf(self) -> bytes:
+        """The screen printed: a one-page PDF of it."""
+        buffer = io.BytesIO()
+        self._image.save(buffer, "PDF", resolution=96.0)
+        return buffer.getvalue()
 
     def mouse(self, x: int, y: int, mask: int) -> list[Box]:
         """Show the pointer's position; a new left-button press leaves a mark."""
@@ -166,6 +191,16 @@ class DesktopScreen:
         draw.rectangle(box, fill=BAR)
         stamp = time.strftime("%H:%M:%S", time.localtime(now))
         draw.text((box[0] + 14, 9), stamp, fill=(255, 255, 255), font=self._font)
+        return box
+
+    def _draw_clipboard(self) -> Box:
+        box = self.clipboard_box
+        draw = ImageDraw.Draw(self._image)
+        draw.rectangle(box, fill=WINDOW)
+        shown = " ".join(self.clipboard.split())
+        if len(shown) > 48:
+            shown = shown[:47] + "…"
+        draw.text((box[0], box[1] + 4), f"Clipboard: {shown}", fill=INK, font=self._small)
         return box
 
     def _draw_text(self) -> Box:

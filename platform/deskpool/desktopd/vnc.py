@@ -23,6 +23,10 @@ and then:
 - passes a user's ``key`` (X11 keysyms in both protocols) as a KeyEvent and ``mouse`` as a
   PointerEvent (Guacamole's button mask is RFB's: left 1, middle 2, right 4, wheel up 8,
   wheel down 16); ``size`` is ignored, as guacd does with servers that cannot resize;
+- the clipboard both ways, as guacd's ``clipboard.c``: a user's clipboard stream, once ended, is
+  sent as ClientCutText (unless ``disable-paste``), and the server's ServerCutText reaches every
+  user as a ``clipboard`` stream (unless ``disable-copy``); the text is converted between UTF-8
+  and the ``clipboard-encoding`` argument (ISO8859-1 when empty, or UTF-8), at most 256 KiB;
 - when the server cannot be reached or refuses the password, the user gets what guacd sends:
   ``error "Unable to connect to VNC server." 519`` then ``disconnect``; when it goes away
   later, ``error "Connection closed." 515`` then ``disconnect``.
@@ -40,8 +44,16 @@ from dataclasses import dataclass, field
 
 from PIL import Image
 
-from deskpool.desktopd.frames import DesktopConnection
-from deskpool.desktopd.rfb import CopyRect, DesktopSize, RawRect, RfbClient, RfbError, Update
+from deskpool.desktopd.frames import DesktopConnection, Viewer
+from deskpool.desktopd.rfb import (
+    CopyRect,
+    CutText,
+    DesktopSize,
+    RawRect,
+    RfbClient,
+    RfbError,
+    Update,
+)
 from deskpool.guacamole import Status, encode
 
 __all__ = ["BridgeFailed", "BridgedConnection", "VncBridge", "bridge_vnc"]
@@ -131,7 +143,8 @@ async def bridge_vnc(connection_id: str, values: dict[str, str]) -> BridgedConne
     )
     client.request_update(incremental=False)
     await client.flush()
-    return BridgedConnection(connection_id, "vnc", client=client)
+    encoding = "utf-8" if values.get("clipboard-encoding") == "UTF-8" else "latin-1"
+    return BridgedConnection(connection_id, "vnc", client=client, encoding=encoding)
 
 
 @dataclass(eq=False)
@@ -139,9 +152,12 @@ class BridgedConnection(DesktopConnection):
     """A connection whose desktop is a real VNC server's framebuffer."""
 
     client: RfbClient
+    #: The clipboard's encoding on the wire (``clipboard-encoding``).
+    encoding: str = "latin-1"
     framebuffer: Image.Image = field(init=False)
-    updates: asyncio.Queue[Update | RfbError] = field(default_factory=asyncio.Queue)
+    updates: asyncio.Queue[Update | CutText | RfbError] = field(default_factory=asyncio.Queue)
     reading: asyncio.Task[None] | None = None
+    flushes: set[asyncio.Task[None]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.framebuffer = Image.new("RGB", (self.client.width, self.client.height))
@@ -199,6 +215,7 @@ class BridgedConnection(DesktopConnection):
             while not self.updates.empty():
                 pending.append(self.updates.get_nowait())
             parts: list[str] = []
+            updated = False
             for item in pending:
                 if isinstance(item, RfbError):
                     log.info("desktop daemon simulator: the VNC server went away: %s", item)
@@ -212,7 +229,14 @@ class BridgedConnection(DesktopConnection):
                         user.closed = True
                         user.writer.close()
                     return
+                if isinstance(item, CutText):
+                    text = item.data.decode(self.encoding, "replace")
+                    await self.transfers.copy(list(self.users), text)
+                    continue
                 parts.append(self.apply(item))
+                updated = True
+            if not updated:
+                continue
             await self.broadcast("".join(parts) + self.end_frame())
             await self.keep_alive()
 
@@ -223,7 +247,8 @@ class BridgedConnection(DesktopConnection):
             while True:
                 update = await client.read_update()
                 await self.updates.put(update)
-                client.request_update(incremental=True)
+                if isinstance(update, Update):
+                    client.request_update(incremental=True)
                 await client.flush()
         except RfbError as error:
             await self.updates.put(error)
@@ -231,7 +256,14 @@ class BridgedConnection(DesktopConnection):
             await self.updates.put(RfbError(str(error)))
 
     # ------------------------------------------------------------------------------ input
-    def input(self, opcode: str, args: tuple[str, ...]) -> None:
+    def pasted(self, text: str) -> None:
+        """A user's clipboard, as ClientCutText (sent with the next input or update request)."""
+        self.client.cut_text(text.encode(self.encoding, "replace"))
+        flushing = asyncio.get_running_loop().create_task(self.client.flush())
+        self.flushes.add(flushing)
+        flushing.add_done_callback(self.flushes.discard)
+
+    def input(self, opcode: str, args: tuple[str, ...], user: Viewer | None = None) -> None:
         """``key`` as a KeyEvent, ``mouse`` as a PointerEvent; ``size`` is ignored."""
         try:
             numbers = [int(arg) for arg in args]

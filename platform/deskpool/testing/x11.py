@@ -2,7 +2,9 @@
 
 :func:`x_display` starts Xvfb on a display it picks itself (``-displayfd``), paints the root
 window a solid colour, and stops it on exit; :meth:`XDisplay.spawn` runs an X client on it
-(an ``xterm``...) and :meth:`XDisplay.screenshot` reads the screen with ``xwd``.
+(an ``xterm``...) and :meth:`XDisplay.screenshot` reads the screen with ``xwd``;
+:meth:`XDisplay.clipboard` and :meth:`XDisplay.set_clipboard` read and set its CLIPBOARD
+selection with ``xclip``.
 :func:`vnc_server` serves a display with x11vnc on a loopback port it picks, with or without a VNC
 password. A missing program is a failing test that says what to install (``make x11``, which
 runs ``scripts/ensure-x11.sh``), never a skip.
@@ -40,6 +42,7 @@ PACKAGES = {
     "xwd": "x11-apps",
     "xsetroot": "x11-xserver-utils",
     "xwininfo": "x11-utils",
+    "xclip": "xclip",
 }
 #: The root window's colour on every display started here.
 ROOT_COLOUR = (0x33, 0x66, 0xCC)
@@ -96,6 +99,25 @@ class XDisplay:
         out, err = await process.communicate()
         assert process.returncode == 0, f"{argv[0]} failed: {err.decode(errors='replace')}"
         return out
+
+    async def clipboard(self) -> str:
+        """The X CLIPBOARD selection's text (``xclip``); empty when nobody owns it."""
+        process = await asyncio.create_subprocess_exec(
+            "xclip", "-selection", "clipboard", "-o",
+            env=self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        out, _ = await process.communicate()
+        return out.decode(errors="replace") if process.returncode == 0 else ""
+
+    async def set_clipboard(self, text: str) -> None:
+        """Own the X CLIPBOARD selection with ``text`` (``xclip`` keeps serving it)."""
+        process = await asyncio.create_subprocess_exec(
+            "xclip", "-selection", "clipboard", "-i",
+            env=self.env, stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        await process.communicate(text.encode())
+        assert process.returncode == 0, "xclip could not take the clipboard"
 
     async def screenshot(self) -> Image.Image:
         """The whole screen as ``xwd -root`` reads it, as an RGB image."""
@@ -171,7 +193,9 @@ async def vnc_server(
 
     It shares the screen with every viewer, draws no cursor into the framebuffer (so the
     picture equals ``xwd``'s), polls the screen (no XDAMAGE, no shared memory), and stays up
-    after viewers leave.
+    after viewers leave. It carries the clipboard: a viewer's cut text becomes the X PRIMARY
+    and CLIPBOARD selections at once; the selections reach viewers as ServerCutText, from
+    about 15 s after a viewer connected (x11vnc's own wait).
     """
     auth = ["-passwdfile", f"rm:{_password_file(password)}"] if password else ["-nopw"]
     # Without -rfbport, x11vnc binds the first free port from 5900 itself and prints PORT=N.
@@ -181,6 +205,9 @@ async def vnc_server(
         *auth,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        # x11vnc creates the window that owns the selections only once it guesses a display
+        # manager is gone (45 s after the first viewer); "never" avoids no windows at once.
+        env={**os.environ, "X11VNC_AVOID_WINDOWS": "never"},
     )  # fmt: skip
     draining: asyncio.Task[bytes] | None = None
     try:

@@ -1,6 +1,7 @@
 """The simulator's VNC bridge against a real X server served by a real VNC server (x11vnc).
 
 Xvfb shows a blue root window and an xterm; x11vnc serves it with and without a VNC password.
+The clipboard crosses the bridge both ways: read and set on the X server with ``xclip``.
 A client speaking guacd's protocol to the simulator draws what it receives (``size``, PNG
 ``img`` streams, ``copy``) on a canvas of its own: the canvas becomes the screen ``xwd`` reads,
 pixel for pixel. Keys it types reach the xterm once its pointer is over it (the X server gives
@@ -53,9 +54,9 @@ class Canvas:
         elif opcode == "img":
             assert args[1:4] == ("14", "0", "image/png"), args
             self.streams[args[0]] = (int(args[4]), int(args[5]), [])
-        elif opcode == "blob":
+        elif opcode == "blob" and args[0] in self.streams:
             self.streams[args[0]][2].append(base64.b64decode(args[1]))
-        elif opcode == "end":
+        elif opcode == "end" and args[0] in self.streams:
             x, y, chunks = self.streams.pop(args[0])
             self.image.paste(Image.open(io.BytesIO(b"".join(chunks))).convert("RGB"), (x, y))
         elif opcode == "copy":
@@ -102,11 +103,12 @@ class Viewer:
 
 @contextlib.asynccontextmanager
 async def viewing(
-    daemon: DesktopDaemonSimulator, server: VncServer, password: str = ""
+    daemon: DesktopDaemonSimulator, server: VncServer, password: str = "", **switches: str
 ) -> AsyncIterator[Viewer]:
     reader, writer = await asyncio.open_connection(daemon.host, daemon.port)
     instructions = InstructionReader(reader)
     target = {"hostname": "127.0.0.1", "port": str(server.port), "password": password}
+    target |= switches
     await perform_handshake(instructions, writer, "vnc", target, INFO, within=10)
     viewer = Viewer(instructions, writer)
     following = asyncio.create_task(viewer.follow())
@@ -281,3 +283,74 @@ def test_which_hosts_are_bridged() -> None:
     assert not VncBridge().covers("127.0.0.1")
     with pytest.raises(ValueError):
         VncBridge.of(["not-a-network"])
+
+
+async def test_the_clipboard_crosses_the_bridge_both_ways_through_x11vnc(
+    bridging_daemon: DesktopDaemonSimulator, display: XDisplay
+) -> None:
+    # X programs (xclip here) put UTF-8 in the STRING selection x11vnc reads and writes:
+    # clipboard-encoding UTF-8 carries it unchanged (guacd's default, ISO8859-1, would not).
+    encoding = {"clipboard-encoding": "UTF-8"}
+    async with (
+        vnc_server(display) as server,
+        viewing(bridging_daemon, server, **encoding) as viewer,
+    ):
+        await canvas_shows_the_screen(viewer, display)
+        await viewer.synced.wait()
+
+        # In: a user's clipboard stream becomes ClientCutText, which x11vnc puts on the X
+        # CLIPBOARD selection. x11vnc takes the selection only once its selection window
+        # exists (made in its event loop, a moment after a viewer connects; until then it
+        # keeps the text in CUT_BUFFER0 only): the user copies again until it holds.
+        async def in_x() -> bool:
+            await viewer.send("clipboard", 0, "text/plain")
+            await viewer.send("blob", 0, base64.b64encode("to the desktop é".encode()).decode())
+            await viewer.send("end", 0)
+            return await display.clipboard() == "to the desktop é"
+
+        await until(in_x, "the X clipboard holds what the user sent", seconds=30, every=0.2)
+        # Out: an X program copies; x11vnc sends ServerCutText; the user gets a clipboard stream.
+        await display.set_clipboard("from the desktop ü")
+
+        async def out() -> bool:
+            return "from the desktop ü" in clipboard_texts(viewer.received)
+
+        await until(out, "the user received the X clipboard", seconds=30, every=0.2)
+
+
+async def test_disable_copy_and_paste_hold_the_clipboard_at_the_bridge(
+    bridging_daemon: DesktopDaemonSimulator, display: XDisplay
+) -> None:
+    switches = {"disable-copy": "true", "disable-paste": "true"}
+    async with (
+        vnc_server(display) as server,
+        viewing(bridging_daemon, server, **switches) as viewer,
+    ):
+        await canvas_shows_the_screen(viewer, display)
+        await viewer.synced.wait()
+        await display.set_clipboard("kept in the desktop")
+        await viewer.send("clipboard", 0, "text/plain")
+        await viewer.send("blob", 0, base64.b64encode(b"kept out").decode())
+        await viewer.send("end", 0)
+
+        async def refused() -> bool:
+            return Instruction("ack", ("0", "Clipboard unsupported", "256")) in viewer.received
+
+        await until(refused, "the clipboard stream was refused", seconds=30, every=0.2)
+        await asyncio.sleep(2)  # x11vnc polls the selection: time enough to have sent it
+        assert await display.clipboard() == "kept in the desktop"
+        assert not clipboard_texts(viewer.received)
+
+
+def clipboard_texts(received: list[Instruction]) -> list[str]:
+    """The texts of the complete clipboard streams among ``received``."""
+    open_streams: dict[str, bytes] = {}
+    texts: list[str] = []
+    for opcode, args in list(received):
+        if opcode == "clipboard":
+            open_streams[args[0]] = b""
+        elif opcode == "blob" and args[0] in open_streams:
+            open_streams[args[0]] += base64.b64decode(args[1])
+        elif opcode == "end" and args[0] in open_streams:
+            texts.append(open_streams.pop(args[0]).decode())
+    return texts
