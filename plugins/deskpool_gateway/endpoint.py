@@ -24,6 +24,7 @@ import logging
 import re
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -43,6 +44,7 @@ from deskpool.sessions.tunnel import (
 from deskpool.values import ascii_int
 from deskpool_gateway.recording import Recorder
 from deskpool_gateway.relay import DISCONNECT, Tunnel
+from deskpool_gateway.watermarks import open_watermark, watermark_values
 
 if TYPE_CHECKING:
     from deskpool_gateway.supervisor import TunnelSupervisor
@@ -251,6 +253,10 @@ async def _open(
             tunnel.on_first_frame = lambda: supervisor.first_frame(grant)
             tunnel.recorder = await _recorder(grant, supervisor)
             tunnel.guard = supervisor.guard(grant, offered_policy(grant))
+            tunnel.watermark_values = watermark_values(grant, request.remote or "")
+            tunnel.watermark = open_watermark(
+                tunnel.guard.policy, tunnel.watermark_values, datetime.now(UTC)
+            )
             await supervisor.connected(tunnel, handshake.connection_id)
             return tunnel
     metrics.refused(cause)

@@ -44,6 +44,7 @@ from deskpool_gateway.drawing import FirstFrame, ends_with_disconnect
 from deskpool_gateway.input import BrowserInput, HeldInputOverflow
 from deskpool_gateway.recording import Recorder
 from deskpool_gateway.transfers import StreamGuard
+from deskpool_gateway.watermark import Watermark
 
 if TYPE_CHECKING:
     from deskpool_gateway.metrics import GatewayMetrics
@@ -106,6 +107,11 @@ class Tunnel:
     recorder: Recorder | None = None
     #: Enforces the client policy on both directions' streams (``None``: nothing governed).
     guard: StreamGuard | None = None
+    #: Draws the client policy's watermark over the desktop (it follows the display's size
+    #: whether shown or not; ``None``: never drawn).
+    watermark: Watermark | None = None
+    #: What the watermark's template names, but the time (user, email, session, address).
+    watermark_values: dict[str, str] = field(default_factory=dict)
     input: BrowserInput = field(init=False)
     #: Whether the browser was told the tunnel's UUID (an ``error`` may follow it).
     _announced: bool = False
@@ -204,6 +210,19 @@ class Tunnel:
             self.metrics.bytes_to_desktop.inc(len(data))
             self.writer.write(data)
 
+    async def draw(self, text: str) -> None:
+        """Send the browser ``text``: complete instructions the gateway draws itself.
+
+        The watermark's, recorded like the rest; nothing once the tunnel ends.
+        """
+        if not text or self.ended or not self._announced or self.ws.closed:
+            return
+        payload = text.encode()
+        if self.recorder is not None:
+            self.recorder.output(payload)
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self.ws.send_frame(payload, WSMsgType.TEXT)
+
     async def _close_websocket(self, status: Status, message: str) -> None:
         with contextlib.suppress(ConnectionError, RuntimeError):
             if message and self._announced and not self.ws.closed:
@@ -222,6 +241,9 @@ class Tunnel:
             guard = self.guard
             if text and guard is not None:
                 text = self._guarded_output(guard, text)
+            watermark = self.watermark
+            if text and watermark is not None:
+                text += watermark.after(text)
             if text and first_frame.feed(text):
                 self._daemon_up()
             record = self.recorder.output if self.recorder is not None else None
@@ -242,6 +264,8 @@ class Tunnel:
                 text = feed(decode(data))
                 if text and guard is not None:
                     text = self._guarded_output(guard, text)
+                if text and watermark is not None:
+                    text += watermark.after(text)
                 if not self.input.up and text and first_frame.feed(text):
                     self._daemon_up()
                 if text:

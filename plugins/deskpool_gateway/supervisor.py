@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -42,6 +43,7 @@ from deskpool_gateway.recording_writer import RecordingWriter
 from deskpool_gateway.relay import Tunnel
 from deskpool_gateway.settings import GatewaySettings
 from deskpool_gateway.transfers import StreamGuard
+from deskpool_gateway.watermarks import follow_watermark
 
 __all__ = ["TunnelSupervisor"]
 
@@ -141,6 +143,7 @@ class TunnelSupervisor:
         while True:
             await asyncio.sleep(POLICY_INTERVAL)
             await self.follow_policies()
+            await self.follow_watermarks()
             await self.audit_transfers()
 
     async def follow_policies(self) -> None:
@@ -163,6 +166,14 @@ class TunnelSupervisor:
             if narrowed != guard.policy:
                 log.info("tunnel %s: its pool's client policy changed", tunnel.session_id)
                 guard.policy = narrowed
+
+    async def follow_watermarks(self) -> None:
+        """Bring each open tunnel's watermark to its policy and the current minute."""
+        now = datetime.now(UTC)
+        for tunnel in list(self.tunnels.values()):
+            guard = tunnel.guard
+            policy = guard.policy if guard is not None else tunnel.grant.client_policy
+            await follow_watermark(tunnel, policy, now)
 
     async def audit_transfers(self, session_id: UUID | None = None) -> None:
         """Audit the transfers reported so far (of ``session_id`` only, when given)."""
