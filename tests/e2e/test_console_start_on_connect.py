@@ -26,11 +26,10 @@ from tests.e2e.console_instance import (
     sign_in,
     visit,
 )
+from tests.e2e.console_pools import always_night
 from tests.e2e.test_console import CANVAS_NOT_BLANK
 
 from deskpool.testing.processes import until
-
-EVERY_DAY = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
 
 
 async def _prepare(instance: Instance) -> str:
@@ -53,21 +52,7 @@ async def _prepare(instance: Instance) -> str:
             },
         },
     )
-    night = {
-        "name": "night",
-        "days": EVERY_DAY,
-        "start": "00:00",
-        "min_ready": 0,
-        "spare": 0,
-        "idle": "power_off",
-    }
-    schedule = await api_call(
-        instance,
-        "POST",
-        "/schedules",
-        ADMIN,
-        json={"name": "always night", "time_zone": "UTC", "phases": [night]},
-    )
+    schedule = await always_night(instance)
     pool = await api_call(
         instance,
         "POST",

@@ -49,6 +49,8 @@ ACTIONS = ("power_on", "power_off", "restart", "rebuild", "delete")
 
 #: States in which the VM exists and no job is working on it: power actions are allowed.
 POWER_ACTION_STATES = frozenset({S.READY, S.IN_USE, S.FAILED})
+#: Further states each power action is allowed in: a powered-off desktop is powered on.
+_MORE_POWER_STATES = {"power_on": frozenset({S.POWERED_OFF})}
 
 _POWER_ACTIONS = frozenset({"power_on", "power_off", "restart"})
 
@@ -92,8 +94,9 @@ def refuse_action(desktop: Desktop, action: str) -> None:
     :raises IllegalTransition: the state machine refuses the action's event.
     """
     if action in _POWER_ACTIONS:
-        if desktop.state not in POWER_ACTION_STATES or desktop.vm_id is None:
-            allowed = ", ".join(sorted(POWER_ACTION_STATES))
+        states = POWER_ACTION_STATES | _MORE_POWER_STATES.get(action, frozenset())
+        if desktop.state not in states or desktop.vm_id is None:
+            allowed = ", ".join(sorted(states))
             raise DesktopActionNotAllowed(
                 f"desktop {desktop.name} cannot take {action!r} while {desktop.state}: a VM "
                 f"must exist and no job work on it (states {allowed})",

@@ -40,6 +40,7 @@ from deskpool.desktops.states import (
     Cloned,
     Delete,
     DesktopEvent,
+    PowerUp,
     Refreshed,
     Started,
     WindowsReady,
@@ -61,6 +62,7 @@ from deskpool.jobs.context import JobContext
 from deskpool.jobs.model import LeaseLost, PermanentJobFailure
 from deskpool.live.publishers import publish_desktop
 from deskpool.pools.model import CloneMode, Desktop, DesktopState, Pool
+from deskpool.provisioning.powered import follow_power_off
 from deskpool.provisioning.recorder import (
     DesktopRecorder,
     StepStopped,
@@ -367,10 +369,20 @@ class DesktopWork(DesktopRecorder):
         log.info("desktop %s deleted", self.desktop.name)
 
     async def power(self, kind: str) -> None:
-        """Power the VM on, off, or restart it (the desktop's state does not change)."""
+        """Power the VM on, off, or restart it.
+
+        Once a power-off is done, the desktop's state follows the VM (:func:`follow_power_off`:
+        its user is logged off, a ready desktop is recorded ``powered_off``).
+        """
         vm_id = self.desktop.vm_id
         if vm_id is None or self.desktop.state in (S.PROVISIONING, S.REFRESHING, S.DELETING):
             log.info("desktop %s is %s: nothing to power", self.desktop.name, self.desktop.state)
+            return
+        if kind in (POWER_ON, RESTART) and self.desktop.state is S.POWERED_OFF:
+            # Powered on as the schedule or a user's open powers it on: it is ready once its
+            # guest answers again.
+            if await self.record(PowerUp()) is not None:
+                await self.advance()
             return
         if kind == POWER_OFF and self.desktop.state in _BEING_STARTED:
             # Powered on again since the power-off was asked for (a schedule's phase, a user).
@@ -394,6 +406,9 @@ class DesktopWork(DesktopRecorder):
             if error.retryable:
                 raise
             raise PermanentJobFailure(describe_failure(error)) from error
+        else:
+            if kind == POWER_OFF:
+                await follow_power_off(self)
 
 
 #: States in which provisioning is bringing the VM up: a late power-off leaves it alone.

@@ -48,10 +48,11 @@ from deskpool.errors import NotFound
 from deskpool.events import AuditEvent
 from deskpool.licensing.service import cap_desktops
 from deskpool.live.model import LiveEvent
+from deskpool.live.publishers import desktop_event as live_desktop_event
 from deskpool.live.publishers import publish
 from deskpool.notices.service import Delivery, deliver
 from deskpool.pools.errors import DesktopNameTaken
-from deskpool.pools.model import Pool, PoolState
+from deskpool.pools.model import Desktop, Pool, PoolState
 from deskpool.reconciliation.events import action_event, unowned_event
 from deskpool.reconciliation.failures import ReconcileBusy, error_text
 from deskpool.reconciliation.metrics import PoolReconcileMetrics
@@ -217,7 +218,9 @@ class PlanApplier:
                     await lock_pool(connection, pool)
                     # Planned before the lock: what another pass applied since counts now.
                     current = await pool_now(connection, pool.id)
-                    applied, skipped = await self._apply_actions(connection, planned, current)
+                    applied, skipped = await self._apply_actions(
+                        connection, planned, current, delivery
+                    )
                     done, left = await self._apply_rollout(connection, planned, delivery)
                     applied += done
                     skipped += left
@@ -278,12 +281,18 @@ class PlanApplier:
             )
 
     async def _apply_actions(
-        self, connection: asyncpg.Connection, planned: PlannedPool, current: PoolNow | None
+        self,
+        connection: asyncpg.Connection,
+        planned: PlannedPool,
+        current: PoolNow | None,
+        delivery: Delivery,
     ) -> tuple[int, int]:
         """Apply the plan's actions, each in a savepoint of the caller's fenced transaction.
 
         Every create is one action. Returns how many were applied, and how many were left to
-        the next pass.
+        the next pass. Each desktop made or changed is a ``desktop.state`` live event of
+        ``delivery`` (what the console's desktop tables follow, as its counters follow
+        ``pool.reconciled``).
         """
         pool, plan = planned.pool, planned.plan
         applied = skipped = 0
@@ -291,14 +300,16 @@ class PlanApplier:
         batches = [creates] if creates else []
         batches += [[action] for action in plan.actions if not isinstance(action, CreateDesktop)]
         for batch in batches:
+            changed: list[Desktop] = []
             try:
                 async with connection.transaction():
-                    events = await self._apply(connection, planned, batch, current)
+                    events = await self._apply(connection, planned, batch, current, changed)
                     for event in events:
                         await record_audit_event(connection, event)
             except (IllegalTransition, DesktopNameTaken, NotFound) as error:
                 log.info("pool %s: %s left to the next pass (%s)", pool.name, batch, error)
-                events = []
+                events, changed = [], []
+            delivery.events.extend(live_desktop_event(desktop) for desktop in changed)
             applied += len(events)
             skipped += len(batch) - len(events)
             for _ in events:
@@ -400,8 +411,11 @@ class PlanApplier:
         planned: PlannedPool,
         actions: list[Action],
         current: PoolNow | None,
+        changed: list[Desktop],
     ) -> list[AuditEvent]:
         """Apply ``actions`` (all creates, or one other action); return their audit events.
+
+        The desktops made or moved are added to ``changed``.
 
         ``current`` is the pool as it is under the pool's reconciliation lock: creates beyond
         what it still needs, and orphans that a desktop now owns, are left to the next pass.
@@ -434,6 +448,7 @@ class PlanApplier:
             ):
                 job = await enqueue_desktop_job(connection, PROVISION, desktop)
                 events.append(action_event(planned, action, desktop, job, now))
+                changed.append(desktop)
             return events
         if isinstance(first, PowerOn):
             desktop = planned.desktops[first.desktop_id]
@@ -465,6 +480,7 @@ class PlanApplier:
             return []
         kind = job_for_state(after)
         follow_up = None if kind is None else await enqueue_desktop_job(connection, kind, after)
+        changed.append(after)
         return [action_event(planned, first, after, follow_up, now)]
 
     def _count(self, kind: str) -> None:

@@ -247,7 +247,10 @@ async def test_power_off_and_on(
     assert desktop.vm_id is not None
     await run_job((await enqueue_desktop_job(db, POWER_OFF, desktop)).id)
     assert await simulator.driver.power_state(desktop.vm_id) is PowerState.STOPPED
-    await run_job((await enqueue_desktop_job(db, POWER_ON, desktop)).id)
+    # The desktop's state follows its VM.
+    powered_off = await desktop_of(db, desktop.id)
+    assert powered_off.state is S.POWERED_OFF
+    await run_job((await enqueue_desktop_job(db, POWER_ON, powered_off)).id)
     assert await simulator.driver.power_state(desktop.vm_id) is PowerState.RUNNING
     assert (await desktop_of(db, desktop.id)).state is S.READY
 

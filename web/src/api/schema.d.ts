@@ -247,7 +247,7 @@ export interface paths {
         put?: never;
         /**
          * Run an action on a desktop
-         * @description `power_on`, `power_off`, `restart` (the VM must exist and no job work on it: states `ready`, `in_use`, `failed`; else 409 `desktop_action_not_allowed`), `rebuild` (a ready desktop is rebuilt from the pool's template, a failed one provisioned again) and `delete` (the VM, then the record); an action the state machine refuses is 409 `illegal_transition`. Enqueues a job of kind `desktop.<action>` and answers it; the same action already queued or running answers that job.
+         * @description `power_on`, `power_off`, `restart` (the VM must exist and no job work on it: states `ready`, `in_use`, `failed`, and `powered_off` for `power_on`; else 409 `desktop_action_not_allowed`; once a power-off is done, a user logged on to the desktop is logged off as when he logs off, and a ready desktop is `powered_off`), `rebuild` (a ready desktop is rebuilt from the pool's template, a failed one provisioned again) and `delete` (the VM, then the record); an action the state machine refuses is 409 `illegal_transition`. Enqueues a job of kind `desktop.<action>` and answers it; the same action already queued or running answers that job.
          *
          *     Requires the permission `desktops:manage` (or `platform:admin`).
          */

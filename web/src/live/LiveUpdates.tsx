@@ -14,7 +14,8 @@ export function keysFor(event: ServerEvent): string[] {
     case "desktop":
       return ["desktops", "pools", "pool", "my-pools", "my-desktops", "rollouts", "dashboard"];
     case "pool":
-      return ["pools", "pool", "my-pools", "rollouts", "dashboard"];
+      // A pool's reconciliation changes its desktops: its desktop table follows its counters.
+      return ["pools", "pool", "desktops", "my-pools", "rollouts", "dashboard"];
     case "job":
       return ["jobs", "dashboard"];
     case "session":

@@ -48,6 +48,7 @@ describe("event stream parser", () => {
 
   it("maps event types to the lists they make stale", () => {
     expect(keysFor({ id: "", event: "desktop.state_changed", data: "" })).toContain("desktops");
+    expect(keysFor({ id: "", event: "pool.reconciled", data: "" })).toEqual(expect.arrayContaining(["pool", "desktops"]));
     expect(keysFor({ id: "", event: "job.progress", data: "" })).toEqual(["jobs", "dashboard"]);
     expect(keysFor({ id: "", event: "other", data: "" })).toEqual([]);
   });

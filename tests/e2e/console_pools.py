@@ -1,0 +1,94 @@
+"""Pools for the console's browser tests: a simulated cluster, a pool entitled to the user.
+
+:func:`entitled_pool` makes both through the API of a :class:`~tests.e2e.console_instance.
+Instance`; :func:`always_night` a schedule that powers idle desktops off all week;
+:func:`pool_desktops` lists a pool's desktops; :func:`chromium` starts the browser.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.e2e.console_instance import CHROMIUM, USER, Instance, api_call
+
+#: The days of a phase that holds every day.
+EVERY_DAY = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
+#: A schedule's phase in force all week that keeps nothing ready and powers idle desktops off.
+ALWAYS_NIGHT = {
+    "name": "night",
+    "days": EVERY_DAY,
+    "start": "00:00",
+    "min_ready": 0,
+    "spare": 0,
+    "idle": "power_off",
+}
+
+
+async def always_night(instance: Instance) -> dict[str, Any]:
+    """A schedule whose one phase is :data:`ALWAYS_NIGHT`, in UTC."""
+    schedule: dict[str, Any] = await api_call(
+        instance,
+        "POST",
+        "/schedules",
+        json={"name": "always night", "time_zone": "UTC", "phases": [ALWAYS_NIGHT]},
+    )
+    return schedule
+
+
+def simulated_cluster(name: str, **options: Any) -> dict[str, Any]:
+    """The body of a simulated cluster ``name`` with quick VMs (``options`` override)."""
+    return {
+        "name": name,
+        "driver": "simulator",
+        "endpoint": f"simulator://{name}",
+        "options": {
+            "clone_seconds": 0.2,
+            "boot_seconds": 0.05,
+            "agent_seconds": 0.05,
+            "shutdown_seconds": 0.05,
+            "templates": [{"name": "ubuntu-22.04"}],
+            **options,
+        },
+    }
+
+
+async def entitled_pool(
+    instance: Instance, cluster: str, name: str, **settings: Any
+) -> dict[str, Any]:
+    """A non-persistent Linux pool ``name`` on a new simulated cluster, entitled to the user."""
+    made = await api_call(instance, "POST", "/clusters", json=simulated_cluster(cluster))
+    pool: dict[str, Any] = await api_call(
+        instance,
+        "POST",
+        "/pools",
+        json={
+            "name": name,
+            "cluster_id": made["id"],
+            "template": "ubuntu-22.04",
+            "kind": "non_persistent",
+            "os_type": "linux",
+            "naming_pattern": f"{name[:4]}-{{n:02}}",
+            **settings,
+        },
+    )
+    me = await api_call(instance, "GET", "/me", USER)
+    await api_call(
+        instance,
+        "POST",
+        f"/pools/{pool['id']}/entitlements",
+        json={"subject_type": "user", "subject_id": me["id"]},
+    )
+    return pool
+
+
+async def pool_desktops(instance: Instance, pool_id: str) -> list[dict[str, Any]]:
+    """The pool's desktops as the API lists them (name order)."""
+    listed = await api_call(instance, "GET", f"/desktops?pool_id={pool_id}&limit=100")
+    return list(listed["items"])
+
+
+async def chromium(playwright: Any) -> Any:
+    """Chromium, headless."""
+    return await playwright.chromium.launch(
+        executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+    )
