@@ -23,6 +23,7 @@ READ_PERMISSIONS: Mapping[str, tuple[str, ...]] = {
     "role": ("roles:read",),
     "grant": ("roles:read",),
     "license": ("license:read",),
+    "message": ("sessions:read",),
 }
 
 #: The singular kind of each resource of the permission model (``pools`` → ``pool``).

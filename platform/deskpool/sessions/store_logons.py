@@ -125,13 +125,14 @@ async def fail_unused_tokens(db: Db) -> int:
 async def logon_of_session(db: Db, session_id: uuid.UUID) -> LogonRecord | None:
     """The logon that opened session ``session_id`` (``None``: a view, or older than logons)."""
     query = "SELECT * FROM logons WHERE session_id = $1 ORDER BY asked_at DESC LIMIT 1"
-    return await fetch_record(db, _logon, query, session_id)
+    return await fetch_record(db, logon_from_row, query, session_id)
 
 
 async def get_logon(db: Db, logon_id: uuid.UUID) -> LogonRecord | None:
     """The logon ``logon_id``."""
-    return await fetch_record(db, _logon, "SELECT * FROM logons WHERE id = $1", logon_id)
+    return await fetch_record(db, logon_from_row, "SELECT * FROM logons WHERE id = $1", logon_id)
 
 
-def _logon(row: Mapping[str, Any]) -> LogonRecord:
+def logon_from_row(row: Mapping[str, Any]) -> LogonRecord:
+    """The logon of a ``logons`` row (further columns are left out)."""
     return record_from_row(LogonRecord, row)

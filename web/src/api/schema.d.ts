@@ -494,6 +494,72 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/helpdesk/users": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Find users for the help desk
+         * @description Users whose display name, email or subject contains `q`; at most 20.
+         *
+         *     Requires the permission `users:read` (or `platform:admin`).
+         */
+        get: operations["searchHelpdeskUsers"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/helpdesk/users/{user_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A user, as the help desk sees him
+         * @description His account and groups, his latest sessions with their logon phases and end reasons, his failed logons, the desktops he holds, and for every pool whether he can open it now and why: the entitlement paths (direct, a group, a claim binding, `pools:manage`) or what is missing. Judged from his groups and claims as of his last sign-in.
+         *
+         *     Requires the permission `sessions:read` (or `platform:admin`).
+         */
+        get: operations["getHelpdeskUser"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/helpdesk/users/{user_id}/desktops/{desktop_id}/logoff": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Log a user off his desktop
+         * @description His tunnels to the desktop close and he is logged off; the pool's rule after a log-off applies (a non-persistent desktop is rebuilt before anyone else gets it), as when he logs off himself. Audited (`desktop.forced_logoff`, reason `helpdesk`). 404 when he holds no such desktop.
+         *
+         *     Requires the permission `sessions:manage` (or `platform:admin`).
+         */
+        post: operations["logUserOff"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/jobs": {
         parameters: {
             query?: never;
@@ -702,6 +768,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/me/messages": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The caller's messages
+         * @description Messages meant for the caller that are still valid and that he has not dismissed: his own, his open sessions', and those of the pools he has a session open in.
+         *
+         *     Requires a valid access token; no particular permission.
+         */
+        get: operations["myMessages"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/me/messages/{message_id}/dismiss": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Dismiss a message
+         * @description The caller read it: it is not shown to him again. 404 if it is not his.
+         *
+         *     Requires a valid access token; no particular permission.
+         */
+        post: operations["dismissMessage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/me/pools": {
         parameters: {
             query?: never;
@@ -762,6 +872,34 @@ export interface paths {
         get: operations["listMySessions"];
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/messages": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List the messages sent to desktop users
+         * @description Newest first; filter by target.
+         *
+         *     Requires the permission `sessions:read` (or `platform:admin`).
+         */
+        get: operations["listMessages"];
+        put?: never;
+        /**
+         * Send a message to desktop users
+         * @description To one open session, to a user, or to every session of a pool. The desktop views open to the target show it at once; users who connect to it while it is valid see it too, until they dismiss it. Audited (`message.send`). 404 when the pool or user does not exist or the session is not open; 422 for an empty or too long body.
+         *
+         *     Requires the permission `sessions:manage` (or `platform:admin`).
+         */
+        post: operations["sendMessage"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2019,6 +2157,179 @@ export interface components {
             /** @description Opaque cursor of the next page, to send back as `cursor`; null on the last page. */
             next: string | null;
         };
+        UserFound: {
+            id: string;
+            subject: string;
+            email: string | null;
+            display_name: string | null;
+            kind: string;
+            disabled: boolean;
+            /** Format: date-time */
+            last_seen_at: string;
+        };
+        UsersFound: {
+            items: components["schemas"]["UserFound"][];
+        };
+        User: {
+            id: string;
+            issuer: string;
+            subject: string;
+            email: string | null;
+            display_name: string | null;
+            /**
+             * @description `human`: a person who signed in. `service`: a client that obtained its own token (client credentials grant); a person and a client with the same `subject` are two users. `unsettled`: stored before users had kinds, until its next sign-in gives it that sign-in's kind.
+             * @enum {string}
+             */
+            kind: "human" | "service" | "unsettled";
+            disabled: boolean;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            last_seen_at: string;
+        };
+        GroupRef: {
+            id: string;
+            key: string;
+            /** @description `member` or `claim`. */
+            via: string;
+        };
+        LogonPhase: {
+            /**
+             * @description In order: `asked`, `allocated`, `powered_on`, `guest_ready`, `token_issued`, `tunnel_opened`, `daemon_connected`, `first_frame`.
+             * @enum {string}
+             */
+            phase: "asked" | "allocated" | "powered_on" | "guest_ready" | "token_issued" | "tunnel_opened" | "daemon_connected" | "first_frame";
+            /**
+             * Format: date-time
+             * @description When it was reached.
+             */
+            at: string;
+            /** @description Seconds since the phase before it (0 for `asked`). */
+            seconds: number;
+        };
+        Logon: {
+            id: string;
+            /**
+             * @description `connected` once the first frame was drawn, `failed`, or `pending`.
+             * @enum {string}
+             */
+            outcome: "connected" | "failed" | "pending";
+            /** @description The phases reached, in order; `powered_on` appears only when the desktop was started for the user. */
+            phases: components["schemas"]["LogonPhase"][];
+            /** @description Seconds from the request to the first frame. */
+            duration_seconds: number | null;
+            /** Format: date-time */
+            failed_at: string | null;
+            /** @description Why the logon stopped: an error code (`desktop_unreachable`...), a refused token (`token_expired`, `token_desktop_gone`), or how the session ended before its first frame (`daemon_error`, `client_closed`...). */
+            failure_reason: string | null;
+        };
+        HelpdeskSession: {
+            id: string;
+            user_id: string;
+            desktop_id: string;
+            desktop_name: string;
+            pool_id: string;
+            protocol: string;
+            /**
+             * @description `open` or `ended`.
+             * @enum {string}
+             */
+            state: "open" | "ended";
+            /** @description An administrator's read-only view (shadowing). */
+            read_only: boolean;
+            /** @description The session being watched. */
+            shadow_of: string | null;
+            /** @description The gateway process holding the tunnel. */
+            gateway_id: string;
+            /** Format: date-time */
+            started_at: string;
+            /**
+             * Format: date-time
+             * @description When the desktop daemon finished the handshake.
+             */
+            connected_at: string | null;
+            /**
+             * Format: date-time
+             * @description The last user input the gateway reported.
+             */
+            last_activity_at: string;
+            /** Format: date-time */
+            ended_at: string | null;
+            /**
+             * @description Why it ended: `client_closed`, `desktop_closed`, `admin_disconnect`, `idle_timeout`, `max_duration`, `daemon_error`, `gateway_shutdown`, `gateway_lost`, `user_logoff`, `access_revoked`.
+             * @enum {string|null}
+             */
+            end_reason: "client_closed" | "desktop_closed" | "admin_disconnect" | "idle_timeout" | "max_duration" | "daemon_error" | "gateway_shutdown" | "gateway_lost" | "user_logoff" | "access_revoked" | null;
+            bytes_to_desktop: number;
+            bytes_to_browser: number;
+            /**
+             * Format: date-time
+             * @description When an administrator or a policy asked for it to close.
+             */
+            disconnect_requested_at: string | null;
+            pool_name: string | null;
+            logon: components["schemas"]["Logon"] | null;
+        };
+        FailedLogon: {
+            id: string;
+            /**
+             * @description `connected` once the first frame was drawn, `failed`, or `pending`.
+             * @enum {string}
+             */
+            outcome: "connected" | "failed" | "pending";
+            /** @description The phases reached, in order; `powered_on` appears only when the desktop was started for the user. */
+            phases: components["schemas"]["LogonPhase"][];
+            /** @description Seconds from the request to the first frame. */
+            duration_seconds: number | null;
+            /** Format: date-time */
+            failed_at: string | null;
+            /** @description Why the logon stopped: an error code (`desktop_unreachable`...), a refused token (`token_expired`, `token_desktop_gone`), or how the session ended before its first frame (`daemon_error`, `client_closed`...). */
+            failure_reason: string | null;
+            pool_name: string | null;
+        };
+        HelpdeskDesktop: {
+            id: string;
+            name: string;
+            pool_id: string;
+            pool_name: string | null;
+            /** @enum {string} */
+            state: "provisioning" | "starting" | "waiting_for_agent" | "waiting_for_windows" | "ready" | "in_use" | "powered_off" | "refreshing" | "deleting" | "failed";
+            in_session: boolean;
+        };
+        EntitlementPath: {
+            /**
+             * @description `direct`: an entitlement of the user; `group`: of a group he is a member of; `claim`: of a group bound to a claim of his last sign-in; `permission`: he holds `pools:manage`.
+             * @enum {string}
+             */
+            kind: "direct" | "group" | "claim" | "permission";
+            group_id: string | null;
+            group_key: string | null;
+        };
+        PoolAccess: {
+            pool_id: string;
+            pool_name: string;
+            can_open: boolean;
+            /**
+             * @description Why: `holds_desktop`, `available`, `startable` (he can); `not_entitled`, `user_disabled`, `pool_disabled`, `pool_draining`, `license_limit`, `no_desktop_available` (he cannot).
+             * @enum {string}
+             */
+            access: "holds_desktop" | "available" | "startable" | "not_entitled" | "user_disabled" | "pool_disabled" | "pool_draining" | "license_limit" | "no_desktop_available";
+            /** @description The reason in words. */
+            explanation: string;
+            paths: components["schemas"]["EntitlementPath"][];
+        };
+        HelpdeskUser: {
+            user: components["schemas"]["User"];
+            /** @description His groups, by membership or by a claim of his last sign-in. */
+            groups: components["schemas"]["GroupRef"][];
+            /** @description His latest 20 sessions, newest first (open ones included). */
+            sessions: components["schemas"]["HelpdeskSession"][];
+            /** @description His latest 20 failed logons, newest first, with why. */
+            failed_logons: components["schemas"]["FailedLogon"][];
+            desktops: components["schemas"]["HelpdeskDesktop"][];
+            /** @description Every pool by name, and whether he can open it now. */
+            pools: components["schemas"]["PoolAccess"][];
+        };
         JobPage: {
             items: components["schemas"]["Job"][];
             /** @description Opaque cursor of the next page, to send back as `cursor`; null on the last page. */
@@ -2108,12 +2419,6 @@ export interface components {
         LicenseInstall: {
             /** @description The license file's content, exactly as the vendor sent it. A document that is not a license, or is over 16384 bytes, is refused with `license_malformed`. */
             document: string;
-        };
-        GroupRef: {
-            id: string;
-            key: string;
-            /** @description `member` or `claim`. */
-            via: string;
         };
         Me: {
             id: string;
@@ -2209,6 +2514,30 @@ export interface components {
             /** @description The open sessions asked to close; their end logs off. */
             closing_sessions: string[];
         };
+        Message: {
+            id: string;
+            /** @enum {string} */
+            target_kind: "session" | "user" | "pool";
+            target_id: string;
+            /** @enum {string} */
+            severity: "info" | "warning" | "urgent";
+            body: string;
+            /** @description Who sent it (the administrator's name), when known. */
+            sender_name: string | null;
+            /**
+             * Format: date-time
+             * @description With an offset (Z or ±hh:mm). Years 1970 to 8999.
+             */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description With an offset (Z or ±hh:mm). Years 1970 to 8999.
+             */
+            valid_until: string;
+        };
+        MyMessages: {
+            items: components["schemas"]["Message"][];
+        };
         HeldDesktop: {
             id: string;
             name: string;
@@ -2299,6 +2628,36 @@ export interface components {
             items: components["schemas"]["Session"][];
             /** @description Opaque cursor of the next page, to send back as `cursor`; null on the last page. */
             next: string | null;
+        };
+        MessagePage: {
+            items: components["schemas"]["Message"][];
+            /** @description Opaque cursor of the next page, to send back as `cursor`; null on the last page. */
+            next: string | null;
+        };
+        SendMessage: {
+            /**
+             * @description `session`: one open session; `user`: every session of the user, now and while it is valid; `pool`: every session of the pool, now and while it is valid.
+             * @enum {string}
+             */
+            target_kind: "session" | "user" | "pool";
+            /**
+             * Format: uuid
+             * @description The session, user or pool.
+             */
+            target_id: string;
+            /**
+             * @description How the desktop view shows it: `info`, `warning`, `urgent`.
+             * @default info
+             * @enum {string}
+             */
+            severity?: "info" | "warning" | "urgent";
+            /** @description The message, 1 to 2000 characters (trimmed). */
+            body: string;
+            /**
+             * @description How long users who connect meanwhile still see it (60 s to 7 days; default an hour).
+             * @default 3600
+             */
+            valid_for_seconds?: number;
         };
         Binding: {
             id: string;
@@ -3287,36 +3646,6 @@ export interface components {
             phases: components["schemas"]["Phase"][];
             exceptions?: components["schemas"]["ScheduleException"][];
         };
-        LogonPhase: {
-            /**
-             * @description In order: `asked`, `allocated`, `powered_on`, `guest_ready`, `token_issued`, `tunnel_opened`, `daemon_connected`, `first_frame`.
-             * @enum {string}
-             */
-            phase: "asked" | "allocated" | "powered_on" | "guest_ready" | "token_issued" | "tunnel_opened" | "daemon_connected" | "first_frame";
-            /**
-             * Format: date-time
-             * @description When it was reached.
-             */
-            at: string;
-            /** @description Seconds since the phase before it (0 for `asked`). */
-            seconds: number;
-        };
-        Logon: {
-            id: string;
-            /**
-             * @description `connected` once the first frame was drawn, `failed`, or `pending`.
-             * @enum {string}
-             */
-            outcome: "connected" | "failed" | "pending";
-            /** @description The phases reached, in order; `powered_on` appears only when the desktop was started for the user. */
-            phases: components["schemas"]["LogonPhase"][];
-            /** @description Seconds from the request to the first frame. */
-            duration_seconds: number | null;
-            /** Format: date-time */
-            failed_at: string | null;
-            /** @description Why the logon stopped: an error code (`desktop_unreachable`...), a refused token (`token_expired`, `token_desktop_gone`), or how the session ended before its first frame (`daemon_error`, `client_closed`...). */
-            failure_reason: string | null;
-        };
         SessionDetail: {
             id: string;
             user_id: string;
@@ -3414,23 +3743,6 @@ export interface components {
             is_platform_admin: boolean;
             /** @description The hypervisor drivers a cluster can be connected with (their connection fields: `GET /api/v1/drivers`); only for callers who may connect one (`clusters:manage`). */
             installed_drivers?: string[];
-        };
-        User: {
-            id: string;
-            issuer: string;
-            subject: string;
-            email: string | null;
-            display_name: string | null;
-            /**
-             * @description `human`: a person who signed in. `service`: a client that obtained its own token (client credentials grant); a person and a client with the same `subject` are two users. `unsettled`: stored before users had kinds, until its next sign-in gives it that sign-in's kind.
-             * @enum {string}
-             */
-            kind: "human" | "service" | "unsettled";
-            disabled: boolean;
-            /** Format: date-time */
-            created_at: string;
-            /** Format: date-time */
-            last_seen_at: string;
         };
         UserPage: {
             items: components["schemas"]["User"][];
@@ -4690,6 +5002,103 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    searchHelpdeskUsers: {
+        parameters: {
+            query: {
+                /** @description Part of the name, email or subject (any case). */
+                q: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The users found. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsersFound"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getHelpdeskUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The user's help desk page. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["HelpdeskUser"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    logUserOff: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                user_id: string;
+                desktop_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Logged off (his tunnels are closing). */
+            202: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     listJobs: {
         parameters: {
             query?: {
@@ -5071,6 +5480,66 @@ export interface operations {
             503: components["responses"]["ServiceUnavailable"];
         };
     };
+    myMessages: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The caller's messages. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MyMessages"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    dismissMessage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                message_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Dismissed. */
+            204: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
     listMyPools: {
         parameters: {
             query?: {
@@ -5194,6 +5663,81 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listMessages: {
+        parameters: {
+            query?: {
+                /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
+                limit?: number;
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
+                cursor?: string;
+                target_kind?: "session" | "user" | "pool";
+                target_id?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of messages. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MessagePage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    sendMessage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SendMessage"];
+            };
+        };
+        responses: {
+            /** @description The message, sent. */
+            201: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Message"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            408: components["responses"]["RequestTimeout"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             429: components["responses"]["RateLimited"];
             503: components["responses"]["ServiceUnavailable"];
