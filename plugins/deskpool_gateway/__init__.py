@@ -31,12 +31,13 @@ from deskpool.config import HostPort, SettingRegistry
 from deskpool.errors import StartupError
 from deskpool.identity import access
 from deskpool.listener import ConnectionLimits, HttpListenerComponent
+from deskpool.outage_brokering.broker import broker_factory
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
 from deskpool.revocation import service as revocation
 from deskpool.revocation.watch import access_watch
 from deskpool.runtime import ComponentFactory, Runtime
-from deskpool.sessions.broker import PlatformSessionBroker, broker_factory
+from deskpool.sessions.broker import PlatformSessionBroker
 from deskpool.sessions.tunnel import SessionBroker
 from deskpool_gateway.endpoint import SUPERVISOR, tunnel_handler
 from deskpool_gateway.metrics import GatewayMetrics
@@ -51,6 +52,9 @@ BrokerFactory = Callable[[Runtime], SessionBroker]
 
 def broker_factory_of_platform(runtime: Runtime) -> SessionBroker:
     """The platform's broker over PostgreSQL and Redis (:mod:`deskpool.sessions.broker`).
+
+    It also redeems the tokens issued while the database was away
+    (:mod:`deskpool.outage_brokering.broker`).
 
     Its redemption judges access through revocation, composed here
     (:mod:`deskpool.identity.access`).

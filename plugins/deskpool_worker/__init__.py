@@ -39,7 +39,7 @@ from deskpool.registry import Registry
 from deskpool.revocation import service as revocation
 from deskpool.runtime import ComponentFactory, Runtime
 from deskpool.vm_events.watcher import REFRESH_SECONDS, VmEventWatcher
-from deskpool_worker import pools, sessions
+from deskpool_worker import outage, pools, sessions
 from deskpool_worker.runner import JobRunner, RunnerSettings
 from deskpool_worker.scheduler import PeriodicScheduler
 
@@ -101,6 +101,8 @@ class WorkerComponent:
         #: Every worker watches the VM events of the clusters that report them.
         self.vm_events = VmEventWatcher(runtime)
         self._watching: asyncio.Task[None] | None = None
+        #: Every worker keeps the outage snapshot (replays and refreshes are idempotent).
+        self.outage = outage.SnapshotKeeper(runtime)
         self._started = False
 
     @property
@@ -113,6 +115,7 @@ class WorkerComponent:
         await self.runner.start()
         await self.scheduler.start()
         self._watching = asyncio.create_task(self._watch_vm_events(), name="vm-events")
+        self.outage.start()
         self._started = True
         log.info(
             "worker %s: %d job kind(s) (%s), %d periodic task(s) (%s), concurrency %d",
@@ -128,6 +131,7 @@ class WorkerComponent:
         """Stop claiming; drain within ``WORKER_SHUTDOWN_TIMEOUT``; release what is left."""
         self._started = False
         timeout = self.runtime.config.duration("WORKER_SHUTDOWN_TIMEOUT")
+        await self.outage.stop()
         if self._watching is not None:
             self._watching.cancel()
             await asyncio.gather(self._watching, return_exceptions=True)
@@ -234,6 +238,7 @@ def deskpool_declare_settings(registry: SettingRegistry) -> None:
     )
     pools.declare_settings(registry)
     sessions.declare_settings(registry)
+    outage.declare_settings(registry)
 
 
 @hookimpl

@@ -16,9 +16,11 @@ from tests.support.e2e import (
     DeploymentEnviron,
 )
 
+from deskpool.db import migrate
 from deskpool.desktopd import DesktopDaemonSimulator
+from deskpool.testing.postgres_server import PrivatePostgres, private_postgres
 from deskpool.testing.processes import QUICK_INTERVALS, deployment_environ
-from deskpool.testing.pytest_plugin import fresh_database
+from deskpool.testing.pytest_plugin import connected, fresh_database
 
 
 @pytest.fixture
@@ -41,6 +43,15 @@ def quick_deployment(
         )
 
     return make
+
+
+@pytest.fixture
+async def own_postgres() -> AsyncIterator[PrivatePostgres]:
+    """A PostgreSQL server of the test's own (migrated), which the test may stop and start."""
+    async with private_postgres() as server:
+        async with connected(server.url()) as connection:
+            await migrate(connection)
+        yield server
 
 
 @pytest.fixture

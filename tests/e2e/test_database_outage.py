@@ -32,14 +32,13 @@ import pytest
 from tests.e2e.deployment_api import FAST_SIMULATOR, Api
 from tests.secret_leak_guard import LeakGuard
 from tests.support.e2e import DeploymentEnviron
+from tests.support.tunnel_flow import Flow
 
-from deskpool.db import migrate
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.idp import TestIdentityProvider
-from deskpool.testing.postgres_server import PrivatePostgres, private_postgres
+from deskpool.testing.postgres_server import PrivatePostgres
 from deskpool.testing.processes import ANY_PORT, DeskpoolProcess, listening, running, until
-from deskpool.testing.pytest_plugin import connected
-from deskpool.testing.tunnels import TunnelClosed, WebSocketTunnelClient
+from deskpool.testing.tunnels import WebSocketTunnelClient
 
 ADMIN = "e2e-outage-admin"
 USER = "e2e-outage-user"
@@ -51,14 +50,6 @@ OUTAGE_SECONDS = 90.0
 GATEWAY_HELD_SECONDS = 12.0
 #: How long after the return the job in flight at the stop may take to finish.
 JOB_FINISHES_WITHIN = 60.0
-
-
-@pytest.fixture
-async def own_postgres() -> AsyncIterator[PrivatePostgres]:
-    async with private_postgres() as server:
-        async with connected(server.url()) as connection:
-            await migrate(connection)
-        yield server
 
 
 @pytest.fixture
@@ -87,43 +78,6 @@ async def processes(
     }
     async with running(started, one_by_one=True) as processes:
         yield processes
-
-
-class Flow:
-    """What a browser showing the desktop does: it answers every frame and pings each second.
-
-    :attr:`frames` holds the time of each frame (``sync``) the desktop drew through the tunnel.
-    """
-
-    def __init__(self, client: WebSocketTunnelClient) -> None:
-        self.client = client
-        self.frames: list[float] = []
-        self.closed: TunnelClosed | None = None
-        self._tasks = [asyncio.create_task(self._read()), asyncio.create_task(self._ping())]
-
-    async def _read(self) -> None:
-        try:
-            while True:
-                instruction = await self.client.read(within=3600)
-                if instruction.opcode == "sync":
-                    self.frames.append(time.monotonic())
-                    await self.client.send("sync", instruction.args[0])
-        except TunnelClosed as closed:
-            self.closed = closed
-
-    async def _ping(self) -> None:
-        with contextlib.suppress(Exception):
-            while True:
-                await self.client.ping(int(time.time() * 1000))
-                await asyncio.sleep(1)
-
-    def frames_since(self, moment: float) -> int:
-        return sum(1 for frame in self.frames if frame >= moment)
-
-    async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 async def test_a_database_outage_longer_than_every_lease_takes_nothing_from_a_working_user(

@@ -88,6 +88,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("desktops", ("desktops",)),
     ("starts", ("starts",)),
     ("sessions", ("sessions",)),
+    ("outage brokering", ("outage_brokering",)),
     ("notices, messages", ("notices", "messages")),
     ("revocation", ("revocation",)),
     ("rollouts, schedules", ("rollouts", "schedules")),

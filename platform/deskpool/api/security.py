@@ -23,6 +23,9 @@ from deskpool.errors import DeskpoolError, Forbidden, Unauthenticated
 from deskpool.events import AuditEvent
 from deskpool.identity.authenticator import Authenticator
 from deskpool.identity.principal import Principal
+from deskpool.outage_brokering.claims import journal_audit
+from deskpool.outage_brokering.snapshot import PrincipalMemory, keys_of
+from deskpool.outages import DATABASE, outage_of
 
 if TYPE_CHECKING:
     from deskpool.api.routes import Operation
@@ -37,6 +40,8 @@ def install_authentication(app: web.Application, runtime: Runtime) -> None:
     """Give ``app`` an authenticator, started and closed with the application."""
     factory = runtime.plugins.auth_providers().get(runtime.config["AUTH_PROVIDER"])
     authenticator = Authenticator(runtime, factory(runtime.config))
+    # A known user signs in from what the snapshot remembers while the database is away.
+    authenticator.memory = PrincipalMemory(runtime)
     app[AUTHENTICATOR_KEY] = authenticator
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -81,8 +86,18 @@ async def record_denial(
     try:
         async with runtime.db.acquire() as connection:
             await record_audit_event(connection, event)
-    except Exception:  # the refusal stands whether or not it could be recorded
-        log.exception("could not record a denied call in the audit trail")
+    except Exception as error:  # the refusal stands whether or not it could be recorded
+        if outage_of(error) != DATABASE:
+            log.exception("could not record a denied call in the audit trail")
+            return
+        # The database is away: the event waits in the outage journal.
+        try:
+            await journal_audit(runtime.kv, keys_of(runtime), event)
+        except Exception as lost:
+            log.warning(
+                "could not record a denied call (the database and the %s are unavailable)",
+                outage_of(lost) or type(lost).__name__,
+            )
 
 
 async def authenticate(

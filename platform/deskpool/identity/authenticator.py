@@ -20,7 +20,7 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 from redis.exceptions import RedisError
@@ -35,6 +35,7 @@ from deskpool.identity.sign_in import resolve_effective, sign_in
 from deskpool.kv import subscription
 from deskpool.live import bus
 from deskpool.live.model import LiveEvent
+from deskpool.outages import DATABASE, outage_of
 
 if TYPE_CHECKING:
     from deskpool.config import Config
@@ -76,6 +77,30 @@ async def identity_changed(runtime: Runtime) -> None:
     await bus.publish(
         runtime.kv, runtime.config["KVSTORE_KEY_PREFIX"], LiveEvent(IDENTITY_CHANGED_EVENT, "")
     )
+
+
+class PrincipalMemory(Protocol):
+    """Where principals are remembered for a database outage (the composition gives one).
+
+    :mod:`deskpool.outage_brokering.snapshot` implements it; the authenticator remembers each
+    principal it resolves from the database, and recalls a known user's while the database is
+    away.
+    """
+
+    async def remember(self, principal: Principal) -> None:
+        """Keep ``principal`` as of this sign-in (best effort, never raises for Redis)."""
+        ...
+
+    async def recall(self, token: VerifiedToken) -> Principal | None:
+        """The remembered principal of ``token``'s user (``None``: not known)."""
+        ...
+
+
+class FirstSignInUnavailable(ServiceUnavailable):
+    """The database is away and the caller never signed in (or with other claims): 503."""
+
+    code = "dependency_unavailable"
+    title = "A dependency is unavailable"
 
 
 class AuthMetrics:
@@ -121,6 +146,8 @@ class Authenticator:
         self.metrics = AuthMetrics(runtime.metrics)
         #: Set once per change, then renewed (see :meth:`wait_changed`).
         self._changed = asyncio.Event()
+        #: Where principals are remembered for a database outage (``None``: nowhere).
+        self.memory: PrincipalMemory | None = None
 
     @property
     def configured(self) -> bool:
@@ -237,10 +264,10 @@ class Authenticator:
         else:
             self.metrics.cache_miss.inc()
             generation = self._generation
-            principal = await self._resolve(verified)
+            principal, resolved = await self._resolve(verified)
             # Cached only when committed (_resolve returns after the commit) and no change
-            # was announced meanwhile.
-            if generation == self._generation:
+            # was announced meanwhile; never when recalled during an outage.
+            if resolved and generation == self._generation:
                 self._cache[key] = (now, principal)
                 self._cache.move_to_end(key)
                 while len(self._cache) > PRINCIPAL_CACHE_SIZE:
@@ -251,7 +278,28 @@ class Authenticator:
         self.metrics.outcome["authenticated"].inc()
         return principal
 
-    async def _resolve(self, token: VerifiedToken) -> Principal:
-        # One statement, committed on its own (sign_in opens a transaction where it needs one).
-        async with self.runtime.db.acquire() as connection:
-            return await sign_in(connection, self.config, token)
+    async def _resolve(self, token: VerifiedToken) -> tuple[Principal, bool]:
+        """The principal from the database (``True``), or, while it is away, as remembered.
+
+        A principal recalled from the memory is not cached in the process: the database
+        resolves it again as soon as it answers.
+        """
+        memory = self.memory
+        try:
+            # One statement, committed on its own (sign_in opens a transaction where needed).
+            async with self.runtime.db.acquire() as connection:
+                principal = await sign_in(connection, self.config, token)
+        except Exception as error:
+            if memory is None or outage_of(error) != DATABASE:
+                raise
+            recalled = await memory.recall(token)
+            if recalled is None:
+                raise FirstSignInUnavailable(
+                    "The database is unavailable, and this account is not known without it "
+                    "(a first sign-in, or new groups or roles, need it); retry it.",
+                    headers={"Retry-After": "2"},
+                ) from None
+            return recalled, False
+        if memory is not None:
+            await memory.remember(principal)
+        return principal, True

@@ -11,6 +11,7 @@ from datetime import datetime
 
 import asyncpg
 
+from deskpool.db.rows import Db
 from deskpool.licensing.model import Usage
 from deskpool.licensing.watermark import StoredWatermark
 
@@ -319,6 +320,12 @@ async def session_usage(
     assert row is not None
     usage = Usage(desktops=row["desktops"], pools=row["pools"], sessions=row["sessions"])
     return usage, bool(row["held"]), int(row["connections"])
+
+
+async def session_desktops(db: Db) -> list[uuid.UUID]:
+    """The desktops that count against the license's sessions now (see :func:`session_usage`)."""
+    rows = await db.fetch(_SESSION_DESKTOPS)
+    return [row["desktop_id"] for row in rows]
 
 
 # --------------------------------------------------------------------------- reports

@@ -33,6 +33,7 @@ import asyncpg
 from deskpool.audit import record_audit_event
 from deskpool.identity.sign_in import resolve_effective
 from deskpool.live.publishers import publish_desktop
+from deskpool.outage_brokering.snapshot import mark_access_changed
 from deskpool.pools import store_entitlements
 from deskpool.pools.model import Desktop
 from deskpool.revocation import store
@@ -164,7 +165,13 @@ async def revoke_lost_access(
 
 
 async def announce(runtime: Runtime, revocation: Revocation) -> None:
-    """After the commit: tell the gateways holding the sessions, publish the desktops' states."""
+    """After the commit: tell the gateways holding the sessions, publish the desktops' states.
+
+    The outage snapshot is marked stale first: nothing is brokered from it without the
+    database until it is read again
+    (:func:`deskpool.outage_brokering.snapshot.mark_access_changed`).
+    """
+    await mark_access_changed(runtime)
     for session in revocation.closing:
         await publish_disconnect(runtime, session)
     for desktop in [*revocation.logged_off, *revocation.cancelled]:

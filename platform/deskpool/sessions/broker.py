@@ -506,16 +506,17 @@ def _disconnect_request(data: Any) -> DisconnectRequest | None:
         return None
 
 
+def lease_of(runtime: Runtime) -> float:
+    """``GATEWAY_LEASE_DURATION`` when the process declared it, else :data:`DEFAULT_LEASE`."""
+    config = runtime.config
+    if "GATEWAY_LEASE_DURATION" in config:
+        return config.duration("GATEWAY_LEASE_DURATION")
+    return DEFAULT_LEASE
+
+
 def broker_factory(runtime: Runtime, *, lease: float | None = None) -> PlatformSessionBroker:
     """The broker a gateway process uses (``GATEWAY_LEASE_DURATION`` when declared)."""
-    if lease is None:
-        config = runtime.config
-        lease = (
-            config.duration("GATEWAY_LEASE_DURATION")
-            if "GATEWAY_LEASE_DURATION" in config
-            else DEFAULT_LEASE
-        )
-    return PlatformSessionBroker(runtime, lease=lease)
+    return PlatformSessionBroker(runtime, lease=lease_of(runtime) if lease is None else lease)
 
 
 # ------------------------------------------------------------------------------ ending

@@ -66,6 +66,7 @@ from deskpool.desktops.allocation import DesktopNotReady, NoDesktopAvailable
 from deskpool.desktops.states import IN_FLIGHT_STATES
 from deskpool.errors import NotFound
 from deskpool.ids import parse_id
+from deskpool.outage_brokering import service as brokering
 from deskpool.pool_admin import service
 from deskpool.pools.model import (
     Desktop,
@@ -76,7 +77,6 @@ from deskpool.pools.model import (
 )
 from deskpool.pools.store import PoolRecord
 from deskpool.pools.store_entitlements import Entitlement, SubjectType
-from deskpool.sessions import service as sessions
 from deskpool.sessions.model import DEFAULT_POLICY, SessionPolicy
 
 # ---------------------------------------------------------------------------------- views
@@ -483,7 +483,7 @@ async def list_my_pools(call: Call) -> Page:
 )
 async def open_pool_desktop(call: Call) -> Reply:
     try:
-        opened = await sessions.open_pool_desktop(
+        opened = await brokering.open_pool_desktop(
             call.runtime, call.caller, pool_id_of(call), call.actor.audit_event
         )
     except (NoDesktopAvailable, DesktopNotReady) as error:

@@ -39,6 +39,7 @@ from deskpool.api.resources.session_schemas import (
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.errors import InvalidCursor
 from deskpool.ids import parse_id
+from deskpool.outage_brokering import service as brokering
 from deskpool.pools.model import Desktop
 from deskpool.sessions import logoff, service, store
 from deskpool.sessions.logons import LogonRecord
@@ -313,7 +314,7 @@ async def list_my_sessions(call: Call) -> Page:
 )
 async def connect_my_desktop(call: Call) -> Reply:
     desktop_id = parse_id(call.path_param("desktop_id"), "desktop")
-    opened = await service.reconnect_desktop(
+    opened = await brokering.reconnect_desktop(
         call.runtime, call.caller, desktop_id, call.actor.audit_event
     )
     return opened_view(opened)

@@ -1,0 +1,181 @@
+"""Claiming from the snapshot in Redis, atomically, and journaling each act.
+
+A desktop is claimed by one Lua script (:data:`CLAIM`), which Redis runs alone: it takes a
+ready desktop of the pool no one holds (or the one the user holds there), counts it against
+the license's sessions (a desktop that already counts is never refused), records the holder
+and appends the act to the journal, all or nothing. So no desktop goes to two users, a user
+holds one desktop per pool, and the license's limit holds, across every api process.
+
+Tokens issued from the snapshot live in Redis for their lifetime and are taken once
+(``GETDEL``); every act that follows (the session's start, connection, first frame, end) is
+appended to the same journal (:func:`journal`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import redis.asyncio as redis
+
+from deskpool.events import AuditEvent
+from deskpool.outage_brokering.model import (
+    TAKEN_FOR_MS,
+    ActKind,
+    Keys,
+    act_fields,
+    audit_fields,
+    held_key,
+    text_of,
+)
+
+#: KEYS: ready set, holders, held, counted, license, taken, journal, acts, epoch, refreshed
+#: epoch. ARGV: user, pool, now (ms), desktop wanted (empty: any), and the act's fields
+#: (pairs). Answers ``{outcome, desktop, entry id}``; outcomes: ``allocate``, ``reconnect``,
+#: ``stale`` (access changed since the snapshot), ``none``, ``not_held``, ``license``.
+CLAIM = """
+if redis.call('GET', KEYS[9]) ~= redis.call('GET', KEYS[10]) then return {'stale'} end
+local user, pool, now, wanted = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local heldkey = user .. '|' .. pool
+local desktop = redis.call('HGET', KEYS[3], heldkey)
+local kind = 'reconnect'
+if wanted ~= '' then
+  if redis.call('HGET', KEYS[2], wanted) ~= user then return {'not_held'} end
+  desktop = wanted
+elseif not desktop then
+  kind = 'allocate'
+  while true do
+    desktop = redis.call('SPOP', KEYS[1])
+    if not desktop then return {'none'} end
+    local taken = tonumber(redis.call('HGET', KEYS[6], desktop) or '0')
+    if taken < now and redis.call('HEXISTS', KEYS[2], desktop) == 0 then break end
+  end
+end
+if redis.call('SISMEMBER', KEYS[4], desktop) == 0 then
+  local limit = redis.call('HGET', KEYS[5], 'limit')
+  if limit and limit ~= '' and redis.call('SCARD', KEYS[4]) >= tonumber(limit) then
+    if kind == 'allocate' then redis.call('SADD', KEYS[1], desktop) end
+    return {'license', limit}
+  end
+  redis.call('SADD', KEYS[4], desktop)
+end
+if kind == 'allocate' then
+  redis.call('HSET', KEYS[2], desktop, user)
+  redis.call('HSET', KEYS[3], heldkey, desktop)
+end
+redis.call('INCR', KEYS[8])
+local fields = {'kind', kind, 'desktop_id', desktop}
+for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
+local id = redis.call('XADD', KEYS[7], '*', unpack(fields))
+return {kind, desktop, id}
+"""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What :func:`claim` answered: the outcome, the desktop and the journal entry."""
+
+    outcome: str
+    desktop_id: uuid.UUID | None = None
+    entry_id: str | None = None
+    #: For ``license``: the limit reached.
+    limit: int | None = None
+
+
+async def claim(
+    kv: redis.Redis,
+    keys: Keys,
+    *,
+    user_id: str,
+    pool_id: uuid.UUID,
+    logon_id: uuid.UUID,
+    desktop_id: uuid.UUID | None = None,
+    at: datetime | None = None,
+) -> Claim:
+    """Claim a desktop of ``pool_id`` for ``user_id`` (``desktop_id``: the one he holds)."""
+    when = at or datetime.now(UTC)
+    fields = act_fields(ActKind.ALLOCATE, when, user_id=user_id, pool_id=pool_id, logon_id=logon_id)
+    fields.pop("kind")
+    pairs = [item for pair in fields.items() for item in pair]
+    answer = await kv.eval(
+        CLAIM,
+        10,
+        keys.ready(pool_id),
+        keys.holders,
+        keys.held,
+        keys.counted,
+        keys.license,
+        keys.taken,
+        keys.journal,
+        keys.acts,
+        keys.epoch,
+        keys.refreshed_epoch,
+        user_id,
+        str(pool_id),
+        int(when.timestamp() * 1000),
+        "" if desktop_id is None else str(desktop_id),
+        *pairs,
+    )
+    outcome = text_of(answer[0])
+    if outcome in ("allocate", "reconnect"):
+        return Claim(outcome, uuid.UUID(text_of(answer[1])), text_of(answer[2]))
+    if outcome == "license":
+        return Claim(outcome, limit=int(text_of(answer[1])))
+    return Claim(outcome)
+
+
+async def journal(kv: redis.Redis, keys: Keys, kind: ActKind, **fields: object) -> str:
+    """Append an act done now to the journal; its entry id."""
+    entry = act_fields(kind, datetime.now(UTC), **fields)
+    entry_id = await kv.xadd(keys.journal, entry)  # type: ignore[arg-type]
+    return text_of(entry_id)
+
+
+async def journal_audit(kv: redis.Redis, keys: Keys, event: AuditEvent) -> str:
+    """Append an audit event that could not be recorded to the journal."""
+    entry = act_fields(ActKind.AUDIT, event.occurred_at, **audit_fields(event))
+    entry_id = await kv.xadd(keys.journal, entry)  # type: ignore[arg-type]
+    return text_of(entry_id)
+
+
+async def pending(kv: redis.Redis, keys: Keys) -> int:
+    """How many acts are journaled and not yet written to the database."""
+    return int(await kv.xlen(keys.journal))
+
+
+async def put_token(
+    kv: redis.Redis, keys: Keys, key: bytes, record: dict[str, Any], ttl: float
+) -> None:
+    """Keep a token issued from the snapshot for ``ttl`` seconds (by its key)."""
+    await kv.set(keys.token(key), json.dumps(record), px=max(1, int(ttl * 1000)))
+
+
+async def take_token(kv: redis.Redis, keys: Keys, key: bytes) -> dict[str, Any] | None:
+    """The record of a token issued from the snapshot, taken once (``None``: not one)."""
+    raw = await kv.getdel(keys.token(key))
+    if raw is None:
+        return None
+    record: dict[str, Any] = json.loads(raw)
+    return record
+
+
+async def note_handed_out(
+    kv: redis.Redis, keys: Keys, *, desktop_id: uuid.UUID, pool_id: uuid.UUID, user_id: str
+) -> None:
+    """A desktop was handed out through the database: the snapshot follows at once.
+
+    It leaves the pool's ready desktops, and stays out of them for
+    :data:`~deskpool.outage_brokering.model.TAKEN_FOR_MS` whatever a refresh that read the
+    database before the change writes.
+    """
+    until = int(datetime.now(UTC).timestamp() * 1000) + TAKEN_FOR_MS
+    async with kv.pipeline(transaction=True) as pipe:
+        pipe.hset(keys.taken, str(desktop_id), until)
+        pipe.srem(keys.ready(pool_id), str(desktop_id))
+        pipe.hset(keys.holders, str(desktop_id), user_id)
+        pipe.hset(keys.held, held_key(user_id, pool_id), str(desktop_id))
+        pipe.sadd(keys.counted, str(desktop_id))
+        await pipe.execute()
