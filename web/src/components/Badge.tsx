@@ -27,6 +27,9 @@ const TONE: Record<string, string> = {
   dead: "bad",
   failure: "bad",
   denied: "bad",
+  allowed: "ok",
+  cut: "warn",
+  refused: "bad",
 };
 
 export function Badge({ value }: { value: string | null | undefined }) {

@@ -59,6 +59,22 @@ describe("the pool form", () => {
     expect(bodyOf(draftOf()).schedule_id).toBeNull();
   });
 
+  it("sends the default client policy for a new pool, and keeps a pool's own", () => {
+    const fresh = bodyOf(draftOf());
+    expect(fresh.session_policy?.client).toEqual({
+      clipboard: { to_desktop: { mode: "text", max_bytes: 262144 }, to_browser: { mode: "text", max_bytes: 262144 } },
+      file_transfer: { upload: false, download: false, max_file_bytes: 104857600 },
+      audio: { output: true, microphone: false },
+      printing: false,
+      watermark: { enabled: false, text: "{name} · {session_id} · {client_address} · {time}", opacity: 0.15, angle: -30, spacing: 240 },
+    });
+    const own = { ...fresh.session_policy!.client!, printing: true, watermark: { ...fresh.session_policy!.client!.watermark!, enabled: true } };
+    const withPolicy = { ...pool, session_policy: { ...pool.session_policy, client: own } } as Schemas["Pool"];
+    expect(bodyOf(draftOf(withPolicy), withPolicy).session_policy?.client).toEqual(own);
+    const locked = { ...draftOf(withPolicy), client: { ...draftOf(withPolicy).client, copy: "off" as const, copy_bytes: "4096" } };
+    expect(bodyOf(locked, withPolicy).session_policy?.client?.clipboard?.to_browser).toEqual({ mode: "off", max_bytes: 4096 });
+  });
+
   it("removes the domain join of a pool when the domain is emptied", () => {
     const body = bodyOf({ ...draftOf(pool), domain: "" }, pool);
     expect(body.domain_join).toBeNull();

@@ -11,6 +11,7 @@ import { SelectField, TextField } from "../components/Field";
 import { fieldErrorsOf, ProblemAlert } from "../components/Problem";
 import { can } from "../auth/permissions";
 import { useSession } from "../session";
+import { clientBodyOf, clientDraftOf, ClientPolicyFields, type ClientDraft } from "./ClientPolicyFields";
 
 type Pool = Schemas["Pool"];
 type PoolCreate = Schemas["PoolCreate"];
@@ -42,6 +43,8 @@ export interface PoolDraft {
   logoff_delay: string;
   idle_timeout: string;
   max_session_duration: string;
+  /** The client policy (clipboard, files, sound, printing, watermark). */
+  client: ClientDraft;
 }
 
 export function draftOf(pool?: Pool, clusterId = "", template = ""): PoolDraft {
@@ -71,6 +74,7 @@ export function draftOf(pool?: Pool, clusterId = "", template = ""): PoolDraft {
     max_session_duration: pool?.session_policy.max_session_duration
       ? String(pool.session_policy.max_session_duration)
       : "",
+    client: clientDraftOf(pool?.session_policy.client),
   };
 }
 
@@ -105,6 +109,7 @@ export function bodyOf(draft: PoolDraft, pool?: Pool): PoolCreate {
       logoff_delay: Number(draft.logoff_delay || 0),
       idle_timeout: seconds(draft.idle_timeout),
       max_session_duration: seconds(draft.max_session_duration),
+      client: clientBodyOf(draft.client),
     },
   };
   if (draft.domain.trim()) {
@@ -333,6 +338,7 @@ export function PoolForm({
           <TextField label="Idle timeout (seconds)" type="number" min={1} value={draft.idle_timeout} onChange={set("idle_timeout")} error={errors["session_policy.idle_timeout"]} hint="Empty: none." />
           <TextField label="Longest session (seconds)" type="number" min={1} value={draft.max_session_duration} onChange={set("max_session_duration")} error={errors["session_policy.max_session_duration"]} hint="Empty: none." />
         </div>
+        <ClientPolicyFields draft={draft.client} onChange={(client) => setDraft((current) => ({ ...current, client }))} errors={errors} />
       </details>
       <details>
         <summary>Domain join</summary>

@@ -12,6 +12,7 @@ import { waterfallLabel, waterfallOption, waterfallRows } from "../reports/logon
 import { seconds } from "../reports/usage";
 import { SessionRecordingLink } from "../recordings/SessionRecordingLink";
 import { useSession } from "../session";
+import { SessionTransfers } from "./SessionTransfers";
 
 function Logon({ logon }: { logon: Schemas["Logon"] }) {
   const rows = useMemo(() => waterfallRows(logon), [logon]);
@@ -103,6 +104,7 @@ export function SessionDetailPage() {
       ) : (
         <p>No logon timing: {s.read_only ? "a read-only view is not a logon." : "the session has none recorded."}</p>
       )}
+      <SessionTransfers sessionId={s.id} open={s.state === "open"} />
     </section>
   );
 }
