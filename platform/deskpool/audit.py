@@ -25,8 +25,9 @@ from typing import Any
 
 import asyncpg
 
+from deskpool.db.rows import Db
 from deskpool.errors import error_text
-from deskpool.events import AuditEvent
+from deskpool.events import AuditEvent, event_type, subscription_keys, webhook_payload
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +55,29 @@ _PARTITION_NAME = re.compile(r"^audit_events_p(\d{4})(\d{2})$")
 async def record_audit_event(connection: asyncpg.Connection, event: AuditEvent) -> int:
     """Insert ``event`` on ``connection`` (inside the caller's transaction, if one is open).
 
+    In the same statement, the event is written to the webhook outbox: one pending delivery
+    for each enabled subscription whose filters select it (:func:`deskpool.events
+    .subscription_keys`), so a subscriber gets an event exactly when its change was committed.
+
     :returns: the event's id.
     """
     event_id: int = await connection.fetchval(
         f"""
-        INSERT INTO {AUDIT_TABLE} (occurred_at, actor, action, resource_type, resource_id,
-                                  outcome, request_id, source_address, details)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb)
-        RETURNING id
+        WITH event AS (
+            INSERT INTO {AUDIT_TABLE} (occurred_at, actor, action, resource_type, resource_id,
+                                      outcome, request_id, source_address, details)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb)
+            RETURNING id, occurred_at
+        ), outbox AS (
+            INSERT INTO webhook_deliveries (subscription_id, message_id, event_type,
+                                            audit_event_id, occurred_at, payload)
+            SELECT subscription.id, 'msg_' || event.id, $10, event.id, event.occurred_at,
+                   jsonb_set($11::jsonb, '{{data,id}}', to_jsonb(event.id))
+              FROM event
+              JOIN webhook_subscriptions AS subscription
+                ON subscription.enabled AND subscription.event_types && $12::text[]
+        )
+        SELECT id FROM event
         """,
         event.occurred_at,
         event.actor,
@@ -72,6 +88,9 @@ async def record_audit_event(connection: asyncpg.Connection, event: AuditEvent) 
         event.request_id,
         event.source_address,
         json.dumps(event.details, default=str),
+        event_type(event.action, event.outcome),
+        json.dumps(webhook_payload(0, event), default=str),
+        subscription_keys(event.action, event.outcome),
     )
     return event_id
 
@@ -117,6 +136,38 @@ async def list_audit_events(
         *args,
     )
     return [{**dict(row), "details": json.loads(row["details"])} for row in rows]
+
+
+async def events_since(
+    db: Db, since: datetime, *, after: tuple[datetime, int] | None, limit: int
+) -> list[tuple[int, AuditEvent]]:
+    """Up to ``limit`` events from ``since`` on, oldest first, after ``after`` (``(at, id)``)."""
+    rows = await db.fetch(
+        f"""SELECT * FROM {AUDIT_TABLE}
+             WHERE occurred_at >= $1 AND ($2::timestamptz IS NULL OR (occurred_at, id) > ($2, $3))
+             ORDER BY occurred_at, id LIMIT $4""",
+        since,
+        None if after is None else after[0],
+        None if after is None else after[1],
+        limit,
+    )
+    return [(row["id"], event_of_row(row)) for row in rows]
+
+
+def event_of_row(row: Mapping[str, Any]) -> AuditEvent:
+    """The :class:`AuditEvent` an ``audit_events`` row holds."""
+    details = row["details"]
+    return AuditEvent(
+        action=row["action"],
+        actor=row["actor"],
+        resource_type=row["resource_type"],
+        resource_id=row["resource_id"],
+        outcome=row["outcome"],
+        occurred_at=row["occurred_at"],
+        request_id=row["request_id"],
+        source_address=row["source_address"],
+        details=json.loads(details) if isinstance(details, str) else dict(details),
+    )
 
 
 # --------------------------------------------------------------------------- months

@@ -298,6 +298,7 @@ SECTION_ORDER = (
     "Secrets at rest",
     "Gateway and desktop daemon",
     "Worker and reconciliation",
+    "Event export",
     "Licensing",
     "HTTP listeners",
 )

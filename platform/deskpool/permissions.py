@@ -58,6 +58,7 @@ BUILTIN_RESOURCES: Mapping[str, bool] = MappingProxyType(
         "recordings": False,
         "reports": False,
         "schedules": True,
+        "webhooks": True,
     }
 )
 

@@ -39,7 +39,7 @@ from deskpool.registry import Registry
 from deskpool.revocation import service as revocation
 from deskpool.runtime import ComponentFactory, Runtime
 from deskpool.vm_events.watcher import REFRESH_SECONDS, VmEventWatcher
-from deskpool_worker import outage, pools, sessions
+from deskpool_worker import event_export, outage, pools, sessions
 from deskpool_worker.runner import JobRunner, RunnerSettings
 from deskpool_worker.scheduler import PeriodicScheduler
 
@@ -100,9 +100,12 @@ class WorkerComponent:
         )
         #: Every worker watches the VM events of the clusters that report them.
         self.vm_events = VmEventWatcher(runtime)
+        #: Every worker sends webhook deliveries (each subscription by one worker at a time).
+        self.webhooks = event_export.webhook_sender(runtime, self.worker_id)
         self._watching: asyncio.Task[None] | None = None
         #: Every worker keeps the outage snapshot (replays and refreshes are idempotent).
         self.outage = outage.SnapshotKeeper(runtime)
+        self._sending: asyncio.Task[None] | None = None
         self._started = False
 
     @property
@@ -116,6 +119,7 @@ class WorkerComponent:
         await self.scheduler.start()
         self._watching = asyncio.create_task(self._watch_vm_events(), name="vm-events")
         self.outage.start()
+        self._sending = asyncio.create_task(self.webhooks.run(), name="webhooks")
         self._started = True
         log.info(
             "worker %s: %d job kind(s) (%s), %d periodic task(s) (%s), concurrency %d",
@@ -136,6 +140,10 @@ class WorkerComponent:
             self._watching.cancel()
             await asyncio.gather(self._watching, return_exceptions=True)
             self._watching = None
+        if self._sending is not None:
+            self._sending.cancel()
+            await asyncio.gather(self._sending, return_exceptions=True)
+            self._sending = None
         await asyncio.gather(self.runner.stop(timeout), self.scheduler.stop(timeout))
         await self.vm_events.close()
 
@@ -239,6 +247,7 @@ def deskpool_declare_settings(registry: SettingRegistry) -> None:
     pools.declare_settings(registry)
     sessions.declare_settings(registry)
     outage.declare_settings(registry)
+    event_export.declare_settings(registry)
 
 
 @hookimpl

@@ -78,6 +78,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("shared records", ("audit", "audit_query", "live")),
     ("actor", ("actor",)),
+    ("event export", ("webhooks",)),
     ("jobs", ("jobs",)),
     (
         "clusters, licensing, recordings, client_policy",

@@ -37,6 +37,7 @@ RESOURCES = (
     "recordings",
     "reports",
     "schedules",
+    "webhooks",
 )
 #: The resources that have no ``:manage`` permission (nothing to change through them).
 READ_ONLY = {"audit", "recordings", "reports"}

@@ -3,7 +3,8 @@
 Every applied action is audited as ``reconcile.<kind>`` (actor ``system:reconciler``) with the
 planner's human-readable reason, the desktop it moved and the job it enqueued
 (:func:`action_event`); a VM reported as owned by no pool or desktop is audited once, on its
-cluster (:func:`unowned_event`).
+cluster (:func:`unowned_event`). A pool whose reconciliation starts failing, or fails with
+another code, is audited as ``pool.reconcile_error`` (:func:`failure_event`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from deskpool.desktops.jobs import CLUSTERS, DESKTOPS
 from deskpool.events import AuditEvent
 from deskpool.jobs.model import Job
-from deskpool.pools.model import Desktop
+from deskpool.pools.model import Desktop, Pool
+from deskpool.reconciliation.failures import PoolFailure
 from deskpool.reconciliation.plan import Action, ReportOrphan
 from deskpool.reconciliation.store_orphans import OrphanRecord
 
@@ -45,6 +47,19 @@ def unowned_event(orphan: OrphanRecord) -> AuditEvent:
         outcome="success",
         occurred_at=datetime.now(UTC),
         details=details,
+    )
+
+
+def failure_event(pool: Pool, failure: PoolFailure) -> AuditEvent:
+    """The audit event of a pool whose reconciliation started failing (or fails otherwise)."""
+    return AuditEvent(
+        action="pool.reconcile_error",
+        actor=RECONCILER_ACTOR,
+        resource_type="pools",
+        resource_id=str(pool.id),
+        outcome="failure",
+        occurred_at=datetime.now(UTC),
+        details={"pool": pool.name, "code": str(failure.code), "reason": failure.reason},
     )
 
 

@@ -57,7 +57,7 @@ from deskpool.pools.model import Pool
 from deskpool.pools.store import get_pool
 from deskpool.reconciliation.applying import MARK_BATCH, AppliedPlan, Fence, PlanApplier
 from deskpool.reconciliation.cluster_vms import list_clusters, unowned_vms
-from deskpool.reconciliation.events import unowned_event
+from deskpool.reconciliation.events import failure_event, unowned_event
 from deskpool.reconciliation.failures import (
     PoolFailure,
     PoolReconcileFailed,
@@ -206,9 +206,12 @@ class PoolReconcilerService:
         if self.metrics is not None:
             self.metrics.observe_failure(str(pool.id), str(failure.code))
         try:
-            await record_reconcile_failure(
-                self.runtime.db, pool.id, str(failure.code), failure.reason
-            )
+            async with self.runtime.db.acquire() as connection, connection.transaction():
+                new = await record_reconcile_failure(
+                    connection, pool.id, str(failure.code), failure.reason
+                )
+                if new:  # audited (and so sent to subscribers) when it starts or changes
+                    await record_audit_event(connection, failure_event(pool, failure))
         except Exception as error:
             log.warning(
                 "pool %s: recording why its reconciliation failed failed too (%s)",

@@ -45,28 +45,35 @@ async def pools_to_reconcile(db: Db, limit: int) -> list[Pool]:
     return [pool_from_row(row) for row in rows]
 
 
-async def record_reconcile_failure(db: Db, pool_id: uuid.UUID, code: str, reason: str) -> bool:
+async def record_reconcile_failure(
+    db: Db, pool_id: uuid.UUID, code: str, reason: str
+) -> bool | None:
     """Record that a pass over the pool failed: why, and since when (kept while it fails).
 
     The pool's health and reconciled generation stay what the last pass that succeeded saw.
 
-    :returns: ``False`` when the pool is gone.
+    :returns: ``None`` when the pool is gone; else whether the failure is new (the pool was
+        not failing, or failed with another code).
     """
-    done = await db.fetchval(
+    row = await db.fetchrow(
         """
+        WITH before AS (
+            SELECT reconcile_error_code AS code FROM pools WHERE id = $1 FOR UPDATE
+        )
         UPDATE pools
            SET reconcile_error_code = $2,
                reconcile_error_reason = $3,
                reconcile_error_since = coalesce(reconcile_error_since, now()),
                reconcile_attempted_at = now()
+          FROM before
          WHERE id = $1
-        RETURNING true
+        RETURNING before.code IS DISTINCT FROM $2 AS new
         """,
         pool_id,
         code,
         reason,
     )
-    return bool(done)
+    return None if row is None else bool(row["new"])
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,7 @@ def test_signed_in_every_response_conforms_and_nothing_fails(case: Any, served: 
 
 
 _SCHEDULE_RULES = frozenset({"/name", "/time_zone", "/phases/*", "/exceptions/*"})
+_WEBHOOK_RULES = frozenset({"/name", "/url", "/event_types/*"})
 
 #: Rules the document cannot state, by operation: the field pointers a 422 may name, and the
 #: problem codes it may carry (docs/api.md, "What the document cannot say").
@@ -189,6 +190,11 @@ UNSTATABLE: dict[tuple[str, str], tuple[frozenset[str], frozenset[str]]] = {
     # A report's end compared with its start (after it, and not too many buckets away).
     ("GET", "/api/v1/reports/usage"): (frozenset({"/to", "/from"}), frozenset()),
     ("GET", "/api/v1/reports/logon-phases"): (frozenset({"/to", "/from"}), frozenset()),
+    # A webhook's URL is parsed (an http(s) URL with a host, no credentials, no fragment), its
+    # name is not blank, and its event types are named ones or audit.<action>
+    # (docs/operators/webhooks.md).
+    ("POST", "/api/v1/webhooks"): (_WEBHOOK_RULES, frozenset()),
+    ("PUT", "/api/v1/webhooks/{webhook_id}"): (_WEBHOOK_RULES, frozenset()),
     # A signed document: only its signature says whether it is one.
     ("PUT", "/api/v1/license"): (
         frozenset(),

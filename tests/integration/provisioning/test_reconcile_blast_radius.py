@@ -205,6 +205,19 @@ async def test_two_poisoned_pools_fail_alone_and_say_so(
     listed = await api_get("/api/v1/pools?limit=100")
     shown_errors = {item["id"]: item["reconcile_error"] for item in listed["items"]}
     assert {pool_id for pool_id, error in shown_errors.items() if error} == poisoned
+    # Audited once when each started failing (not at each of the three passes), so that
+    # webhook subscribers get one reconcile.error per failure.
+    audited = await db.fetch(
+        """SELECT resource_id, outcome, details->>'code' AS code FROM audit_events
+            WHERE action = 'pool.reconcile_error' AND resource_id = ANY($1::text[])""",
+        list(poisoned),
+    )
+    assert sorted((row["resource_id"], row["outcome"], row["code"]) for row in audited) == sorted(
+        [
+            (str(by_schedule.id), "failure", "schedule_unusable"),
+            (str(by_rollout.id), "failure", "rollout_unusable"),
+        ]
+    )
 
     # The poison removed, the next pass clears the errors.
     await db.execute("UPDATE schedules SET exceptions = '[]'::jsonb WHERE id = $1", schedule_id)

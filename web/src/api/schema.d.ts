@@ -1682,6 +1682,176 @@ export interface paths {
         patch: operations["updateUser"];
         trace?: never;
     };
+    "/api/v1/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List webhooks
+         * @description By name, each with whether it is enabled and why the platform disabled it.
+         *
+         *     Requires the permission `webhooks:read` (or `platform:admin`).
+         */
+        get: operations["listWebhooks"];
+        put?: never;
+        /**
+         * Create a webhook
+         * @description The answer holds its signing secret, shown this once. 422 for an invalid URL or event type; 409 `webhook_name_taken`; 503 `secrets_key_missing` without a master key.
+         *
+         *     Requires the permission `webhooks:manage` (or `platform:admin`).
+         */
+        post: operations["createWebhook"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/webhooks/{webhook_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show a webhook
+         * @description Requires the permission `webhooks:read` (or `platform:admin`).
+         */
+        get: operations["getWebhook"];
+        /**
+         * Replace a webhook
+         * @description Enabling a webhook the platform disabled clears why; its pending deliveries then go out in order. Events recorded while it was disabled were not queued: replay them.
+         *
+         *     Requires the permission `webhooks:manage` (or `platform:admin`).
+         */
+        put: operations["replaceWebhook"];
+        post?: never;
+        /**
+         * Delete a webhook
+         * @description With its secret and its deliveries.
+         *
+         *     Requires the permission `webhooks:manage` (or `platform:admin`).
+         */
+        delete: operations["deleteWebhook"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/webhooks/{webhook_id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List a webhook's deliveries
+         * @description Newest first; `state=failed` lists those given up, `pending` those waiting (the first of them is retried after its `next_attempt_at`).
+         *
+         *     Requires the permission `webhooks:read` (or `platform:admin`).
+         */
+        get: operations["listWebhookDeliveries"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/webhooks/{webhook_id}/deliveries/{delivery_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Show a delivery
+         * @description Its body and every attempt: when, the HTTP status or the error, how long.
+         *
+         *     Requires the permission `webhooks:read` (or `platform:admin`).
+         */
+        get: operations["getWebhookDelivery"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Redeliver an event
+         * @description Queues the delivery's event again at the end of the webhook's outbox, with the same webhook-id.
+         *
+         *     Requires the permission `webhooks:manage` (or `platform:admin`).
+         */
+        post: operations["redeliverWebhookEvent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/webhooks/{webhook_id}/replay": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Replay events from a point in time
+         * @description Queues again, in order, every kept audit event from `since` on that the webhook selects (at most 10000; `next_since` says where to go on).
+         *
+         *     Requires the permission `webhooks:manage` (or `platform:admin`).
+         */
+        post: operations["replayWebhookEvents"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/webhooks/{webhook_id}/secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Renew a webhook's signing secret
+         * @description The new secret signs every delivery from now on; it is shown this once.
+         *
+         *     Requires the permission `webhooks:manage` (or `platform:admin`).
+         */
+        post: operations["renewWebhookSecret"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/docs": {
         parameters: {
             query?: never;
@@ -2120,7 +2290,7 @@ export interface components {
             subject_id: string;
             role_key?: string;
             /** @enum {string} */
-            permission?: "platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read" | "reports:read" | "schedules:read" | "schedules:manage";
+            permission?: "platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read" | "reports:read" | "schedules:read" | "schedules:manage" | "webhooks:read" | "webhooks:manage";
         } & (unknown | unknown);
         Group: {
             id: string;
@@ -3485,11 +3655,11 @@ export interface components {
             key: string;
             /** @default  */
             description?: string;
-            permissions: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read" | "reports:read" | "schedules:read" | "schedules:manage")[];
+            permissions: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read" | "reports:read" | "schedules:read" | "schedules:manage" | "webhooks:read" | "webhooks:manage")[];
         };
         RoleChange: {
             description?: string;
-            permissions?: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read" | "reports:read" | "schedules:read" | "schedules:manage")[];
+            permissions?: ("platform:admin" | "clusters:read" | "clusters:manage" | "pools:read" | "pools:manage" | "desktops:read" | "desktops:manage" | "sessions:read" | "sessions:manage" | "users:read" | "users:manage" | "groups:read" | "groups:manage" | "roles:read" | "roles:manage" | "audit:read" | "jobs:read" | "jobs:manage" | "license:read" | "license:manage" | "recordings:read" | "reports:read" | "schedules:read" | "schedules:manage" | "webhooks:read" | "webhooks:manage")[];
         };
         ScheduleLogoff: {
             /**
@@ -3751,6 +3921,137 @@ export interface components {
         };
         UserChange: {
             disabled: boolean;
+        };
+        Webhook: {
+            id: string;
+            name: string;
+            url: string;
+            event_types: string[];
+            enabled: boolean;
+            /** @description Why the platform disabled it (it kept failing). */
+            disabled_reason: string | null;
+            /** Format: date-time */
+            disabled_at: string | null;
+            /**
+             * Format: date-time
+             * @description Since when its next delivery has been failing.
+             */
+            failing_since: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        WebhookPage: {
+            items: components["schemas"]["Webhook"][];
+            /** @description Opaque cursor of the next page, to send back as `cursor`; null on the last page. */
+            next: string | null;
+        };
+        WebhookInput: {
+            name: string;
+            /** @description An http or https URL, without credentials or fragment. Redirects are not followed. */
+            url: string;
+            /** @description Event types and prefix wildcards: the named types (session.started, session.ended, session.failed, desktop.error, reconcile.error, rollout.changed, schedule.changed, license.state), `audit.<action>` for audit events by kind (`audit.pool.create`), a prefix wildcard (`session.*`, `audit.pool.*`, `audit.*`) or `*` for every event. */
+            event_types: string[];
+            /**
+             * @description Enabling a webhook the platform disabled clears why.
+             * @default true
+             */
+            enabled?: boolean;
+        };
+        WebhookWithSecret: {
+            id: string;
+            name: string;
+            url: string;
+            event_types: string[];
+            enabled: boolean;
+            /** @description Why the platform disabled it (it kept failing). */
+            disabled_reason: string | null;
+            /** Format: date-time */
+            disabled_at: string | null;
+            /**
+             * Format: date-time
+             * @description Since when its next delivery has been failing.
+             */
+            failing_since: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+            /** @description The Standard Webhooks signing secret (`whsec_` and base64). It is shown only here; store it with the receiver. */
+            secret: string;
+        };
+        Delivery: {
+            id: number;
+            /** @description The webhook-id. */
+            message_id: string;
+            event_type: string;
+            audit_event_id: number | null;
+            /** Format: date-time */
+            occurred_at: string;
+            /** @enum {string} */
+            state: "pending" | "delivered" | "failed";
+            attempts: number;
+            /** Format: date-time */
+            next_attempt_at: string;
+            last_error: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            finished_at: string | null;
+            redelivery_of: number | null;
+        };
+        DeliveryPage: {
+            items: components["schemas"]["Delivery"][];
+            /** @description Opaque cursor of the next page, to send back as `cursor`; null on the last page. */
+            next: string | null;
+        };
+        Attempt: {
+            /** Format: date-time */
+            attempted_at: string;
+            status_code: number | null;
+            error: string | null;
+            duration_ms: number;
+        };
+        DeliveryDetail: {
+            id: number;
+            /** @description The webhook-id. */
+            message_id: string;
+            event_type: string;
+            audit_event_id: number | null;
+            /** Format: date-time */
+            occurred_at: string;
+            /** @enum {string} */
+            state: "pending" | "delivered" | "failed";
+            attempts: number;
+            /** Format: date-time */
+            next_attempt_at: string;
+            last_error: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            finished_at: string | null;
+            redelivery_of: number | null;
+            /** @description The body sent. */
+            payload: {
+                [key: string]: unknown;
+            };
+            attempt_log: components["schemas"]["Attempt"][];
+        };
+        ReplayInput: {
+            /**
+             * Format: date-time
+             * @description Events from this instant on. With an offset (Z or ±hh:mm). Years 1970 to 8999.
+             */
+            since: string;
+        };
+        Replay: {
+            queued: number;
+            /**
+             * Format: date-time
+             * @description Set when it stopped after 10000 events: replay again from there.
+             */
+            next_since: string | null;
         };
     };
     responses: {
@@ -7502,6 +7803,363 @@ export interface operations {
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listWebhooks: {
+        parameters: {
+            query?: {
+                /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
+                limit?: number;
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
+                cursor?: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of webhooks. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookInput"];
+            };
+        };
+        responses: {
+            /** @description The webhook and its secret. */
+            201: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookWithSecret"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            408: components["responses"]["RequestTimeout"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The webhook. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    replaceWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WebhookInput"];
+            };
+        };
+        responses: {
+            /** @description The webhook. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Webhook"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteWebhook: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listWebhookDeliveries: {
+        parameters: {
+            query?: {
+                /** @description Items per page, 1 to 500. Without it a page holds `API_PAGE_SIZE_DEFAULT` items (default 50); a value above `API_PAGE_SIZE_MAX` (default 500) is reduced to it. */
+                limit?: number;
+                /** @description The `next` cursor of the previous page, as given (opaque); omit it for the first page. A cursor this list did not issue is answered 400 `invalid_cursor`. */
+                cursor?: string;
+                state?: "pending" | "delivered" | "failed";
+            };
+            header?: never;
+            path: {
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description A page of deliveries. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveryPage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getWebhookDelivery: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhook_id: string;
+                delivery_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The delivery. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeliveryDetail"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    redeliverWebhookEvent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhook_id: string;
+                delivery_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The new delivery. */
+            202: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Delivery"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    replayWebhookEvents: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReplayInput"];
+            };
+        };
+        responses: {
+            /** @description What was queued. */
+            202: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Replay"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    renewWebhookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                webhook_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The webhook and its new secret. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookWithSecret"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
             429: components["responses"]["RateLimited"];
             503: components["responses"]["ServiceUnavailable"];
         };

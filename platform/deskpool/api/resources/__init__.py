@@ -31,6 +31,7 @@ NAMES = (
     "schedules",
     "sessions",
     "users",
+    "webhooks",
 )
 
 
