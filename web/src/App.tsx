@@ -21,6 +21,7 @@ import { ReportsPage } from "./pages/Reports";
 import { RecordingPage, RecordingsPage } from "./pages/Recordings";
 import { RolloutsPage } from "./pages/Rollouts";
 import { NewSchedulePage, ScheduleDetailPage, SchedulesPage } from "./pages/Schedules";
+import { HelpDeskSearchPage, HelpDeskUserPage } from "./pages/HelpDesk";
 import { SessionDetailPage } from "./pages/SessionDetail";
 import { SessionsPage } from "./pages/Sessions";
 import { SetupPage } from "./pages/Setup";
@@ -72,6 +73,8 @@ export function App() {
           <Route path="/desktops" element={<DesktopsPage />} />
           <Route path="/sessions" element={<SessionsPage />} />
           <Route path="/sessions/:sessionId" element={<SessionDetailPage />} />
+          <Route path="/helpdesk" element={<HelpDeskSearchPage />} />
+          <Route path="/helpdesk/:userId" element={<HelpDeskUserPage />} />
           <Route path="/reports" element={<ReportsPage />} />
           <Route path="/clusters" element={<ClustersPage />} />
           <Route path="/clusters/:clusterId" element={<ClusterDetailPage />} />

@@ -33,7 +33,7 @@ describe("navigation", () => {
   });
 
   it("shows an administrator everything", () => {
-    expect(visibleItems({ ...user, is_platform_admin: true }).length).toBe(13);
+    expect(visibleItems({ ...user, is_platform_admin: true }).length).toBe(14);
   });
 
   it("shows Recordings to holders of recordings:read only", () => {

@@ -18,6 +18,7 @@ const ITEMS: Item[] = [
   { to: "/schedules", label: "Schedules", permission: "schedules:read" },
   { to: "/desktops", label: "Desktops", permission: "desktops:read" },
   { to: "/sessions", label: "Sessions", permission: "sessions:read" },
+  { to: "/helpdesk", label: "Help desk", permission: "sessions:read" },
   { to: "/clusters", label: "Clusters", permission: "clusters:read" },
   { to: "/people", label: "People", anyOf: ["users:read", "groups:read", "roles:read"] },
   { to: "/reports", label: "Reports", permission: "reports:read" },

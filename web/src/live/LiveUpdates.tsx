@@ -31,6 +31,8 @@ export function keysFor(event: ServerEvent): string[] {
       return ["roles", "grants", "bindings"];
     case "license":
       return ["license"];
+    case "message":
+      return ["my-messages", "messages"];
     default:
       return [];
   }

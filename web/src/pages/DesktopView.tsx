@@ -21,6 +21,7 @@ import { Link, useLocation, useNavigate, useParams, useSearchParams } from "reac
 import { unwrap, type Schemas } from "../api/client";
 import { describeError } from "../api/problem";
 import { NoticeBanner } from "../components/NoticeBanner";
+import { UserMessages } from "../components/UserMessages";
 import type { DesktopHandle, DesktopState } from "../desktop/guacamole";
 import { describeStatus } from "../desktop/status";
 import { useSession } from "../session";
@@ -261,6 +262,7 @@ export function DesktopViewPage() {
         <Link to={back}>{watching ? "Sessions" : "My desktops"}</Link>
       </div>
       {watching ? null : <NoticeBanner desktopId={desktopId} />}
+      {watching ? null : <UserMessages />}
       {state === "starting" ? (
         <div className="desktop-starting" role="status" aria-live="polite" data-testid="desktop-starting">
           <h2>Starting your desktop</h2>
