@@ -53,10 +53,18 @@ def simulated_cluster(name: str, **options: Any) -> dict[str, Any]:
 
 
 async def entitled_pool(
-    instance: Instance, cluster: str, name: str, **settings: Any
+    instance: Instance,
+    cluster: str,
+    name: str,
+    simulator: dict[str, Any] | None = None,
+    **settings: Any,
 ) -> dict[str, Any]:
-    """A non-persistent Linux pool ``name`` on a new simulated cluster, entitled to the user."""
-    made = await api_call(instance, "POST", "/clusters", json=simulated_cluster(cluster))
+    """A non-persistent Linux pool ``name`` on a new simulated cluster, entitled to the user.
+
+    :param simulator: the cluster's options beyond :func:`simulated_cluster`'s.
+    """
+    body = simulated_cluster(cluster, **(simulator or {}))
+    made = await api_call(instance, "POST", "/clusters", json=body)
     pool: dict[str, Any] = await api_call(
         instance,
         "POST",

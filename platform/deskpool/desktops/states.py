@@ -7,6 +7,7 @@ A desktop is provisioned through named steps, then handed out and taken back::
     ready -> in_use -> refreshing -> starting   (non-persistent: rebuilt after logoff)
     ready -> powered_off -> starting            (a schedule powers idle desktops off; the
                                                  schedule or a user opening one powers it on)
+    powered_off -> refreshing -> starting       (rebuilt while powered off: a rollout at night)
     any step -> failed -> provisioning          (retry; a failed deletion retries the deletion)
     almost anything -> deleting
 
@@ -266,7 +267,7 @@ EVENT_SOURCES: Mapping[type[DesktopEvent], frozenset[DesktopState]] = {
     Unassigned: _ALL - {S.IN_USE, S.DELETING},
     PowerOff: frozenset({S.READY}),
     PowerUp: frozenset({S.POWERED_OFF}),
-    Refresh: frozenset({S.READY}),
+    Refresh: frozenset({S.READY, S.POWERED_OFF}),
     Refreshed: frozenset({S.REFRESHING}),
     Replace: frozenset({S.READY, S.IN_USE}),
     Retry: frozenset({S.FAILED}),

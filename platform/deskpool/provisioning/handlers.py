@@ -113,14 +113,14 @@ async def provision_desktop(context: JobContext) -> None:
 async def rebuild_desktop(context: JobContext) -> None:
     """``desktop.rebuild``: replace the VM by a fresh clone under the same name.
 
-    A ready desktop is moved to ``refreshing`` first, a failed one retried; a desktop in use
-    is left alone (the API refuses to rebuild it).
+    A ready or powered-off desktop is moved to ``refreshing`` first, a failed one retried; a
+    desktop in use is left alone (the API refuses to rebuild it).
     """
     async with desktop_work(context) as work:
         if work is None:
             return
         state = work.desktop.state
-        if state is S.READY:
+        if state in (S.READY, S.POWERED_OFF):
             if await work.record(Refresh()) is None:
                 return
         elif state is S.FAILED:

@@ -96,6 +96,7 @@ from deskpool.reconciliation.planner_rules import (
     pool_health,
     power_actions,
     powered_target,
+    serving_problems,
 )
 from deskpool.rollouts.plan import RolloutPlan
 from deskpool.rollouts.planner import RolloutView, plan_rollout
@@ -415,7 +416,9 @@ def _plan(
                 )
             )
 
-    health = pool_health(pool, looks, orphans, observed, live, naming_problem)
+    creating = any(isinstance(action, CreateDesktop) for action in actions)
+    serving = serving_problems(pool, looks, vm_by_id, live, creating, targets) if observed else []
+    health = pool_health(pool, looks, orphans, observed, live, naming_problem, serving)
     return PoolPlan(pool.id, pool.generation, tuple(actions), health, summarize(mine), rollout_plan)
 
 

@@ -9,13 +9,13 @@ says whether the pool is healthy and, if not, why.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from uuid import UUID
 
 from deskpool.config import format_duration
-from deskpool.pools.model import Desktop, DesktopState, ObservedVm, Pool, PoolState
+from deskpool.pools.model import Desktop, DesktopState, ObservedVm, Pool, PoolState, PowerState
 from deskpool.pools.naming import name_key
 from deskpool.reconciliation.plan import (
     HealthStatus,
@@ -158,6 +158,76 @@ def _owned_idle(pool: Pool, look: Look) -> bool:
     )
 
 
+#: States of a free desktop on its way to be handed out: being built or refreshed, or powered
+#: off (a user's open starts it for him).
+_ON_ITS_WAY = frozenset(
+    {
+        S.PROVISIONING,
+        S.STARTING,
+        S.WAITING_FOR_AGENT,
+        S.WAITING_FOR_WINDOWS,
+        S.REFRESHING,
+        S.POWERED_OFF,
+        S.READY,  # used since its refresh: it is refreshed
+    }
+)
+#: Power states in which nobody can connect to a VM.
+_DARK = frozenset({PowerState.STOPPED, PowerState.PAUSED})
+
+
+def serving_problems(
+    pool: Pool,
+    looks: Sequence[Look],
+    vms: Mapping[str, ObservedVm],
+    live: int,
+    creating: bool,
+    targets: Targets | None,
+) -> list[str]:
+    """Why users of an enabled pool get no desktop, if they do not (issue 37).
+
+    A desktop a user holds whose VM is stopped strands him (he cannot connect, and nothing
+    but an administrator starts it); a pool with nothing free, nothing on its way and no room
+    to grow (``spare`` 0, or at ``max_size``) gives a new user nothing: his Open stays
+    disabled. What the ``max_size`` rule of :func:`pool_health` already says is not repeated.
+    """
+    problems = []
+    for look in looks:
+        desktop = look.desktop
+        vm = vms.get(desktop.vm_id) if desktop.vm_id is not None else None
+        held = desktop.state is S.IN_USE or (desktop.state is S.READY and desktop.is_busy)
+        if held and vm is not None and vm.power_state in _DARK:
+            state = str(desktop.state).replace("_", " ")
+            problems.append(
+                f"{desktop.name} is {state} but its VM is {vm.power_state}: its user cannot "
+                "connect to it"
+            )
+    if pool.state is not PoolState.ENABLED or creating:
+        return problems
+    for look in looks:
+        desktop = look.desktop
+        if not look.live or look.stuck or look.vanished or desktop.is_busy:
+            continue
+        if desktop.is_available or desktop.state in _ON_ITS_WAY:
+            return problems
+    spare = pool.spare if targets is None else targets.spare
+    if live >= pool.max_size and spare == 0:
+        problems.append(
+            f"no desktop for a new user: every desktop ({live}) is held and the pool is at "
+            f"max_size ({pool.max_size})"
+        )
+    elif spare == 0 and targets is None:
+        problems.append(
+            "no desktop for a new user: none is free and spare 0 makes none "
+            f"(min_size {pool.min_size})"
+        )
+    elif spare == 0 and targets is not None:
+        problems.append(
+            "no desktop for a new user: none is free and the schedule's phase keeps "
+            f"{targets.min_ready} ready and 0 spare"
+        )
+    return problems
+
+
 def pool_health(
     pool: Pool,
     looks: Sequence[Look],
@@ -165,8 +235,12 @@ def pool_health(
     observed: bool,
     live: int,
     naming_problem: str | None,
+    serving: Sequence[str] = (),
 ) -> PoolHealth:
-    """Say whether the pool is healthy and, if not, why."""
+    """Say whether the pool is healthy and, if not, why.
+
+    :param serving: why users of the pool get no desktop (:func:`serving_problems`).
+    """
     reasons: list[str] = []
     failures: Counter[tuple[str, str]] = Counter()
     stuck: Counter[tuple[str, str]] = Counter()
@@ -201,6 +275,7 @@ def pool_health(
         )
     if naming_problem:
         reasons.append(naming_problem)
+    reasons.extend(serving)
     if (
         pool.state is PoolState.ENABLED
         and pool.spare > 0

@@ -19,7 +19,8 @@ The rules, in order:
    one of them is ready on the new template; then the rollout is ``rolling`` and the pool
    clones the new template.
 5. *Rolling.* At most ``batch_size`` desktops are being replaced at once. Free desktops go
-   first (used ones, which no user can be given anyway, before clean ones); a ready, clean,
+   first (used ones and those a schedule powered off, which no user can be given at once
+   anyway, before clean ones); a ready, clean,
    free desktop is only taken while at least ``min_ready`` such desktops remain. When that
    cannot be kept, the pool may create ``extra`` desktops first, never more records than
    ``max_size + surge``; only when it can create none, and nothing is being replaced, is one
@@ -193,9 +194,14 @@ class _Pass:
     # ------------------------------------------------------------------ replacing
 
     def free(self, desktop: Desktop) -> bool:
-        """Whether the desktop can be rebuilt now: ready, nobody logged on, nobody's own."""
+        """Whether the desktop can be rebuilt now: nobody logged on, nobody's own.
+
+        Ready, or powered off by a schedule (rollouts run at night, when schedules power
+        desktops off): rebuilt, it is started on the new template, then the schedule powers it
+        off again once the rollout is over.
+        """
         return (
-            desktop.state is S.READY
+            desktop.state in (S.READY, S.POWERED_OFF)
             and not desktop.in_session
             and (desktop.assigned_user is None or self.rollout.recreate_assigned)
         )
@@ -449,3 +455,58 @@ def count_rollout(pool: Pool, desktops: Sequence[Desktop], view: RolloutView) ->
             failed=states.count(E.FAILED),
         )
     return _Pass(pool, desktops, view, view.rollout.created_at).counts()
+
+
+def waiting_for(pool: Pool, desktops: Sequence[Desktop], view: RolloutView) -> str | None:
+    """What ``view``'s rollout waits for now, in words; ``None`` once it ended.
+
+    Desktops being rebuilt, users to log off (and when the warned ones are logged off),
+    failed desktops to be repaired, and what is left after them; or, when none of these
+    holds it, what keeps the next desktop from being taken (``min_ready`` and the room
+    ``max_size + surge`` leaves).
+    """
+    rollout = view.rollout
+    if rollout.state in ENDED:
+        return None
+    if rollout.state is RolloutState.SCHEDULED:
+        return f"its start at {rollout.start_at.isoformat(timespec='seconds')}"
+    if rollout.state is RolloutState.PAUSED:
+        return "an administrator to resume it"
+    step = _Pass(pool, desktops, view, rollout.created_at)
+    entries = sorted(step.entries.values(), key=lambda e: e.desktop_name)
+    parts = []
+    rebuilt = [e.desktop_name for e in entries if e.state is E.REPLACING]
+    if rebuilt:
+        parts.append(f"{_listed(rebuilt)} to be rebuilt on {rollout.to_template}")
+    users = [e for e in entries if e.state in _WAITING]
+    if users:
+        whose = "the user of" if len(users) == 1 else "the users of"
+        parts.append(f"{whose} {_listed([e.desktop_name for e in users])} to log off")
+        warned = [e.logoff_at for e in users if e.logoff_at is not None]
+        if warned:
+            parts[-1] += f" (warned: logged off at {min(warned).isoformat(timespec='seconds')})"
+    left = [d for d in step.desktops if step.needs_new_image(d) and d.id not in step.entries]
+    for desktop in (d for d in left if d.state is S.FAILED):
+        error = f": {desktop.last_error}" if desktop.last_error else ""
+        parts.append(f"{desktop.name} to be repaired (failed at {desktop.failed_step}{error})")
+    left = [d for d in left if d.state is not S.FAILED]
+    if left and parts:
+        parts.append(f"then {len(left)} more desktop{'s' if len(left) > 1 else ''}")
+    elif left:
+        busy = [d.name for d in left if in_use(d)]
+        if busy:
+            whose = "the user of" if len(busy) == 1 else "the users of"
+            parts.append(f"{whose} {_listed(busy)} to log off")
+        else:
+            parts.append(
+                f"room to keep {rollout.min_ready} desktops ready while "
+                f"{_listed([d.name for d in left])} are rebuilt (max_size {pool.max_size} + "
+                f"surge {rollout.surge})"
+            )
+    return "; ".join(parts) or "its next pass, which ends it"
+
+
+def _listed(names: Sequence[str], shown: int = 3) -> str:
+    """``a, b, c and 2 more``."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more

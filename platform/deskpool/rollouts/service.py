@@ -32,7 +32,7 @@ from deskpool.rollouts.model import (
     RolloutState,
     StartRollout,
 )
-from deskpool.rollouts.planner import RolloutView, count_rollout
+from deskpool.rollouts.planner import RolloutView, count_rollout, waiting_for
 from deskpool.rollouts.store import PoolImage
 
 if TYPE_CHECKING:
@@ -46,6 +46,8 @@ class RolloutShown:
     rollout: Rollout
     desktops: list[RolloutDesktop]
     counts: RolloutCounts
+    #: What it waits for now (:func:`~deskpool.rollouts.planner.waiting_for`).
+    waiting_for: str | None = None
 
 
 async def _shown_many(
@@ -63,7 +65,9 @@ async def _shown_many(
     for rollout in rollouts:
         mine = entries.get(rollout.id, [])
         view = RolloutView(rollout, {entry.desktop_id: entry for entry in mine})
-        shown.append(RolloutShown(rollout, mine, count_rollout(record.pool, desktops, view)))
+        counts = count_rollout(record.pool, desktops, view)
+        waits = waiting_for(record.pool, desktops, view)
+        shown.append(RolloutShown(rollout, mine, counts, waits))
     return shown
 
 

@@ -30,7 +30,7 @@ EXPECTED = {
     S.WAITING_FOR_WINDOWS: ["delete"],
     S.READY: [*POWER, "rebuild", "delete"],
     S.IN_USE: [*POWER, "delete"],
-    S.POWERED_OFF: ["power_on", "delete"],
+    S.POWERED_OFF: ["power_on", "rebuild", "delete"],
     S.REFRESHING: ["delete"],
     S.DELETING: [],
     S.FAILED: [*POWER, "rebuild", "delete"],

@@ -344,7 +344,7 @@ def test_the_state_graph() -> None:
         S.DELETING,
         S.POWERED_OFF,
     }
-    assert TRANSITIONS[S.POWERED_OFF] == {S.STARTING, S.DELETING}
+    assert TRANSITIONS[S.POWERED_OFF] == {S.STARTING, S.REFRESHING, S.DELETING}
     assert TRANSITIONS[S.IN_USE] == {
         S.READY,
         S.REFRESHING,

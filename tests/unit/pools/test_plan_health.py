@@ -109,3 +109,60 @@ def test_summarize_counts_desktops(
     assert set(summary.by_state) == set(DesktopState)
     assert (summary.assigned, summary.in_session, summary.available) == (2, 1, 2)
     assert summarize([]).total == 0
+
+
+# ------------------------------------------------------------ who the pool can serve (issue 37)
+
+NOBODY_NEW = "no desktop for a new user: none is free and spare 0 makes none (min_size {})"
+
+
+def test_a_pool_that_keeps_nothing_ready_says_it_serves_no_new_user(
+    make_pool: PoolBuilder, make_desktop: DesktopBuilder, make_vm: VmBuilder, now: datetime
+) -> None:
+    empty = make_pool(min_size=0, spare=0)
+    plan = plan_pool(empty, [], [], now, POLICY)
+    assert plan.health.status is HealthStatus.DEGRADED
+    assert plan.health.reasons == (NOBODY_NEW.format(0),)
+    # Its one desktop is held: the next user gets none.
+    pool = make_pool(min_size=1, spare=0)
+    held = [make_desktop(pool, state=S.IN_USE, assigned_user="ada")]
+    plan = plan_pool(pool, held, observed(held, make_vm), now, POLICY)
+    assert plan.health.reasons == (NOBODY_NEW.format(1),)
+    # At max_size, the pool cannot grow either.
+    full = make_pool(min_size=1, spare=0, max_size=1)
+    held = [make_desktop(full, state=S.IN_USE, assigned_user="ada")]
+    plan = plan_pool(full, held, observed(held, make_vm), now, POLICY)
+    assert plan.health.reasons == (
+        "no desktop for a new user: every desktop (1) is held and the pool is at max_size (1)",
+    )
+
+
+def test_a_pool_serves_new_users_from_free_desktops_on_their_way_or_powered_off(
+    make_pool: PoolBuilder, make_desktop: DesktopBuilder, make_vm: VmBuilder, now: datetime
+) -> None:
+    pool = make_pool(min_size=1, spare=0)
+    for desktop in (
+        make_desktop(pool),
+        make_desktop(pool, state=S.STARTING),
+        make_desktop(pool, state=S.REFRESHING),
+        make_desktop(pool, state=S.POWERED_OFF),  # started for the user who opens the pool
+    ):
+        plan = plan_pool(pool, [desktop], observed([desktop], make_vm), now, POLICY)
+        assert plan.health.status is HealthStatus.HEALTHY, (desktop.state, plan.health)
+    grows = make_pool(min_size=0, spare=1)
+    held = [make_desktop(grows, state=S.IN_USE, assigned_user="ada")]
+    plan = plan_pool(grows, held, observed(held, make_vm), now, POLICY)
+    assert plan.health.status is HealthStatus.HEALTHY  # its spare is being created
+
+
+def test_a_desktop_in_use_whose_vm_is_off_strands_its_user(
+    make_pool: PoolBuilder, make_desktop: DesktopBuilder, make_vm: VmBuilder, now: datetime
+) -> None:
+    pool = make_pool(min_size=2, spare=1)
+    desktops = [make_desktop(pool, state=S.IN_USE, assigned_user="ada"), make_desktop(pool)]
+    vms = [make_vm(desktops[0], power_state=PowerState.STOPPED), make_vm(desktops[1])]
+    plan = plan_pool(pool, desktops, vms, now, POLICY)
+    assert plan.health.status is HealthStatus.DEGRADED
+    assert plan.health.reasons == (
+        "lab-001 is in use but its VM is stopped: its user cannot connect to it",
+    )

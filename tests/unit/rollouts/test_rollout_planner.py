@@ -16,6 +16,7 @@ from tests.support.pool_builders import (
     desktop_builder,
 )
 
+from deskpool.desktops.states import Refresh, can_take, transition
 from deskpool.pools.model import Desktop, DesktopState, Pool, PoolKind
 from deskpool.reconciliation.plan import (
     CreateDesktop,
@@ -41,10 +42,11 @@ from deskpool.rollouts.plan import (
     WaitForLogoff,
     WarnUser,
 )
-from deskpool.rollouts.planner import RolloutView, count_rollout, plan_rollout
+from deskpool.rollouts.planner import RolloutView, count_rollout, plan_rollout, waiting_for
 
 S = DesktopState
 OLD, NEW = "tpl-v1", "tpl-v2"
+REPLACING, WAITS = EntryState.REPLACING, EntryState.WAITING_FOR_LOGOFF
 POLICY = ReconcilePolicy()
 
 
@@ -416,3 +418,56 @@ def test_an_ended_rollout_is_counted_on_what_it_did_not_on_the_pool_now() -> Non
     assert (counts.total, counts.on_new_template, counts.failed, counts.percent) == (6, 5, 1, 83)
     active = count_rollout(pool, desktops, view(replace(rollout, state=RolloutState.ROLLING)))
     assert (active.total, active.on_new_template) == (6, 0)
+
+
+# --------------------------------------------------------------------------- off-peak (issue 37)
+
+
+def powered_off(pool: Pool, count: int) -> list[Desktop]:
+    """``count`` desktops a schedule powered off (free, clean, on the old template)."""
+    make = desktop_builder()
+    return [replace(make(pool), state=S.POWERED_OFF) for _ in range(count)]
+
+
+def test_desktops_a_schedule_powered_off_are_replaced() -> None:
+    pool = pool_of(min_size=2, max_size=2, spare=0)
+    desktops = powered_off(pool, 2)
+    plan = plan_rollout(pool, desktops, view(rollout_of(pool)), NOW)
+    assert kinds(plan) == [("rollout_replace", "lab-001")]
+    rolling = rollout_of(pool, state=RolloutState.ROLLING, batch_size=2)
+    plan = plan_rollout(pool, desktops, view(rolling), NOW)
+    assert kinds(plan) == [("rollout_replace", "lab-001"), ("rollout_replace", "lab-002")]
+
+
+def test_a_powered_off_desktop_can_be_rebuilt() -> None:
+    pool = pool_of(min_size=1, max_size=1, spare=0)
+    [desktop] = powered_off(pool, 1)
+    assert can_take(desktop, Refresh())
+    after = transition(desktop, Refresh(), pool=pool, now=NOW)
+    assert after.state is S.REFRESHING
+
+
+def test_a_rollout_always_says_what_it_waits_for() -> None:
+    pool = pool_of(min_size=2, max_size=2, spare=0)
+    [first, second] = powered_off(pool, 2)
+    rollout = rollout_of(pool, state=RolloutState.ROLLING, batch_size=1)
+    rebuilding = replace(first, state=S.REFRESHING)
+    waits = waiting_for(pool, [rebuilding, second], view(rollout, entry(rebuilding, REPLACING)))
+    assert waits == "lab-001 to be rebuilt on tpl-v2; then 1 more desktop"
+    user = replace(second, state=S.IN_USE, assigned_user="ada")
+    waits = waiting_for(
+        pool, [rebuilding, user], view(rollout, entry(rebuilding, REPLACING), entry(user, WAITS))
+    )
+    assert waits == "lab-001 to be rebuilt on tpl-v2; the user of lab-002 to log off"
+    later = rollout_of(pool, state=RolloutState.SCHEDULED, start_at=NOW + timedelta(hours=1))
+    assert waiting_for(pool, [first, second], view(later)) == (
+        f"its start at {(NOW + timedelta(hours=1)).isoformat(timespec='seconds')}"
+    )
+    paused = rollout_of(pool, state=RolloutState.PAUSED, paused_from=RolloutState.ROLLING)
+    assert waiting_for(pool, [first, second], view(paused)) == "an administrator to resume it"
+    done = rollout_of(pool, state=RolloutState.SUCCEEDED)
+    assert waiting_for(pool, [first, second], view(done)) is None
+    broken = replace(second, state=S.FAILED, failed_step=S.STARTING, last_error="no disk")
+    assert waiting_for(pool, [broken], view(rollout)) == (
+        "lab-002 to be repaired (failed at starting: no disk)"
+    )

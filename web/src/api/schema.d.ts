@@ -3458,6 +3458,8 @@ export interface components {
             state: "scheduled" | "canary" | "rolling" | "paused" | "succeeded" | "failed" | "cancelled";
             /** @description Why it is in its state (why it failed...). */
             reason: string;
+            /** @description What it waits for now, in words (desktops being rebuilt, users to log off, failed desktops to be repaired, its start, an administrator's resume, room to keep `min_ready`); null once it ended. */
+            waiting_for: string | null;
             created_by: string;
             /** Format: date-time */
             created_at: string;

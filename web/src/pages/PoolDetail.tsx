@@ -9,6 +9,7 @@ import { DesktopTable } from "../components/DesktopTable";
 import { SelectField } from "../components/Field";
 import { LogonPhases } from "../components/LogonPhases";
 import { PoolCapacity } from "../components/PoolCapacity";
+import { PoolRollout } from "../components/PoolRollout";
 import { fieldErrorsOf, ProblemAlert } from "../components/Problem";
 import { when, words } from "../format";
 import { useSession } from "../session";
@@ -203,6 +204,7 @@ export function PoolDetailPage() {
         </ul>
       ) : null}
       <Counts pool={data} />
+      <PoolRollout poolId={data.id} />
       <p className="meta">
         {words(data.kind)} · {data.os_type} · template {data.template} · {data.min_size}–{data.max_size}, {data.spare}{" "}
         spare · reconciled {when(data.reconciled_at)} · <Link to={`/pools/${data.id}/rollouts`}>Rollouts and image history</Link>

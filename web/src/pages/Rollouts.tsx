@@ -18,7 +18,7 @@ type Pool = Schemas["Pool"];
 type Rollout = Schemas["Rollout"];
 type RolloutCreate = Schemas["RolloutCreate"];
 
-const ACTIVE = new Set(["scheduled", "canary", "rolling", "paused"]);
+export const ACTIVE = new Set(["scheduled", "canary", "rolling", "paused"]);
 
 interface Draft {
   template: string;
@@ -260,6 +260,11 @@ function RolloutView({ pool, rollout }: { pool: Pool; rollout: Rollout }) {
         <Badge value={rollout.state} />
       </header>
       {rollout.reason ? <p data-testid="rollout-reason">{rollout.reason}</p> : null}
+      {rollout.waiting_for ? (
+        <p data-testid="rollout-waiting" role="status">
+          Waiting for {rollout.waiting_for}.
+        </p>
+      ) : null}
       <Progress rollout={rollout} />
       <p className="meta">
         canary {rollout.canary} · batches of {rollout.batch_size} · at least {rollout.min_ready} ready · surge{" "}

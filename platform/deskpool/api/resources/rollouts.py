@@ -194,6 +194,15 @@ class RolloutSchema(Schema):
     reason = fields.String(
         required=True, metadata={"description": "Why it is in its state (why it failed...)."}
     )
+    waiting_for = fields.String(
+        required=True,
+        allow_none=True,
+        metadata={
+            "description": "What it waits for now, in words (desktops being rebuilt, users to "
+            "log off, failed desktops to be repaired, its start, an administrator's resume, "
+            "room to keep `min_ready`); null once it ended."
+        },
+    )
     created_by = fields.String(required=True)
     created_at = fields.AwareDateTime(required=True)
     started_at = fields.AwareDateTime(required=True, allow_none=True)
@@ -248,6 +257,7 @@ def rollout_view(shown: RolloutShown) -> dict[str, Any]:
         "recreate_assigned": rollout.recreate_assigned,
         "state": str(rollout.state),
         "reason": rollout.reason,
+        "waiting_for": shown.waiting_for,
         "created_by": rollout.created_by,
         "created_at": rollout.created_at,
         "started_at": rollout.started_at,
