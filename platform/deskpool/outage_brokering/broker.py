@@ -72,7 +72,7 @@ class OutageSessionBroker(PlatformSessionBroker):
         pool = None if raw_pool is None else SnapshotPool.from_json(raw_pool)
         if principal is None or pool is None or not pool.may_open(principal):
             raise TokenRejected("access_revoked")
-        if not await is_fresh(kv, self.keys):
+        if not await is_fresh(kv, self.keys, str(user_id)):
             raise TokenRejected("unavailable")
         holder = await kv.hget(self.keys.holders, str(desktop_id))
         if holder is None or text_of(holder) != str(user_id):

@@ -33,12 +33,13 @@ from deskpool.outage_brokering.model import (
 )
 
 #: KEYS: ready set, holders, held, counted, license, taken, journal, acts, epoch, refreshed
-#: epoch. ARGV: user, pool, now (ms), desktop wanted (empty: any), and the act's fields
+#: epoch, revoked. ARGV: user, pool, now (ms), desktop wanted (empty: any), and the act's fields
 #: (pairs). Answers ``{outcome, desktop, entry id}``; outcomes: ``allocate``, ``reconnect``,
 #: ``stale`` (access changed since the snapshot), ``none``, ``not_held``, ``license``.
 CLAIM = """
 if redis.call('GET', KEYS[9]) ~= redis.call('GET', KEYS[10]) then return {'stale'} end
 local user, pool, now, wanted = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+if redis.call('HEXISTS', KEYS[11], user) == 1 then return {'stale'} end
 local heldkey = user .. '|' .. pool
 local desktop = redis.call('HGET', KEYS[3], heldkey)
 local kind = 'reconnect'
@@ -102,7 +103,7 @@ async def claim(
     pairs = [item for pair in fields.items() for item in pair]
     answer = await kv.eval(
         CLAIM,
-        10,
+        11,
         keys.ready(pool_id),
         keys.holders,
         keys.held,
@@ -113,6 +114,7 @@ async def claim(
         keys.acts,
         keys.epoch,
         keys.refreshed_epoch,
+        keys.revoked,
         user_id,
         str(pool_id),
         int(when.timestamp() * 1000),

@@ -17,7 +17,7 @@ import time
 from redis.exceptions import RedisError
 
 from deskpool.outage_brokering.replay import journal_pending, replay_journal
-from deskpool.outage_brokering.snapshot import is_fresh, keys_of, refresh_snapshot
+from deskpool.outage_brokering.snapshot import keys_of, refresh_snapshot, stale
 from deskpool.outages import outage_of
 from deskpool.runtime import Runtime
 
@@ -33,7 +33,7 @@ async def keep_once(runtime: Runtime, *, refresh: bool) -> bool:
         await replay_journal(runtime)
         if await journal_pending(runtime):
             return False
-    if not refresh and await is_fresh(runtime.kv, keys_of(runtime)):
+    if not refresh and not await stale(runtime.kv, keys_of(runtime)):
         return False
     return await refresh_snapshot(runtime)
 

@@ -62,6 +62,10 @@ class Keys:
         #: Grows with every change that took access away; the snapshot is fresh while
         #: :attr:`refreshed_epoch` equals it.
         self.epoch = f"{base}epoch"
+        #: user id -> the revocation (:attr:`revocations`) that took access from him since
+        #: the snapshot was read: he is served nothing from it until it is read again.
+        self.revoked = f"{base}revoked"
+        self.revocations = f"{base}revocations"
         self.refreshed_epoch = f"{base}refreshed_epoch"
         self.refreshed_at = f"{base}refreshed_at"
         self._base = base

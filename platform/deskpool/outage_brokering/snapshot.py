@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import uuid
+from collections.abc import Collection
 from datetime import UTC, datetime
 
 import redis.asyncio as redis
@@ -85,16 +86,36 @@ def open_target(runtime: Runtime, desktop: SnapshotDesktop) -> DesktopTarget:
     return target_from_json(json.loads(plain))
 
 
-async def is_fresh(kv: redis.Redis, keys: Keys) -> bool:
-    """Whether the snapshot was refreshed after the last change that took access away."""
+async def is_fresh(kv: redis.Redis, keys: Keys, user_id: str | None = None) -> bool:
+    """Whether the snapshot was read after the last change that took access away.
+
+    With ``user_id``: also after the last one that concerned him.
+    """
     epoch, refreshed = await kv.mget(keys.epoch, keys.refreshed_epoch)
-    return refreshed is not None and epoch == refreshed
+    if refreshed is None or epoch != refreshed:
+        return False
+    return user_id is None or not await kv.hexists(keys.revoked, user_id)
 
 
-async def mark_access_changed(runtime: Runtime) -> None:
-    """A change took access away: serve nothing from the snapshot until it is refreshed."""
+async def stale(kv: redis.Redis, keys: Keys) -> bool:
+    """Whether a change took access away since the snapshot was read (from anyone)."""
+    epoch, refreshed = await kv.mget(keys.epoch, keys.refreshed_epoch)
+    return refreshed is None or epoch != refreshed or bool(await kv.hlen(keys.revoked))
+
+
+async def mark_access_changed(runtime: Runtime, users: Collection[uuid.UUID] | None) -> None:
+    """A change may have taken access from ``users`` (``None``: from anyone).
+
+    Nothing is served from the snapshot to them (to anyone, for ``None``) until it is read
+    again.
+    """
+    kv, keys = runtime.kv, keys_of(runtime)
     try:
-        await runtime.kv.incr(keys_of(runtime).epoch)
+        if users is None:
+            await kv.incr(keys.epoch)
+        elif users:
+            revocation = await kv.incr(keys.revocations)
+            await kv.hset(keys.revoked, mapping={str(user): revocation for user in users})
     except (RedisError, OSError) as error:
         log.warning("could not mark the outage snapshot stale: %s", type(error).__name__)
 
@@ -138,7 +159,7 @@ class PrincipalMemory:
         remembered = RememberedPrincipal.from_json(raw)
         if not remembered.matches(token.groups, token.roles):
             return None
-        if not await is_fresh(kv, self.keys):
+        if not await is_fresh(kv, self.keys, remembered.principal.id):
             raise SnapshotStale(
                 "The database is unavailable, and access changed just before: retry it."
             )
@@ -239,7 +260,9 @@ async def refresh_snapshot(runtime: Runtime) -> bool:
         return False
     kv, keys = runtime.kv, keys_of(runtime)
     await kv.setnx(keys.epoch, 0)
-    acts_before, epoch_before = await kv.mget(keys.acts, keys.epoch)
+    acts_before, epoch_before, revocations_before = await kv.mget(
+        keys.acts, keys.epoch, keys.revocations
+    )
     async with runtime.db.acquire() as connection, connection.transaction():
         pool_rows = await store.pools(connection)
         pools = {
@@ -275,7 +298,7 @@ async def refresh_snapshot(runtime: Runtime) -> bool:
     enabled = {row.id for row in pool_rows if row.state == "enabled"}
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
     async with kv.pipeline(transaction=True) as pipe:
-        await pipe.watch(keys.acts, keys.epoch, keys.taken)
+        await pipe.watch(keys.acts, keys.epoch, keys.taken, keys.revoked)
         if await pipe.get(keys.acts) != acts_before or await pipe.get(keys.epoch) != epoch_before:
             return False
         taken = {
@@ -283,6 +306,13 @@ async def refresh_snapshot(runtime: Runtime) -> bool:
             for k, v in (await pipe.hgetall(keys.taken)).items()
         }
         old_pools = await pipe.hkeys(keys.pools)
+        # Revocations the database showed when it was read are in this snapshot.
+        seen = int(revocations_before or 0)
+        revoked = [
+            user
+            for user, revocation in (await pipe.hgetall(keys.revoked)).items()
+            if int(revocation) <= seen
+        ]
         pipe.multi()  # type: ignore[no-untyped-call]
         for old in old_pools:
             pipe.delete(keys.ready(old.decode() if isinstance(old, bytes) else str(old)))
@@ -311,6 +341,8 @@ async def refresh_snapshot(runtime: Runtime) -> bool:
             pipe.hset(keys.principals, user_id, text)
         if gone:
             pipe.hdel(keys.principals, *gone)
+        if revoked:
+            pipe.hdel(keys.revoked, *revoked)
         pipe.set(keys.refreshed_epoch, epoch_before or b"0")
         pipe.set(keys.refreshed_at, datetime.now(UTC).isoformat())
         try:
@@ -336,5 +368,5 @@ async def read_status(kv: redis.Redis, prefix: str) -> Status:
         for k, v in (await kv.hgetall(keys.holders)).items()
     }
     refreshed_at = await kv.get(keys.refreshed_at)
-    fresh = refreshed_at is not None and await is_fresh(kv, keys)
+    fresh = refreshed_at is not None and not await stale(kv, keys)
     return Status(ready, holders, fresh, int(await kv.xlen(keys.journal)))

@@ -88,6 +88,8 @@ class Revocation:
     logged_off: list[Desktop] = field(default_factory=list)
     #: Desktops whose pending start on connect was cancelled (released as the pool's rule says).
     cancelled: list[Desktop] = field(default_factory=list)
+    #: The users the change concerned (``None``: it may concern anyone).
+    users: frozenset[uuid.UUID] | None = None
 
 
 async def users_of_group(connection: asyncpg.Connection, group_id: uuid.UUID) -> list[uuid.UUID]:
@@ -115,10 +117,11 @@ async def revoke_lost_access(
 
     :param audit: builds the audit events, as the actor of the change.
     """
+    concerned = None if users is None else frozenset(users)
     if users is None:
         users = await store.users_holding_desktops(connection)
     ids = sorted(set(users))
-    revocation = Revocation()
+    revocation = Revocation(users=concerned)
     if not ids:
         return revocation
     held = await holdings(connection, ids, exclusive=True)
@@ -167,11 +170,11 @@ async def revoke_lost_access(
 async def announce(runtime: Runtime, revocation: Revocation) -> None:
     """After the commit: tell the gateways holding the sessions, publish the desktops' states.
 
-    The outage snapshot is marked stale first: nothing is brokered from it without the
-    database until it is read again
+    The outage snapshot is marked first: nothing is brokered from it to the users concerned
+    (to anyone, when the change may concern anyone) until it is read again
     (:func:`deskpool.outage_brokering.snapshot.mark_access_changed`).
     """
-    await mark_access_changed(runtime)
+    await mark_access_changed(runtime, revocation.users)
     for session in revocation.closing:
         await publish_disconnect(runtime, session)
     for desktop in [*revocation.logged_off, *revocation.cancelled]:

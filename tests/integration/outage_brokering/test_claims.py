@@ -12,6 +12,7 @@ from typing import Any
 
 from deskpool.outage_brokering import claims
 from deskpool.outage_brokering.model import Act, ActKind, Keys
+from deskpool.outage_brokering.snapshot import is_fresh, mark_access_changed
 
 POOL = uuid.uuid4()
 
@@ -105,3 +106,19 @@ async def test_nothing_is_claimed_from_a_stale_snapshot_or_a_desktop_taken_meanw
     none = await claims.claim(kv, keys, user_id="u", pool_id=POOL, logon_id=uuid.uuid4())
     assert none.outcome == "none"
     assert await kv.xlen(keys.journal) == 0
+
+
+async def test_a_user_whose_access_was_taken_is_refused_until_the_snapshot_is_read_again(
+    runtime: Any,
+) -> None:
+    kv, keys = runtime.kv, Keys(runtime.config["KVSTORE_KEY_PREFIX"])
+    await _snapshot(kv, keys, [str(uuid.uuid4()), str(uuid.uuid4())])
+    revoked, other = uuid.uuid4(), uuid.uuid4()
+    await mark_access_changed(runtime, [revoked])
+    refused = await claims.claim(
+        kv, keys, user_id=str(revoked), pool_id=POOL, logon_id=uuid.uuid4()
+    )
+    served = await claims.claim(kv, keys, user_id=str(other), pool_id=POOL, logon_id=uuid.uuid4())
+    assert (refused.outcome, served.outcome) == ("stale", "allocate")
+    assert not await is_fresh(kv, keys, str(revoked))
+    assert await is_fresh(kv, keys, str(other))
