@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # deskpool requires) and the drivers: installed editable with deskpool, in one resolution.
 DRIVERS := $(wildcard hypervisor_drivers/*/pyproject.toml)
 
-.PHONY: run test test-fast test-deploy setup services libvirt browser x11 promtool podman lint docs openapi clean console console-test
+.PHONY: run test test-fast test-deploy setup services libvirt browser x11 promtool rsyslog podman lint docs openapi clean console console-test
 
 # The console (web/): its dependencies from package-lock.json, then a build when a source,
 # the lock file or the OpenAPI document (its generated types) changed.
@@ -63,6 +63,11 @@ browser:
 x11:
 	@bash scripts/ensure-x11.sh
 
+# rsyslogd, the real syslog server of the syslog export's tests (they start their own, on a
+# free port with a file of their own; nothing runs as a service).
+rsyslog:
+	@bash scripts/ensure-rsyslog.sh
+
 # promtool (Debian's prometheus package): the shipped alerting rules' checks and unit tests.
 promtool:
 	@bash scripts/ensure-promtool.sh
@@ -84,7 +89,7 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
 
 # The whole test suite, lint and type checks included, from .venv: unit tests first, then
 # integration, then end-to-end.
-test: setup services libvirt browser x11 promtool console console-test
+test: setup services libvirt browser x11 promtool rsyslog console console-test
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
@@ -92,7 +97,7 @@ test: setup services libvirt browser x11 promtool console console-test
 
 # Every test but the slow ones (the end-to-end tests, the API contract, the VNC bridge, the
 # libvirt driver): a few minutes.
-test-fast: setup services
+test-fast: setup services rsyslog
 	$(PYTEST) -m "not slow" tests --ignore=tests/deploy
 
 # The deployment: the Helm chart and the composition validated, then the image built with podman

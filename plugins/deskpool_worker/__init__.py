@@ -102,10 +102,13 @@ class WorkerComponent:
         self.vm_events = VmEventWatcher(runtime)
         #: Every worker sends webhook deliveries (each subscription by one worker at a time).
         self.webhooks = event_export.webhook_sender(runtime, self.worker_id)
+        #: With SYSLOG_ADDRESS, every worker may stream the audit trail (one at a time).
+        self.syslog = event_export.syslog_streamer(runtime, self.worker_id)
         self._watching: asyncio.Task[None] | None = None
         #: Every worker keeps the outage snapshot (replays and refreshes are idempotent).
         self.outage = outage.SnapshotKeeper(runtime)
         self._sending: asyncio.Task[None] | None = None
+        self._exporting: asyncio.Task[None] | None = None
         self._started = False
 
     @property
@@ -120,6 +123,8 @@ class WorkerComponent:
         self._watching = asyncio.create_task(self._watch_vm_events(), name="vm-events")
         self.outage.start()
         self._sending = asyncio.create_task(self.webhooks.run(), name="webhooks")
+        if self.syslog is not None:
+            self._exporting = asyncio.create_task(self.syslog.run(), name="syslog")
         self._started = True
         log.info(
             "worker %s: %d job kind(s) (%s), %d periodic task(s) (%s), concurrency %d",
@@ -140,10 +145,11 @@ class WorkerComponent:
             self._watching.cancel()
             await asyncio.gather(self._watching, return_exceptions=True)
             self._watching = None
-        if self._sending is not None:
-            self._sending.cancel()
-            await asyncio.gather(self._sending, return_exceptions=True)
-            self._sending = None
+        for task in (self._sending, self._exporting):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._sending = self._exporting = None
         await asyncio.gather(self.runner.stop(timeout), self.scheduler.stop(timeout))
         await self.vm_events.close()
 
@@ -248,6 +254,7 @@ def deskpool_declare_settings(registry: SettingRegistry) -> None:
     sessions.declare_settings(registry)
     outage.declare_settings(registry)
     event_export.declare_settings(registry)
+    event_export.declare_syslog_settings(registry)
 
 
 @hookimpl

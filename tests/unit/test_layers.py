@@ -78,7 +78,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("shared records", ("audit", "audit_query", "live")),
     ("actor", ("actor",)),
-    ("event export", ("webhooks",)),
+    ("event export", ("webhooks", "syslog_export")),
     ("jobs", ("jobs",)),
     (
         "clusters, licensing, recordings, client_policy",
