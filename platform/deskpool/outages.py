@@ -15,6 +15,7 @@ times (:data:`CONTENTION_ATTEMPTS`), then answers 503 with ``Retry-After``.
 from __future__ import annotations
 
 import logging
+import random
 import socket
 
 import asyncpg
@@ -51,6 +52,15 @@ _NETWORK_ERRORS: tuple[type[BaseException], ...] = (ConnectionError, TimeoutErro
 
 #: How many times an operation is run when PostgreSQL ends its transaction for contention.
 CONTENTION_ATTEMPTS = 4
+
+
+def contention_pause(attempt: int) -> float:
+    """Seconds to wait before running an operation contention ended for the ``attempt``-th time.
+
+    Short and random (10 to 50 ms times the attempt), so that the transactions that met stop
+    meeting in the same order.
+    """
+    return random.uniform(0.01, 0.05) * attempt
 
 
 def _chain(error: BaseException) -> list[BaseException]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import re
 import time
 import uuid
@@ -52,7 +51,13 @@ from deskpool.clusters import service as clusters_service
 from deskpool.identity import access
 from deskpool.live.bus import LiveHub
 from deskpool.live.slots import SharedStreamSlots
-from deskpool.outages import CONTENTION_ATTEMPTS, DATABASE, contended, outage_of
+from deskpool.outages import (
+    CONTENTION_ATTEMPTS,
+    DATABASE,
+    contended,
+    contention_pause,
+    outage_of,
+)
 from deskpool.revocation import service as revocation
 from deskpool.runtime import Runtime
 
@@ -211,7 +216,7 @@ async def run_handler(operation: Operation, call: Call) -> Any:
                 raise
             if contended(error) and attempt < CONTENTION_ATTEMPTS:
                 attempt += 1
-                await asyncio.sleep(random.uniform(0.01, 0.05) * attempt)
+                await asyncio.sleep(contention_pause(attempt))
                 continue
             if (
                 request.method in _RETRIED_METHODS

@@ -20,6 +20,10 @@ to the next pass. Every applied action writes its reason to the audit trail (act
 the pool is marked reconciled with the plan's generation and health (which clears a
 ``reconcile_error``). A periodic run marks the pools that needed nothing :data:`MARK_BATCH` at
 a time, in one statement.
+
+*Contention.* A transaction PostgreSQL ends to break a deadlock, or for a serialization
+failure, was rolled back whole: it is run again a bounded number of times
+(:data:`~deskpool.outages.CONTENTION_ATTEMPTS` in all) before the pool's pass counts as failed.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from deskpool.live.model import LiveEvent
 from deskpool.live.publishers import desktop_event as live_desktop_event
 from deskpool.live.publishers import publish
 from deskpool.notices.service import Delivery, deliver
+from deskpool.outages import CONTENTION_ATTEMPTS, contended, contention_pause
 from deskpool.pools.errors import DesktopNameTaken
 from deskpool.pools.model import Desktop, Pool, PoolState
 from deskpool.reconciliation.events import action_event, unowned_event
@@ -185,6 +190,8 @@ class PlanApplier:
         self._held: dict[uuid.UUID, str] = {}
         #: Passes over pools without actions, not recorded yet (:meth:`flush_marks`).
         self._marks: list[tuple[uuid.UUID, int, PoolHealth]] = []
+        #: The kinds of the actions the transaction under way applied (counted once it commits).
+        self._tallied: list[str] = []
 
     @property
     def marks_waiting(self) -> int:
@@ -213,23 +220,9 @@ class PlanApplier:
             if planned.unowned:
                 await self._report_unowned(connection, planned, fence)
             if acting:
-                async with connection.transaction():
-                    await fence(connection)
-                    await lock_pool(connection, pool)
-                    # Planned before the lock: what another pass applied since counts now.
-                    current = await pool_now(connection, pool.id)
-                    applied, skipped = await self._apply_actions(
-                        connection, planned, current, delivery
-                    )
-                    done, left = await self._apply_rollout(connection, planned, delivery)
-                    applied += done
-                    skipped += left
-                    done, left = await self._apply_logoffs(connection, planned, delivery)
-                    applied += done
-                    skipped += left
-                    mark = self._mark(planned)
-                    health = mark[2]
-                    await mark_reconciled(connection, *mark)
+                applied, skipped, health, delivery = await self._apply_retried(
+                    connection, planned, fence
+                )
             else:
                 mark = self._mark(planned)
                 health = mark[2]
@@ -260,6 +253,60 @@ class PlanApplier:
                 skipped,
             )
         return AppliedPlan(pool.id, applied, skipped)
+
+    async def _apply_retried(
+        self, connection: asyncpg.Connection, planned: PlannedPool, fence: Fence
+    ) -> tuple[int, int, PoolHealth, Delivery]:
+        """Apply the pool's actions in one transaction, run again if contention ended it.
+
+        PostgreSQL rolls back a transaction it ends for a deadlock or a serialization failure
+        whole, and the same work run again normally succeeds: it is run again, after a short
+        random pause, up to :data:`~deskpool.outages.CONTENTION_ATTEMPTS` times in all, before
+        the error goes to the caller (the pool's ``reconcile_error``). What an attempt counted
+        or would deliver is kept only from the attempt that committed.
+
+        Returns the actions applied and skipped, the health marked and what to deliver.
+        """
+        pool = planned.pool
+        attempt = 1
+        while True:
+            delivery = Delivery()
+            self._tallied = []
+            try:
+                async with connection.transaction():
+                    await fence(connection)
+                    await lock_pool(connection, pool)
+                    # Planned before the lock: what another pass applied since counts now.
+                    current = await pool_now(connection, pool.id)
+                    applied, skipped = await self._apply_actions(
+                        connection, planned, current, delivery
+                    )
+                    done, left = await self._apply_rollout(connection, planned, delivery)
+                    applied += done
+                    skipped += left
+                    done, left = await self._apply_logoffs(connection, planned, delivery)
+                    applied += done
+                    skipped += left
+                    mark = self._mark(planned)
+                    await mark_reconciled(connection, *mark)
+            except Exception as error:
+                if not contended(error) or attempt >= CONTENTION_ATTEMPTS:
+                    raise
+                attempt += 1
+                log.info(
+                    "pool %s: applying its plan was ended by the database (%s); "
+                    "running it again (attempt %d of %d)",
+                    pool.name,
+                    type(error).__name__,
+                    attempt,
+                    CONTENTION_ATTEMPTS,
+                )
+                await asyncio.sleep(contention_pause(attempt))
+                continue
+            for kind in self._tallied:
+                self._count(kind)
+            self._tallied = []
+            return applied, skipped, mark[2], delivery
 
     async def _report_unowned(
         self, connection: asyncpg.Connection, planned: PlannedPool, fence: Fence
@@ -312,8 +359,7 @@ class PlanApplier:
             delivery.events.extend(live_desktop_event(desktop) for desktop in changed)
             applied += len(events)
             skipped += len(batch) - len(events)
-            for _ in events:
-                self._count(batch[0].kind)
+            self._tallied += [batch[0].kind] * len(events)
         return applied, skipped
 
     async def _apply_rollout(
@@ -370,7 +416,7 @@ class PlanApplier:
                 continue
             delivery.extend(done)
             applied += 1
-            self._count(action.kind)
+            self._tallied.append(action.kind)
         return applied, skipped
 
     def _mark(self, planned: PlannedPool) -> tuple[uuid.UUID, int, PoolHealth]:
