@@ -460,10 +460,11 @@ def declare_core_settings(registry: SettingRegistry) -> None:
         "DATABASE_STATEMENT_TIMEOUT",
         parse_duration,
         "1s",
-        "Longest a statement may run: the server cancels it (`statement_timeout`), and the client "
-        "gives up on an answer 1 s later (a server that stopped answering). A request meeting "
-        "either is answered 503 `dependency_unavailable`. A `DATABASE_URL` option or a role "
-        "setting does not override it.",
+        "Longest a statement of a request may run: the server cancels it (`statement_timeout`), "
+        "and the client gives up on an answer 0.5 s later (a server that stopped answering). A "
+        "request meeting either is answered 503 `dependency_unavailable`. A worker's jobs and "
+        "periodic tasks have their own bound (`WORKER_STATEMENT_TIMEOUT`). A `DATABASE_URL` "
+        "option or a role setting does not override it.",
         type_name="duration",
     )
     data.add(

@@ -13,6 +13,9 @@ On stop (SIGTERM) it stops claiming, gives in-flight jobs and runs ``WORKER_SHUT
 to finish, then cancels them and releases their leases so another worker takes them at once.
 The process supervisor's stop timeout must exceed ``WORKER_SHUTDOWN_TIMEOUT``
 (docs/operators/worker.md).
+
+A job's and a periodic run's statements are bounded by ``WORKER_STATEMENT_TIMEOUT``, not by the
+requests' ``DATABASE_STATEMENT_TIMEOUT`` (:func:`deskpool.db.bounded.statement_bound`).
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ class WorkerComponent:
                 concurrency=config["WORKER_CONCURRENCY"],
                 lease=lease,
                 poll_interval=config.duration("WORKER_POLL_INTERVAL"),
+                statement_timeout=config.duration("WORKER_STATEMENT_TIMEOUT"),
                 kinds=kinds,
             ),
             self.metrics,
@@ -96,7 +100,12 @@ class WorkerComponent:
             name: periodic_task(item) for name, item in runtime.plugins.periodic_tasks().items()
         }
         self.scheduler = PeriodicScheduler(
-            runtime, tasks, self.metrics, worker_id=self.worker_id, lease=lease
+            runtime,
+            tasks,
+            self.metrics,
+            worker_id=self.worker_id,
+            lease=lease,
+            statement_timeout=config.duration("WORKER_STATEMENT_TIMEOUT"),
         )
         #: Every worker watches the VM events of the clusters that report them.
         self.vm_events = VmEventWatcher(runtime)
@@ -226,6 +235,16 @@ def deskpool_declare_settings(registry: SettingRegistry) -> None:
         parse_duration,
         "5m",
         "How long a leased job runs without a heartbeat before another worker reclaims it.",
+        type_name="duration",
+    )
+    worker.add(
+        "WORKER_STATEMENT_TIMEOUT",
+        parse_duration,
+        "5m",
+        "Longest a statement of a job or a periodic task may run (the server cancels it, the "
+        "worker gives up on an answer 0.5 s later). A job may rightly run longer statements than "
+        "a request (`DATABASE_STATEMENT_TIMEOUT`, which bounds the worker's own bookkeeping: "
+        "claims, heartbeats, completions).",
         type_name="duration",
     )
     worker.add(

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from deskpool.db.bounded import statement_bound
 from deskpool.jobs import queue
 from deskpool.jobs.context import JobContext
 from deskpool.jobs.metrics import JobMetrics
@@ -88,6 +89,8 @@ class RunnerSettings:
     concurrency: int
     lease: timedelta
     poll_interval: float
+    #: ``WORKER_STATEMENT_TIMEOUT``: how long a job's statements may run, in seconds.
+    statement_timeout: float = 300.0
     kinds: Mapping[str, JobKind] = field(default_factory=dict)
 
     @property
@@ -299,8 +302,9 @@ class JobRunner:
         outcome = "failed"
         try:
             try:
-                async with asyncio.timeout_at(context.deadline) as deadline:
-                    await running.kind.handler(context)
+                with statement_bound(self.settings.statement_timeout):
+                    async with asyncio.timeout_at(context.deadline) as deadline:
+                        await running.kind.handler(context)
             except asyncio.CancelledError:
                 if running.interrupted_by is None:
                     raise

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from deskpool.db.bounded import statement_bound
 from deskpool.jobs import periodic
 from deskpool.jobs.metrics import JobMetrics
 from deskpool.jobs.model import LeaseLost
@@ -40,6 +41,7 @@ class PeriodicScheduler:
     :param metrics: where to record.
     :param worker_id: this worker's id (recorded with each run).
     :param lease: ``WORKER_LEASE_DURATION``.
+    :param statement_timeout: ``WORKER_STATEMENT_TIMEOUT``, in seconds (each run's statements).
     """
 
     def __init__(
@@ -50,12 +52,14 @@ class PeriodicScheduler:
         *,
         worker_id: str,
         lease: timedelta,
+        statement_timeout: float = 300.0,
     ) -> None:
         self.runtime = runtime
         self.tasks = dict(tasks)
         self.metrics = metrics
         self.worker_id = worker_id
         self.lease = lease
+        self.statement_timeout = statement_timeout
         self.current: dict[str, tuple[PeriodicContext, asyncio.Task[None]]] = {}
         self._stopping = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
@@ -116,7 +120,8 @@ class PeriodicScheduler:
         started = loop.time()
 
         async def invoke() -> None:
-            await task.run(context)
+            with statement_bound(self.statement_timeout):
+                await task.run(context)
 
         run = asyncio.create_task(invoke(), name=f"deskpool-periodic-run-{name}")
         self.current[name] = (context, run)

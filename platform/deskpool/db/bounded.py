@@ -11,6 +11,8 @@ server accepts connections and never replies):
 - the client waits for an answer :data:`CLIENT_MARGIN` longer than that, then gives up
   (``command_timeout``): the server did not even cancel.
 
+A task may give its statements another bound (a worker's job: :func:`statement_bound`).
+
 A connection whose answer did not come in time is closed at once (:class:`BoundedConnection`):
 rolling its transaction back or resetting it for the pool would wait on the same silent server
 again. And for :data:`PAUSE_AFTER_TIMEOUT` seconds after such a timeout, acquiring fails at once
@@ -21,9 +23,11 @@ of the same server.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Generator
+from collections.abc import Awaitable, Callable, Generator, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import asyncpg
@@ -43,8 +47,33 @@ class DatabaseNotAnswering(asyncpg.InterfaceError):  # type: ignore[misc]
     """The database did not answer in time a moment ago: not asked again yet (an outage)."""
 
 
+#: The statement bound of the task under way, when it is not the pool's (see
+#: :func:`statement_bound`); ``None``: the pool's.
+_STATEMENT_BOUND: ContextVar[float | None] = ContextVar("deskpool_statement_bound", default=None)
+
+
+@contextlib.contextmanager
+def statement_bound(seconds: float) -> Iterator[None]:
+    """Give the statements of the task under way (and of the tasks it starts) ``seconds``.
+
+    ``DATABASE_STATEMENT_TIMEOUT`` bounds a request's statements; a worker's job may rightly run
+    longer ones (``WORKER_STATEMENT_TIMEOUT``). Inside the block, a connection acquired from a
+    :class:`BoundedPool` gets that ``statement_timeout`` on the server, and the client waits
+    :data:`CLIENT_MARGIN` longer than it for an answer; the connection goes back to the pool
+    with the pool's own bound (its reset restores the session's settings).
+    """
+    token = _STATEMENT_BOUND.set(seconds)
+    try:
+        yield
+    finally:
+        _STATEMENT_BOUND.reset(token)
+
+
 class BoundedConnection(asyncpg.Connection):  # type: ignore[misc]
-    """A connection closed at once when an answer does not come within ``command_timeout``."""
+    """A connection closed at once when an answer does not come within ``command_timeout``.
+
+    Inside :func:`statement_bound`, the client waits that bound (and the margin) instead.
+    """
 
     _pool_of_connection: BoundedPool | None = None
 
@@ -55,53 +84,50 @@ class BoundedConnection(asyncpg.Connection):  # type: ignore[misc]
         if pool is not None:
             pool.answer_timed_out()
 
-    async def execute(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`asyncpg.Connection.execute`, the connection closed if it timed out."""
+    async def _answered(
+        self, call: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any
+    ) -> Any:
+        """``call(*args, **kwargs)`` within the task's bound; the connection closed on a timeout."""
+        bound = _STATEMENT_BOUND.get()
+        if bound is not None and kwargs.get("timeout") is None:
+            kwargs["timeout"] = bound + CLIENT_MARGIN
         try:
-            return await super().execute(*args, **kwargs)
+            return await call(*args, **kwargs)
         except TimeoutError:
             self._timed_out()
             raise
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`asyncpg.Connection.execute`, bounded (see the class)."""
+        return await self._answered(super().execute, *args, **kwargs)
 
     async def executemany(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`asyncpg.Connection.executemany`, the connection closed if it timed out."""
-        try:
-            return await super().executemany(*args, **kwargs)
-        except TimeoutError:
-            self._timed_out()
-            raise
+        """:meth:`asyncpg.Connection.executemany`, bounded (see the class)."""
+        return await self._answered(super().executemany, *args, **kwargs)
 
     async def fetch(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`asyncpg.Connection.fetch`, the connection closed if it timed out."""
-        try:
-            return await super().fetch(*args, **kwargs)
-        except TimeoutError:
-            self._timed_out()
-            raise
+        """:meth:`asyncpg.Connection.fetch`, bounded (see the class)."""
+        return await self._answered(super().fetch, *args, **kwargs)
 
     async def fetchval(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`asyncpg.Connection.fetchval`, the connection closed if it timed out."""
-        try:
-            return await super().fetchval(*args, **kwargs)
-        except TimeoutError:
-            self._timed_out()
-            raise
+        """:meth:`asyncpg.Connection.fetchval`, bounded (see the class)."""
+        return await self._answered(super().fetchval, *args, **kwargs)
 
     async def fetchrow(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`asyncpg.Connection.fetchrow`, the connection closed if it timed out."""
-        try:
-            return await super().fetchrow(*args, **kwargs)
-        except TimeoutError:
-            self._timed_out()
-            raise
+        """:meth:`asyncpg.Connection.fetchrow`, bounded (see the class)."""
+        return await self._answered(super().fetchrow, *args, **kwargs)
 
     async def fetchmany(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`asyncpg.Connection.fetchmany`, the connection closed if it timed out."""
-        try:
-            return await super().fetchmany(*args, **kwargs)
-        except TimeoutError:
-            self._timed_out()
-            raise
+        """:meth:`asyncpg.Connection.fetchmany`, bounded (see the class)."""
+        return await self._answered(super().fetchmany, *args, **kwargs)
+
+    async def take_task_bound(self) -> None:
+        """Give the server the task's statement bound, if it has one (:func:`statement_bound`)."""
+        bound = _STATEMENT_BOUND.get()
+        if bound is not None:
+            await self.execute(
+                "SELECT set_config('statement_timeout', $1, false)", str(int(bound * 1000))
+            )
 
 
 class BoundedPool(asyncpg.Pool):  # type: ignore[misc]
@@ -170,6 +196,11 @@ class BoundedAcquire:
         if self.pool.failed_recently():
             await self.acquiring.__aexit__(None, None, None)
             raise self._refuse()
+        try:
+            await connection.take_task_bound()
+        except BaseException as error:
+            await self.acquiring.__aexit__(type(error), error, error.__traceback__)
+            raise
         return connection
 
     async def __aexit__(self, *exc: object) -> None:
@@ -181,4 +212,10 @@ class BoundedAcquire:
     async def _acquired(self) -> Any:
         if self.pool.failed_recently():
             raise self._refuse()
-        return await self.acquiring
+        connection = await self.acquiring
+        try:
+            await connection.take_task_bound()
+        except BaseException:
+            await self.pool.release(connection)
+            raise
+        return connection

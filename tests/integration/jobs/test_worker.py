@@ -10,8 +10,17 @@ from typing import Any
 import asyncpg
 import pytest
 
-from deskpool.jobs import JobContext, JobKind, LeaseLost, PermanentJobFailure, RetryPolicy, queue
+from deskpool.jobs import (
+    JobContext,
+    JobKind,
+    LeaseLost,
+    PeriodicContext,
+    PermanentJobFailure,
+    RetryPolicy,
+    queue,
+)
 from deskpool.jobs.model import JobState
+from deskpool.jobs.periodic import PeriodicTask
 from deskpool.plugins import hookimpl
 from deskpool.registry import Registry
 from deskpool.testing.processes import until
@@ -375,3 +384,64 @@ async def test_a_failure_met_during_a_database_outage_is_recorded_once_it_return
 
 async def _true(value: bool) -> bool:
     return value
+
+
+class PeriodicTasks:
+    """A plugin registering the given periodic tasks."""
+
+    def __init__(self, **tasks: PeriodicTask) -> None:
+        self.tasks = tasks
+
+    @hookimpl
+    def deskpool_register_periodic_tasks(self, registry: Registry[Any]) -> None:
+        for name, task in self.tasks.items():
+            registry.add(name, task)
+
+
+async def long_statement(runtime: Any) -> str:
+    """The statement timeout of a statement longer than a request's bound (1 s), which it ran."""
+    async with runtime.db.acquire() as connection:
+        bound = str(await connection.fetchval("SHOW statement_timeout"))
+        await connection.execute("SELECT pg_sleep(1.8)")
+    return bound
+
+
+async def test_jobs_and_periodic_tasks_have_the_worker_s_statement_bound(
+    db: asyncpg.Connection, start_worker: StartWorker
+) -> None:
+    """A job's statement may run ``WORKER_STATEMENT_TIMEOUT``, not the requests' 1 s.
+
+    Before, the job's 1.8 s statement was cancelled at 1 s (``QueryCanceledError``) at every
+    attempt. The connection is given back to the pool with the requests' bound.
+    """
+    bounds: dict[str, str] = {}
+
+    async def job(context: JobContext) -> None:
+        bounds["job"] = await long_statement(context.runtime)
+
+    async def task(context: PeriodicContext) -> None:
+        bounds["periodic"] = await long_statement(context.runtime)
+
+    job_record = await queue.enqueue(db, "long")
+    worker = await start_worker(
+        JobKinds(long=JobKind(job, retry=FAST_RETRY)),
+        PeriodicTasks(long_periodic=PeriodicTask(task, every=3600)),
+        DATABASE_STATEMENT_TIMEOUT="1s",
+        WORKER_STATEMENT_TIMEOUT="20s",
+    )
+    await until(
+        lambda: db.fetchval("SELECT state = 'succeeded' FROM jobs WHERE id = $1", job_record.id),
+        "the job's long statement succeeded",
+    )
+    stored = await queue.get_job(db, job_record.id)
+    assert stored is not None
+    assert stored.errors == []
+    await until(
+        lambda: db.fetchval(
+            "SELECT last_outcome = 'succeeded' FROM periodic_tasks WHERE name = 'long_periodic'"
+        ),
+        "the periodic task's long statement succeeded",
+    )
+    assert bounds == {"job": "20s", "periodic": "20s"}
+    async with worker.runtime.db.acquire() as connection:
+        assert await connection.fetchval("SHOW statement_timeout") == "1s"
