@@ -19,7 +19,7 @@ import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -274,6 +274,31 @@ async def record_check(
         error,
     )
     return checked_at
+
+
+async def record_seen(
+    db: Db, cluster_id: uuid.UUID, *, ok: bool, error: str | None, every: timedelta
+) -> bool:
+    """Record what a listing of the cluster's VMs found as its check; whether it was written.
+
+    Written when the outcome changed, or the last check is older than ``every``: a
+    reconciliation pass lists each cluster every few seconds, its check need not be written as
+    often.
+    """
+    written = await db.fetchval(
+        """
+        UPDATE clusters SET last_check_at = now(), last_check_ok = $2, last_check_error = $3
+         WHERE id = $1
+           AND (last_check_at IS NULL OR last_check_at < now() - $4::interval
+                OR last_check_ok IS DISTINCT FROM $2 OR last_check_error IS DISTINCT FROM $3)
+        RETURNING true
+        """,
+        cluster_id,
+        ok,
+        error,
+        every,
+    )
+    return bool(written)
 
 
 async def pools_using_cluster(db: Db, cluster_id: uuid.UUID) -> int:

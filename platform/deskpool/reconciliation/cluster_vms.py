@@ -15,9 +15,10 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Collection, Mapping, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from deskpool.clusters.repository import ClusterRecord
+from deskpool.clusters.repository import ClusterRecord, record_seen
 from deskpool.db.rows import Db
 from deskpool.drivers import VirtualMachine, deadline_after
 from deskpool.errors import DeskpoolError
@@ -32,6 +33,8 @@ log = logging.getLogger(__name__)
 
 #: How long listing a cluster's VMs may take before the cluster counts as not listed.
 LIST_TIMEOUT = 60.0
+#: How often an unchanged outcome of a listing is written as the cluster's check.
+CHECK_RECORDED_EVERY = timedelta(minutes=1)
 
 
 def observed_vm(vm: VirtualMachine) -> ObservedVm:
@@ -106,13 +109,26 @@ async def _list(runtime: Runtime, cluster: ClusterRecord | None) -> list[Observe
             cluster.name,
             error.detail,
         )
+        await _seen(runtime, cluster, f"{error.code}: {error.detail}")
         return None
-    except Exception:
+    except Exception as error:
         # A driver outside its contract: still never "every VM vanished".
         log.exception(
             "listing the VMs of cluster %s failed unexpectedly; its pools are reconciled "
             "for timeouts only",
             cluster.name,
         )
+        await _seen(runtime, cluster, f"listing its VMs failed ({type(error).__name__})")
         return None
+    await _seen(runtime, cluster, None)
     return [observed_vm(vm) for vm in vms]
+
+
+async def _seen(runtime: Runtime, cluster: ClusterRecord, error: str | None) -> None:
+    """Keep the listing's outcome as the cluster's check (its "Last check"), never failing."""
+    try:
+        await record_seen(
+            runtime.db, cluster.id, ok=error is None, error=error, every=CHECK_RECORDED_EVERY
+        )
+    except Exception as failure:  # the pass goes on: a check not recorded is only stale
+        log.warning("the check of cluster %s was not recorded (%s)", cluster.name, failure)

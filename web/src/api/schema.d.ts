@@ -2006,7 +2006,7 @@ export interface components {
             updated_at: string;
             /**
              * Format: date-time
-             * @description When it was last checked.
+             * @description When it was last checked: by `POST .../check`, or by the reconciliation's listing of its VMs (kept once a minute while the outcome stays the same, at once when it changes).
              */
             last_check_at: string | null;
             /** @description Whether that check passed. */

@@ -231,7 +231,13 @@ class ClusterSchema(Schema):
     created_at = fields.AwareDateTime(required=True)
     updated_at = fields.AwareDateTime(required=True)
     last_check_at = fields.AwareDateTime(
-        required=True, allow_none=True, metadata={"description": "When it was last checked."}
+        required=True,
+        allow_none=True,
+        metadata={
+            "description": "When it was last checked: by `POST .../check`, or by the "
+            "reconciliation's listing of its VMs (kept once a minute while the outcome stays "
+            "the same, at once when it changes)."
+        },
     )
     last_check_ok = fields.Boolean(
         required=True, allow_none=True, metadata={"description": "Whether that check passed."}
