@@ -67,9 +67,16 @@ class Instance:
 
 @contextlib.asynccontextmanager
 async def console_instance(
-    database_url: str, test_servers: Any, tmp_path: Path, daemon: DesktopDaemonSimulator
+    database_url: str,
+    test_servers: Any,
+    tmp_path: Path,
+    daemon: DesktopDaemonSimulator,
+    extra_env: dict[str, str] | None = None,
 ) -> AsyncIterator[Instance]:
-    """``deskpool run all`` on ``database_url``, its desktops drawn by ``daemon`` (started here)."""
+    """``deskpool run all`` on ``database_url``, its desktops drawn by ``daemon`` (started here).
+
+    ``extra_env`` adds settings (``RECORDINGS_PATH``...).
+    """
     if not (DIST / "index.html").is_file() or not AXE.is_file():
         pytest.fail("the console is not built: run `make console` (or `make test`)", pytrace=False)
     if shutil.which(CHROMIUM) is None:
@@ -106,6 +113,7 @@ async def console_instance(
         "DESKTOPD_ADDRESS": daemon.address,
         "WORKER_POLL_INTERVAL": "1s",
         "POOL_RECONCILE_INTERVAL": "2s",
+        **(extra_env or {}),
     }
     log = artifacts / "deskpool.log"
     with log.open("w") as output:

@@ -20,6 +20,7 @@ import asyncpg
 from redis.exceptions import RedisError
 
 from deskpool.audit import record_audit_event
+from deskpool.client_policy.model import ClientPolicy, offered
 from deskpool.db.rows import Db
 from deskpool.desktops import store as store_desktops
 from deskpool.desktops import store_allocation
@@ -99,6 +100,9 @@ class DesktopConnection:
     expires_at: datetime
     #: The pool records the session: the user is told before the desktop appears.
     recorded: bool = False
+    #: What may cross between the desktop and the browser, narrowed to what the desktop's
+    #: protocol offers: the console says in words what is turned off.
+    client: ClientPolicy | None = None
 
     def __repr__(self) -> str:
         return f"DesktopConnection({self.desktop.name}, {self.protocol}, <token hidden>)"
@@ -175,7 +179,13 @@ async def _connect(
         if start is not None and start.logon_id not in (None, logon):
             await store_logons.fail_logon(connection, start.logon_id, "superseded")
     return DesktopConnection(
-        desktop, token, url, target.protocol, expires_at, recorded=policy.recording.enabled
+        desktop,
+        token,
+        url,
+        target.protocol,
+        expires_at,
+        recorded=policy.recording.enabled,
+        client=offered(policy.client, target.protocol, target.parameters),
     )
 
 

@@ -2635,6 +2635,62 @@ export interface components {
         MyDesktops: {
             items: components["schemas"]["MyDesktop"][];
         };
+        ClipboardDirection: {
+            /**
+             * @description What the clipboard carries to the desktop (paste): `off` (nothing) or `text`.
+             * @enum {string}
+             */
+            mode: "off" | "text";
+            /** @description Most bytes (UTF-8) of one clipboard transfer; the gateway cuts the rest. guacd 1.6.0 itself keeps at most 262144. */
+            max_bytes: number;
+        };
+        ClipboardDirection1: {
+            /**
+             * @description What the clipboard carries to the browser (copy out): `off` (nothing) or `text`.
+             * @enum {string}
+             */
+            mode: "off" | "text";
+            /** @description Most bytes (UTF-8) of one clipboard transfer; the gateway cuts the rest. guacd 1.6.0 itself keeps at most 262144. */
+            max_bytes: number;
+        };
+        ClientClipboard: {
+            to_desktop: components["schemas"]["ClipboardDirection"];
+            to_browser: components["schemas"]["ClipboardDirection1"];
+        };
+        ClientFileTransfer: {
+            /** @description Files may go from the browser to the desktop. */
+            upload: boolean;
+            /** @description Files may go from the desktop to the browser. */
+            download: boolean;
+            /** @description Most bytes of one file, either way. */
+            max_file_bytes: number;
+        };
+        ClientAudio: {
+            /** @description The desktop's sound is played. */
+            output: boolean;
+            /** @description The browser's microphone reaches the desktop (RDP). */
+            microphone: boolean;
+        };
+        ClientWatermark: {
+            /** @description The gateway draws the text over the desktop, tiled. */
+            enabled: boolean;
+            /** @description The text; it may name `{name}`, `{email}`, `{session_id}`, `{client_address}`, `{time}`. */
+            text: string;
+            /** @description From 0.05 (faint) to 1. */
+            opacity: number;
+            /** @description Degrees; negative rises to the right. */
+            angle: number;
+            /** @description Pixels between two copies of the text. */
+            spacing: number;
+        };
+        ClientPolicy: {
+            clipboard: components["schemas"]["ClientClipboard"];
+            file_transfer: components["schemas"]["ClientFileTransfer"];
+            audio: components["schemas"]["ClientAudio"];
+            /** @description The desktop may print: the browser gets a PDF (RDP). */
+            printing: boolean;
+            watermark: components["schemas"]["ClientWatermark"];
+        };
         Connection: {
             /** @description Single-use connection token: the browser's tunnel sends it to the gateway (`token` connect parameter). Never log it. */
             token: string;
@@ -2649,6 +2705,8 @@ export interface components {
             expires_at: string;
             /** @description The pool records its sessions: the console tells the user before the desktop appears (a read-only view is never recorded). */
             recorded: boolean;
+            /** @description What may cross between this desktop and the browser (the pool's client policy narrowed to what the desktop's protocol offers), so the console says what is turned off before the user tries (absent for a read-only view). */
+            client?: components["schemas"]["ClientPolicy"];
         };
         DesktopConnection: {
             id: string;
@@ -2917,62 +2975,6 @@ export interface components {
             enabled: boolean;
             /** @description The recording holds the user's key events too. */
             include_keys: boolean;
-        };
-        ClipboardDirection: {
-            /**
-             * @description What the clipboard carries to the desktop (paste): `off` (nothing) or `text`.
-             * @enum {string}
-             */
-            mode: "off" | "text";
-            /** @description Most bytes (UTF-8) of one clipboard transfer; the gateway cuts the rest. guacd 1.6.0 itself keeps at most 262144. */
-            max_bytes: number;
-        };
-        ClipboardDirection1: {
-            /**
-             * @description What the clipboard carries to the browser (copy out): `off` (nothing) or `text`.
-             * @enum {string}
-             */
-            mode: "off" | "text";
-            /** @description Most bytes (UTF-8) of one clipboard transfer; the gateway cuts the rest. guacd 1.6.0 itself keeps at most 262144. */
-            max_bytes: number;
-        };
-        ClientClipboard: {
-            to_desktop: components["schemas"]["ClipboardDirection"];
-            to_browser: components["schemas"]["ClipboardDirection1"];
-        };
-        ClientFileTransfer: {
-            /** @description Files may go from the browser to the desktop. */
-            upload: boolean;
-            /** @description Files may go from the desktop to the browser. */
-            download: boolean;
-            /** @description Most bytes of one file, either way. */
-            max_file_bytes: number;
-        };
-        ClientAudio: {
-            /** @description The desktop's sound is played. */
-            output: boolean;
-            /** @description The browser's microphone reaches the desktop (RDP). */
-            microphone: boolean;
-        };
-        ClientWatermark: {
-            /** @description The gateway draws the text over the desktop, tiled. */
-            enabled: boolean;
-            /** @description The text; it may name `{name}`, `{email}`, `{session_id}`, `{client_address}`, `{time}`. */
-            text: string;
-            /** @description From 0.05 (faint) to 1. */
-            opacity: number;
-            /** @description Degrees; negative rises to the right. */
-            angle: number;
-            /** @description Pixels between two copies of the text. */
-            spacing: number;
-        };
-        ClientPolicy: {
-            clipboard: components["schemas"]["ClientClipboard"];
-            file_transfer: components["schemas"]["ClientFileTransfer"];
-            audio: components["schemas"]["ClientAudio"];
-            /** @description The desktop may print: the browser gets a PDF (RDP). */
-            printing: boolean;
-            watermark: components["schemas"]["ClientWatermark"];
         };
         SessionPolicy: {
             /**

@@ -9,12 +9,16 @@
  * when a size reaches it earlier (the gateway holds such input too, for any client).
  */
 
+import type { Transfer } from "./transfers";
+
 export type DesktopState = "connecting" | "waiting" | "connected" | "disconnected" | "error";
 
 export interface DesktopCallbacks {
   /** `code` is the Guacamole status of an error (514: the desktop did not answer in time). */
   onState: (state: DesktopState, detail?: string, code?: number) => void;
   onClipboard: (text: string) => void;
+  /** A file the desktop sends (a download, a printed PDF) started, advanced or ended. */
+  onDownload?: (download: Transfer) => void;
 }
 
 export interface DesktopHandle {
@@ -22,7 +26,20 @@ export interface DesktopHandle {
   ctrlAltDel: () => void;
   /** The view is now `width` x `height`: fit the display, and ask the desktop for that size. */
   resize: (width: number, height: number) => void;
-  sendClipboard: (text: string) => void;
+  /** Give the desktop `text`; calls `answered` with the status of a refusal (never for none). */
+  sendClipboard: (text: string, answered?: (code: number) => void) => void;
+  /** Send `file` to the desktop (its drive, its SFTP folder); `progress` follows it. */
+  upload: (file: File, id: number, progress: (upload: Transfer) => void) => void;
+}
+
+/** Bytes per ``blob`` of an upload (guacd's own limit). */
+const UPLOAD_BLOCK = 6048;
+
+/** Base64 of `bytes` (chunked: `String.fromCharCode` takes a bounded number of arguments). */
+export function toBase64(bytes: Uint8Array): string {
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(binary);
 }
 
 /** The scale at which a `width` x `height` display fits a `viewWidth` x `viewHeight` view. */
@@ -109,6 +126,15 @@ export async function openDesktop(
   };
   client.onerror = failed;
   tunnel.onerror = failed;
+  // Answers to the streams this view sends (clipboard, uploads), read off the tunnel: the
+  // client forgets a stream once it sent its `end`, and the answer that matters may come
+  // later (the gateway's refusal of a paste, guacd's "OK (STREAM END)" of an upload).
+  const answers = new Map<string, (code: number) => void>();
+  const handleInstruction = tunnel.oninstruction;
+  tunnel.oninstruction = (opcode: string, args: string[]) => {
+    if (opcode === "ack") answers.get(args[0] ?? "")?.(Number(args[2]));
+    handleInstruction(opcode, args);
+  };
   client.onclipboard = (stream: Guac, mimetype: string) => {
     if (!/^text\//.test(mimetype)) return;
     const reader = new G.StringReader(stream);
@@ -117,6 +143,31 @@ export async function openDesktop(
       text += chunk;
     };
     reader.onend = () => callbacks.onClipboard(text);
+  };
+  // A file from the desktop (a download, a printed PDF): acknowledged blob by blob, as
+  // guacd sends the next only then; kept in memory and offered as a link once complete.
+  let downloads = 0;
+  client.onfile = (stream: Guac, mimetype: string, filename: string) => {
+    const id = -++downloads;
+    const chunks: BlobPart[] = [];
+    let done = 0;
+    const report = (change: Partial<Transfer>) =>
+      callbacks.onDownload?.({ id, direction: "download", name: filename, done, state: "running", ...change });
+    report({});
+    stream.onblob = (data: string) => {
+      const binary = atob(data);
+      const bytes = new Uint8Array(binary.length);
+      for (let i = 0; i < binary.length; i += 1) bytes[i] = binary.charCodeAt(i);
+      chunks.push(bytes);
+      done += bytes.length;
+      report({});
+      stream.sendAck("OK", 0);
+    };
+    stream.onend = () => {
+      const url = URL.createObjectURL(new Blob(chunks, { type: mimetype }));
+      report({ state: "finished", url });
+    };
+    stream.sendAck("OK", 0);
   };
 
   // A read-only viewer (watching a session) sends no input: guacd would ignore it anyway.
@@ -155,11 +206,47 @@ export async function openDesktop(
       fit();
       askSize(width, height);
     },
-    sendClipboard: (text) => {
+    sendClipboard: (text, answered) => {
       const stream = client.createClipboardStream("text/plain");
+      // guacd answers a clipboard stream only to refuse it; the gateway does too (771 when
+      // the policy turns pasting off, 781 when the text was cut at its limit).
+      answers.set(String(stream.index), (code) => {
+        if (code) answered?.(code);
+      });
       const writer = new G.StringWriter(stream);
       writer.sendText(text);
       writer.sendEnd();
+    },
+    upload: (file, id, progress) => {
+      const stream = client.createFileStream(file.type || "application/octet-stream", file.name);
+      let offset = 0;
+      let ended = false;
+      const report = (change: Partial<Transfer>) =>
+        progress({ id, direction: "upload", name: file.name, done: offset, size: file.size, state: "running", ...change });
+      report({});
+      const index = String(stream.index);
+      // guacd acknowledges the stream's start, every blob and its end: the next goes only then.
+      answers.set(index, async (code) => {
+        if (code) {
+          answers.delete(index);
+          report({ state: "refused", message: String(code) });
+          return;
+        }
+        if (ended) {
+          answers.delete(index);
+          report({ state: "finished" });
+          return;
+        }
+        if (offset >= file.size) {
+          ended = true;
+          stream.sendEnd();
+          return;
+        }
+        const chunk = new Uint8Array(await file.slice(offset, offset + UPLOAD_BLOCK).arrayBuffer());
+        offset += chunk.length;
+        stream.sendBlob(toBase64(chunk));
+        report({});
+      });
     },
   };
 }

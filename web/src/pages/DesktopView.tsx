@@ -24,6 +24,16 @@ import { NoticeBanner } from "../components/NoticeBanner";
 import { UserMessages } from "../components/UserMessages";
 import type { DesktopHandle, DesktopState } from "../desktop/guacamole";
 import { describeStatus } from "../desktop/status";
+import {
+  type ClientPolicy,
+  type Transfer,
+  formatBytes,
+  pasteRefusal,
+  policyNotes,
+  progressOf,
+  updateTransfer,
+  uploadRefusal,
+} from "../desktop/transfers";
 import { useSession } from "../session";
 
 type Connection = Schemas["Connection"];
@@ -71,7 +81,14 @@ export function DesktopViewPage() {
   // The Guacamole status the connection ended with (undefined: none, or not a tunnel's end).
   const [code, setCode] = useState<number | undefined>(undefined);
   const [clipboard, setClipboard] = useState("");
+  // What the desktop copied last (shown when the policy lets it out).
+  const [copied, setCopied] = useState("");
   const [showClipboard, setShowClipboard] = useState(false);
+  // The pool's client policy for this connection, and what was refused, in words.
+  const [policy, setPolicy] = useState<ClientPolicy | undefined>(undefined);
+  const [refusal, setRefusal] = useState("");
+  const [transfers, setTransfers] = useState<Transfer[]>([]);
+  const uploads = useRef(0);
   // The pool records this session: said before the desktop's first frame is drawn.
   const [recorded, setRecorded] = useState(false);
   const opened = location.state as { connection?: Connection; starting?: Pending } | null;
@@ -117,6 +134,7 @@ export function DesktopViewPage() {
         connection = answer.connection;
       }
       setRecorded(Boolean(connection.recorded));
+      setPolicy(connection.client);
       const { openDesktop } = await import("../desktop/guacamole");
       if (!screen.current || current !== attempt.current) return;
       let drawn = false;
@@ -133,7 +151,11 @@ export function DesktopViewPage() {
           setDetail(why ?? "");
           setCode(next === "error" ? status : next === "disconnected" ? 0 : undefined);
         },
-        onClipboard: setClipboard,
+        onClipboard: (text) => {
+          setCopied(text);
+          setClipboard(text);
+        },
+        onDownload: (download) => setTransfers((list) => updateTransfer(list, download)),
       }, { readOnly: Boolean(watching) });
       // A newer attempt began while this one opened: this one must not stay connected unseen
       // (its keyboard would still send the user's typing to a second connection).
@@ -235,7 +257,7 @@ export function DesktopViewPage() {
               Ctrl+Alt+Del
             </button>
             <button type="button" className="secondary" onClick={() => setShowClipboard((value) => !value)} aria-expanded={showClipboard}>
-              Clipboard
+              Clipboard and files
             </button>
           </>
         )}
@@ -297,21 +319,27 @@ export function DesktopViewPage() {
         </p>
       ) : null}
       {showClipboard && !watching ? (
-        <form
-          className="desktop-clipboard"
-          onSubmit={(event) => {
-            event.preventDefault();
-            handle.current?.sendClipboard(clipboard);
+        <TransferPanel
+          policy={policy}
+          clipboard={clipboard}
+          setClipboard={setClipboard}
+          copied={copied}
+          refusal={refusal}
+          transfers={transfers}
+          send={() => {
+            setRefusal("");
+            handle.current?.sendClipboard(clipboard, (status) => setRefusal(pasteRefusal(status, policy) ?? ""));
           }}
-        >
-          <label>
-            Clipboard (shared with the desktop)
-            <textarea value={clipboard} onChange={(event) => setClipboard(event.target.value)} rows={3} />
-          </label>
-          <button type="submit" className="secondary">
-            Send to the desktop
-          </button>
-        </form>
+          upload={(files) => {
+            for (const file of files) {
+              const id = ++uploads.current;
+              handle.current?.upload(file, id, (upload) => {
+                const message = upload.state === "refused" ? uploadRefusal(Number(upload.message), policy) : null;
+                setTransfers((list) => updateTransfer(list, message ? { ...upload, message } : upload));
+              });
+            }
+          }}
+        />
       ) : null}
       <div
         className="desktop-screen"
@@ -340,5 +368,104 @@ export function DesktopViewPage() {
         </div>
       ) : null}
     </div>
+  );
+}
+
+/** The clipboard (type or paste for the desktop; what it copied) and files both ways. */
+function TransferPanel(props: {
+  policy: ClientPolicy | undefined;
+  clipboard: string;
+  setClipboard: (text: string) => void;
+  copied: string;
+  refusal: string;
+  transfers: Transfer[];
+  send: () => void;
+  upload: (files: File[]) => void;
+}) {
+  const notes = policyNotes(props.policy);
+  const [dragging, setDragging] = useState(false);
+  return (
+    <section className="desktop-transfers" aria-label="Clipboard and files" data-testid="transfer-panel">
+      <form
+        className="desktop-clipboard"
+        onSubmit={(event) => {
+          event.preventDefault();
+          props.send();
+        }}
+      >
+        <label>
+          Clipboard for the desktop (type or paste here)
+          <textarea
+            value={props.clipboard}
+            onChange={(event) => props.setClipboard(event.target.value)}
+            rows={3}
+            disabled={Boolean(notes.paste)}
+          />
+        </label>
+        <button type="submit" className="secondary" disabled={Boolean(notes.paste)}>
+          Send to the desktop
+        </button>
+      </form>
+      {notes.paste ? <p className="transfer-note" role="note">{notes.paste}</p> : null}
+      {props.refusal ? <p className="transfer-refused" role="alert">{props.refusal}</p> : null}
+      {notes.copy ? (
+        <p className="transfer-note" role="note" data-testid="copy-off">{notes.copy}</p>
+      ) : (
+        <label className="desktop-copied">
+          Copied on the desktop
+          <output data-testid="desktop-copied">{props.copied || "Nothing yet."}</output>
+        </label>
+      )}
+      {notes.upload ? (
+        <p className="transfer-note" role="note">{notes.upload}</p>
+      ) : (
+        <label
+          className={`drop-zone${dragging ? " dragging" : ""}`}
+          onDragOver={(event) => {
+            event.preventDefault();
+            setDragging(true);
+          }}
+          onDragLeave={() => setDragging(false)}
+          onDrop={(event) => {
+            event.preventDefault();
+            setDragging(false);
+            props.upload([...event.dataTransfer.files]);
+          }}
+        >
+          Send files to the desktop: choose them or drop them here
+          <input
+            type="file"
+            multiple
+            onChange={(event) => {
+              props.upload([...(event.target.files ?? [])]);
+              event.target.value = "";
+            }}
+          />
+        </label>
+      )}
+      {notes.download ? <p className="transfer-note" role="note">{notes.download}</p> : null}
+      {props.transfers.length ? (
+        <ul className="transfer-list" aria-label="Transfers">
+          {props.transfers.map((transfer) => (
+            <li key={transfer.id} data-state={transfer.state} data-direction={transfer.direction}>
+              <span>{transfer.direction === "upload" ? "To the desktop" : "From the desktop"}: </span>
+              {transfer.url ? (
+                <a href={transfer.url} download={transfer.name}>
+                  {transfer.name}
+                </a>
+              ) : (
+                <strong>{transfer.name}</strong>
+              )}{" "}
+              <progress value={progressOf(transfer) ?? undefined} max={1} aria-label={`Progress of ${transfer.name}`} />{" "}
+              <small>
+                {formatBytes(transfer.done)}
+                {transfer.state === "finished" ? " — done" : ""}
+              </small>
+              {transfer.message ? <p className="transfer-refused" role="alert">{transfer.message}</p> : null}
+            </li>
+          ))}
+        </ul>
+      ) : null}
+    </section>
   );
 }

@@ -59,6 +59,16 @@ class ConnectionSchema(Schema):
             )
         },
     )
+    client = fields.Nested(
+        ClientPolicySchema,
+        metadata={
+            "description": (
+                "What may cross between this desktop and the browser (the pool's client "
+                "policy narrowed to what the desktop's protocol offers), so the console says "
+                "what is turned off before the user tries (absent for a read-only view)."
+            )
+        },
+    )
 
 
 class MyDesktopRefSchema(Schema):

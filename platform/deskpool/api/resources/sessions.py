@@ -83,6 +83,7 @@ def connection_view(connection: DesktopConnection) -> dict[str, Any]:
             "protocol": connection.protocol,
             "expires_at": connection.expires_at,
             "recorded": connection.recorded,
+            **({"client": connection.client.as_json()} if connection.client is not None else {}),
         },
     }
 
