@@ -143,7 +143,7 @@ UNSTATABLE: dict[tuple[str, str], tuple[frozenset[str], frozenset[str]]] = {
     # Sizes compared with each other; the pattern rendered for the pool's size and OS; a domain
     # join for Windows pools only, its password required on create (the input schema is
     # shared with PATCH, where a left-out password keeps the stored one); the cluster and its
-    # templates, nodes and storages.
+    # templates, nodes and storages; the watermark's template parsed (its fields, its braces).
     ("POST", "/api/v1/pools"): (
         frozenset(
             {
@@ -155,6 +155,7 @@ UNSTATABLE: dict[tuple[str, str], tuple[frozenset[str], frozenset[str]]] = {
                 "/cluster_id",
                 "/template",
                 "/schedule_id",
+                "/session_policy/client/watermark/text",
             }
         ),
         frozenset(),
@@ -170,6 +171,7 @@ UNSTATABLE: dict[tuple[str, str], tuple[frozenset[str], frozenset[str]]] = {
                 "/cluster_id",
                 "/template",
                 "/schedule_id",
+                "/session_policy/client/watermark/text",
             }
         ),
         frozenset(),
