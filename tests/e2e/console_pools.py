@@ -2,14 +2,15 @@
 
 :func:`entitled_pool` makes both through the API of a :class:`~tests.e2e.console_instance.
 Instance`; :func:`always_night` a schedule that powers idle desktops off all week;
-:func:`pool_desktops` lists a pool's desktops; :func:`chromium` starts the browser.
+:func:`pool_desktops` lists a pool's desktops; :func:`chromium` starts the browser and
+:func:`signed_in_page` opens a page signed in.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tests.e2e.console_instance import CHROMIUM, USER, Instance, api_call
+from tests.e2e.console_instance import CHROMIUM, USER, Instance, api_call, sign_in
 
 #: The days of a phase that holds every day.
 EVERY_DAY = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
@@ -100,3 +101,15 @@ async def chromium(playwright: Any) -> Any:
     return await playwright.chromium.launch(
         executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
     )
+
+
+async def signed_in_page(
+    instance: Instance, browser: Any, who: tuple[str, str], path: str = ""
+) -> Any:
+    """A page of a new browser context (1280 by 900), ``who`` signed in, opened at ``path``."""
+    context = await browser.new_context(viewport={"width": 1280, "height": 900})
+    page = await context.new_page()
+    await sign_in(instance, page, who)
+    if path:
+        await page.goto(f"{instance.console}{path}")
+    return page

@@ -14,8 +14,14 @@ from __future__ import annotations
 
 import time
 
-from tests.e2e.console_instance import ADMIN, TIMEOUT, Instance, api_call, sign_in, visit
-from tests.e2e.console_pools import always_night, chromium, entitled_pool, pool_desktops
+from tests.e2e.console_instance import ADMIN, TIMEOUT, Instance, api_call, visit
+from tests.e2e.console_pools import (
+    always_night,
+    chromium,
+    entitled_pool,
+    pool_desktops,
+    signed_in_page,
+)
 
 from deskpool.testing.processes import until
 
@@ -39,11 +45,7 @@ async def test_the_pool_pages_table_agrees_with_its_counters_after_a_schedule_ch
     async with async_playwright() as playwright:
         browser = await chromium(playwright)
         try:
-            page = await (
-                await browser.new_context(viewport={"width": 1280, "height": 900})
-            ).new_page()
-            await sign_in(instance, page, ADMIN)
-            await page.goto(f"{instance.console}/pools/{pool['id']}")
+            page = await signed_in_page(instance, browser, ADMIN, f"/pools/{pool['id']}")
             await expect(page.get_by_test_id("count-ready")).to_have_text("3", timeout=TIMEOUT)
             rows = page.get_by_role("row").filter(has_text="tabl-")
             await expect(rows.filter(has_text="ready")).to_have_count(3)

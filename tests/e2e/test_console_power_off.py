@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import time
 
-from tests.e2e.console_instance import ADMIN, TIMEOUT, USER, Instance, api_call, sign_in, visit
-from tests.e2e.console_pools import chromium, entitled_pool, pool_desktops
+from tests.e2e.console_instance import ADMIN, TIMEOUT, USER, Instance, api_call, visit
+from tests.e2e.console_pools import chromium, entitled_pool, pool_desktops, signed_in_page
 
 from deskpool.testing.processes import until
 
@@ -42,11 +42,7 @@ async def test_an_administrators_power_off_strands_neither_the_user_nor_the_coun
     async with async_playwright() as playwright:
         browser = await chromium(playwright)
         try:
-            admin = await (
-                await browser.new_context(viewport={"width": 1280, "height": 900})
-            ).new_page()
-            await sign_in(instance, admin, ADMIN)
-            await admin.goto(f"{instance.console}/pools/{pool['id']}")
+            admin = await signed_in_page(instance, browser, ADMIN, f"/pools/{pool['id']}")
             await expect(admin.get_by_test_id("count-in_use")).to_have_text("1", timeout=TIMEOUT)
             row = admin.get_by_role("row").filter(has_text=held["name"])
             await expect(row).to_contain_text("in use")
@@ -67,10 +63,7 @@ async def test_an_administrators_power_off_strands_neither_the_user_nor_the_coun
             assert "desktop.logoff" in {event["action"] for event in audit["items"]}, audit
 
             # The user's Open gives him a desktop, and he is connected to it.
-            user = await (
-                await browser.new_context(viewport={"width": 1280, "height": 900})
-            ).new_page()
-            await sign_in(instance, user, USER)
+            user = await signed_in_page(instance, browser, USER)
             await user.wait_for_url("**/my")
             card = user.get_by_role("article").filter(has_text=pool["name"])
             await expect(card).to_contain_text("A desktop is ready for you.", timeout=TIMEOUT)

@@ -16,8 +16,14 @@ saved as a screenshot and checked with axe-core.
 
 from __future__ import annotations
 
-from tests.e2e.console_instance import ADMIN, TIMEOUT, Instance, sign_in, visit
-from tests.e2e.console_pools import always_night, chromium, entitled_pool, pool_desktops
+from tests.e2e.console_instance import ADMIN, TIMEOUT, Instance, visit
+from tests.e2e.console_pools import (
+    always_night,
+    chromium,
+    entitled_pool,
+    pool_desktops,
+    signed_in_page,
+)
 
 from deskpool.testing.processes import until
 
@@ -51,11 +57,7 @@ async def test_a_rollout_under_an_off_peak_schedule_finishes_within_its_budget(
     async with async_playwright() as playwright:
         browser = await chromium(playwright)
         try:
-            page = await (
-                await browser.new_context(viewport={"width": 1280, "height": 900})
-            ).new_page()
-            await sign_in(instance, page, ADMIN)
-            await page.goto(f"{instance.console}/pools/{pool['id']}/rollouts")
+            page = await signed_in_page(instance, browser, ADMIN, f"/pools/{pool['id']}/rollouts")
             await page.get_by_role("button", name="Start a rollout").click()
             await page.get_by_label("New template").select_option("9001")  # ubuntu-24.04
             await page.get_by_role("button", name="Start the rollout").click()

@@ -10,6 +10,7 @@ import { SelectField } from "../components/Field";
 import { LogonPhases } from "../components/LogonPhases";
 import { PoolCapacity } from "../components/PoolCapacity";
 import { PoolRollout } from "../components/PoolRollout";
+import { SessionPolicySummary } from "../components/SessionPolicySummary";
 import { fieldErrorsOf, ProblemAlert } from "../components/Problem";
 import { when, words } from "../format";
 import { useSession } from "../session";
@@ -205,6 +206,7 @@ export function PoolDetailPage() {
       ) : null}
       <Counts pool={data} />
       <PoolRollout poolId={data.id} />
+      <SessionPolicySummary policy={data.session_policy} />
       <p className="meta">
         {words(data.kind)} · {data.os_type} · template {data.template} · {data.min_size}–{data.max_size}, {data.spare}{" "}
         spare · reconciled {when(data.reconciled_at)} · <Link to={`/pools/${data.id}/rollouts`}>Rollouts and image history</Link>

@@ -75,6 +75,14 @@ describe("the pool form", () => {
     expect(bodyOf(locked, withPolicy).session_policy?.client?.clipboard?.to_browser).toEqual({ mode: "off", max_bytes: 4096 });
   });
 
+  it("keeps a pool's recording, and sends keystrokes only with recording on", () => {
+    expect(bodyOf(draftOf()).session_policy?.recording).toEqual({ enabled: false, include_keys: false });
+    const recorded = { ...pool, session_policy: { ...pool.session_policy, recording: { enabled: true, include_keys: true } } } as Schemas["Pool"];
+    expect(bodyOf(draftOf(recorded), recorded).session_policy?.recording).toEqual({ enabled: true, include_keys: true });
+    const off = { ...draftOf(recorded), recording: false };
+    expect(bodyOf(off, recorded).session_policy?.recording).toEqual({ enabled: false, include_keys: false });
+  });
+
   it("removes the domain join of a pool when the domain is emptied", () => {
     const body = bodyOf({ ...draftOf(pool), domain: "" }, pool);
     expect(body.domain_join).toBeNull();

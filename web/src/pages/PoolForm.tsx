@@ -43,6 +43,9 @@ export interface PoolDraft {
   logoff_delay: string;
   idle_timeout: string;
   max_session_duration: string;
+  /** Session recording (docs/operators/recordings.md): on, and with the user's keystrokes. */
+  recording: boolean;
+  include_keys: boolean;
   /** The client policy (clipboard, files, sound, printing, watermark). */
   client: ClientDraft;
 }
@@ -74,6 +77,8 @@ export function draftOf(pool?: Pool, clusterId = "", template = ""): PoolDraft {
     max_session_duration: pool?.session_policy.max_session_duration
       ? String(pool.session_policy.max_session_duration)
       : "",
+    recording: pool?.session_policy.recording?.enabled ?? false,
+    include_keys: pool?.session_policy.recording?.include_keys ?? false,
     client: clientDraftOf(pool?.session_policy.client),
   };
 }
@@ -109,6 +114,7 @@ export function bodyOf(draft: PoolDraft, pool?: Pool): PoolCreate {
       logoff_delay: Number(draft.logoff_delay || 0),
       idle_timeout: seconds(draft.idle_timeout),
       max_session_duration: seconds(draft.max_session_duration),
+      recording: { enabled: draft.recording, include_keys: draft.recording && draft.include_keys },
       client: clientBodyOf(draft.client),
     },
   };
@@ -338,6 +344,32 @@ export function PoolForm({
           <TextField label="Idle timeout (seconds)" type="number" min={1} value={draft.idle_timeout} onChange={set("idle_timeout")} error={errors["session_policy.idle_timeout"]} hint="Empty: none." />
           <TextField label="Longest session (seconds)" type="number" min={1} value={draft.max_session_duration} onChange={set("max_session_duration")} error={errors["session_policy.max_session_duration"]} hint="Empty: none." />
         </div>
+        <fieldset>
+          <legend>Recording</legend>
+          <label>
+            <input
+              type="checkbox"
+              checked={draft.recording}
+              onChange={(event) => setDraft((current) => ({ ...current, recording: event.target.checked }))}
+              aria-describedby="recording-hint"
+            />{" "}
+            Record sessions
+          </label>
+          <label>
+            <input
+              type="checkbox"
+              checked={draft.recording && draft.include_keys}
+              disabled={!draft.recording}
+              onChange={(event) => setDraft((current) => ({ ...current, include_keys: event.target.checked }))}
+            />{" "}
+            Record keystrokes too
+          </label>
+          <small id="recording-hint">
+            Sessions opened from then on are recorded; their users are told before the desktop appears. Keystrokes include
+            passwords typed into the desktop: leave them out unless a policy requires them.
+          </small>
+          {errors["session_policy.recording"] ? <small className="field-error">{errors["session_policy.recording"]}</small> : null}
+        </fieldset>
         <ClientPolicyFields draft={draft.client} onChange={(client) => setDraft((current) => ({ ...current, client }))} errors={errors} />
       </details>
       <details>
