@@ -27,7 +27,7 @@ import asyncpg
 
 from deskpool.db.rows import Db
 from deskpool.errors import error_text
-from deskpool.events import AuditEvent, event_type, subscription_keys, webhook_payload
+from deskpool.events import AuditEvent, event_type, subscription_keys
 
 log = logging.getLogger(__name__)
 
@@ -52,31 +52,56 @@ _PARTITION_NAME = re.compile(r"^audit_events_p(\d{4})(\d{2})$")
 # --------------------------------------------------------------------------- recording
 
 
+def outbox_insert(event_cte: str, *, type_sql: str, keys_sql: str, timestamp_sql: str) -> str:
+    """SQL writing the webhook outbox rows of the events a CTE inserted (``RETURNING *``).
+
+    One pending delivery for each enabled subscription whose filters overlap the event's keys
+    (:func:`deskpool.events.subscription_keys`), its body the event as
+    :func:`deskpool.events.webhook_payload` makes it. Every statement that inserts audit events
+    writes their outbox rows with it, in the same statement.
+
+    :param event_cte: the CTE that inserted the events.
+    :param type_sql: SQL of the events' type (:func:`deskpool.events.event_type`).
+    :param keys_sql: SQL of their keys, a ``text[]``.
+    :param timestamp_sql: SQL of their time as ISO 8601 text (``datetime.isoformat``).
+    """
+    return f"""
+        INSERT INTO webhook_deliveries (subscription_id, message_id, event_type,
+                                        audit_event_id, occurred_at, payload)
+        SELECT subscription.id, 'msg_' || e.id, {type_sql}, e.id, e.occurred_at,
+               jsonb_build_object(
+                   'type', {type_sql},
+                   'timestamp', {timestamp_sql},
+                   'data', jsonb_build_object(
+                       'id', e.id, 'occurred_at', {timestamp_sql}, 'actor', e.actor,
+                       'action', e.action, 'resource_type', e.resource_type,
+                       'resource_id', e.resource_id, 'outcome', e.outcome,
+                       'request_id', e.request_id, 'source_address', e.source_address,
+                       'details', e.details))
+          FROM {event_cte} AS e
+          JOIN webhook_subscriptions AS subscription
+            ON subscription.enabled AND subscription.event_types && {keys_sql}"""
+
+
 async def record_audit_event(connection: asyncpg.Connection, event: AuditEvent) -> int:
     """Insert ``event`` on ``connection`` (inside the caller's transaction, if one is open).
 
-    In the same statement, the event is written to the webhook outbox: one pending delivery
-    for each enabled subscription whose filters select it (:func:`deskpool.events
-    .subscription_keys`), so a subscriber gets an event exactly when its change was committed.
+    In the same statement, the event is written to the webhook outbox (:func:`outbox_insert`),
+    so a subscriber gets an event exactly when its change was committed.
 
     :returns: the event's id.
     """
+    outbox = outbox_insert(
+        "event", type_sql="$10::text", keys_sql="$11::text[]", timestamp_sql="$12::text"
+    )
     event_id: int = await connection.fetchval(
         f"""
         WITH event AS (
             INSERT INTO {AUDIT_TABLE} (occurred_at, actor, action, resource_type, resource_id,
                                       outcome, request_id, source_address, details)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::jsonb)
-            RETURNING id, occurred_at
-        ), outbox AS (
-            INSERT INTO webhook_deliveries (subscription_id, message_id, event_type,
-                                            audit_event_id, occurred_at, payload)
-            SELECT subscription.id, 'msg_' || event.id, $10, event.id, event.occurred_at,
-                   jsonb_set($11::jsonb, '{{data,id}}', to_jsonb(event.id))
-              FROM event
-              JOIN webhook_subscriptions AS subscription
-                ON subscription.enabled AND subscription.event_types && $12::text[]
-        )
+            RETURNING *
+        ), outbox AS ({outbox})
         SELECT id FROM event
         """,
         event.occurred_at,
@@ -89,8 +114,8 @@ async def record_audit_event(connection: asyncpg.Connection, event: AuditEvent) 
         event.source_address,
         json.dumps(event.details, default=str),
         event_type(event.action, event.outcome),
-        json.dumps(webhook_payload(0, event), default=str),
         subscription_keys(event.action, event.outcome),
+        event.occurred_at.isoformat(),
     )
     return event_id
 

@@ -6,7 +6,8 @@ roles are read. :func:`sign_in_user` does all of it in one statement, so a cold 
 one database round trip and one commit, not a transaction of five statements: the reads share
 the statement's snapshot and see the database as it is (nothing comes from a cache), and the
 first sign-in's ``user.create`` audit event is inserted by the same statement, so the user
-and its event commit together. A bootstrap admin's first sign-in, which also grants a role,
+and its event commit together (with the event's webhook outbox rows,
+:func:`deskpool.audit.outbox_insert`). A bootstrap admin's first sign-in, which also grants a role,
 is not done here (see :mod:`deskpool.identity.sign_in`).
 """
 
@@ -18,8 +19,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from deskpool.audit import AUDIT_TABLE
-from deskpool.events import AuditEvent
+from deskpool.audit import AUDIT_TABLE, outbox_insert
+from deskpool.events import AuditEvent, event_type, subscription_keys
 from deskpool.identity.store import UPSERT_USER_CTES, UserFields, UserRow, user_row
 from deskpool.identity.store_roles import roles_with
 from deskpool.permissions import Grant, Role
@@ -35,14 +36,26 @@ audited AS (
                                outcome, request_id, source_address, details)
     SELECT $9, u.id::text, $10, 'users', u.id::text, 'success', NULL, NULL, $11::jsonb
       FROM upserted u WHERE u.created
+    RETURNING *
 ),
+audited_outbox AS ({
+    outbox_insert(
+        "audited", type_sql="$12::text", keys_sql="$13::text[]", timestamp_sql="$14::text"
+    )
+}),
 settled_audited AS (
     INSERT INTO {AUDIT_TABLE} (occurred_at, actor, action, resource_type, resource_id,
                                outcome, request_id, source_address, details)
     SELECT $9, u.id::text, 'user.update', 'users', u.id::text, 'success', NULL, NULL,
            jsonb_build_object('kind', u.kind, 'reason', '{SETTLED_REASON}')
       FROM upserted u WHERE u.settled
+    RETURNING *
 ),
+settled_outbox AS ({
+    outbox_insert(
+        "settled_audited", type_sql="$15::text", keys_sql="$16::text[]", timestamp_sql="$14::text"
+    )
+}),
 user_groups AS (
     SELECT g.id, g.key, 'member' AS via FROM groups g
       JOIN group_members m ON m.group_id = g.id
@@ -104,6 +117,11 @@ async def sign_in_user(
         created_event.occurred_at,
         created_event.action,
         json.dumps(created_event.details, default=str),
+        event_type(created_event.action, created_event.outcome),
+        subscription_keys(created_event.action, created_event.outcome),
+        created_event.occurred_at.isoformat(),
+        event_type("user.update", "success"),
+        subscription_keys("user.update", "success"),
     )
     assert row is not None
     user = user_row(row)

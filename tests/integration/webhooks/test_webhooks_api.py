@@ -16,6 +16,8 @@ import pytest
 from tests.support.pools import Caller
 
 from deskpool.actor import Actor
+from deskpool.audit import event_of_row
+from deskpool.events import webhook_payload
 from deskpool.runtime import Runtime
 
 WEBHOOKS = "/api/v1/webhooks"
@@ -147,3 +149,35 @@ async def test_an_events_deliveries_are_written_in_its_transaction(
     assert first["message_id"] == f"msg_{first['audit_event_id']}"
     assert payload["data"]["action"] == "session.start"
     assert datetime.fromisoformat(payload["timestamp"]) <= datetime.now(UTC)
+
+
+async def test_a_first_sign_in_and_every_payload_match_what_a_replay_sends(
+    client: Any,
+    new_caller: NewCaller,
+    bearer: Callable[[str], dict[str, str]],
+    pools_runtime: Runtime,
+) -> None:
+    """A first sign-in's user.create is in the outbox; a body is what a replay would send.
+
+    The sign-in statement inserts its audit event itself (the end-to-end day found the event
+    missing from the outbox); every body written with an event equals the one a replay builds.
+    """
+    manager = await new_caller("webhooks:manage")
+    hook_id = (await send(client, "POST", WEBHOOKS, manager, 201, json=hook("users")))["id"]
+    response = await client.get("/api/v1/me", headers=bearer("a-brand-new-subject"))
+    assert response.status == 200, await response.text()
+    me = await response.json()
+    async with pools_runtime.db.acquire() as connection:
+        rows = await connection.fetch(
+            """SELECT d.event_type, d.payload, a.* FROM webhook_deliveries d
+                 JOIN audit_events a ON a.id = d.audit_event_id
+                WHERE d.subscription_id = $1::uuid ORDER BY d.id""",
+            hook_id,
+        )
+    created = [row for row in rows if row["action"] == "user.create"]
+    assert [row["resource_id"] for row in created] == [me["id"]]
+    assert created[0]["event_type"] == "audit.user.create"
+    for row in rows:
+        assert json.loads(row["payload"]) == json.loads(
+            json.dumps(webhook_payload(row["id"], event_of_row(row)), default=str)
+        )
