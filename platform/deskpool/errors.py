@@ -248,6 +248,26 @@ class DependencyUnavailable(ServiceUnavailable):
     title = "A dependency is unavailable"
 
 
+class CommitOutcomeUnknown(ServiceUnavailable):
+    """The connection to PostgreSQL was lost while a change was being committed.
+
+    The change may or may not have been applied. Sent again with the same ``Idempotency-Key``,
+    the request is answered what the committed change answered, or runs again if it was not
+    committed: it is never applied twice.
+    """
+
+    code = "commit_outcome_unknown"
+    title = "The outcome of the change is unknown"
+
+
+class IdempotencyKeyReused(DeskpoolError):
+    """An ``Idempotency-Key`` the caller used for another request (another body or target)."""
+
+    status = 422
+    code = "idempotency_key_reused"
+    title = "Idempotency key reused"
+
+
 class AuthNotConfigured(ServiceUnavailable):
     """Protected routes answer this while the OIDC issuer or audience is unset (SPEC §5.1.4)."""
 

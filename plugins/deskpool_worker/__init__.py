@@ -6,7 +6,8 @@ The component combines a :class:`~deskpool_worker.runner.JobRunner` (at most
 the job kinds and periodic tasks that plugins register (``deskpool_register_job_kinds``,
 ``deskpool_register_periodic_tasks``) and registers the platform's own: the desktop jobs and
 ``pool.reconcile`` (:mod:`deskpool_worker.pools`), and the periodic tasks of pool
-reconciliation, audit partition maintenance, the pruning of finished jobs, and licensing (the
+reconciliation, audit partition maintenance, the pruning of finished jobs and of expired
+idempotency keys, and licensing (the
 expiry watermark and activation reports, :mod:`deskpool.licensing.tasks`).
 
 On stop (SIGTERM) it stops claiming, gives in-flight jobs and runs ``WORKER_SHUTDOWN_TIMEOUT``
@@ -29,6 +30,7 @@ from datetime import timedelta
 
 from deskpool.audit import maintain_audit_partitions
 from deskpool.config import SettingRegistry, parse_duration, parse_int
+from deskpool.idempotency import store as idempotency_store
 from deskpool.identity import access
 from deskpool.jobs import queue
 from deskpool.jobs.metrics import JobMetrics
@@ -200,6 +202,13 @@ async def prune_finished_jobs(context: PeriodicContext) -> None:
         log.info("pruned %d finished job(s)", pruned)
 
 
+async def purge_idempotency_keys(context: PeriodicContext) -> None:
+    """Delete the idempotency keys (and their stored responses) older than 24 hours."""
+    purged = await idempotency_store.purge_expired(context.runtime.db)
+    if purged:
+        log.info("purged %d expired idempotency key(s)", purged)
+
+
 @hookimpl
 def deskpool_register_components(registry: Registry[ComponentFactory]) -> None:
     """Register the ``worker`` component."""
@@ -302,6 +311,14 @@ def deskpool_register_periodic_tasks(registry: Registry[PeriodicTask]) -> None:
             recordings.retention_task,
             every="RECORDINGS_MAINTENANCE_INTERVAL",
             description="Delete session recordings older than RECORDINGS_RETENTION_DAYS.",
+        ),
+    )
+    registry.add(
+        "idempotency_purge",
+        PeriodicTask(
+            purge_idempotency_keys,
+            every=JOB_PRUNE_INTERVAL,
+            description="Delete idempotency keys and their responses after 24 hours.",
         ),
     )
     registry.add(

@@ -76,7 +76,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "host",
         ),
     ),
-    ("shared records", ("audit", "audit_query", "live")),
+    ("shared records", ("audit", "audit_query", "live", "idempotency")),
     ("actor", ("actor",)),
     ("event export", ("webhooks", "syslog_export")),
     ("jobs", ("jobs",)),

@@ -32,6 +32,7 @@ from deskpool.api import docs, openapi, resources
 from deskpool.api.client_address import TRUSTED_PROXIES_KEY, TrustedProxies
 from deskpool.api.context import Call
 from deskpool.api.cors import CorsPolicy, cors_middleware, cors_on_prepare
+from deskpool.api.idempotency import UNPUBLISHED, idempotent, key_of
 from deskpool.api.inputs import input_guard_middleware
 from deskpool.api.openapi import OPENAPI_DOCUMENT_KEY
 from deskpool.api.pagination import (
@@ -263,23 +264,37 @@ def operation_handler(operation: Operation) -> Handler:
             call.query["cursor"] = seal.open(binding, cursor) if cursor else None
         if body_schema is not None:
             call.body = await parse_body(request, body_schema, parser)
-        result = await run_handler(operation, call)
-        if seal is not None:
-            result = seal_next(result, seal, binding)
-        if isinstance(result, web.StreamResponse):
-            return result
-        reply = result if isinstance(result, Reply) else Reply(result, operation.success_status)
-        if reply.status == 204:
-            if request.method != "GET":
-                await events.publish_api_change(call, None)
-            return web.Response(status=204, headers=reply.headers)
-        dumper = dumpers.get(reply.status)
-        data = (
-            dumper.dump(reply.data) if dumper is not None and reply.data is not None else reply.data
-        )
-        if request.method != "GET" and reply.status < 400:
-            await events.publish_api_change(call, data)
-        return web.json_response(data, status=reply.status, headers=reply.headers)
+        key = key_of(call)
+
+        async def respond() -> tuple[web.StreamResponse, Any]:
+            """The operation's response, and what to publish of it (``UNPUBLISHED``: nothing)."""
+            result = await run_handler(operation, call)
+            if seal is not None:
+                result = seal_next(result, seal, binding)
+            if isinstance(result, web.StreamResponse):
+                return result, UNPUBLISHED
+            reply = result if isinstance(result, Reply) else Reply(result, operation.success_status)
+            changed = request.method != "GET" and reply.status < 400
+            if reply.status == 204:
+                return web.Response(status=204, headers=reply.headers), (
+                    None if changed else UNPUBLISHED
+                )
+            dumper = dumpers.get(reply.status)
+            data = (
+                dumper.dump(reply.data)
+                if dumper is not None and reply.data is not None
+                else reply.data
+            )
+            response = web.json_response(data, status=reply.status, headers=reply.headers)
+            return response, data if changed else UNPUBLISHED
+
+        if key is None:
+            response, published = await respond()
+        else:
+            response, published = await idempotent(call, key, respond)
+        if published is not UNPUBLISHED:
+            await events.publish_api_change(call, published)
+        return response
 
     handle.__name__ = operation.operation_id
     return handle

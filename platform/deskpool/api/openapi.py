@@ -34,6 +34,7 @@ from deskpool.api.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.routes import Authentication, Operation, ResponseSpec, RouteTable
 from deskpool.errors import ServiceUnavailable
+from deskpool.idempotency.model import WRITE_METHODS
 
 _PATH_PARAM = re.compile(r"{([^}:]+)(?::[^}]*)?}")
 
@@ -114,8 +115,28 @@ _STANDARD_PROBLEMS: dict[int, tuple[str, str]] = {
         "Authentication is not configured, or a dependency (the database, the key-value store) "
         "was lost or did not answer in time (`dependency_unavailable`, the detail naming it), or "
         "the database ended the request's transaction for contention each time it was tried "
-        "(`contention`); both with Retry-After: send it again.",
+        "(`contention`); both with Retry-After: send it again. A change sent with an "
+        "Idempotency-Key whose commit was interrupted is `commit_outcome_unknown` (it may have "
+        "been applied): send it again with the same key.",
     ),
+}
+
+#: The ``Idempotency-Key`` header of a write (docs/api.md, "Retrying a change").
+_IDEMPOTENCY_KEY: dict[str, Any] = {
+    "in": "header",
+    "name": "Idempotency-Key",
+    "required": False,
+    "description": (
+        "A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that "
+        "makes the change safe to send again: the change, its response and the key are "
+        "committed together, and the same request sent again with the same key within 24 hours "
+        "is answered the stored response (with `Idempotent-Replayed: true`) instead of being "
+        "applied twice. The same key with another body or target is 422 "
+        "`idempotency_key_reused`. Send it again this way after a 503 "
+        "`commit_outcome_unknown` (the connection to the database was lost while the change "
+        "was committed) or when the answer was lost."
+    ),
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"},
 }
 
 #: Response headers, written once under ``components/headers``.
@@ -281,6 +302,8 @@ def _operation(operation: Operation, schemes: list[str]) -> dict[str, Any]:
     ]
     if operation.query is not None:
         parameters.append({"in": "query", "schema": operation.query})
+    if operation.method.upper() in WRITE_METHODS and not operation.public:
+        parameters.append(_IDEMPOTENCY_KEY)
     responses: dict[str, Any] = {
         str(status): _response(status, spec) for status, spec in sorted(operation.responses.items())
     }

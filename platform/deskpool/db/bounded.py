@@ -23,6 +23,7 @@ of the same server.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -67,6 +68,56 @@ def statement_bound(seconds: float) -> Iterator[None]:
         yield
     finally:
         _STATEMENT_BOUND.reset(token)
+
+
+#: The connection every acquire of one task is handed (see :func:`shared_connection`): the
+#: task and the connection.
+_SHARED: ContextVar[tuple[asyncio.Task[Any] | None, Any] | None] = ContextVar(
+    "deskpool_shared_connection", default=None
+)
+
+
+@contextlib.contextmanager
+def shared_connection(connection: Any) -> Iterator[None]:
+    """Hand ``connection`` to every acquire of a :class:`BoundedPool` by the task under way.
+
+    So that all the work of a request runs in one transaction the caller opened on
+    ``connection`` (an idempotent write: its changes, its key and its response commit
+    together): the services' own transactions become savepoints of it, and their releases do
+    not give the connection back. Tasks the work starts get connections of their own.
+    """
+    token = _SHARED.set((asyncio.current_task(), connection))
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
+def _shared() -> Any | None:
+    """The connection shared with the task under way, if any."""
+    shared = _SHARED.get()
+    if shared is not None and shared[0] is asyncio.current_task():
+        return shared[1]
+    return None
+
+
+class SharedAcquire:
+    """What :meth:`BoundedPool.acquire` returns in a task given a shared connection."""
+
+    def __init__(self, connection: Any) -> None:
+        self.connection = connection
+
+    async def __aenter__(self) -> Any:
+        return self.connection
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._acquired().__await__()
+
+    async def _acquired(self) -> Any:
+        return self.connection
 
 
 class BoundedConnection(asyncpg.Connection):  # type: ignore[misc]
@@ -167,14 +218,24 @@ class BoundedPool(asyncpg.Pool):  # type: ignore[misc]
         """Whether an answer timed out less than :data:`PAUSE_AFTER_TIMEOUT` seconds ago."""
         return time.monotonic() < self._failed_until
 
-    def acquire(self, *, timeout: float | None = None) -> BoundedAcquire:
+    def acquire(self, *, timeout: float | None = None) -> BoundedAcquire | SharedAcquire:
         """A connection, waiting ``timeout`` (default ``acquire_timeout``) at most.
+
+        In a task given a shared connection (:func:`shared_connection`), that connection.
 
         :raises DatabaseNotAnswering: an answer timed out a moment ago (also when that
             happened while this call waited for a connection).
         """
+        shared = _shared()
+        if shared is not None:
+            return SharedAcquire(shared)
         bound = self.acquire_timeout if timeout is None else timeout
         return BoundedAcquire(self, super().acquire(timeout=bound))
+
+    async def release(self, connection: Any, *, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Give ``connection`` back, unless it is the task's shared connection."""
+        if connection is not _shared():
+            await super().release(connection, timeout=timeout)
 
 
 class BoundedAcquire:

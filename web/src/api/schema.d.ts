@@ -4157,7 +4157,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description Authentication is not configured, or a dependency (the database, the key-value store) was lost or did not answer in time (`dependency_unavailable`, the detail naming it), or the database ended the request's transaction for contention each time it was tried (`contention`); both with Retry-After: send it again. */
+        /** @description Authentication is not configured, or a dependency (the database, the key-value store) was lost or did not answer in time (`dependency_unavailable`, the detail naming it), or the database ended the request's transaction for contention each time it was tried (`contention`); both with Retry-After: send it again. A change sent with an Idempotency-Key whose commit was interrupted is `commit_outcome_unknown` (it may have been applied): send it again with the same key. */
         ServiceUnavailable: {
             headers: {
                 /** @description Seconds to wait before sending the request again (outages). */
@@ -4273,7 +4273,10 @@ export interface operations {
     createCluster: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -4343,7 +4346,10 @@ export interface operations {
     deleteCluster: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 cluster_id: string;
             };
@@ -4374,7 +4380,10 @@ export interface operations {
     updateCluster: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 cluster_id: string;
             };
@@ -4415,7 +4424,10 @@ export interface operations {
     checkCluster: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 cluster_id: string;
             };
@@ -4542,7 +4554,10 @@ export interface operations {
     deleteClusterOrphan: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 cluster_id: string;
                 vm_id: string;
@@ -4705,7 +4720,10 @@ export interface operations {
     runDesktopAction: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 desktop_id: string;
             };
@@ -4746,7 +4764,10 @@ export interface operations {
     assignDesktop: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 desktop_id: string;
             };
@@ -4787,7 +4808,10 @@ export interface operations {
     unassignDesktop: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 desktop_id: string;
             };
@@ -4922,7 +4946,10 @@ export interface operations {
     createGrantOperation: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -4968,7 +4995,10 @@ export interface operations {
     deleteGrant: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 grant_id: string;
             };
@@ -5042,7 +5072,10 @@ export interface operations {
     createGroup: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -5112,7 +5145,10 @@ export interface operations {
     deleteGroup: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 group_id: string;
             };
@@ -5151,7 +5187,10 @@ export interface operations {
     updateGroup: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 group_id: string;
             };
@@ -5230,7 +5269,10 @@ export interface operations {
     addGroupMember: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 group_id: string;
                 user_id: string;
@@ -5270,7 +5312,10 @@ export interface operations {
     removeGroupMember: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 group_id: string;
                 user_id: string;
@@ -5375,7 +5420,10 @@ export interface operations {
     logUserOff: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 user_id: string;
                 desktop_id: string;
@@ -5478,7 +5526,10 @@ export interface operations {
     cancelJob: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 id: string;
             };
@@ -5511,7 +5562,10 @@ export interface operations {
     retryJob: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 id: string;
             };
@@ -5573,7 +5627,10 @@ export interface operations {
     installLicense: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -5611,7 +5668,10 @@ export interface operations {
     removeLicense: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -5699,7 +5759,10 @@ export interface operations {
     connectMyDesktop: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 desktop_id: string;
             };
@@ -5755,7 +5818,10 @@ export interface operations {
     logOffMyDesktop: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 desktop_id: string;
             };
@@ -5817,7 +5883,10 @@ export interface operations {
     dismissMessage: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 message_id: string;
             };
@@ -5883,7 +5952,10 @@ export interface operations {
     openPoolDesktop: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 pool_id: string;
             };
@@ -6013,7 +6085,10 @@ export interface operations {
     sendMessage: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -6086,7 +6161,10 @@ export interface operations {
     createBinding: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -6132,7 +6210,10 @@ export interface operations {
     deleteBinding: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 binding_id: string;
             };
@@ -6239,7 +6320,10 @@ export interface operations {
     createPool: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -6309,7 +6393,10 @@ export interface operations {
     deletePool: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 pool_id: string;
             };
@@ -6340,7 +6427,10 @@ export interface operations {
     updatePool: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 pool_id: string;
             };
@@ -6457,7 +6547,10 @@ export interface operations {
     grantPoolEntitlement: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 pool_id: string;
             };
@@ -6511,7 +6604,10 @@ export interface operations {
     revokePoolEntitlement: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 pool_id: string;
                 subject_type: string;
@@ -6576,7 +6672,10 @@ export interface operations {
     reconcilePool: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 pool_id: string;
             };
@@ -6647,7 +6746,10 @@ export interface operations {
     startRollout: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 pool_id: string;
             };
@@ -6721,7 +6823,10 @@ export interface operations {
     cancelRollout: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 pool_id: string;
                 rollout_id: string;
@@ -6755,7 +6860,10 @@ export interface operations {
     pauseRollout: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 pool_id: string;
                 rollout_id: string;
@@ -6789,7 +6897,10 @@ export interface operations {
     resumeRollout: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 pool_id: string;
                 rollout_id: string;
@@ -7086,7 +7197,10 @@ export interface operations {
     createRole: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -7164,7 +7278,10 @@ export interface operations {
     deleteRole: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 role_key: string;
             };
@@ -7203,7 +7320,10 @@ export interface operations {
     updateRole: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 role_key: string;
             };
@@ -7260,7 +7380,10 @@ export interface operations {
     previewSchedule: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -7333,7 +7456,10 @@ export interface operations {
     createSchedule: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -7403,7 +7529,10 @@ export interface operations {
     replaceSchedule: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 schedule_id: string;
             };
@@ -7444,7 +7573,10 @@ export interface operations {
     deleteSchedule: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 schedule_id: string;
             };
@@ -7550,7 +7682,10 @@ export interface operations {
     disconnectSession: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 session_id: string;
             };
@@ -7583,7 +7718,10 @@ export interface operations {
     shadowSession: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 session_id: string;
             };
@@ -7757,7 +7895,10 @@ export interface operations {
     updateUser: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 user_id: string;
             };
@@ -7849,7 +7990,10 @@ export interface operations {
     createWebhook: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
@@ -7919,7 +8063,10 @@ export interface operations {
     replaceWebhook: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 webhook_id: string;
             };
@@ -7960,7 +8107,10 @@ export interface operations {
     deleteWebhook: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 webhook_id: string;
             };
@@ -8063,7 +8213,10 @@ export interface operations {
     redeliverWebhookEvent: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 webhook_id: string;
                 delivery_id: string;
@@ -8097,7 +8250,10 @@ export interface operations {
     replayWebhookEvents: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 webhook_id: string;
             };
@@ -8138,7 +8294,10 @@ export interface operations {
     renewWebhookSecret: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path: {
                 webhook_id: string;
             };
