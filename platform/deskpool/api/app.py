@@ -52,6 +52,7 @@ from deskpool.clusters import service as clusters_service
 from deskpool.identity import access
 from deskpool.live.bus import LiveHub
 from deskpool.live.slots import SharedStreamSlots
+from deskpool.outage_brokering import service as brokering
 from deskpool.outages import (
     CONTENTION_ATTEMPTS,
     DATABASE,
@@ -61,6 +62,7 @@ from deskpool.outages import (
 )
 from deskpool.revocation import service as revocation
 from deskpool.runtime import Runtime
+from deskpool.sessions import service as sessions_service
 
 if TYPE_CHECKING:
     from deskpool.plugins import PluginHost
@@ -335,6 +337,8 @@ def create_app(runtime: Runtime) -> web.Application:
     """
     # The identity services end what a change of access took away through revocation.
     access.install(revocation)
+    # A desktop handed out through the database leaves the outage snapshot before the commit.
+    sessions_service.install_withhold(brokering.withhold)
     config = runtime.config
     cors = CorsPolicy.from_setting(config["API_CORS_ALLOWED_ORIGINS"])
     app = web.Application(

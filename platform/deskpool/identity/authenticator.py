@@ -56,6 +56,11 @@ def invalidation_channel(config: Config) -> str:
     return f"{config['KVSTORE_KEY_PREFIX']}identity:changed"
 
 
+def generation_key(config: Config) -> str:
+    """The Redis counter every identity change increments (readers compare it)."""
+    return f"{config['KVSTORE_KEY_PREFIX']}identity:generation"
+
+
 #: The live event that marks an identity change in the event stream (never sent to clients).
 IDENTITY_CHANGED_EVENT = "identity.changed"
 
@@ -65,9 +70,11 @@ async def identity_changed(runtime: Runtime) -> None:
 
     Every process drops its cached principals; the live event stream also gets a marker
     (:data:`IDENTITY_CHANGED_EVENT`), so each open stream reads its subscriber's permissions
-    again before any event published after the change.
+    again before any event published after the change; and :func:`generation_key` grows (the
+    outage snapshot reads every principal again when it did).
     """
     try:
+        await runtime.kv.incr(generation_key(runtime.config))
         await runtime.kv.publish(invalidation_channel(runtime.config), b"1")
     except RedisError:
         log.warning(

@@ -164,6 +164,15 @@ async def take_token(kv: redis.Redis, keys: Keys, key: bytes) -> dict[str, Any] 
     return record
 
 
+async def withhold(kv: redis.Redis, keys: Keys, desktop_id: uuid.UUID, pool_id: uuid.UUID) -> None:
+    """Take a desktop out of its pool's ready desktops, for a refresh that read before too."""
+    until = int(datetime.now(UTC).timestamp() * 1000) + TAKEN_FOR_MS
+    async with kv.pipeline(transaction=True) as pipe:
+        pipe.hset(keys.taken, str(desktop_id), until)
+        pipe.srem(keys.ready(pool_id), str(desktop_id))
+        await pipe.execute()
+
+
 async def note_handed_out(
     kv: redis.Redis, keys: Keys, *, desktop_id: uuid.UUID, pool_id: uuid.UUID, user_id: str
 ) -> None:

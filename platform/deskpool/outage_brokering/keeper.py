@@ -16,8 +16,9 @@ import time
 
 from redis.exceptions import RedisError
 
+from deskpool.identity.authenticator import generation_key
 from deskpool.outage_brokering.replay import journal_pending, replay_journal
-from deskpool.outage_brokering.snapshot import keys_of, refresh_snapshot, stale
+from deskpool.outage_brokering.snapshot import is_fresh, keys_of, refresh_snapshot, stale
 from deskpool.outages import outage_of
 from deskpool.runtime import Runtime
 
@@ -25,27 +26,46 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two looks at the journal and the snapshot's freshness.
 TURN = 0.5
+#: Seconds between two reads of every remembered principal (between them, a refresh reads
+#: again only those a change took access from).
+EVERY_PRINCIPAL = 60.0
 
 
-async def keep_once(runtime: Runtime, *, refresh: bool) -> bool:
+async def keep_once(runtime: Runtime, *, refresh: bool, every_principal: bool = True) -> bool:
     """One turn: replay what waits, then refresh when asked or stale; whether it refreshed."""
     if await journal_pending(runtime):
         await replay_journal(runtime)
         if await journal_pending(runtime):
             return False
-    if not refresh and not await stale(runtime.kv, keys_of(runtime)):
+    kv, keys = runtime.kv, keys_of(runtime)
+    if not refresh and not await stale(kv, keys):
         return False
-    return await refresh_snapshot(runtime)
+    # A change that may concern anyone: every principal is read again.
+    everyone = every_principal or not await is_fresh(kv, keys)
+    return await refresh_snapshot(runtime, every_principal=everyone)
 
 
 async def keep_snapshot(runtime: Runtime, interval: float) -> None:
-    """Keep the snapshot for as long as the task runs (see the module's description)."""
-    last = 0.0
+    """Keep the snapshot for as long as the task runs (see the module's description).
+
+    Every principal is read again once every :data:`EVERY_PRINCIPAL` seconds, and at once
+    after an identity change (a membership, a grant, a role, a binding: the identity
+    generation grew).
+    """
+    last = every = 0.0
+    seen: bytes | str | None = None
     failing: str | None = None
+    key = generation_key(runtime.config)
     while True:
         try:
-            if await keep_once(runtime, refresh=time.monotonic() - last >= interval):
-                last = time.monotonic()
+            now = time.monotonic()
+            generation = await runtime.kv.get(key)
+            full = now - every >= EVERY_PRINCIPAL or generation != seen
+            due = now - last >= interval or generation != seen
+            if await keep_once(runtime, refresh=due, every_principal=full):
+                last = now
+                if full:
+                    every, seen = now, generation
             failing = None
         except asyncio.CancelledError:
             raise

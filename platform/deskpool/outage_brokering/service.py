@@ -37,6 +37,7 @@ from deskpool.outage_brokering import claims
 from deskpool.outage_brokering.model import ActKind, SnapshotDesktop, SnapshotPool, text_of
 from deskpool.outage_brokering.snapshot import SnapshotStale, keys_of, open_target
 from deskpool.outages import DATABASE, outage_of
+from deskpool.pools.model import Desktop
 from deskpool.runtime import Runtime
 from deskpool.sessions import service as sessions
 from deskpool.sessions.model import new_token, target_to_json, token_key
@@ -79,6 +80,20 @@ async def _note(runtime: Runtime, opened: Opened, user_id: str) -> None:
         )
     except (RedisError, OSError) as error:
         log.warning("could not note a desktop handed out in Redis: %s", type(error).__name__)
+
+
+async def withhold(runtime: Runtime, desktop: Desktop) -> None:
+    """A free desktop about to be handed out through the database leaves the ready ones.
+
+    Called in the allocating transaction (:func:`deskpool.sessions.service.install_withhold`),
+    so that no outage that begins before the snapshot hears of the allocation hands the
+    desktop out again; when the transaction rolls back, the next refresh puts it back (after
+    :data:`~deskpool.outage_brokering.model.TAKEN_FOR_MS`).
+    """
+    try:
+        await claims.withhold(runtime.kv, keys_of(runtime), desktop.id, desktop.pool_id)
+    except (RedisError, OSError) as error:
+        log.warning("could not withhold a desktop in Redis: %s", type(error).__name__)
 
 
 async def open_pool_desktop(

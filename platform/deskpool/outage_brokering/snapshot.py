@@ -175,9 +175,19 @@ async def principal_of(runtime: Runtime, user_id: uuid.UUID) -> Principal | None
 # ------------------------------------------------------------------------------ refresh
 
 
-async def _principals_now(runtime: Runtime, keys: Keys) -> tuple[dict[str, str], list[str]]:
-    """Every remembered principal as the database says now; and those that are gone."""
-    remembered = await runtime.kv.hgetall(keys.principals)
+async def _principals_now(
+    runtime: Runtime, keys: Keys, only: set[str] | None
+) -> tuple[dict[str, str], list[str]]:
+    """Remembered principals (``only`` those, when given) as the database says now.
+
+    :returns: them, and the users that no longer exist.
+    """
+    if only is None:
+        remembered = await runtime.kv.hgetall(keys.principals)
+    else:
+        users = sorted(only)
+        values = await runtime.kv.hmget(keys.principals, users) if users else []
+        remembered = {user: value for user, value in zip(users, values, strict=True) if value}
     now: dict[str, str] = {}
     gone: list[str] = []
     async with runtime.db.acquire() as connection:
@@ -250,8 +260,12 @@ async def _targets(
     return found
 
 
-async def refresh_snapshot(runtime: Runtime) -> bool:
+async def refresh_snapshot(runtime: Runtime, *, every_principal: bool = True) -> bool:
     """Read what brokering needs from the database and install it in Redis.
+
+    Every remembered principal is read again when ``every_principal``; otherwise only those
+    a change took access from since the last read (the others keep what they were given,
+    which a change that takes nothing away cannot make wrong).
 
     :returns: whether it was installed (``False``: an act was journaled or access was taken
         away meanwhile, or no master key seals targets; the next refresh tries again).
@@ -274,7 +288,11 @@ async def refresh_snapshot(runtime: Runtime) -> bool:
         desktops = await store.servable_desktops(connection)
         counted = await store.counted_desktops(connection)
         judgement = await current_judgement(connection, runtime.licensing)
-    principals, gone = await _principals_now(runtime, keys)
+    only = None
+    if not every_principal:
+        marked = await kv.hkeys(keys.revoked)
+        only = {user.decode() if isinstance(user, bytes) else str(user) for user in marked}
+    principals, gone = await _principals_now(runtime, keys, only)
     cached = {
         (k.decode() if isinstance(k, bytes) else str(k)): SnapshotDesktop.from_json(v)
         for k, v in (await kv.hgetall(keys.desktops)).items()

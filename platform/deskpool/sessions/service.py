@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -58,6 +58,25 @@ SYSTEM_ACTOR = "system:sessions"
 
 #: Builds the audit event of a change: ``(action, resource_type, resource_id, details)``.
 AuditOf = Callable[[str, str, str | None, dict[str, Any]], AuditEvent]
+
+#: Told, in the allocating transaction, of a free desktop about to be handed out through the
+#: database; never raises. The composition fills it in (the API gives
+#: :func:`deskpool.outage_brokering.service.withhold`, which takes the desktop out of the
+#: outage snapshot's ready desktops before the commit).
+Withhold = Callable[[Runtime, Desktop], Awaitable[None]]
+
+
+async def _withhold_nothing(runtime: Runtime, desktop: Desktop) -> None:
+    """What a process that brokers nothing during an outage does."""
+
+
+_withhold: Withhold = _withhold_nothing
+
+
+def install_withhold(withhold: Withhold) -> None:
+    """Fill the seam in (at composition)."""
+    global _withhold
+    _withhold = withhold
 
 
 class AccessRevoked(Forbidden):
@@ -238,6 +257,7 @@ async def open_pool_desktop(
         async with runtime.db.acquire() as connection, connection.transaction():
             try:
                 desktop = await store_allocation.allocate_desktop(connection, pool, principal.id)
+                await _withhold(runtime, desktop)
             except (NoDesktopAvailable, DesktopNotReady):
                 pending = await start_for_user(runtime, connection, pool, user_id, logon, audit)
                 if pending is None:

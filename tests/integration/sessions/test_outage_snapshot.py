@@ -1,0 +1,57 @@
+"""The outage snapshot follows the database: what it hands out and what the API hands out.
+
+A pool with two ready desktops (VMs on a simulated cluster) and an entitled user: the worker's
+refresh puts both in the snapshot's ready desktops, with their targets sealed. Opening the
+pool through the API (the database answering) takes the desktop out of them in the allocating
+transaction, and it stays out even when a refresh that read the database before writes again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from tests.support.sessions import CONSOLE_HOST, Estate, open_desktop
+
+from deskpool.outage_brokering import service as brokering
+from deskpool.outage_brokering.model import SnapshotDesktop
+from deskpool.outage_brokering.snapshot import keys_of, open_target, refresh_snapshot
+from deskpool.runtime import Runtime
+
+MakeEstate = Callable[..., Awaitable[Estate]]
+
+
+async def _noted_nothing(*args: Any) -> None:
+    """What noting a desktop after the commit does when left out."""
+
+
+async def test_a_desktop_handed_out_through_the_database_leaves_the_snapshot_at_once(
+    client: Any, estate: MakeEstate, pools_runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    place = await estate(ready=2)
+    kv, keys = pools_runtime.kv, keys_of(pools_runtime)
+    assert await refresh_snapshot(pools_runtime)
+    ready = {member.decode() for member in await kv.smembers(keys.ready(place.pool.id))}
+    assert ready == {str(desktop) for desktop in place.desktops}
+    raw = await kv.hget(keys.desktops, str(place.desktops[0]))
+    entry = SnapshotDesktop.from_json(raw)
+    # The target is sealed in Redis; it opens with the master key only.
+    assert CONSOLE_HOST not in entry.sealed_target
+    assert open_target(pools_runtime, entry).hostname == CONSOLE_HOST
+
+    # Before the allocation commits (what is noted after the commit is left out here).
+    monkeypatch.setattr(brokering, "_note", _noted_nothing)
+    opened = await open_desktop(client, place)
+    ready_now = {member.decode() for member in await kv.smembers(keys.ready(place.pool.id))}
+    assert ready_now == ready - {opened["id"]}
+    assert await kv.hget(keys.holders, opened["id"]) is None
+    assert await kv.hexists(keys.taken, opened["id"])
+    # A refresh that read the database before the allocation would put it back: it does not.
+    await kv.sadd(keys.ready(place.pool.id), opened["id"])
+    assert uuid.UUID(opened["id"]) in place.desktops
+    assert await refresh_snapshot(pools_runtime)
+    ready_after = {member.decode() for member in await kv.smembers(keys.ready(place.pool.id))}
+    assert opened["id"] not in ready_after
+    assert (await kv.hget(keys.holders, opened["id"])).decode() == place.user.id
