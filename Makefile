@@ -78,7 +78,8 @@ promtool:
 HYPERVISOR ?= simulator
 run: setup services libvirt console
 	@bash scripts/dev-env.sh
-	@set -a && . ./.run/dev.env && set +a && exec $(BIN)/deskpool dev --hypervisor $(HYPERVISOR)
+	@# The caller's environment wins over .run/dev.env (dev-env.sh said which, once).
+	@bash -c '. scripts/dev-env-load.sh .run/dev.env 2>/dev/null && exec $(BIN)/deskpool dev --hypervisor $(HYPERVISOR)'
 
 # What ruff checks and formats.
 LINTED := platform plugins hypervisor_drivers tests bench

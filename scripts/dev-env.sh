@@ -18,10 +18,8 @@ ENV
   chmod 600 .run/dev.env
   echo "dev-env: wrote .run/dev.env"
 fi
-set -a
-# shellcheck disable=SC1091
-. .run/dev.env
-set +a
+# shellcheck source=scripts/dev-env-load.sh
+. scripts/dev-env-load.sh .run/dev.env
 .venv/bin/python - <<'PY'
 import asyncio, os
 from urllib.parse import urlsplit, urlunsplit

@@ -238,7 +238,7 @@ async def run_dev(
 
 
 async def seed_demo(api: str, token: str, demo: Demo | None = None) -> None:
-    """Connect the demo cluster and create the demo pool, unless a cluster exists."""
+    """Connect the demo cluster and create the demo pool, unless a cluster exists (said why)."""
     demo = demo or Demo(DEMO_CLUSTER, DEMO_POOL)
     headers = {"Authorization": f"Bearer {token}"}
     async with aiohttp.ClientSession(base_url=api, headers=headers) as session:
@@ -255,6 +255,22 @@ async def seed_demo(api: str, token: str, demo: Demo | None = None) -> None:
             log.warning("the API did not answer; no demo cluster was created")
             return
         if clusters["items"]:
+            names = ", ".join(str(item.get("name")) for item in clusters["items"][:3])
+            more = " and more" if clusters.get("next") or len(clusters["items"]) > 3 else ""
+            count = len(clusters["items"])
+            log.warning(
+                "the %s demo cluster %r and its pool %r were not created: the database already "
+                "has %d cluster%s (%s%s); use an empty database for the demo "
+                "(DATABASE_URL=postgresql://.../another make run), or add a cluster from the "
+                "console",
+                demo.cluster["driver"],
+                demo.cluster["name"],
+                demo.pool["name"],
+                count,
+                "" if count == 1 else "s",
+                names,
+                more,
+            )
             return
         async with session.post("/api/v1/clusters", json=demo.cluster) as response:
             if response.status != 201:

@@ -55,7 +55,7 @@ CONNECTION_FIELDS: tuple[ConnectionField, ...] = (
         "Templates",
         FieldKind.JSON,
         help='A list of {"name": ..., "os": "linux"|"windows"|"other", "node": ...}; by '
-        "default ubuntu-22.04 and windows-11 on the first node.",
+        "default ubuntu-22.04, windows-11 and ubuntu-24.04 on the first node.",
     ),
     _seconds("clone_seconds", "Clone time", _TIMING.clone_seconds, "How long a clone takes."),
     _seconds("boot_seconds", "Boot time", _TIMING.boot_seconds, "Power-on until the OS is up."),

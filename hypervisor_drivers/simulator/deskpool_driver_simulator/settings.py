@@ -11,7 +11,8 @@ option                    meaning
 ``storages``              storage names a full clone may choose (default ``["local",
                           "shared"]``)
 ``templates``             ``[{"name": ..., "os": "linux"|"windows", "node": ...}]``
-                          (default: ``ubuntu-22.04`` and ``windows-11`` on the first node)
+                          (default: ``ubuntu-22.04``, ``windows-11`` and ``ubuntu-24.04`` on
+                          the first node)
 ``clone_seconds``         how long a clone takes (default 0.01)
 ``boot_seconds``          power-on until the OS is up (default 0.01)
 ``agent_seconds``         OS up until the guest agent answers (default 0.01)
@@ -242,6 +243,8 @@ def _default_templates(nodes: Sequence[str]) -> tuple[TemplateSpec, ...]:
     return (
         TemplateSpec(str(FIRST_TEMPLATE_ID), "ubuntu-22.04", nodes[0], OsType.LINUX),
         TemplateSpec(str(FIRST_TEMPLATE_ID + 1), "windows-11", nodes[0], OsType.WINDOWS),
+        # A second Linux template, so a pool's image rollout can be tried at once.
+        TemplateSpec(str(FIRST_TEMPLATE_ID + 2), "ubuntu-24.04", nodes[0], OsType.LINUX),
     )
 
 

@@ -428,6 +428,7 @@ async def test_check_nodes_and_templates_through_the_driver(
     assert {(t["name"], t["os_type"]) for t in templates["items"]} == {
         ("ubuntu-22.04", "linux"),
         ("windows-11", "windows"),
+        ("ubuntu-24.04", "linux"),
     }
     assert await audit_actions(clusters_runtime, created["id"]) == [
         "cluster.create",

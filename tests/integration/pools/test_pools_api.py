@@ -48,7 +48,8 @@ async def test_create_get_and_list(
     cluster_id = await api_cluster()
     created = await create(client, manager, pool_body(cluster_id, min_size=1, spare=2))
     assert created["template_check"] == {"status": "verified", "detail": None}
-    template_ids = {"9000", "9001"}  # the simulator's defaults: a unique name becomes the id
+    # The simulator's defaults: a unique name becomes the id.
+    template_ids = {"9000", "9001", "9002"}
     assert created["template"] in template_ids
     assert created["generation"] == 1
     assert created["reconciled_generation"] == 0

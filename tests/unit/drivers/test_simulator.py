@@ -42,6 +42,7 @@ def test_default_settings() -> None:
     assert [(t.name, t.os_type) for t in settings.templates] == [
         ("ubuntu-22.04", OsType.LINUX),
         ("windows-11", OsType.WINDOWS),
+        ("ubuntu-24.04", OsType.LINUX),  # a second Linux template: a rollout is tried at once
     ]
     assert settings.timings.clone_seconds == 0.01
 
