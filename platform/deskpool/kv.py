@@ -66,6 +66,9 @@ class BoundedRedis(redis.Redis):
         try:
             return await super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         except (KvTimeoutError, KvConnectionError, OSError) as error:
+            # A failure met while the pause runs (a command sent before it began) does not
+            # lengthen it, as for the database's (deskpool.db.bounded): a busy API would
+            # otherwise keep refusing long after the store answers again.
             if time.monotonic() >= self._failed_until:
                 log.warning(
                     "the key-value store did not answer (%s: %s); commands fail at once for %.0f s",
@@ -73,7 +76,7 @@ class BoundedRedis(redis.Redis):
                     error,
                     PAUSE_AFTER_FAILURE,
                 )
-            self._failed_until = time.monotonic() + PAUSE_AFTER_FAILURE
+                self._failed_until = time.monotonic() + PAUSE_AFTER_FAILURE
             raise
 
 
