@@ -486,7 +486,9 @@ def waiting_for(pool: Pool, desktops: Sequence[Desktop], view: RolloutView) -> s
         if warned:
             parts[-1] += f" (warned: logged off at {min(warned).isoformat(timespec='seconds')})"
     left = [d for d in step.desktops if step.needs_new_image(d) and d.id not in step.entries]
-    for desktop in (d for d in left if d.state is S.FAILED):
+    # A failed desktop holds only the canary (rolling ends without it, as the planner does).
+    holding = rollout.state is RolloutState.CANARY
+    for desktop in (d for d in left if d.state is S.FAILED and holding):
         error = f": {desktop.last_error}" if desktop.last_error else ""
         parts.append(f"{desktop.name} to be repaired (failed at {desktop.failed_step}{error})")
     left = [d for d in left if d.state is not S.FAILED]

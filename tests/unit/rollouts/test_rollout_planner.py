@@ -467,7 +467,14 @@ def test_a_rollout_always_says_what_it_waits_for() -> None:
     assert waiting_for(pool, [first, second], view(paused)) == "an administrator to resume it"
     done = rollout_of(pool, state=RolloutState.SUCCEEDED)
     assert waiting_for(pool, [first, second], view(done)) is None
+    # A failed desktop does not hold a rolling rollout: its next pass ends it (as it plans).
     broken = replace(second, state=S.FAILED, failed_step=S.STARTING, last_error="no disk")
-    assert waiting_for(pool, [broken], view(rollout)) == (
+    assert waiting_for(pool, [broken], view(rollout)) == "its next pass, which ends it"
+    assert [a.kind for a in plan_rollout(pool, [broken], view(rollout), NOW).actions] == [
+        "rollout_state"
+    ]
+    # A failed canary candidate does hold the canary: it waits for its repair.
+    canary = rollout_of(pool, state=RolloutState.CANARY)
+    assert waiting_for(pool, [broken], view(canary)) == (
         "lab-002 to be repaired (failed at starting: no disk)"
     )
