@@ -122,14 +122,42 @@ async def record_audit_event(connection: asyncpg.Connection, event: AuditEvent) 
 
 #: The filters of :func:`list_audit_events`: name -> (column, comparison).
 AUDIT_FILTERS: dict[str, tuple[str, str]] = {
-    "since": ("occurred_at", ">="),
-    "until": ("occurred_at", "<"),
-    "actor": ("actor", "="),
-    "action": ("action", "="),
-    "resource_type": ("resource_type", "="),
-    "resource_id": ("resource_id", "="),
-    "outcome": ("outcome", "="),
+    "since": ("a.occurred_at", ">="),
+    "until": ("a.occurred_at", "<"),
+    "actor": ("a.actor", "="),
+    "action": ("a.action", "="),
+    "resource_type": ("a.resource_type", "="),
+    "resource_id": ("a.resource_id", "="),
+    "outcome": ("a.outcome", "="),
 }
+
+#: How a user is named: display name, else email, else subject.
+_USER_NAME = "coalesce(nullif({0}.display_name, ''), {0}.email, {0}.subject)"
+
+#: The name of an event's resource, for the kinds of resources that have one (joined, so a
+#: page of events is one query); ``NULL`` for the others and for resources since deleted.
+_RESOURCE_NAME = f"""CASE a.resource_type
+    WHEN 'users' THEN (SELECT {_USER_NAME.format("r")} FROM users r
+                        WHERE r.id::text = a.resource_id)
+    WHEN 'groups' THEN (SELECT r.name FROM groups r WHERE r.id::text = a.resource_id)
+    WHEN 'pools' THEN (SELECT r.name FROM pools r WHERE r.id::text = a.resource_id)
+    WHEN 'desktops' THEN (SELECT r.name FROM desktops r WHERE r.id::text = a.resource_id)
+    WHEN 'clusters' THEN (SELECT r.name FROM clusters r WHERE r.id::text = a.resource_id)
+    WHEN 'schedules' THEN (SELECT r.name FROM schedules r WHERE r.id::text = a.resource_id)
+    WHEN 'sessions' THEN (SELECT r.desktop_name FROM desktop_sessions r
+                           WHERE r.id::text = a.resource_id)
+    END"""
+
+
+def _filter(name: str, column: str, comparison: str, placeholder: str) -> str:
+    """One filter's condition; the actor is matched by id, or by a user's email or name."""
+    if name != "actor":
+        return f"{column} {comparison} {placeholder}"
+    return f"""({column} = {placeholder} OR {column} IN (
+        SELECT f.id::text FROM users f
+         WHERE lower(f.email) = lower({placeholder})
+            OR {placeholder} <> ''
+               AND position(lower({placeholder}) IN lower(coalesce(f.display_name, ''))) > 0))"""
 
 
 async def list_audit_events(
@@ -141,6 +169,10 @@ async def list_audit_events(
 ) -> list[dict[str, Any]]:
     """Up to ``limit`` events, newest first, older than ``before`` (``(occurred_at, id)``).
 
+    Each event carries its actor's and its resource's names where they are known
+    (``actor_name``, ``actor_email``, ``resource_name``), and ``names``: the names of the
+    users, groups, pools, desktops, clusters and schedules its details mention by id.
+
     :param filters: values by the names of :data:`AUDIT_FILTERS`; ``None`` values are ignored.
     """
     conditions = ["true"]
@@ -151,16 +183,58 @@ async def list_audit_events(
         return f"${len(args)}"
 
     if before is not None:
-        conditions.append(f"(occurred_at, id) < ({arg(before[0])}, {arg(before[1])})")
+        conditions.append(f"(a.occurred_at, a.id) < ({arg(before[0])}, {arg(before[1])})")
     for name, (column, comparison) in AUDIT_FILTERS.items():
         if filters.get(name) is not None:
-            conditions.append(f"{column} {comparison} {arg(filters[name])}")
+            conditions.append(_filter(name, column, comparison, arg(filters[name])))
     rows = await connection.fetch(
-        f"""SELECT * FROM {AUDIT_TABLE} WHERE {" AND ".join(conditions)}
-            ORDER BY occurred_at DESC, id DESC LIMIT {arg(limit)}""",
+        f"""SELECT a.*, {_USER_NAME.format("u")} AS actor_name, u.email AS actor_email,
+                   {_RESOURCE_NAME} AS resource_name
+              FROM {AUDIT_TABLE} a LEFT JOIN users u ON u.id::text = a.actor
+             WHERE {" AND ".join(conditions)}
+             ORDER BY a.occurred_at DESC, a.id DESC LIMIT {arg(limit)}""",
         *args,
     )
-    return [{**dict(row), "details": json.loads(row["details"])} for row in rows]
+    events = [{**dict(row), "details": json.loads(row["details"])} for row in rows]
+    mentioned = {event["id"]: set(_ids_in(event["details"])) for event in events}
+    names = await _names_of(connection, set().union(*mentioned.values()))
+    for event in events:
+        event["names"] = {i: names[i] for i in sorted(mentioned[event["id"]]) if i in names}
+    return events
+
+
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+
+def _ids_in(value: Any) -> Iterable[str]:
+    """The UUIDs among the values of an event's details (nested ones included), lower case."""
+    if isinstance(value, str):
+        if _UUID.match(value):
+            yield value.lower()
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _ids_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _ids_in(item)
+
+
+async def _names_of(connection: asyncpg.Connection, ids: set[str]) -> dict[str, str]:
+    """The names of the users, groups, pools, desktops, clusters and schedules among ``ids``."""
+    if not ids:
+        return {}
+    rows = await connection.fetch(
+        f"""SELECT id::text AS id, name FROM (
+                SELECT id, {_USER_NAME.format("users")} AS name FROM users
+                 WHERE id = ANY($1::uuid[])
+                UNION ALL SELECT id, name FROM groups WHERE id = ANY($1::uuid[])
+                UNION ALL SELECT id, name FROM pools WHERE id = ANY($1::uuid[])
+                UNION ALL SELECT id, name FROM desktops WHERE id = ANY($1::uuid[])
+                UNION ALL SELECT id, name FROM clusters WHERE id = ANY($1::uuid[])
+                UNION ALL SELECT id, name FROM schedules WHERE id = ANY($1::uuid[])) AS named""",
+        sorted(ids),
+    )
+    return {row["id"]: row["name"] for row in rows}
 
 
 async def events_since(

@@ -235,6 +235,28 @@ async def api_call(
         return body
 
 
+async def entitle_the_user(instance: Instance, pool_id: str) -> str:
+    """Entitle the desktop user (:data:`USER`) to the pool ``pool_id``; the user's id."""
+    me = await api_call(instance, "GET", "/me", USER)
+    await api_call(
+        instance,
+        "POST",
+        f"/pools/{pool_id}/entitlements",
+        json={"subject_type": "user", "subject_id": me["id"]},
+    )
+    return str(me["id"])
+
+
+async def open_as_the_user(instance: Instance, page: Any, pool_name: str) -> None:
+    """Sign the desktop user in on ``page`` and open a desktop of ``pool_name``, connected."""
+    from playwright.async_api import expect
+
+    await sign_in(instance, page, USER)
+    await page.wait_for_url("**/my")
+    await page.get_by_role("button", name=f"Open {pool_name}").click()
+    await expect(page.locator('[data-state="connected"]')).to_be_visible(timeout=TIMEOUT)
+
+
 async def sign_in(instance: Instance, page: Any, who: tuple[str, str]) -> None:
     await page.goto(instance.console + "/")
     await page.get_by_role("button", name="Sign in").click()

@@ -23,6 +23,7 @@ axe-core: no serious or critical violation.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -207,6 +208,11 @@ async def _steps(instance: Instance, admin: Any, user: Any, expect: Any) -> None
     await expect(disconnect).to_have_count(1, timeout=TIMEOUT)
     await visit(instance, admin, "sessions")
     await disconnect.click()
+    # The confirmation names the user it disconnects.
+    confirm = admin.get_by_role("dialog")
+    await expect(confirm).to_contain_text(USER[1])
+    await visit(instance, admin, "disconnect-confirmation")
+    await confirm.get_by_role("button", name=re.compile("^Disconnect ")).click()
     overlay = user.locator(".desktop-overlay")
     await expect(overlay).to_be_visible(timeout=TIMEOUT)
     await visit(instance, user, "desktop-disconnected")

@@ -24,6 +24,7 @@ from tests.e2e.console_instance import (
     USER,
     Instance,
     api_call,
+    entitle_the_user,
     sign_in,
     visit,
 )
@@ -73,13 +74,7 @@ async def _pool(instance: Instance, name: str, desktop: dict[str, Any] | None = 
             "session_policy": {"after_disconnect": "logoff_immediately", "logoff_delay": 600},
         },
     )
-    me = await api_call(instance, "GET", "/me", USER)
-    await api_call(
-        instance,
-        "POST",
-        f"/pools/{pool['id']}/entitlements",
-        json={"subject_type": "user", "subject_id": me["id"]},
-    )
+    await entitle_the_user(instance, pool["id"])
 
     async def ready() -> bool:
         desktops = await api_call(instance, "GET", f"/desktops?pool_id={pool['id']}")

@@ -28,6 +28,7 @@ from tests.e2e.console_instance import (
     TIMEOUT,
     USER,
     Instance,
+    open_as_the_user,
     sign_in,
     visit,
 )
@@ -118,10 +119,7 @@ async def test_the_rollout_page_follows_a_rollout_and_the_user_sees_the_warning(
         user = await (await browser.new_context(viewport={"width": 1280, "height": 800})).new_page()
         try:
             # 1. The user opens a desktop.
-            await sign_in(instance, user, USER)
-            await user.wait_for_url("**/my")
-            await user.get_by_role("button", name="Open rollout-pool").click()
-            await expect(user.locator('[data-state="connected"]')).to_be_visible(timeout=TIMEOUT)
+            await open_as_the_user(instance, user, "rollout-pool")
 
             # 2. The administrator starts a rollout from the pool's rollout page.
             await sign_in(instance, admin, ADMIN)

@@ -23,6 +23,7 @@ from tests.e2e.console_instance import (
     USER,
     Instance,
     api_call,
+    entitle_the_user,
     sign_in,
     visit,
 )
@@ -71,14 +72,7 @@ async def _prepare(instance: Instance) -> str:
             "schedule_id": schedule["id"],
         },
     )
-    me = await api_call(instance, "GET", "/me", USER)
-    await api_call(
-        instance,
-        "POST",
-        f"/pools/{pool['id']}/entitlements",
-        ADMIN,
-        json={"subject_type": "user", "subject_id": me["id"]},
-    )
+    await entitle_the_user(instance, pool["id"])
     return str(pool["name"])
 
 

@@ -38,6 +38,15 @@ export async function apiIssuer(config: ConsoleConfig): Promise<string | null> {
   }
 }
 
+/** Why a return from the issuer did not sign in, in words. */
+export function callbackNotice(error: unknown): string {
+  const text = describeError(error);
+  if (/no matching state/i.test(text)) {
+    return "That sign-in page was already used (the browser went back to it). Sign in again.";
+  }
+  return `Sign-in did not complete: ${text}`;
+}
+
 async function start(setPhase: (phase: Phase) => void, queries?: QueryClient): Promise<void> {
   let config: ConsoleConfig;
   try {
@@ -59,8 +68,13 @@ async function start(setPhase: (phase: Phase) => void, queries?: QueryClient): P
       window.history.replaceState(null, "", back);
     } catch (error) {
       window.history.replaceState(null, "", "/");
-      setPhase({ kind: "signed-out", users, notice: `Sign-in did not complete: ${describeError(error)}` });
-      return;
+      // Back into a sign-in already completed (its one-time state is used up): carry on signed
+      // in when the tab is, else ask to sign in again in words, not the library's.
+      const current = await users.getUser().catch(() => null);
+      if (!current || current.expired) {
+        setPhase({ kind: "signed-out", users, notice: callbackNotice(error) });
+        return;
+      }
     }
   }
   let user = await users.getUser();

@@ -8,7 +8,7 @@ business rule and raise no HTTP error: :mod:`deskpool.identity.service` does bot
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,6 +174,21 @@ async def list_users(
         limit,
     )
     return [plain(row) for row in rows]
+
+
+async def user_labels(
+    connection: asyncpg.Connection, user_ids: Iterable[uuid.UUID]
+) -> dict[uuid.UUID, tuple[str, str | None]]:
+    """How each of ``user_ids`` that exists is named, in one query.
+
+    :returns: by id, (display name, else email, else subject; email).
+    """
+    rows = await connection.fetch(
+        """SELECT id, coalesce(nullif(display_name, ''), email, subject) AS name, email
+             FROM users WHERE id = ANY($1::uuid[])""",
+        list(set(user_ids)),
+    )
+    return {row["id"]: (row["name"], row["email"]) for row in rows}
 
 
 async def get_user(connection: asyncpg.Connection, user_id: uuid.UUID) -> dict[str, Any] | None:

@@ -88,14 +88,22 @@ async def list_grants(
     role_key: str | None,
     limit: int,
 ) -> list[dict[str, Any]]:
-    """Up to ``limit`` grants by id after ``after``, with the given filters."""
+    """Up to ``limit`` grants by id after ``after``, with the given filters.
+
+    Each carries its subject's name (``subject_name``) and, for a user, email (``subject_email``).
+    """
     rows = await connection.fetch(
-        """SELECT * FROM grants
-            WHERE ($1::uuid IS NULL OR id > $1)
-              AND ($2::text IS NULL OR subject_type = $2)
-              AND ($3::uuid IS NULL OR subject_id = $3)
-              AND ($4::text IS NULL OR role_key = $4)
-            ORDER BY id LIMIT $5""",
+        """SELECT g.*,
+                  coalesce(nullif(u.display_name, ''), u.email, u.subject, gr.name) AS subject_name,
+                  u.email AS subject_email
+             FROM grants g
+             LEFT JOIN users u ON g.subject_type = 'user' AND u.id = g.subject_id
+             LEFT JOIN groups gr ON g.subject_type = 'group' AND gr.id = g.subject_id
+            WHERE ($1::uuid IS NULL OR g.id > $1)
+              AND ($2::text IS NULL OR g.subject_type = $2)
+              AND ($3::uuid IS NULL OR g.subject_id = $3)
+              AND ($4::text IS NULL OR g.role_key = $4)
+            ORDER BY g.id LIMIT $5""",
         after,
         subject_type,
         subject_id,

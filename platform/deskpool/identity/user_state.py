@@ -15,7 +15,8 @@ service, so the API, the command line and plugins all meet it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -30,6 +31,32 @@ from deskpool.pools.store_entitlements import entitled_anywhere
 
 if TYPE_CHECKING:
     from deskpool.runtime import Runtime
+
+
+@dataclass(frozen=True, slots=True)
+class UserLabel:
+    """How a user is shown where an id would be.
+
+    :ivar name: the display name, else the email, else the subject.
+    """
+
+    name: str
+    email: str | None
+
+
+async def user_labels(
+    db: asyncpg.Pool, user_ids: Iterable[uuid.UUID | None]
+) -> dict[uuid.UUID, UserLabel]:
+    """The labels of the users of ``user_ids`` that exist (``None`` skipped), in one query.
+
+    A page of sessions, desktops or images names its users with it.
+    """
+    wanted = {user_id for user_id in user_ids if user_id is not None}
+    if not wanted:
+        return {}
+    async with db.acquire() as connection:
+        labels = await store.user_labels(connection, wanted)
+    return {user_id: UserLabel(name, email) for user_id, (name, email) in labels.items()}
 
 
 async def list_users(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -59,10 +60,17 @@ def _not_verified(template: str, why: str) -> TemplateCheck:
 
 
 async def check_template(
-    runtime: Runtime, cluster: ClusterRecord, template: str, os_type: OsType
+    runtime: Runtime,
+    cluster: ClusterRecord,
+    template: str,
+    os_type: OsType,
+    *,
+    os_pointer: str = "/os_type",
 ) -> TemplateCheck:
     """Look ``template`` up on ``cluster``; return its id and whether it was verified.
 
+    :param os_pointer: where a template of another OS than ``os_type`` is marked: the pool's
+        ``/os_type`` when both are written together, ``/template`` when only the template is.
     :raises ValidationFailed: the driver lists the templates and none is ``template`` (or
         several are named so), or the template's OS is not ``os_type``.
     """
@@ -106,7 +114,7 @@ async def check_template(
         chosen.os_type
     ) != str(os_type):
         raise field_error(
-            "/os_type",
+            os_pointer,
             f"The template {chosen.name!r} is a {chosen.os_type} template, not {os_type}.",
         )
     return TemplateCheck(chosen.id, "verified")
@@ -131,3 +139,8 @@ async def get_pool(runtime: Runtime, pool_id: uuid.UUID) -> PoolRecord:
     if record is None:
         raise NotFound(f"No pool has the id {pool_id}.")
     return record
+
+
+async def pool_names(runtime: Runtime, pool_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """The names of the pools among ``pool_ids`` that exist, for a page to name its pools."""
+    return await store_pools.pool_names(runtime.db, pool_ids) if pool_ids else {}

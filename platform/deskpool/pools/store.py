@@ -273,6 +273,14 @@ async def get_pools(db: Db, pool_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, 
     return {row["id"]: pool_record_from_row(row) for row in rows}
 
 
+async def pool_names(db: Db, pool_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, str]:
+    """The names of the stored pools among ``pool_ids``, by id, in one query."""
+    rows = await db.fetch(
+        "SELECT id, name FROM pools WHERE id = ANY($1::uuid[])", list(set(pool_ids))
+    )
+    return {row["id"]: row["name"] for row in rows}
+
+
 #: The sort key of the pool list, as a cursor stores it: ``[lower(name), id]``.
 PoolCursor = tuple[str, str]
 

@@ -91,7 +91,9 @@ async def start_rollout(
     if errors:
         raise ValidationFailed(errors)
     cluster = await pools.cluster_of(runtime, record.pool.cluster_id)
-    check = await pools.check_template(runtime, cluster, template, record.pool.os_type)
+    check = await pools.check_template(
+        runtime, cluster, template, record.pool.os_type, os_pointer="/template"
+    )
     template = check.template
     async with runtime.db.acquire() as connection, connection.transaction():
         current = await store_pools.get_pool_record(connection, pool_id, for_update=True)

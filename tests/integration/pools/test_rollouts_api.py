@@ -23,7 +23,7 @@ from deskpool.pools.model import DesktopState
 from deskpool.runtime import Runtime
 
 POOLS = "/api/v1/pools"
-TEMPLATES = [{"name": "ubuntu-22.04"}, {"name": "ubuntu-24.04"}]
+TEMPLATES = [{"name": "ubuntu-22.04"}, {"name": "ubuntu-24.04"}, {"name": "w11", "os": "windows"}]
 
 NewCaller = Callable[..., Awaitable[Caller]]
 NewCluster = Callable[..., Awaitable[str]]
@@ -60,6 +60,11 @@ async def test_a_rollout_is_started_followed_paused_resumed_and_cancelled(
     assert {e["pointer"] for e in bad["errors"]} == {"/batch_size"}
     bad = await send(client, "POST", rollouts, manager, 422, json={"template": "no-such"})
     assert {e["pointer"] for e in bad["errors"]} == {"/template"}
+    # A template of another OS than the pool's is the template's error (the rollout has no OS).
+    bad = await send(client, "POST", rollouts, manager, 422, json={"template": "w11"})
+    assert [(e["pointer"], e["detail"]) for e in bad["errors"]] == [
+        ("/template", "The template 'w11' is a windows template, not linux.")
+    ]
     await send(client, "POST", rollouts, reader, 403, json={"template": "ubuntu-24.04"})
 
     later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()

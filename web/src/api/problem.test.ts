@@ -15,7 +15,7 @@ describe("problems", () => {
       { pointer: "/max_size", detail: "Must be at least min_size." },
       { pointer: "/name", detail: "Taken." },
     ]);
-    expect(errors).toEqual({ max_size: "Too small. Must be at least min_size.", name: "Taken." });
+    expect(errors).toEqual({ max_size: "Too small. Must be at least min size.", name: "Taken." });
   });
 
   it("shows the problem's detail", () => {
@@ -30,5 +30,19 @@ describe("problems", () => {
     const problem = problemFrom(502, "<html>bad gateway</html>", "Bad Gateway");
     expect(problem.status).toBe(502);
     expect(problem.title).toBe("Bad Gateway");
+  });
+
+  it("says the schema's messages in words, with no field keys", async () => {
+    const { inWords } = await import("./problem");
+    expect(inWords("Not a valid UUID.")).toBe("Choose one from the list.");
+    expect(inWords("Length must be between 1 and 64.")).toBe("Use 1 to 64 characters.");
+    expect(inWords("must not exceed max_size (3)")).toBe("It must not exceed max size (3)");
+    expect(inWords("must be at least 1")).toBe("It must be at least 1.");
+    expect(inWords("Missing data for required field.")).toBe("Fill this in.");
+  });
+
+  it("marks a name taken at the name field", () => {
+    const error = new ApiError({ status: 409, code: "pool_name_taken", detail: "A pool named 'a' exists." });
+    expect(error.fieldErrors()).toEqual({ name: "A pool named 'a' exists." });
   });
 });

@@ -1958,6 +1958,16 @@ export interface components {
             details: {
                 [key: string]: unknown;
             };
+            /** @description The acting user (null for the platform's own actors): display name, else email (null when unknown). */
+            actor_name: string | null;
+            /** @description The acting user: email. */
+            actor_email: string | null;
+            /** @description The resource's name, when it has one and still exists. */
+            resource_name: string | null;
+            /** @description The names of the users, groups, pools, desktops, clusters and schedules the details mention by id, by id. */
+            names: {
+                [key: string]: string;
+            };
         };
         AuditEventPage: {
             items: components["schemas"]["AuditEvent"][];
@@ -2173,6 +2183,8 @@ export interface components {
         Desktop: {
             id: string;
             pool_id: string;
+            /** @description The pool's name (null once the pool is deleted). */
+            pool_name: string | null;
             cluster_id: string;
             /** @description VM and host name. */
             name: string;
@@ -2187,6 +2199,10 @@ export interface components {
             template: string | null;
             /** @description The user it belongs to (persistent) or is lent to. */
             assigned_user: string | null;
+            /** @description The assigned user: display name, else email (null when unknown). */
+            assigned_user_name: string | null;
+            /** @description The assigned user: email. */
+            assigned_user_email: string | null;
             in_session: boolean;
             used_since_refresh: boolean;
             /**
@@ -2277,6 +2293,10 @@ export interface components {
             source: string;
             /** Format: date-time */
             created_at: string;
+            /** @description The user's display name (else email) or the group's name. */
+            subject_name?: string | null;
+            /** @description A user subject: email. */
+            subject_email?: string | null;
         };
         GrantPage: {
             items: components["schemas"]["Grant"][];
@@ -2396,9 +2416,14 @@ export interface components {
         HelpdeskSession: {
             id: string;
             user_id: string;
+            /** @description The session's user: display name, else email (null when unknown). */
+            user_name: string | null;
+            /** @description The session's user: email. */
+            user_email: string | null;
             desktop_id: string;
             desktop_name: string;
             pool_id: string;
+            pool_name: string | null;
             protocol: string;
             /**
              * @description `open` or `ended`.
@@ -2437,7 +2462,6 @@ export interface components {
              * @description When an administrator or a policy asked for it to close.
              */
             disconnect_requested_at: string | null;
-            pool_name: string | null;
             logon: components["schemas"]["Logon"] | null;
         };
         FailedLogon: {
@@ -2810,9 +2834,15 @@ export interface components {
         Session: {
             id: string;
             user_id: string;
+            /** @description The session's user: display name, else email (null when unknown). */
+            user_name: string | null;
+            /** @description The session's user: email. */
+            user_email: string | null;
             desktop_id: string;
             desktop_name: string;
             pool_id: string;
+            /** @description The pool's name (null once the pool is deleted). */
+            pool_name: string | null;
             protocol: string;
             /**
              * @description `open` or `ended`.
@@ -3404,6 +3434,8 @@ export interface components {
             /** Format: date-time */
             since: string;
             set_by: string;
+            /** @description Who set it: display name, else email (null when unknown). */
+            set_by_name: string | null;
             /**
              * @description created with the pool, changed directly, by a rollout, or reverted by a failed or cancelled rollout.
              * @enum {string}
@@ -3463,6 +3495,8 @@ export interface components {
             /** @description What it waits for now, in words (desktops being rebuilt, users to log off, failed desktops to be repaired, its start, an administrator's resume, room to keep `min_ready`); null once it ended. */
             waiting_for: string | null;
             created_by: string;
+            /** @description Who started it: display name, else email (null when unknown). */
+            created_by_name: string | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -3823,9 +3857,15 @@ export interface components {
         SessionDetail: {
             id: string;
             user_id: string;
+            /** @description The session's user: display name, else email (null when unknown). */
+            user_name: string | null;
+            /** @description The session's user: email. */
+            user_email: string | null;
             desktop_id: string;
             desktop_name: string;
             pool_id: string;
+            /** @description The pool's name (null once the pool is deleted). */
+            pool_name: string | null;
             protocol: string;
             /**
              * @description `open` or `ended`.
@@ -4200,6 +4240,7 @@ export interface operations {
                 since?: string;
                 /** @description Events before this time. With an offset (Z or ±hh:mm). Years 1970 to 8999. */
                 until?: string;
+                /** @description The actor's id, or a user's email, or part of a user's display name. */
                 actor?: string;
                 action?: string;
                 resource_type?: string;

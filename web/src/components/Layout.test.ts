@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { Me } from "../auth/permissions";
-import { visibleItems } from "./Layout";
+import { groupedItems, visibleItems } from "./Layout";
 
 const user: Me = {
   id: "u",
@@ -44,5 +44,19 @@ describe("navigation", () => {
     expect(visibleItems({ ...user, permissions: ["sessions:read"] }).map((item) => item.label)).not.toContain(
       "Recordings",
     );
+  });
+
+  it("groups an administrator's pages into desktops, people, monitoring and settings", () => {
+    const groups = groupedItems({ ...user, is_platform_admin: true }).map(([group, items]) => [
+      group,
+      items.map((item) => item.label),
+    ]);
+    expect(groups).toEqual([
+      ["Desktops", ["Dashboard", "My desktops", "Pools", "Desktops", "Sessions", "Schedules"]],
+      ["People", ["People"]],
+      ["Monitoring", ["Reports", "Recordings", "Audit", "Jobs"]],
+      ["Settings", ["Clusters", "License"]],
+    ]);
+    expect(groupedItems(user).map(([group]) => group)).toEqual(["Desktops"]);
   });
 });

@@ -53,3 +53,22 @@ describe("event stream parser", () => {
     expect(keysFor({ id: "", event: "other", data: "" })).toEqual([]);
   });
 });
+
+describe("live state and refusals", () => {
+  it("says reconnecting, not offline, once the stream drops while the network is up", async () => {
+    const { stateAfter } = await import("./LiveUpdates");
+    expect(stateAfter("connecting", false, true)).toBe("connecting");
+    expect(stateAfter("open", false, true)).toBe("open");
+    expect(stateAfter("closed", true, true)).toBe("reconnecting");
+    expect(stateAfter("connecting", true, true)).toBe("reconnecting");
+    expect(stateAfter("closed", false, true)).toBe("reconnecting");
+    expect(stateAfter("closed", true, false)).toBe("offline");
+  });
+
+  it("waits a refusal's Retry-After, bounded", async () => {
+    const { retryAfter } = await import("./sse");
+    expect(retryAfter(new Response("", { status: 429, headers: { "Retry-After": "7" } }))).toBe(7000);
+    expect(retryAfter(new Response("", { status: 429, headers: { "Retry-After": "600" } }))).toBe(60000);
+    expect(retryAfter(new Response("", { status: 500 }))).toBeNull();
+  });
+});

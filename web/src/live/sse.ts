@@ -72,14 +72,17 @@ export interface StreamOptions {
   /** Delay before reconnecting, in ms, unless the server sent `retry:`. */
   retryMs?: number;
   fetcher?: typeof fetch;
+  /** Resume after this event id (a tab taking the stream over from another). */
+  lastEventId?: string;
 }
 
 /** Read the stream until `signal` aborts, reconnecting with Last-Event-ID after every drop. */
 export async function readEventStream(options: StreamOptions): Promise<void> {
   const fetcher = options.fetcher ?? fetch;
-  let lastEventId = "";
+  let lastEventId = options.lastEventId ?? "";
   let retry = options.retryMs ?? 2000;
   while (!options.signal.aborted) {
+    let wait = retry;
     options.onState?.("connecting");
     const parser = new EventStreamParser();
     try {
@@ -88,7 +91,10 @@ export async function readEventStream(options: StreamOptions): Promise<void> {
       if (token) headers.Authorization = `Bearer ${token}`;
       if (lastEventId) headers["Last-Event-ID"] = lastEventId;
       const response = await fetcher(options.url, { headers, signal: options.signal, cache: "no-store" });
-      if (!response.ok || !response.body) throw new Error(`the event stream answered ${response.status}`);
+      if (!response.ok || !response.body) {
+        wait = retryAfter(response) ?? retry;
+        throw new Error(`the event stream answered ${response.status}`);
+      }
       options.onState?.("open");
       const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
       for (;;) {
@@ -100,11 +106,19 @@ export async function readEventStream(options: StreamOptions): Promise<void> {
         }
         if (parser.retry !== null) retry = parser.retry;
       }
+      wait = retry;
     } catch (error) {
       if (options.signal.aborted) break;
     }
     options.onState?.("closed");
     if (options.signal.aborted) break;
-    await new Promise((resolve) => setTimeout(resolve, retry));
+    await new Promise((resolve) => setTimeout(resolve, wait));
   }
+}
+
+/** A refusal's Retry-After (429 too many streams, 503), in ms, between 1 and 60 s; else null. */
+export function retryAfter(response: Response): number | null {
+  const header = response.headers.get("Retry-After");
+  if (!header || !/^\d+$/.test(header.trim())) return null;
+  return Math.min(60, Math.max(1, Number(header))) * 1000;
 }

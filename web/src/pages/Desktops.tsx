@@ -1,8 +1,9 @@
-/** Every desktop, filterable by state, with its actions. */
-import { useState } from "react";
+/** Every desktop, searchable by user and filterable by pool and state, with its actions. */
+import { useCallback, useState } from "react";
 import type { Schemas } from "../api/client";
 import { DesktopTable } from "../components/DesktopTable";
 import { SelectField } from "../components/Field";
+import { PoolFilter, UserFilter } from "../components/Filters";
 
 type State = Schemas["Desktop"]["state"];
 const STATES: State[] = [
@@ -20,6 +21,9 @@ const STATES: State[] = [
 
 export function DesktopsPage() {
   const [state, setState] = useState<State | "">("");
+  const [poolId, setPoolId] = useState("");
+  const [userId, setUserId] = useState<string | undefined>(undefined);
+  const onUser = useCallback((id: string | undefined) => setUserId(id), []);
   return (
     <section>
       <h1>Desktops</h1>
@@ -32,8 +36,10 @@ export function DesktopsPage() {
             </option>
           ))}
         </SelectField>
+        <UserFilter onChange={onUser} />
+        <PoolFilter value={poolId} onChange={setPoolId} />
       </div>
-      <DesktopTable state={state || undefined} />
+      <DesktopTable state={state || undefined} poolId={poolId || undefined} userId={userId} />
     </section>
   );
 }

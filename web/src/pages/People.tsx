@@ -5,6 +5,7 @@ import { NavLink, Navigate, Route, Routes, useParams } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
 import { pageSize, useCursorList } from "../api/lists";
 import { can } from "../auth/permissions";
+import { UserName } from "../components/Names";
 import { DataTable } from "../components/DataTable";
 import { SelectField, TextField } from "../components/Field";
 import { fieldErrorsOf, ProblemAlert } from "../components/Problem";
@@ -288,7 +289,19 @@ function Grants() {
         rowKey={(g) => g.id}
         loading={grants.isLoading}
         columns={[
-          { header: "To", cell: (g) => names.get(g.subject_id) ?? `${g.subject_type} ${g.subject_id}` },
+          {
+            header: "To",
+            cell: (g) =>
+              g.subject_type === "user" ? (
+                <>
+                  user <UserName id={g.subject_id} name={g.subject_name} email={g.subject_email} />
+                </>
+              ) : (
+                <span title={`Group id ${g.subject_id}`}>
+                  {names.get(g.subject_id) ?? `group ${g.subject_name ?? "(deleted)"}`}
+                </span>
+              ),
+          },
           { header: "Role or permission", cell: (g) => <code>{g.role_key ?? g.permission}</code> },
           { header: "Source", cell: (g) => g.source },
           {

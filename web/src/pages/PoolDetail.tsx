@@ -5,6 +5,7 @@ import { Link, useNavigate, useParams } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
 import { can } from "../auth/permissions";
 import { Badge } from "../components/Badge";
+import { useConfirm, type Question } from "../components/Confirm";
 import { DesktopTable } from "../components/DesktopTable";
 import { SelectField } from "../components/Field";
 import { LogonPhases } from "../components/LogonPhases";
@@ -159,6 +160,22 @@ function Entitlements({ pool }: { pool: Pool }) {
   );
 }
 
+/** The question before deleting a pool: refused up front while it still has desktops. */
+export function deleteQuestion(pool: Pick<Pool, "name" | "state" | "counts">): Question {
+  const left = pool.counts.total;
+  const refusal = !left
+    ? undefined
+    : pool.state === "draining"
+      ? `The pool is draining: ${left} desktop${left === 1 ? " is" : "s are"} still to be deleted (each once its user is done). Delete the pool when none is left.`
+      : `The pool still has ${left} desktop${left === 1 ? "" : "s"}. Drain it first (Drain: its desktops are deleted as they become free); once none is left, delete the pool.`;
+  return {
+    title: `Delete the pool ${pool.name}?`,
+    body: <p>The pool, its entitlements and its settings are deleted. Its history stays in the audit log.</p>,
+    confirm: `Delete ${pool.name}`,
+    refusal,
+  };
+}
+
 export function PoolDetailPage() {
   const { poolId = "" } = useParams();
   const { api, me } = useSession();
@@ -184,6 +201,7 @@ export function PoolDetailPage() {
       navigate("/pools");
     },
   });
+  const [dialog, ask] = useConfirm();
   if (pool.error) return <ProblemAlert error={pool.error} />;
   if (!pool.data) return <p aria-busy="true">Loading…</p>;
   const data = pool.data;
@@ -242,16 +260,17 @@ export function PoolDetailPage() {
           <button
             type="button"
             className="contrast outline"
-            onClick={() => window.confirm(`Delete the pool ${data.name}?`) && remove.mutate()}
+            onClick={() => void ask(deleteQuestion(data)).then((yes) => yes && remove.mutate())}
           >
             Delete
           </button>
         </div>
       ) : null}
+      {dialog}
       {editing ? <PoolForm pool={data} onSaved={() => setEditing(false)} /> : null}
       <PoolCapacity pool={data} />
       <h2>Desktops</h2>
-      <DesktopTable poolId={data.id} />
+      <DesktopTable poolId={data.id} showPool={false} />
       <Entitlements pool={data} />
       {can(me, "reports:read") ? <LogonPhases poolId={data.id} /> : null}
     </section>

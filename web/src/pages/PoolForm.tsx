@@ -4,6 +4,7 @@
  */
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { useState, type FormEvent } from "react";
+import { useUnsavedWarning } from "../components/Unsaved";
 import { useNavigate } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
 import { allPages } from "../api/lists";
@@ -147,7 +148,8 @@ export function PoolForm({
   const { api, me } = useSession();
   const client = useQueryClient();
   const navigate = useNavigate();
-  const [draft, setDraft] = useState<PoolDraft>(() => draftOf(pool, clusterId, template));
+  const [initial] = useState<PoolDraft>(() => draftOf(pool, clusterId, template));
+  const [draft, setDraft] = useState<PoolDraft>(initial);
   const schedules = useQuery({
     queryKey: ["schedules", "list"],
     enabled: can(me, "schedules:read"),
@@ -204,6 +206,7 @@ export function PoolForm({
       else navigate(`/pools/${saved.id}`);
     },
   });
+  useUnsavedWarning(!save.isSuccess && JSON.stringify(draft) !== JSON.stringify(initial));
   const errors = fieldErrorsOf(save.error);
   // `/target_nodes` or one node's pointer (`/target_nodes/2`).
   const nodesError = Object.entries(errors)

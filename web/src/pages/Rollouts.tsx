@@ -5,10 +5,12 @@
  */
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { useState, type FormEvent } from "react";
+import { useUnsavedWarning } from "../components/Unsaved";
 import { Link, useParams } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
 import { can } from "../auth/permissions";
 import { Badge } from "../components/Badge";
+import { actorWords } from "../components/Names";
 import { SelectField, TextField } from "../components/Field";
 import { fieldErrorsOf, ProblemAlert } from "../components/Problem";
 import { when, words } from "../format";
@@ -66,12 +68,12 @@ export function bodyOf(draft: Draft): RolloutCreate {
   return body;
 }
 
-function StartForm({ pool, template, onStarted }: { pool: Pool; template: string; onStarted: () => void }) {
-  const { api } = useSession();
-  const client = useQueryClient();
-  const [draft, setDraft] = useState<Draft>({ ...EMPTY, template });
+/** The templates of the pool's cluster (one query the page shares) and how each is named. */
+function useTemplates(pool: Pool) {
+  const { api, me } = useSession();
   const templates = useQuery({
     queryKey: ["clusters", pool.cluster_id, "templates"],
+    enabled: can(me, "clusters:read"),
     queryFn: () =>
       unwrap(
         api.GET("/api/v1/clusters/{cluster_id}/templates", {
@@ -79,6 +81,34 @@ function StartForm({ pool, template, onStarted }: { pool: Pool; template: string
         }),
       ),
   });
+  const items = templates.data?.items ?? [];
+  /** A template's name (its id when the cluster no longer lists it). */
+  const nameOf = (id: string) => items.find((item) => item.id === id)?.name ?? id;
+  return { templates, items, nameOf };
+}
+
+/** Whether a template may run a pool of `os`: its OS is the pool's, or unknown. */
+export function fitsPool(template: { os_type?: string | null }, os: string): boolean {
+  return !template.os_type || template.os_type === "unknown" || template.os_type === os;
+}
+
+function StartForm({
+  pool,
+  template,
+  onStarted,
+  onCancel,
+}: {
+  pool: Pool;
+  template: string;
+  onStarted: () => void;
+  onCancel: () => void;
+}) {
+  const { api } = useSession();
+  const client = useQueryClient();
+  const [draft, setDraft] = useState<Draft>({ ...EMPTY, template });
+  const { templates, items, nameOf } = useTemplates(pool);
+  const offered = items.filter((item) => fitsPool(item, pool.os_type));
+  const otherOs = items.length - offered.length;
   const start = useMutation({
     mutationFn: (body: RolloutCreate) =>
       unwrap(api.POST("/api/v1/pools/{pool_id}/rollouts", { params: { path: { pool_id: pool.id } }, body })),
@@ -87,7 +117,13 @@ function StartForm({ pool, template, onStarted }: { pool: Pool; template: string
       onStarted();
     },
   });
-  const errors = fieldErrorsOf(start.error);
+  useUnsavedWarning(!start.isSuccess && JSON.stringify(draft) !== JSON.stringify({ ...EMPTY, template }));
+  const fieldErrors = fieldErrorsOf(start.error);
+  // The API marks a template of the wrong OS at the pool's OS: here it is the template's fault.
+  const errors: Record<string, string | undefined> = {
+    ...fieldErrors,
+    template: fieldErrors.template ?? fieldErrors.os_type,
+  };
   const set =
     (name: keyof Draft) =>
     (event: { target: { value: string } }) =>
@@ -109,16 +145,19 @@ function StartForm({ pool, template, onStarted }: { pool: Pool; template: string
         value={draft.template}
         onChange={set("template")}
         error={errors.template}
-        hint={`The pool runs ${pool.template} now.`}
+        hint={
+          `The pool runs ${nameOf(pool.template)} now.` +
+          (otherOs ? ` Templates of another OS than ${pool.os_type} are not offered (${otherOs}).` : "")
+        }
       >
         <option value="">Choose a template</option>
-        {templates.data?.items.map((item) => (
+        {offered.map((item) => (
           <option key={`${item.node}/${item.id}`} value={item.id} disabled={item.id === pool.template}>
             {item.name} ({item.os_type}, {item.node})
           </option>
         ))}
-        {draft.template && !templates.data?.items.some((item) => item.id === draft.template) ? (
-          <option value={draft.template}>{draft.template}</option>
+        {draft.template && !offered.some((item) => item.id === draft.template) ? (
+          <option value={draft.template}>{nameOf(draft.template)}</option>
         ) : null}
       </SelectField>
       <div className="grid">
@@ -216,21 +255,27 @@ function StartForm({ pool, template, onStarted }: { pool: Pool; template: string
           keep their disks)
         </label>
       ) : null}
-      <button type="submit" aria-busy={start.isPending}>
-        Start the rollout
-      </button>
+      <div className="toolbar">
+        <button type="submit" aria-busy={start.isPending}>
+          Start the rollout
+        </button>
+        <button type="button" className="secondary" onClick={onCancel}>
+          Cancel
+        </button>
+      </div>
+      {templates.error ? <ProblemAlert error={templates.error} /> : null}
     </form>
   );
 }
 
-function Progress({ rollout }: { rollout: Rollout }) {
+function Progress({ rollout, nameOf }: { rollout: Rollout; nameOf: (id: string) => string }) {
   const { counts } = rollout;
   return (
     <div className="rollout-progress">
       <progress value={counts.percent} max={100} aria-label="Rollout progress" />
       <span data-testid="rollout-percent">{counts.percent} %</span>{" "}
       <span className="meta">
-        {counts.on_new_template} of {counts.total} on {rollout.to_template} · {counts.replacing} being replaced ·{" "}
+        {counts.on_new_template} of {counts.total} on {nameOf(rollout.to_template)} · {counts.replacing} being replaced ·{" "}
         {counts.waiting_for_logoff} waiting for a log-off · {counts.failed} failed
       </span>
     </div>
@@ -251,11 +296,12 @@ function RolloutView({ pool, rollout }: { pool: Pool; rollout: Rollout }) {
     onSuccess: () => void client.invalidateQueries({ queryKey: ["rollouts", pool.id] }),
   });
   const manage = can(me, "pools:manage");
+  const { nameOf } = useTemplates(pool);
   return (
-    <article aria-label={`Rollout to ${rollout.to_template}`} data-testid="rollout">
+    <article aria-label={`Rollout to ${nameOf(rollout.to_template)}`} data-testid="rollout">
       <header className="page-head">
         <strong>
-          {rollout.from_template} → {rollout.to_template}
+          {nameOf(rollout.from_template)} → {nameOf(rollout.to_template)}
         </strong>
         <Badge value={rollout.state} />
       </header>
@@ -265,12 +311,12 @@ function RolloutView({ pool, rollout }: { pool: Pool; rollout: Rollout }) {
           Waiting for {rollout.waiting_for}.
         </p>
       ) : null}
-      <Progress rollout={rollout} />
+      <Progress rollout={rollout} nameOf={nameOf} />
       <p className="meta">
         canary {rollout.canary} · batches of {rollout.batch_size} · at least {rollout.min_ready} ready · surge{" "}
         {rollout.surge} · {words(rollout.in_use)}
         {rollout.in_use === "force_logoff" ? ` after ${rollout.warning_seconds}s` : ""} · started{" "}
-        {when(rollout.started_at)} by {rollout.created_by}
+        {when(rollout.started_at)} by <span title={`Actor ${rollout.created_by}`}>{actorWords(rollout.created_by, rollout.created_by_name)}</span>
       </p>
       <ProblemAlert error={act.error} />
       {manage && ACTIVE.has(rollout.state) ? (
@@ -330,6 +376,7 @@ function ImageHistory({ pool, onRollBack }: { pool: Pool; onRollBack: (template:
     queryFn: () => unwrap(api.GET("/api/v1/pools/{pool_id}/images", { params: { path: { pool_id: pool.id } } })),
   });
   const manage = can(me, "pools:manage");
+  const { nameOf } = useTemplates(pool);
   return (
     <section aria-labelledby="images-title">
       <h2 id="images-title">Image history</h2>
@@ -347,10 +394,10 @@ function ImageHistory({ pool, onRollBack }: { pool: Pool; onRollBack: (template:
         <tbody>
           {images.data?.items.map((image, index) => (
             <tr key={`${image.template}-${image.since}-${index}`}>
-              <td>{image.template}</td>
+              <td title={`Template id ${image.template}`}>{nameOf(image.template)}</td>
               <td>{when(image.since)}</td>
               <td>{image.how}</td>
-              <td>{image.set_by}</td>
+              <td title={`Actor ${image.set_by}`}>{actorWords(image.set_by, image.set_by_name)}</td>
               <td>
                 {manage && image.template !== pool.template ? (
                   <button type="button" className="secondary outline small" onClick={() => onRollBack(image.template)}>
@@ -363,6 +410,19 @@ function ImageHistory({ pool, onRollBack }: { pool: Pool; onRollBack: (template:
         </tbody>
       </table>
     </section>
+  );
+}
+
+/** The pool's template and its desktops by template, by name. */
+function PoolTemplates({ pool }: { pool: Pool }) {
+  const { nameOf } = useTemplates(pool);
+  const byTemplate = Object.entries(pool.counts.by_template);
+  return (
+    <p className="meta">
+      Template {nameOf(pool.template)}
+      {byTemplate.length ? " · desktops by template: " : ""}
+      {byTemplate.map(([template, count]) => `${nameOf(template)} ${count}`).join(", ")}
+    </p>
   );
 }
 
@@ -385,23 +445,25 @@ export function RolloutsPage() {
   const items = rollouts.data?.items ?? [];
   const active = items.find((item) => ACTIVE.has(item.state));
   const manage = can(me, "pools:manage");
-  const byTemplate = Object.entries(data.counts.by_template);
+
   return (
     <section>
       <div className="page-head">
         <h1>Rollouts of {data.name}</h1>
         <Link to={`/pools/${data.id}`}>Back to the pool</Link>
       </div>
-      <p className="meta">
-        Template {data.template}
-        {byTemplate.length ? " · desktops by template: " : ""}
-        {byTemplate.map(([template, count]) => `${template} ${count}`).join(", ")}
-      </p>
+      <PoolTemplates pool={data} />
       <ProblemAlert error={rollouts.error} />
       {active ? <RolloutView pool={data} rollout={active} /> : null}
       {manage && !active ? (
         starting !== null ? (
-          <StartForm key={starting} pool={data} template={starting} onStarted={() => setStarting(null)} />
+          <StartForm
+            key={starting}
+            pool={data}
+            template={starting}
+            onStarted={() => setStarting(null)}
+            onCancel={() => setStarting(null)}
+          />
         ) : (
           <button type="button" onClick={() => setStarting("")}>
             Start a rollout

@@ -4,6 +4,7 @@ import { useMemo, type ReactNode } from "react";
 import { Link, useParams } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
 import { can } from "../auth/permissions";
+import { PoolName, UserName } from "../components/Names";
 import { Badge } from "../components/Badge";
 import { Chart } from "../components/Chart";
 import { ProblemAlert } from "../components/Problem";
@@ -70,9 +71,27 @@ export function SessionDetailPage() {
   const s = session.data;
   const facts: [string, ReactNode][] = [
     ["Desktop", s.desktop_name],
-    ["Pool", can(me, "pools:read") ? <Link to={`/pools/${s.pool_id}`}>{s.pool_id}</Link> : s.pool_id],
-    ["User", s.user_id],
-    ["Kind", s.read_only ? `watching session ${s.shadow_of ?? ""}` : s.protocol],
+    [
+      "Pool",
+      can(me, "pools:read") ? (
+        <Link to={`/pools/${s.pool_id}`}>
+          <PoolName id={s.pool_id} name={s.pool_name} />
+        </Link>
+      ) : (
+        <PoolName id={s.pool_id} name={s.pool_name} />
+      ),
+    ],
+    ["User", <UserName id={s.user_id} name={s.user_name} email={s.user_email} />],
+    [
+      "Kind",
+      s.read_only && s.shadow_of ? (
+        <>
+          watching <Link to={`/sessions/${s.shadow_of}`}>the watched session</Link>
+        </>
+      ) : (
+        s.protocol
+      ),
+    ],
     ["Gateway", s.gateway_id],
     ["Started", when(s.started_at)],
     ["Connected", when(s.connected_at)],

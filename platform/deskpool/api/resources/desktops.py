@@ -29,6 +29,7 @@ of which action a desktop can take are in :mod:`deskpool.desktops.service`.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from marshmallow import Schema, fields, validate
@@ -36,6 +37,14 @@ from marshmallow import Schema, fields, validate
 from deskpool.api.context import Call
 from deskpool.api.pagination import Page, PageQuery, cursor_pair, page_schema, paginate
 from deskpool.api.resources.jobs import JobSchema
+from deskpool.api.resources.labels import (
+    NO_LABELS,
+    Labels,
+    email_field,
+    labels_for,
+    name_field,
+    pool_name_field,
+)
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.desktops import service as desktop_service
 from deskpool.desktops.service import ACTIONS, allowed_actions
@@ -57,6 +66,7 @@ class DesktopSchema(Schema):
 
     id = fields.String(required=True)
     pool_id = fields.String(required=True)
+    pool_name = pool_name_field()
     cluster_id = fields.String(required=True)
     name = fields.String(required=True, metadata={"description": "VM and host name."})
     state = fields.String(required=True, validate=validate.OneOf(_DESKTOP_STATES))
@@ -75,6 +85,8 @@ class DesktopSchema(Schema):
         allow_none=True,
         metadata={"description": "The user it belongs to (persistent) or is lent to."},
     )
+    assigned_user_name = name_field("The assigned user")
+    assigned_user_email = email_field("The assigned user")
     in_session = fields.Boolean(required=True)
     used_since_refresh = fields.Boolean(required=True)
     failed_step = fields.String(
@@ -127,12 +139,13 @@ class AssignmentSchema(Schema):
 # ---------------------------------------------------------------------------------- views
 
 
-def desktop_view(record: DesktopRecord) -> dict[str, Any]:
-    """A desktop as the API shows it."""
+def desktop_view(record: DesktopRecord, labels: Labels = NO_LABELS) -> dict[str, Any]:
+    """A desktop as the API shows it (its pool and user named by ``labels``)."""
     desktop = record.desktop
     return {
         "id": str(desktop.id),
         "pool_id": str(desktop.pool_id),
+        **labels.pool(desktop.pool_id),
         "cluster_id": str(record.cluster_id),
         "name": desktop.name,
         "state": str(desktop.state),
@@ -141,6 +154,7 @@ def desktop_view(record: DesktopRecord) -> dict[str, Any]:
         "node": record.node,
         "template": desktop.template,
         "assigned_user": desktop.assigned_user,
+        **labels.user("assigned_user", desktop.assigned_user),
         "in_session": desktop.in_session,
         "used_since_refresh": desktop.used_since_refresh,
         "failed_step": None if desktop.failed_step is None else str(desktop.failed_step),
@@ -183,7 +197,18 @@ async def list_desktops(call: Call) -> Page:
         assigned_user=call.query.get("assigned_user"),
     )
     page = paginate(records, limit, lambda record: desktop_cursor(record.desktop))
-    return Page([desktop_view(record) for record in page.items], page.next)
+    labels = await _labels(call, page.items)
+    return Page([desktop_view(record, labels) for record in page.items], page.next)
+
+
+async def _labels(call: Call, records: Sequence[DesktopRecord]) -> Labels:
+    """The names of the pools and users of ``records``."""
+    desktops = [record.desktop for record in records]
+    return await labels_for(
+        call.runtime,
+        users=[d.assigned_user for d in desktops],
+        pools=[d.pool_id for d in desktops],
+    )
 
 
 @ROUTES.route(
@@ -195,7 +220,8 @@ async def list_desktops(call: Call) -> Page:
     responses={200: ResponseSpec("The desktop.", DesktopSchema)},
 )
 async def get_desktop(call: Call) -> dict[str, Any]:
-    return desktop_view(await desktop_service.get_desktop(call.runtime, _desktop_id(call)))
+    record = await desktop_service.get_desktop(call.runtime, _desktop_id(call))
+    return desktop_view(record, await _labels(call, [record]))
 
 
 @ROUTES.route(

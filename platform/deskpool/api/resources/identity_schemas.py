@@ -11,6 +11,7 @@ from marshmallow import Schema, fields, validate, validates_schema
 
 from deskpool.api.pagination import PageQuery
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
+from deskpool.api.resources.labels import email_field, name_field
 from deskpool.api.routes import ResponseSpec
 from deskpool.api.validation import require_exactly_one
 from deskpool.api.values import Instant
@@ -161,6 +162,11 @@ class GrantSchema(Schema):
     permission = fields.String(required=True, allow_none=True)
     source = fields.String(required=True, metadata={"description": _GRANT_SOURCE})
     created_at = fields.DateTime(required=True)
+    subject_name = fields.String(
+        allow_none=True,
+        metadata={"description": "The user's display name (else email) or the group's name."},
+    )
+    subject_email = email_field("A user subject", required=False)
 
 
 class GrantCreateSchema(Schema):
@@ -234,6 +240,22 @@ class AuditEventSchema(Schema):
     request_id = fields.String(required=True, allow_none=True)
     source_address = fields.String(required=True, allow_none=True)
     details = fields.Dict(required=True)
+    actor_name = name_field("The acting user (null for the platform's own actors)")
+    actor_email = email_field("The acting user")
+    resource_name = fields.String(
+        required=True,
+        allow_none=True,
+        metadata={"description": "The resource's name, when it has one and still exists."},
+    )
+    names = fields.Dict(
+        keys=fields.String(),
+        values=fields.String(),
+        required=True,
+        metadata={
+            "description": "The names of the users, groups, pools, desktops, clusters and "
+            "schedules the details mention by id, by id."
+        },
+    )
 
 
 class AuditQuery(PageQuery):
@@ -241,7 +263,11 @@ class AuditQuery(PageQuery):
 
     since = Instant(metadata={"description": "Events at or after this time."})
     until = Instant(metadata={"description": "Events before this time."})
-    actor = fields.String()
+    actor = fields.String(
+        metadata={
+            "description": "The actor's id, or a user's email, or part of a user's display name."
+        }
+    )
     action = fields.String()
     resource_type = fields.String()
     resource_id = fields.String()

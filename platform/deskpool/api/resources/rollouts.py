@@ -35,6 +35,7 @@ from marshmallow import Schema, fields, validate
 from deskpool.api.context import Call
 from deskpool.api.inputs import storable_text
 from deskpool.api.pagination import Page, PageQuery, decode_cursor, page_schema, paginate
+from deskpool.api.resources.labels import NO_LABELS, Labels, labels_for, name_field
 from deskpool.api.resources.pool_schemas import WholeNumber
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.api.values import Instant
@@ -204,6 +205,7 @@ class RolloutSchema(Schema):
         },
     )
     created_by = fields.String(required=True)
+    created_by_name = name_field("Who started it")
     created_at = fields.AwareDateTime(required=True)
     started_at = fields.AwareDateTime(required=True, allow_none=True)
     finished_at = fields.AwareDateTime(required=True, allow_none=True)
@@ -217,6 +219,7 @@ class PoolImageSchema(Schema):
     template = fields.String(required=True)
     since = fields.AwareDateTime(required=True)
     set_by = fields.String(required=True)
+    set_by_name = name_field("Who set it")
     how = fields.String(
         required=True,
         metadata={
@@ -237,7 +240,7 @@ class PoolImagesSchema(Schema):
 # ---------------------------------------------------------------------------------- views
 
 
-def rollout_view(shown: RolloutShown) -> dict[str, Any]:
+def rollout_view(shown: RolloutShown, labels: Labels = NO_LABELS) -> dict[str, Any]:
     """A rollout as the API shows it."""
     rollout, counts = shown.rollout, shown.counts
     return {
@@ -259,6 +262,7 @@ def rollout_view(shown: RolloutShown) -> dict[str, Any]:
         "reason": rollout.reason,
         "waiting_for": shown.waiting_for,
         "created_by": rollout.created_by,
+        "created_by_name": labels.name(rollout.created_by),
         "created_at": rollout.created_at,
         "started_at": rollout.started_at,
         "finished_at": rollout.finished_at,
@@ -286,11 +290,12 @@ def rollout_view(shown: RolloutShown) -> dict[str, Any]:
     }
 
 
-def _image_view(image: PoolImage) -> dict[str, Any]:
+def _image_view(image: PoolImage, labels: Labels) -> dict[str, Any]:
     return {
         "template": image.template,
         "since": image.since,
         "set_by": image.set_by,
+        "set_by_name": labels.name(image.set_by),
         "how": image.how,
         "rollout_id": None if image.rollout_id is None else str(image.rollout_id),
     }
@@ -382,7 +387,8 @@ async def list_rollouts(call: Call) -> Page:
         call.runtime, pool_id, limit=limit + 1, after=_after(call.query.get("cursor"))
     )
     page = paginate(shown, limit, _cursor)
-    return Page([rollout_view(item) for item in page.items], page.next)
+    labels = await labels_for(call.runtime, users=[i.rollout.created_by for i in page.items])
+    return Page([rollout_view(item, labels) for item in page.items], page.next)
 
 
 @ROUTES.route(
@@ -396,7 +402,8 @@ async def list_rollouts(call: Call) -> Page:
 )
 async def get_rollout(call: Call) -> dict[str, Any]:
     pool_id, rollout_id = _ids(call)
-    return rollout_view(await service.get_rollout(call.runtime, pool_id, rollout_id))
+    shown = await service.get_rollout(call.runtime, pool_id, rollout_id)
+    return rollout_view(shown, await labels_for(call.runtime, users=[shown.rollout.created_by]))
 
 
 @ROUTES.route(
@@ -460,4 +467,5 @@ async def cancel_rollout(call: Call) -> dict[str, Any]:
 async def list_pool_images(call: Call) -> dict[str, Any]:
     pool_id = parse_id(call.path_param("pool_id"), "pool")
     images = await service.image_history(call.runtime, pool_id, limit=500)
-    return {"items": [_image_view(image) for image in images]}
+    labels = await labels_for(call.runtime, users=[image.set_by for image in images])
+    return {"items": [_image_view(image, labels) for image in images]}

@@ -19,6 +19,7 @@ from deskpool.api.resources.client_policy_schemas import (
     ClientPolicyInputSchema,
     ClientPolicySchema,
 )
+from deskpool.api.resources.labels import email_field, name_field, pool_name_field
 from deskpool.api.routes import ResponseSpec
 from deskpool.sessions.logons import PHASES, LogonPhase
 from deskpool.sessions.model import MAX_POLICY_SECONDS, AfterDisconnect, DisplayProtocol
@@ -228,9 +229,12 @@ class SessionSchema(Schema):
 
     id = fields.String(required=True)
     user_id = fields.String(required=True)
+    user_name = name_field("The session's user")
+    user_email = email_field("The session's user")
     desktop_id = fields.String(required=True)
     desktop_name = fields.String(required=True)
     pool_id = fields.String(required=True)
+    pool_name = pool_name_field()
     protocol = fields.String(required=True)
     state = fields.String(
         validate=validate.OneOf(_STATES),

@@ -19,6 +19,7 @@ The handlers and views are here; their schemas in :mod:`deskpool.api.resources.s
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +27,7 @@ from deskpool.api.context import Call
 from deskpool.api.pagination import Page, decode_cursor, page_schema, paginate
 from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
 from deskpool.api.resources.client_policy_schemas import TransferListSchema
+from deskpool.api.resources.labels import NO_LABELS, Labels, labels_for
 from deskpool.api.resources.session_schemas import (
     PENDING_CONNECTION,
     DesktopConnectionSchema,
@@ -103,14 +105,16 @@ def pending_view(pending: PendingConnection) -> dict[str, Any]:
     }
 
 
-def session_view(session: SessionRecord) -> dict[str, Any]:
-    """A session as the API shows it."""
+def session_view(session: SessionRecord, labels: Labels = NO_LABELS) -> dict[str, Any]:
+    """A session as the API shows it (its user and pool named by ``labels``)."""
     return {
         "id": str(session.id),
         "user_id": str(session.user_id),
+        **labels.user("user", session.user_id),
         "desktop_id": str(session.desktop_id),
         "desktop_name": session.desktop_name,
         "pool_id": str(session.pool_id),
+        **labels.pool(session.pool_id),
         "protocol": session.protocol,
         "state": "open" if session.is_open else "ended",
         "read_only": session.read_only,
@@ -151,7 +155,15 @@ async def _page(call: Call, where: store.SessionFilter) -> Page:
         call.runtime, limit=limit + 1, after=time_id_cursor(call.query.get("cursor")), where=where
     )
     page = paginate(records, limit, store.session_cursor)
-    return Page([session_view(record) for record in page.items], page.next)
+    labels = await labels_of(call, page.items)
+    return Page([session_view(record, labels) for record in page.items], page.next)
+
+
+async def labels_of(call: Call, sessions: Sequence[SessionRecord]) -> Labels:
+    """The names of the users and pools of ``sessions``."""
+    return await labels_for(
+        call.runtime, users=[s.user_id for s in sessions], pools=[s.pool_id for s in sessions]
+    )
 
 
 def _session_id(call: Call) -> uuid.UUID:
@@ -199,7 +211,8 @@ async def list_sessions(call: Call) -> Page:
 )
 async def get_session(call: Call) -> dict[str, Any]:
     session, logon = await service.get_session_detail(call.runtime, _session_id(call))
-    return {**session_view(session), "logon": _logon_view(logon)}
+    labels = await labels_of(call, [session])
+    return {**session_view(session, labels), "logon": _logon_view(logon)}
 
 
 @ROUTES.route(
