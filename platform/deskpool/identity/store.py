@@ -235,6 +235,17 @@ async def insert_user(
     return plain(row)
 
 
+async def set_display_name(
+    connection: asyncpg.Connection, user_id: uuid.UUID, display_name: str
+) -> dict[str, Any]:
+    """Name a user added before its first sign-in (the sign-in's token names it after)."""
+    row = await connection.fetchrow(
+        "UPDATE users SET display_name = $2 WHERE id = $1 RETURNING *", user_id, display_name
+    )
+    assert row is not None
+    return plain(row)
+
+
 async def set_user_disabled(
     connection: asyncpg.Connection, user_id: uuid.UUID, disabled: bool
 ) -> dict[str, Any] | None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from deskpool.actor import Actor
-from deskpool.errors import found
+from deskpool.errors import Conflict, LocatedFieldError, ValidationFailed, found
 from deskpool.identity import rules, store
 from deskpool.identity.access import announce
 from deskpool.identity.changes import changing, held, keeping_an_admin, revoke
@@ -78,6 +78,52 @@ async def get_user(db: asyncpg.Pool, user_id: uuid.UUID) -> dict[str, Any]:
     """One user. :raises NotFound: no such user."""
     async with db.acquire() as connection:
         user = found(await store.get_user(connection, user_id), "user", user_id)
+    return user
+
+
+class UserExists(Conflict):
+    """A user of that issuer and subject exists (it signed in, or was added before)."""
+
+    code = "user_exists"
+    title = "The user exists"
+
+
+async def add_user(
+    runtime: Runtime,
+    actor: Actor,
+    *,
+    subject: str,
+    display_name: str | None,
+    issuer: str | None = None,
+) -> dict[str, Any]:
+    """Add a person before their first sign-in, so they can be entitled (and found) ahead.
+
+    The record is keyed as a sign-in keys it (issuer, subject, the kind of a person): that
+    person's first sign-in finds it, with its entitlements and memberships; a client (service
+    principal) of the same subject does not. No email is taken: anyone may claim an email at an
+    identity provider, the subject is the issuer's own. Adding a user confers nothing, so there is
+    nothing to check beyond ``users:manage``: what it is then given (an entitlement, a
+    membership, a grant) is checked where it is given.
+
+    :param issuer: the subject's issuer; by default the actor's own.
+    :raises UserExists: that subject of that issuer exists.
+    """
+    issuer = issuer or (actor.principal.issuer if actor.principal is not None else None)
+    if not issuer:
+        raise ValidationFailed([LocatedFieldError("/issuer", "Give the subject's issuer.")])
+    async with changing(runtime, actor) as connection:
+        if await store.find_user(connection, issuer, subject) is not None:
+            raise UserExists(f"A user of {issuer} has the subject {subject!r}.")
+        user = await store.insert_user(connection, issuer, subject, None)
+        if display_name:
+            user = await store.set_display_name(connection, uuid.UUID(user["id"]), display_name)
+        await actor.record(
+            connection,
+            "user.create",
+            "users",
+            str(user["id"]),
+            {"subject": subject, "issuer": issuer, "before_first_sign_in": True},
+        )
     return user
 
 

@@ -129,3 +129,49 @@ async def test_pages_name_their_users_and_pools(
     assert {(g["subject_name"], g["subject_email"]) for g in grants["items"]} == {
         ("Ada Admin", "ada@example.test")
     }
+
+
+async def test_a_person_is_entitled_before_the_first_sign_in(
+    client: Any,
+    new_caller: NewCaller,
+    api_cluster: NewCluster,
+    bearer: Callable[..., dict[str, str]],
+) -> None:
+    """A person added by the issuer's subject, then entitled, finds the pool at first sign-in.
+
+    Adding the person grants nothing by itself; only the entitlement (pools:manage) hands out.
+    """
+    admin = await new_caller("users:manage", "users:read", "pools:manage", "audit:read")
+    reader = await new_caller("users:read")
+    body = {"subject": "new-person-7", "display_name": "New Person"}
+    assert (await client.post("/api/v1/users", headers=reader.headers, json=body)).status == 403
+    response = await client.post("/api/v1/users", headers=admin.headers, json=body)
+    assert response.status == 201, await response.text()
+    added = await response.json()
+    assert (added["subject"], added["display_name"]) == ("new-person-7", "New Person")
+    again = await client.post("/api/v1/users", headers=admin.headers, json=body)
+    assert again.status == 409
+    assert (await again.json())["code"] == "user_exists"
+    found = await get(client, "/api/v1/users?q=new%20person", admin)
+    assert [u["id"] for u in found["items"]] == [added["id"]]
+
+    cluster_id = await api_cluster(templates=[{"name": "ubuntu-22.04"}])
+    response = await client.post(
+        "/api/v1/pools", headers=admin.headers, json=pool_body(cluster_id, name="ahead-pool")
+    )
+    pool_id = (await response.json())["id"]
+    entitled = await client.post(
+        f"/api/v1/pools/{pool_id}/entitlements",
+        headers=admin.headers,
+        json={"subject_type": "user", "subject_id": added["id"]},
+    )
+    assert entitled.status == 201, await entitled.text()
+
+    person = bearer("new-person-7", email="new@example.test", name="New Person")
+    me = await (await client.get("/api/v1/me", headers=person)).json()
+    assert me["id"] == added["id"]
+    assert me["permissions"] == []
+    pools = await (await client.get("/api/v1/me/pools", headers=person)).json()
+    assert [p["id"] for p in pools["items"]] == [pool_id]
+    audit = await get(client, f"/api/v1/audit-events?resource_id={added['id']}", admin)
+    assert [e["action"] for e in audit["items"]] == ["user.create"]

@@ -17,6 +17,9 @@ export interface ProblemBody {
   [key: string]: unknown;
 }
 
+/** The field a conflict is about, by its code (`*_name_taken` is the name's). */
+const CONFLICT_FIELDS: Record<string, string> = { user_exists: "subject" };
+
 /** An API call that did not succeed, carrying the problem the API answered. */
 export class ApiError extends Error {
   readonly status: number;
@@ -31,13 +34,14 @@ export class ApiError extends Error {
 
   /**
    * Field errors by field path ("name", "tls/ca_pem"), in words: what a form shows next to its
-   * fields. A name taken (409 `*_name_taken`) is the name field's error.
+   * fields. A name taken (409 `*_name_taken`) is the name field's error, a subject taken
+   * (`user_exists`) the subject's.
    */
   fieldErrors(): Record<string, string> {
     const errors = fieldErrorsByName(this.problem.errors ?? []);
-    if (this.problem.code?.endsWith("_name_taken") && !errors.name) {
-      errors.name = this.problem.detail ?? "This name is taken.";
-    }
+    const code = this.problem.code ?? "";
+    const field = code.endsWith("_name_taken") ? "name" : CONFLICT_FIELDS[code];
+    if (field && !errors[field]) errors[field] = this.problem.detail ?? "This is taken.";
     return errors;
   }
 }

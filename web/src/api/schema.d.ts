@@ -1649,7 +1649,13 @@ export interface paths {
          */
         get: operations["listUsers"];
         put?: never;
-        post?: never;
+        /**
+         * Add a person before their first sign-in
+         * @description Users are created at their first sign-in; adding one ahead, by the identity provider's subject (`sub`), lets an administrator entitle them, add them to groups or grant them roles before then. Their first sign-in finds the record (a client of the same subject does not: it is another user). No email is taken (anyone may claim an email at an identity provider). Adding confers nothing; what the user is then given is checked where it is given. 409 `user_exists` when the subject exists.
+         *
+         *     Requires the permission `users:manage` (or `platform:admin`).
+         */
+        post: operations["addUser"];
         delete?: never;
         options?: never;
         head?: never;
@@ -3962,6 +3968,14 @@ export interface components {
             items: components["schemas"]["User"][];
             /** @description Opaque cursor of the next page, to send back as `cursor`; null on the last page. */
             next: string | null;
+        };
+        UserCreate: {
+            /** @description The person's `sub` at the identity provider. */
+            subject: string;
+            /** @description How to show them until their first sign-in names them. */
+            display_name?: string;
+            /** @description The subject's issuer; by default the caller's own. */
+            issuer?: string;
         };
         UserChange: {
             disabled: boolean;
@@ -7896,6 +7910,52 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    addUser: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UserCreate"];
+            };
+        };
+        responses: {
+            /** @description The user. */
+            201: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["User"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
+            408: components["responses"]["RequestTimeout"];
+            /** @description Refused: a user of that issuer has that subject (`user_exists`). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             422: components["responses"]["ValidationFailed"];
             429: components["responses"]["RateLimited"];
             503: components["responses"]["ServiceUnavailable"];

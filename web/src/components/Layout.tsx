@@ -1,7 +1,7 @@
 /**
  * The console's frame: a navigation with only what the signed-in user may open, grouped
  * (desktops, people, monitoring, settings). On a wide screen the groups sit on one row under the
- * top bar; below 1100 px they fold behind a Menu button and open as a column, so every page is
+ * top bar; below 1024 px they fold behind a Menu button and open as a column, so every page is
  * reachable from a phone (390 px) to a wide screen.
  */
 import { useEffect, useState } from "react";
@@ -92,7 +92,7 @@ export function Layout() {
       <a className="skip-link" href="#main">
         Skip to content
       </a>
-      <header className="container-fluid topbar">
+      <header className={groupedItems(me).length > 1 ? "container-fluid topbar" : "container-fluid topbar single"}>
         <div className="topbar-row">
           <strong className="brand">deskpool</strong>
           <button

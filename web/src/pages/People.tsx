@@ -25,6 +25,61 @@ function userLabel(user: { display_name?: string | null; email?: string | null; 
   return user.display_name || user.email || user.subject || user.user_id || "";
 }
 
+/** A person added by the issuer's subject, to be entitled before their first sign-in. */
+function AddUser() {
+  const { api } = useSession();
+  const client = useQueryClient();
+  const [draft, setDraft] = useState({ subject: "", display_name: "" });
+  const add = useMutation({
+    mutationFn: () =>
+      unwrap(
+        api.POST("/api/v1/users", {
+          body: { subject: draft.subject.trim(), display_name: draft.display_name.trim() || undefined },
+        }),
+      ),
+    onSuccess: () => {
+      setDraft({ subject: "", display_name: "" });
+      void client.invalidateQueries({ queryKey: ["users"] });
+    },
+  });
+  const errors = fieldErrorsOf(add.error);
+  return (
+    <details>
+      <summary>Add a person who has not signed in yet</summary>
+      <form
+        className="inline-form"
+        aria-label="Add a person"
+        onSubmit={(event) => {
+          event.preventDefault();
+          add.mutate();
+        }}
+      >
+        <TextField
+          label="Subject at the identity provider"
+          value={draft.subject}
+          onChange={(e) => setDraft({ ...draft, subject: e.target.value })}
+          error={errors.subject}
+          hint="Their sub claim (an email is not enough: anyone may claim one)."
+          required
+        />
+        <TextField
+          label="Name to show"
+          value={draft.display_name}
+          onChange={(e) => setDraft({ ...draft, display_name: e.target.value })}
+          error={errors.display_name}
+        />
+        <button type="submit" aria-busy={add.isPending}>
+          Add the person
+        </button>
+      </form>
+      {add.isSuccess ? (
+        <p role="status">Added: entitle them to a pool or add them to a group; their first sign-in finds it.</p>
+      ) : null}
+      <ProblemAlert error={add.error} />
+    </details>
+  );
+}
+
 function Users() {
   const { api, me } = useSession();
   const client = useQueryClient();
@@ -42,6 +97,7 @@ function Users() {
       <div className="filters">
         <TextField label="Search users" type="search" value={q} onChange={(e) => setQ(e.target.value)} />
       </div>
+      {can(me, "users:manage") ? <AddUser /> : null}
       <ProblemAlert error={list.error ?? toggle.error} />
       <DataTable
         caption="Users"

@@ -86,6 +86,24 @@ class UserQuery(PageQuery):
     disabled = fields.Boolean()
 
 
+class UserCreateSchema(Schema):
+    """A person added before their first sign-in, by the issuer's subject."""
+
+    subject = fields.String(
+        required=True,
+        validate=validate.Length(min=1, max=255),
+        metadata={"description": "The person's `sub` at the identity provider."},
+    )
+    display_name = fields.String(
+        validate=validate.Length(min=1, max=200),
+        metadata={"description": "How to show them until their first sign-in names them."},
+    )
+    issuer = fields.String(
+        validate=validate.Length(min=1, max=2000),
+        metadata={"description": "The subject's issuer; by default the caller's own."},
+    )
+
+
 class UserChangeSchema(Schema):
     """What an administrator may change on a user."""
 

@@ -1,4 +1,4 @@
-"""Users over REST: list, read, disable and enable (users are created at first sign-in)."""
+"""Users over REST: list, read, add ahead of the first sign-in, disable and enable."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from deskpool.api.pagination import Page, id_cursor, page_schema, paginate
 from deskpool.api.resources.identity_schemas import (
     LAST_ADMIN,
     UserChangeSchema,
+    UserCreateSchema,
     UserQuery,
     UserSchema,
     problems,
 )
-from deskpool.api.routes import ResponseSpec, RouteTable
+from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.identity import user_state
 from deskpool.ids import parse_id
 
@@ -42,6 +43,38 @@ async def list_users(call: Call) -> Page:
         limit=limit + 1,
     )
     return paginate(rows, limit, lambda r: r["id"])
+
+
+@ROUTES.route(
+    "POST",
+    "/api/v1/users",
+    summary="Add a person before their first sign-in",
+    description=(
+        "Users are created at their first sign-in; adding one ahead, by the identity "
+        "provider's subject (`sub`), lets an administrator entitle them, add them to groups "
+        "or grant them roles before then. Their first sign-in finds the record (a client of "
+        "the same subject does not: it is another user). No email is taken (anyone may claim "
+        "an email at an identity provider). Adding confers nothing; what the user is then "
+        "given is checked where it is given. 409 `user_exists` when the subject exists."
+    ),
+    tags=("users",),
+    permission="users:manage",
+    body=UserCreateSchema,
+    responses={
+        201: ResponseSpec("The user.", UserSchema),
+        **problems(conflict="Refused: a user of that issuer has that subject (`user_exists`)."),
+    },
+)
+async def add_user(call: Call) -> Reply:
+    """Add a person ahead of their first sign-in."""
+    user = await user_state.add_user(
+        call.runtime,
+        call.actor,
+        subject=call.body["subject"],
+        display_name=call.body.get("display_name"),
+        issuer=call.body.get("issuer"),
+    )
+    return Reply(user, 201)
 
 
 @ROUTES.route(
