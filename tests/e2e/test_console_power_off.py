@@ -48,6 +48,11 @@ async def test_an_administrators_power_off_strands_neither_the_user_nor_the_coun
             await expect(row).to_contain_text("in use")
             await visit(instance, admin, "truth-pool-in-use")
             await row.get_by_role("button", name="Power off").click()
+            # The confirmation names the user who loses the desktop.
+            confirm = admin.get_by_role("dialog")
+            await expect(confirm).to_contain_text(USER[1])
+            await visit(instance, admin, "truth-power-off-confirmation")
+            await confirm.get_by_role("button", name=f"power off {held['name']}").click()
             powered_at = time.monotonic()
             # Nobody is in use any more, the table says the same, and the user is logged off.
             await expect(admin.get_by_test_id("count-in_use")).to_have_count(0, timeout=AGREE_MS)

@@ -53,7 +53,7 @@ describe("navigation", () => {
     ]);
     expect(groups).toEqual([
       ["Desktops", ["Dashboard", "My desktops", "Pools", "Desktops", "Sessions", "Schedules"]],
-      ["People", ["People"]],
+      ["People", ["People", "Help desk"]],
       ["Monitoring", ["Reports", "Recordings", "Audit", "Jobs"]],
       ["Settings", ["Clusters", "License"]],
     ]);
