@@ -7918,7 +7918,10 @@ export interface operations {
     addUser: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description A key of the caller's choosing (1 to 255 visible ASCII characters, a UUID say) that makes the change safe to send again: the change, its response and the key are committed together, and the same request sent again with the same key within 24 hours is answered the stored response (with `Idempotent-Replayed: true`) instead of being applied twice. The same key with another body or target is 422 `idempotency_key_reused`. Send it again this way after a 503 `commit_outcome_unknown` (the connection to the database was lost while the change was committed) or when the answer was lost. */
+                "Idempotency-Key"?: string;
+            };
             path?: never;
             cookie?: never;
         };
