@@ -61,6 +61,20 @@ NOT_INPUT = frozenset({"sync", "nop", "ack", INTERNAL_OPCODE})
 DISCONNECT = encode("disconnect").encode()
 
 
+def _last_sync_timestamp(text: str) -> str | None:
+    """The timestamp of the last ``sync`` of ``text`` (complete instructions), if any."""
+    at = text.rfind("4.sync,")
+    if at < 0:
+        return None
+    dot = text.find(".", at + 7)
+    try:
+        length = int(text[at + 7 : dot])
+    except ValueError:
+        return None
+    stamp = text[dot + 1 : dot + 1 + length]
+    return stamp if stamp.isascii() and stamp.isdigit() else None
+
+
 def _first_opcode(text: str) -> str:
     """The opcode of the first instruction of ``text`` (complete instructions only)."""
     dot = text.find(".")
@@ -116,6 +130,8 @@ class Tunnel:
     #: Whether the browser was told the tunnel's UUID (an ``error`` may follow it).
     _announced: bool = False
     _closing: asyncio.Task[None] | None = None
+    #: The latest message to the browser holding a ``sync`` (watermarked tunnels only).
+    _synced: str = ""
     _first_frame_timer: asyncio.TimerHandle | None = None
     _first_frame_report: asyncio.Task[None] | None = None
 
@@ -213,10 +229,15 @@ class Tunnel:
     async def draw(self, text: str) -> None:
         """Send the browser ``text``: complete instructions the gateway draws itself.
 
-        The watermark's, recorded like the rest; nothing once the tunnel ends.
+        The watermark's, recorded like the rest; nothing once the tunnel ends. They end with a
+        ``sync`` repeating the timestamp of guacd's latest frame, so the browser draws them at
+        once (it draws only at a ``sync``) and its answer acknowledges a frame guacd did send.
         """
         if not text or self.ended or not self._announced or self.ws.closed:
             return
+        stamp = _last_sync_timestamp(self._synced)
+        if stamp is not None:
+            text += encode("sync", stamp, 0)
         payload = text.encode()
         if self.recorder is not None:
             self.recorder.output(payload)
@@ -243,7 +264,9 @@ class Tunnel:
                 text = self._guarded_output(guard, text)
             watermark = self.watermark
             if text and watermark is not None:
-                text += watermark.after(text)
+                text = watermark.apply(text)
+                if "4.sync," in text:
+                    self._synced = text
             if text and first_frame.feed(text):
                 self._daemon_up()
             record = self.recorder.output if self.recorder is not None else None
@@ -265,7 +288,9 @@ class Tunnel:
                 if text and guard is not None:
                     text = self._guarded_output(guard, text)
                 if text and watermark is not None:
-                    text += watermark.after(text)
+                    text = watermark.apply(text)
+                    if "4.sync," in text:
+                        self._synced = text
                 if not self.input.up and text and first_frame.feed(text):
                     self._daemon_up()
                 if text:

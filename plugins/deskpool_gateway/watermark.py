@@ -9,10 +9,11 @@ layer 0 placed above everything at z :data:`WATERMARK_Z`, with the policy's opac
 channel mask so a redraw replaces what was there). So the browser tiles the text itself: one
 small PNG per text, whatever the size of the screen.
 
-The watermark follows what the gateway sends the browser: :meth:`Watermark.after` is given each
-message of complete instructions on their way to the browser and returns what to send right
-after them: nothing until guacd sizes the default layer (``size,0,W,H``), then the whole
-watermark, and again the layer's new size and fill at each resize. :meth:`Watermark.set_text`
+The watermark follows what the gateway sends the browser: :meth:`Watermark.apply` is given each
+message of complete instructions on their way to the browser and returns it with the watermark
+inserted right after guacd sizes the default layer (``size,0,W,H``): the whole watermark the
+first time, the layer's new size and fill at each resize, before the rest of that frame and its
+``sync`` (guacamole-common-js draws only at a ``sync``). :meth:`Watermark.set_text`
 and :meth:`Watermark.set_style` redraw it when the text (the time in it) or the policy changes
 and return nothing when nothing did; :meth:`Watermark.show` and :meth:`Watermark.remove` turn
 it on and off mid-session. Since recordings keep what the browser is sent, they carry the
@@ -157,25 +158,33 @@ class Watermark:
         """Whether the watermark is on the browser's display."""
         return self._drawn
 
-    def after(self, text: str) -> str:
-        """What to send the browser right after ``text`` (complete instructions it is sent).
+    def apply(self, text: str) -> str:
+        """``text`` (complete instructions on their way to the browser) with the watermark in it.
 
-        The whole watermark once ``text`` sized the default layer for the first time, the
-        layer resized and refilled at each later resize; otherwise (or when not shown) nothing.
+        The whole watermark right after the first ``size`` of the default layer, the layer
+        resized and refilled right after each later one: before the rest of guacd's frame and
+        its ``sync``, so the browser draws it with that frame (guacamole-common-js draws what
+        it received only at a ``sync``). Otherwise (or when not shown) ``text`` unchanged.
         """
         if "4.size,1.0," not in text:
-            return ""
-        sizes = _DEFAULT_LAYER_SIZE.findall(text)
-        if not sizes:
-            return ""
-        width, height = (int(value) for value in sizes[-1])
+            return text
+        matches = list(_DEFAULT_LAYER_SIZE.finditer(text))
+        if not matches:
+            return text
+        found = matches[-1]
+        width, height = int(found.group(1)), int(found.group(2))
         resized = self._size != (width, height)
         self._size = (width, height)
         if not self.enabled:
-            return ""
+            return text
         if not self._drawn:
-            return self._everything()
-        return self._fill() if resized else ""
+            extra = self._everything()
+        elif resized:
+            extra = self._fill()
+        else:
+            return text
+        end = text.index(";", found.start()) + 1
+        return text[:end] + extra + text[end:]
 
     def set_text(self, text: str) -> str:
         """The text is now ``text``: what redraws it (nothing when unchanged or not shown)."""

@@ -10,7 +10,8 @@ set with ``xclip``. A user signs in with Chromium and opens the desktop from My 
   and a paste refused because the policy changed while the desktop was open says so too, while
   the X clipboard stays as it was;
 - with the watermark on, the screen in the browser shows it over the desktop (pixels of the
-  page's display, while the desktop's own layer still equals the X screen).
+  page's display, while the desktop's own layer still equals the X screen), and so does the
+  session's recording played in the console's player.
 """
 
 from __future__ import annotations
@@ -253,3 +254,66 @@ async def test_the_watermark_shows_over_the_desktop_in_the_browser(
             return picture is not None and not ImageChops.difference(picture, x_screen).getbbox()
 
         await until(same_as_the_screen, "the desktop's layer is the X screen", seconds=30)
+
+
+async def test_the_watermark_is_in_the_sessions_recording_and_its_playback(
+    instance: Instance, display: XDisplay, vnc: VncServer
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    watermark = {"enabled": True, "text": "CONFIDENTIAL {name}", "opacity": 0.8, "spacing": 80}
+    async with aiohttp.ClientSession(base_url=instance.api) as http:
+        admin = Admin(instance, http)
+        pool = await admin.pool(vnc, "marked-rec", {"watermark": watermark})
+        await admin.call(
+            "PATCH",
+            f"/api/v1/pools/{pool['id']}",
+            {"session_policy": {"recording": {"enabled": True, "include_keys": False}}},
+        )
+        shown = await admin.call("GET", f"/api/v1/pools/{pool['id']}")
+        assert shown["session_policy"]["client"]["watermark"]["enabled"], shown["session_policy"]
+        async with desktop_page(instance, "marked-rec") as page:
+            screen = page.locator(".desktop-screen")
+
+            async def marked() -> bool:
+                shot = Image.open(io.BytesIO(await screen.screenshot()))
+                shot.save(instance.artifacts / "watermark-recorded-session.png")
+                return bright(shot) > 2000
+
+            await until(marked, "the watermark shows over the desktop", seconds=30, every=0.5)
+            await page.get_by_role("button", name="Disconnect").click()
+
+        async def ended() -> str | None:
+            listed = await admin.call("GET", f"/api/v1/recordings?pool_id={pool['id']}")
+            done = [item for item in listed["items"] if item.get("ended_at")]
+            return str(done[0]["id"]) if done else None
+
+        recording_id = await until(ended, "the session's recording ended", seconds=60, every=1)
+
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(
+            executable_path=console.CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            page = await (
+                await browser.new_context(viewport={"width": 1280, "height": 900})
+            ).new_page()
+            await console.sign_in(instance, page, console.ADMIN)
+            await page.goto(f"{instance.console}/recordings/{recording_id}")
+            slider = page.get_by_role("slider", name="Position")
+            await expect(slider).to_be_enabled(timeout=console.TIMEOUT)
+            await slider.focus()
+            await page.keyboard.press("End")
+            await expect(page.locator('.recording-screen[aria-busy="true"]')).to_have_count(
+                0, timeout=console.TIMEOUT
+            )
+            player = page.locator(".recording-screen")
+
+            async def played_marked() -> bool:
+                shot = Image.open(io.BytesIO(await player.screenshot()))
+                shot.save(instance.artifacts / "watermark-playback.png")
+                return bright(shot) > 2000
+
+            await until(played_marked, "the playback shows the watermark", seconds=30, every=0.5)
+        finally:
+            await browser.close()

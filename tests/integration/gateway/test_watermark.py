@@ -44,8 +44,9 @@ def tile_of(instructions: list[Instruction]) -> Image.Image:
 async def test_a_pool_with_the_watermark_on_shows_it_over_the_desktop_from_the_start(
     gateway: GatewayHarness,
 ) -> None:
-    client, _ = await gateway.synced(target=RDP, client_policy=MARKED)
-    seen = await client.until("lfill")  # right after the first frame's size
+    client = await gateway.open(gateway.broker.issue(target=RDP, client_policy=MARKED))
+    seen = await client.until("sync")  # the first frame: the watermark is drawn within it
+    assert [i.opcode for i in seen].index("lfill") < len(seen) - 1
     layer = str(WATERMARK_LAYER)
     assert Instruction("move", (layer, "0", "0", "0", str(WATERMARK_Z))) in seen
     assert Instruction("shade", (layer, str(round(0.4 * 255)))) in seen

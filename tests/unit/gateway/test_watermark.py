@@ -117,7 +117,7 @@ def test_the_watermark_is_tiled_over_the_whole_desktop_on_a_layer_of_its_own() -
     display = Display()
     watermark = Watermark("ada@example.com 2026-11-29 07:00", STYLE)
     text = desktop(800, 600)
-    display.run(text + watermark.after(text))
+    display.run(watermark.apply(text))
     screen = display.composed()
     assert screen.size == (800, 600)
     assert display.z[str(WATERMARK_LAYER)] > 0
@@ -133,25 +133,35 @@ def test_the_watermark_is_tiled_over_the_whole_desktop_on_a_layer_of_its_own() -
 
 def test_it_is_drawn_once_the_desktop_has_a_size_and_follows_each_resize() -> None:
     watermark = Watermark("ada", STYLE)
-    assert watermark.after(encode("name", "demo") + encode("nop")) == ""
+    quiet = encode("name", "demo") + encode("nop")
+    assert watermark.apply(quiet) == quiet
     display = Display()
     first = desktop(640, 480)
-    display.run(first + watermark.after(first))
+    display.run(watermark.apply(first))
     assert display.layers[str(WATERMARK_LAYER)].size == (640, 480)
     resize = desktop(1280, 720)
-    display.run(resize + watermark.after(resize))
+    display.run(watermark.apply(resize))
     assert display.layers[str(WATERMARK_LAYER)].size == (1280, 720)
     screen = display.composed()
     assert lit(screen.crop((900, 400, 1280, 720))) > 200
     unrelated = encode("size", 3, 10, 10) + encode("sync", 2, 1)
-    assert watermark.after(unrelated) == ""
+    assert watermark.apply(unrelated) == unrelated
+
+
+def test_it_is_drawn_within_guacds_frame_before_its_sync() -> None:
+    watermark = Watermark("ada", STYLE)
+    text = desktop(320, 240)
+    applied = watermark.apply(text)
+    assert applied.endswith(encode("sync", 1, 1))  # guacd's sync still ends the frame
+    assert applied.index("4.move,") < applied.index("4.sync,")
+    assert applied.startswith(encode("size", 0, 320, 240))
 
 
 def test_a_new_text_redraws_the_tile_and_an_unchanged_one_sends_nothing() -> None:
     display = Display()
     watermark = Watermark("ada 07:00", STYLE)
     first = desktop(400, 300)
-    display.run(first + watermark.after(first))
+    display.run(watermark.apply(first))
     before = display.composed()
     assert watermark.set_text("ada 07:00") == ""
     update = watermark.set_text("ada 07:01 with a much longer line of text")
@@ -168,7 +178,7 @@ def test_text_set_before_the_desktop_has_a_size_waits_for_it() -> None:
     assert watermark.set_text("grace") == ""
     display = Display()
     text = desktop(320, 240)
-    display.run(text + watermark.after(text))
+    display.run(watermark.apply(text))
     assert lit(display.composed()) > 100
 
 
@@ -176,14 +186,14 @@ def test_turned_off_and_on_mid_session_it_goes_and_comes_back_at_the_current_siz
     display = Display()
     watermark = Watermark("ada", STYLE)
     text = desktop(320, 240)
-    display.run(text + watermark.after(text))
+    display.run(watermark.apply(text))
     display.run(watermark.remove())
     assert str(WATERMARK_LAYER) not in display.layers
     assert lit(display.composed()) == 0
     assert watermark.remove() == ""
     resized = desktop(500, 400)
     display.run(resized)
-    assert watermark.after(resized) == ""  # off: only the size is followed
+    assert watermark.apply(resized) == resized  # off: only the size is followed
     display.run(watermark.show())
     assert display.layers[str(WATERMARK_LAYER)].size == (500, 400)
     assert lit(display.composed()) > 100
@@ -195,7 +205,7 @@ def test_off_from_the_start_it_draws_only_once_shown() -> None:
     assert watermark.show() == ""  # no size yet
     display = Display()
     text = desktop(320, 240)
-    display.run(text + watermark.after(text))
+    display.run(watermark.apply(text))
     assert lit(display.composed()) > 100
     restyled = watermark.set_style(WatermarkStyle(opacity=1.0, angle=0.0, spacing=40))
     display.run(restyled)
