@@ -2915,7 +2915,7 @@ export interface components {
              * @enum {string}
              */
             severity?: "info" | "warning" | "urgent";
-            /** @description The message, 1 to 2000 characters (trimmed). */
+            /** @description The message, 1 to 2000 characters, not only spaces. */
             body: string;
             /**
              * @description How long users who connect meanwhile still see it (60 s to 7 days; default an hour).
@@ -6169,6 +6169,15 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
+            /** @description No such pool or user, or no such open session. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];

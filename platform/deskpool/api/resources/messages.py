@@ -17,6 +17,8 @@ from marshmallow import Schema, fields, validate
 
 from deskpool.api.context import Call
 from deskpool.api.pagination import Page, PageQuery, page_schema, paginate
+from deskpool.api.problems import PROBLEM_CONTENT_TYPE, ProblemSchema
+from deskpool.api.resources.pool_schemas import WholeNumber
 from deskpool.api.resources.sessions import time_id_cursor
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.api.values import Instant
@@ -57,10 +59,15 @@ class SendMessageSchema(Schema):
     )
     body = fields.String(
         required=True,
-        validate=validate.Length(max=MAX_BODY * 2),
-        metadata={"description": f"The message, 1 to {MAX_BODY} characters (trimmed)."},
+        # Something besides white space (the body is trimmed), so that the document says
+        # what the service refuses.
+        validate=[
+            validate.Length(min=1, max=MAX_BODY),
+            validate.Regexp(r"[\s\S]*\S", error="Write the message."),
+        ],
+        metadata={"description": f"The message, 1 to {MAX_BODY} characters, not only spaces."},
     )
-    valid_for_seconds = fields.Integer(
+    valid_for_seconds = WholeNumber(
         strict=True,
         load_default=int(DEFAULT_VALIDITY.total_seconds()),
         validate=validate.Range(
@@ -133,7 +140,14 @@ ROUTES = RouteTable()
     tags=("sessions",),
     permission="sessions:manage",
     body=SendMessageSchema,
-    responses={201: ResponseSpec("The message, sent.", MessageSchema)},
+    responses={
+        201: ResponseSpec("The message, sent.", MessageSchema),
+        404: ResponseSpec(
+            "No such pool or user, or no such open session.",
+            ProblemSchema,
+            content_type=PROBLEM_CONTENT_TYPE,
+        ),
+    },
 )
 async def send_message(call: Call) -> Reply:
     body = call.body
