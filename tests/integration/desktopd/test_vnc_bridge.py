@@ -309,13 +309,19 @@ async def test_the_clipboard_crosses_the_bridge_both_ways_through_x11vnc(
             return await display.clipboard() == "to the desktop é"
 
         await until(in_x, "the X clipboard holds what the user sent", seconds=30, every=0.2)
-        # Out: an X program copies; x11vnc sends ServerCutText; the user gets a clipboard stream.
-        await display.set_clipboard("from the desktop ü")
+        # The copies still on their way (the loop above sends one per try) reach x11vnc first:
+        # arriving after the desktop's copy, one would take the X clipboard back from it.
+        await asyncio.sleep(2)
 
+        # Out: an X program copies; x11vnc sends ServerCutText; the user gets a clipboard stream.
+        # x11vnc polls the selection (and sends none for a while after a viewer connects): the
+        # desktop copies again whenever its copy is no longer the X clipboard's.
         async def out() -> bool:
+            if await display.clipboard() != "from the desktop ü":
+                await display.set_clipboard("from the desktop ü")
             return "from the desktop ü" in clipboard_texts(viewer.received)
 
-        await until(out, "the user received the X clipboard", seconds=30, every=0.2)
+        await until(out, "the user received the X clipboard", seconds=60, every=0.5)
 
 
 async def test_disable_copy_and_paste_hold_the_clipboard_at_the_bridge(
