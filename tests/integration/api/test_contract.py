@@ -18,6 +18,8 @@ Allowances, each narrow and each listed in docs/api.md ("What the document canno
   such URLs, and those examples are discarded.
 - An opaque cursor: the document can only say what a cursor looks like, not which ones this
   server issued, so a schema-valid ``cursor`` the list did not issue is 400 ``invalid_cursor``.
+- An ``Idempotency-Key`` is one request's: the fuzzer's keys are replaced by new ones (a key
+  sent again with another body is 422 ``idempotency_key_reused``, as the document says).
 - NUL characters: the API refuses them in every string (400 ``invalid_text``), which
   docs/api.md states once instead of a pattern on each string; the fuzzer does not send them.
 - Rules JSON Schema cannot state, refused with 422 at a known pointer of a known operation
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -68,7 +71,14 @@ schema = schemathesis.openapi.from_path(
 
 
 def call(case: Any, base_url: str, **kwargs: Any) -> Any:
-    """Send ``case``; discard it if the HTTP parser refused it for its size."""
+    """Send ``case``; discard it if the HTTP parser refused it for its size.
+
+    An ``Idempotency-Key`` the fuzzer made is replaced by a new one: a key names one request
+    (the document says so), and the fuzzer would send the same few keys with other bodies,
+    which the API rightly refuses (422 ``idempotency_key_reused``).
+    """
+    if case.headers and "Idempotency-Key" in case.headers:
+        case.headers["Idempotency-Key"] = str(uuid.uuid4())
     response = case.call(base_url=base_url, **kwargs)
     if (
         response.status_code == 400
