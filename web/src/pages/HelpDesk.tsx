@@ -138,12 +138,25 @@ export function HelpDeskUserPage() {
       ),
     onSettled: refresh,
   });
+  // Restart (a reboot: his session is kept and comes back) and power off (his desktop stops;
+  // he is logged off as when he logs off himself), as the desktops page runs them.
+  const desktopAction = useMutation({
+    mutationFn: ({ desktopId, action }: { desktopId: string; action: "restart" | "power_off" }) =>
+      unwrap(
+        api.POST("/api/v1/desktops/{desktop_id}/actions", {
+          params: { path: { desktop_id: desktopId } },
+          body: { action },
+        }),
+      ),
+    onSettled: refresh,
+  });
   const disconnect = useMutation({
     mutationFn: (sessionId: string) =>
       unwrap(api.POST("/api/v1/sessions/{session_id}/disconnect", { params: { path: { session_id: sessionId } } })),
     onSettled: refresh,
   });
   const manage = can(me, "sessions:manage");
+  const manageDesktops = can(me, "desktops:manage");
   if (page.error) return <ProblemAlert error={page.error} />;
   if (!page.data) return <p aria-busy="true">Loading…</p>;
   const data: HelpdeskUser = page.data;
@@ -160,7 +173,7 @@ export function HelpDeskUserPage() {
         · last sign-in {when(user.last_seen_at)}
         {data.groups.length ? <> · groups: {data.groups.map((g) => `${g.key} (${g.via === "claim" ? "by claim" : "member"})`).join(", ")}</> : null}
       </p>
-      <ProblemAlert error={logOff.error ?? disconnect.error} />
+      <ProblemAlert error={logOff.error ?? disconnect.error ?? desktopAction.error} />
 
       <h2>Pools</h2>
       <table data-testid="helpdesk-pools">
@@ -233,7 +246,24 @@ export function HelpDeskUserPage() {
                     >
                       Log {name} off {desktop.name}
                     </button>
-                  ) : null}
+                  ) : null}{" "}
+                  {manageDesktops
+                    ? (["restart", "power_off"] as const).map((action) => (
+                        <button
+                          key={action}
+                          type="button"
+                          className="secondary outline small"
+                          disabled={desktopAction.isPending}
+                          onClick={() => {
+                            const what = action === "restart" ? "Restart" : "Power off";
+                            if (window.confirm(`${what} ${desktop.name}, the desktop ${name} is using?`))
+                              desktopAction.mutate({ desktopId: desktop.id, action });
+                          }}
+                        >
+                          {action === "restart" ? "Restart" : "Power off"} {desktop.name}
+                        </button>
+                      ))
+                    : null}
                 </td>
               </tr>
             ))}
