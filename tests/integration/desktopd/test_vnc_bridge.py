@@ -1,7 +1,8 @@
 """The simulator's VNC bridge against a real X server served by a real VNC server (x11vnc).
 
 Xvfb shows a blue root window and an xterm; x11vnc serves it with and without a VNC password.
-The clipboard crosses the bridge both ways: read and set on the X server with ``xclip``.
+The user's clipboard reaches the X clipboard (read with ``xclip``); the other way is proved in
+Chromium (tests/e2e/test_console_desktop_transfers.py).
 A client speaking guacd's protocol to the simulator draws what it receives (``size``, PNG
 ``img`` streams, ``copy``) on a canvas of its own: the canvas becomes the screen ``xwd`` reads,
 pixel for pixel. Keys it types reach the xterm once its pointer is over it (the X server gives
