@@ -278,7 +278,13 @@ class Tunnel:
             read, decode, feed = self.reader.read, self.decoder.decode, parser.feed
             counters = self.counters
             while True:
-                data = await read(READ_SIZE)
+                try:
+                    data = await read(READ_SIZE)
+                except ConnectionError as error:
+                    # The connection's process died leaving input unread: the kernel reset
+                    # the socket rather than closed it. The same hang-up as an end of stream.
+                    log.debug("tunnel %s: daemon socket reset: %s", self.session_id, error)
+                    data = b""
                 if not data:
                     break
                 self.last_daemon = time.monotonic()

@@ -46,6 +46,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import struct
 import time
 import uuid
 from collections import deque
@@ -335,17 +337,23 @@ class DesktopDaemonSimulator:
         """The first user of ``connection_id`` (its owner) among the latest users."""
         return next(user for user in self.users if user.connection_id == connection_id)
 
-    def kill_connection(self, connection_id: str) -> list[SimulatedUser]:
+    def kill_connection(self, connection_id: str, *, reset: bool = False) -> list[SimulatedUser]:
         """The process of ``connection_id`` dies: its users' sockets close without a word.
 
         As when guacd's child process of a connection is killed: no ``error``, no
         ``disconnect``, the sockets simply close. The remote desktop keeps the session: the next
         connection to the same host shows the same screen (what was typed included).
         Returns the users whose socket was closed.
-        """
-        return self._die(connection_id, keep_screen=True)
 
-    def _die(self, connection_id: str, *, keep_screen: bool) -> list[SimulatedUser]:
+        :param reset: the sockets are reset (TCP RST) rather than closed (FIN), as the kernel
+            does when the dead process left input unread in them; a real guacd's death gives
+            either, by chance.
+        """
+        return self._die(connection_id, keep_screen=True, reset=reset)
+
+    def _die(
+        self, connection_id: str, *, keep_screen: bool, reset: bool = False
+    ) -> list[SimulatedUser]:
         connection = self.connections.pop(connection_id, None)
         if keep_screen and isinstance(connection, SimulatedConnection):
             self.resumable[connection.screen.vm_name] = connection.screen
@@ -353,6 +361,11 @@ class DesktopDaemonSimulator:
         killed = [u for u in self.users if u.connection_id == connection_id and not u.closed]
         for user in killed:
             user.killed = True
+            if reset:
+                sock = user.writer.get_extra_info("socket")
+                if sock is not None:
+                    # A zero linger makes the close a reset.
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             user.writer.transport.abort()
         return killed
 

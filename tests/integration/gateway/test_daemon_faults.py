@@ -48,11 +48,13 @@ def errors(seen: list[Instruction]) -> list[Instruction]:
     return [instruction for instruction in seen if instruction.opcode == "error"]
 
 
+@pytest.mark.parametrize("reset", [False, True], ids=["closed", "reset"])
 async def test_a_daemon_that_hangs_up_is_an_upstream_error(
-    gateway: GatewayHarness, desktop_daemon: DesktopDaemonSimulator
+    gateway: GatewayHarness, desktop_daemon: DesktopDaemonSimulator, reset: bool
 ) -> None:
+    """Whether the dead process's socket closes (FIN) or is reset (RST, input left unread)."""
     client, token = await gateway.synced()
-    desktop_daemon.kill_connection(gateway.connection_of(token))
+    desktop_daemon.kill_connection(gateway.connection_of(token), reset=reset)
     seen, closed = await ending(client)
     (error,) = errors(seen)
     assert error.args[1] == str(int(Status.UPSTREAM_ERROR))
