@@ -26,12 +26,17 @@ stream                          opened by              allowed when
 ==============================  =====================  ========================================
 
 A refused stream's ``blob`` and ``end`` are dropped with it. The sender is told as guacd tells
-it: a browser's refused upload or microphone gets ``ack,idx,<message>,771`` (CLIENT_FORBIDDEN),
-guacd's refused download or print job gets the same ``ack`` (it stops sending), and a transfer
-cut at its limit gets ``ack,idx,<message>,781`` (CLIENT_OVERRUN) after what fitted, then its
-other side gets ``end``. Each clipboard transfer, file, print job and refused stream becomes a
-:class:`~deskpool.client_policy.model.Transfer` (sizes, name, SHA-256 of every byte sent, never
-the content), reported when it ends.
+it: a browser's refused upload, paste or microphone gets ``ack,idx,<message>,771``
+(CLIENT_FORBIDDEN), guacd's refused download or print job gets the same ``ack`` (it stops
+sending), and a transfer cut at its limit gets ``ack,idx,<message>,781`` (CLIENT_OVERRUN) after
+what fitted (but guacd's clipboard, which takes no ``ack``), then its other side gets ``end``.
+The browser, which never sees what the desktop was refused, is told of it (and of a copy or
+download cut at its limit) by ``msg,<TRANSFER_NOTICE>,<kind>,<reason>,<name>,<limit>``
+(:data:`TRANSFER_NOTICE`, a message code of deskpool's own: guacamole-common-js hands it to
+``Guacamole.Client.onmsg`` and otherwise ignores it), so that the console says so in words;
+nothing of the content goes with it. Each clipboard transfer, file, print job and refused
+stream becomes a :class:`~deskpool.client_policy.model.Transfer` (sizes, name, SHA-256 of
+every byte sent, never the content), reported when it ends.
 
 Cost: text with no governed stream open and none of the opening opcodes in it (one regular
 expression over the encoded text, about 0.4 ms of CPU per MB) passes untouched; only the
@@ -50,12 +55,15 @@ from dataclasses import dataclass, field
 from deskpool.client_policy.model import ClientPolicy, Direction, Transfer, TransferKind
 from deskpool.guacamole import Instruction, InstructionParser, Status, encode
 
-__all__ = ["DIRECTORY_MIMETYPE", "StreamGuard"]
+__all__ = ["DIRECTORY_MIMETYPE", "TRANSFER_NOTICE", "StreamGuard"]
 
 #: The mimetype of a directory listing guacd sends as a ``body`` (not a file).
 DIRECTORY_MIMETYPE = "application/vnd.glyptodon.guacamole.stream-index+json"
 #: What a print job's ``file`` stream from guacd carries.
 PRINT_MIMETYPE = "application/pdf"
+#: The ``msg`` code telling the browser of a transfer from the desktop refused or cut (guacd's
+#: own codes, a user joining or leaving, are 1 and 2).
+TRANSFER_NOTICE = 0x4450
 
 #: Encoded opcodes that open a governed stream, as they appear in the text (``4.file,``): one
 #: regular expression scans a 64 KiB message about five times faster than five ``in`` tests.
@@ -198,6 +206,8 @@ class StreamGuard:
             return
         self._opened(streams, index, stream)
         if stream.refused:
+            if stream.kind is not TransferKind.AUDIO:
+                forward.append(_notice(stream))
             # guacd waits for the browser's ack of a download or print job's blob (and stops on
             # an error); its clipboard and sound streams take none.
             if stream.kind in (TransferKind.FILE, TransferKind.PRINT):
@@ -277,7 +287,9 @@ class StreamGuard:
             stream.delivered += len(kept)
             forward.append(encode("blob", index, base64.b64encode(kept).decode("ascii")))
         forward.append(encode("end", index))
-        if stream.kind is not TransferKind.CLIPBOARD:
+        if stream.direction is Direction.TO_BROWSER:
+            forward.append(_notice(stream))
+        if stream.direction is Direction.TO_DESKTOP or stream.kind is not TransferKind.CLIPBOARD:
             message = f"FAIL (over the limit of {stream.limit} bytes)"
             answer.append(encode("ack", index, message, int(Status.CLIENT_OVERRUN)))
 
@@ -303,6 +315,13 @@ def _governed(
     for instruction in InstructionParser().feed_instructions(text):
         handle(instruction, forward, answer)
     return "".join(forward), "".join(answer)
+
+
+def _notice(stream: _Stream) -> str:
+    """The browser's word of a transfer from the desktop refused or cut (``TRANSFER_NOTICE``)."""
+    limit = stream.limit if stream.cut else 0
+    reason = stream.refused or "over_limit"
+    return encode("msg", TRANSFER_NOTICE, stream.kind.value, reason, stream.name or "", limit)
 
 
 def _refusal(stream: _Stream) -> str:

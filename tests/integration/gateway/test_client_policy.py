@@ -28,6 +28,7 @@ from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import Instruction, Status, encode
 from deskpool.sessions.tunnel import DesktopTarget
 from deskpool.testing.tunnels import WebSocketTunnelClient
+from deskpool_gateway.transfers import TRANSFER_NOTICE
 
 RDP = DesktopTarget("rdp", "demo-01", 3389, {"username": "ada", "password": "s3cret"})
 #: Everything off.
@@ -41,6 +42,8 @@ LOCKED = ClientPolicyChange(
 ).applied_to(DEFAULT_CLIENT_POLICY)
 GOVERNED = {"clipboard", "file", "put", "audio", "blob", "end", "body", "filesystem"}
 FORBIDDEN = str(int(Status.CLIENT_FORBIDDEN))
+OVERRUN = str(int(Status.CLIENT_OVERRUN))
+NOTICE = str(TRANSFER_NOTICE)
 
 
 def b64(data: bytes) -> str:
@@ -138,6 +141,14 @@ async def test_every_forbidden_stream_from_the_desktop_is_withheld_and_guacd_tol
     )
     seen = await client.until("name")
     assert [i for i in seen if i.opcode in GOVERNED] == []
+    # The browser is told what was withheld (its console says so in words), not what it was.
+    notices = [i.args[1:] for i in seen if i.opcode == "msg" and i.args[0] == NOTICE]
+    assert notices == [
+        ("clipboard", "clipboard_off", "", "0"),
+        ("file", "download_off", "report.xlsx", "0"),
+        ("file", "download_off", "/secret.txt", "0"),
+        ("print", "printing_off", "document.pdf", "0"),
+    ]
     await settle(client)
     told = {i.args[0]: i.args[2] for i in user.received if i.opcode == "ack"}
     assert told == {"11": FORBIDDEN, "12": FORBIDDEN, "13": FORBIDDEN}
@@ -184,8 +195,10 @@ async def test_clipboard_over_its_limit_is_cut_at_a_character_and_allowed_stream
     assert blobs["2"] == b"x" * 600 + b"y" * 400  # cut at max_file_bytes
     ends = [i.args[0] for i in user.received if i.opcode == "end"]
     assert ends == ["1", "2"]
-    overrun = [i for i in answers if i.opcode == "ack" and i.args[0] == "2"]
-    assert overrun[0].args[2] == str(int(Status.CLIENT_OVERRUN))
+    overrun = [i.args[0] for i in answers if i.opcode == "ack" and i.args[2] == OVERRUN]
+    # Both cut streams are answered CLIENT_OVERRUN: the paste too (guacd cuts one silently,
+    # the console says it was cut).
+    assert overrun == ["1", "2"]
     await user.send(
         encode("clipboard", 5, "text/plain")
         + encode("blob", 5, b64(b"abcdefgh"))
@@ -196,6 +209,8 @@ async def test_clipboard_over_its_limit_is_cut_at_a_character_and_allowed_stream
         + encode("name", "marker")
     )
     seen = await client.until("name")
+    notices = [i.args[1:] for i in seen if i.opcode == "msg" and i.args[0] == NOTICE]
+    assert notices == [("clipboard", "over_limit", "", "4")]
     out = [i for i in seen if i.opcode in GOVERNED]
     assert out == [
         Instruction("clipboard", ("5", "text/plain")),
