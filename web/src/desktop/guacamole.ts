@@ -9,7 +9,7 @@
  * when a size reaches it earlier (the gateway holds such input too, for any client).
  */
 
-import type { Transfer } from "./transfers";
+import { TRANSFER_NOTICE, type Transfer } from "./transfers";
 
 export type DesktopState = "connecting" | "waiting" | "connected" | "disconnected" | "error";
 
@@ -19,6 +19,8 @@ export interface DesktopCallbacks {
   onClipboard: (text: string) => void;
   /** A file the desktop sends (a download, a printed PDF) started, advanced or ended. */
   onDownload?: (download: Transfer) => void;
+  /** The gateway withheld or cut something the desktop sent (`[kind, reason, name, limit]`). */
+  onNotice?: (args: string[]) => void;
 }
 
 export interface DesktopHandle {
@@ -30,7 +32,15 @@ export interface DesktopHandle {
   sendClipboard: (text: string, answered?: (code: number) => void) => void;
   /** Send `file` to the desktop (its drive, its SFTP folder); `progress` follows it. */
   upload: (file: File, id: number, progress: (upload: Transfer) => void) => void;
+  /**
+   * Send the browser's microphone to the desktop (until the connection ends); `answered` is
+   * called with the status of a refusal, or 0 once the desktop took it.
+   */
+  microphone: (answered: (code: number) => void) => void;
 }
+
+/** What the microphone is sent as (guacd's RDP plugin takes 16-bit PCM). */
+const MICROPHONE_MIMETYPE = "audio/L16;rate=44100,channels=2";
 
 /** Bytes per ``blob`` of an upload (guacd's own limit). */
 const UPLOAD_BLOCK = 6048;
@@ -135,6 +145,13 @@ export async function openDesktop(
     if (opcode === "ack") answers.get(args[0] ?? "")?.(Number(args[2]));
     handleInstruction(opcode, args);
   };
+  // The gateway's word of what it withheld from the desktop's side (nothing else uses `msg`
+  // codes of this value; guacd's own, a user joining or leaving, go on to the defaults).
+  client.onmsg = (code: number, args: string[]) => {
+    if (code !== TRANSFER_NOTICE) return true;
+    callbacks.onNotice?.(args);
+    return false;
+  };
   client.onclipboard = (stream: Guac, mimetype: string) => {
     if (!/^text\//.test(mimetype)) return;
     const reader = new G.StringReader(stream);
@@ -216,6 +233,17 @@ export async function openDesktop(
       const writer = new G.StringWriter(stream);
       writer.sendText(text);
       writer.sendEnd();
+    },
+    microphone: (answered) => {
+      const stream = client.createAudioStream(MICROPHONE_MIMETYPE);
+      const index = String(stream.index);
+      // The first answer says whether the desktop takes it (the recorder then starts the
+      // browser's capture, asking the user's permission) or why not (the gateway's 771).
+      answers.set(index, (code) => {
+        answers.delete(index);
+        answered(code);
+      });
+      G.AudioRecorder.getInstance(stream, MICROPHONE_MIMETYPE);
     },
     upload: (file, id, progress) => {
       const stream = client.createFileStream(file.type || "application/octet-stream", file.name);

@@ -3,9 +3,14 @@ import {
   COPY_OFF,
   DOWNLOAD_OFF,
   FORBIDDEN,
+  MICROPHONE_OFF,
   OVERRUN,
   PASTE_OFF,
+  PRINT_OFF,
+  UNSUPPORTED,
   UPLOAD_OFF,
+  microphoneRefusal,
+  noticeText,
   pasteRefusal,
   policyNotes,
   progressOf,
@@ -58,5 +63,43 @@ describe("transfers", () => {
     expect(progressOf(list[0]!)).toBe(0.5);
     expect(progressOf({ id: 2, direction: "download", name: "b", done: 3, state: "running" })).toBeNull();
     expect(progressOf({ id: 2, direction: "download", name: "b", done: 3, state: "finished" })).toBe(1);
+  });
+});
+
+describe("noticeText", () => {
+  it("says in words what the gateway withheld from the desktop", () => {
+    expect(noticeText(["clipboard", "clipboard_off", "", "0"])).toBe(COPY_OFF);
+    expect(noticeText(["file", "download_off", "report.xlsx", "0"])).toBe(
+      `report.xlsx did not reach you. ${DOWNLOAD_OFF}`,
+    );
+    expect(noticeText(["print", "printing_off", "guacamole-print.pdf", "0"])).toBe(PRINT_OFF);
+    expect(PRINT_OFF).toBe("Printing from this desktop is turned off by your administrator.");
+  });
+
+  it("says what was cut at its limit", () => {
+    expect(noticeText(["clipboard", "over_limit", "", "64"])).toBe(
+      "What the desktop copied was cut: your administrator allows at most 64 B per copy.",
+    );
+    expect(noticeText(["file", "over_limit", "big.iso", "2048"])).toBe(
+      "big.iso was cut: your administrator allows at most 2.0 KiB per file.",
+    );
+  });
+
+  it("never stays silent", () => {
+    expect(noticeText(["clipboard", "not_text", "", "0"])).toBe(
+      "The desktop copied something other than text, which your administrator does not let out.",
+    );
+    expect(noticeText(["thing", "whatever", "", "0"])).toBe(
+      "The desktop sent something your administrator does not let out.",
+    );
+  });
+});
+
+describe("microphoneRefusal", () => {
+  it("says why the microphone was refused", () => {
+    expect(microphoneRefusal(0)).toBeNull();
+    expect(microphoneRefusal(FORBIDDEN)).toBe(MICROPHONE_OFF);
+    expect(MICROPHONE_OFF).toBe("The microphone is turned off for this desktop by your administrator.");
+    expect(microphoneRefusal(UNSUPPORTED)).toBe("This desktop does not take a microphone.");
   });
 });

@@ -1,8 +1,9 @@
 /**
  * What the desktop view says about clipboard and file transfers: the pool's client policy in
  * words (what is turned off, before the user tries), a refusal the gateway or the desktop
- * answers (an `ack` with an error status) in words, never silently, and the list of uploads
- * and downloads with their progress.
+ * answers (an `ack` with an error status) in words, never silently, what the gateway
+ * withheld from the desktop's side (a copy, a download, a print job: its `TRANSFER_NOTICE`),
+ * the microphone's refusal, and the list of uploads and downloads with their progress.
  */
 import type { Schemas } from "../api/client";
 
@@ -17,6 +18,15 @@ export const COPY_OFF = "Copying out of this desktop is turned off by your admin
 export const PASTE_OFF = "Pasting into this desktop is turned off by your administrator.";
 export const UPLOAD_OFF = "Uploading files to this desktop is turned off by your administrator.";
 export const DOWNLOAD_OFF = "Downloading files from this desktop is turned off by your administrator.";
+export const PRINT_OFF = "Printing from this desktop is turned off by your administrator.";
+export const MICROPHONE_OFF = "The microphone is turned off for this desktop by your administrator.";
+
+/**
+ * The `msg` code by which the gateway tells the browser of a transfer from the desktop it
+ * withheld or cut (its arguments: kind, reason, file name, limit in bytes), since the browser
+ * never sees it otherwise.
+ */
+export const TRANSFER_NOTICE = 0x4450;
 
 /** What the policy turns off, in words (nothing when no policy came with the connection). */
 export function policyNotes(policy: ClientPolicy | undefined): {
@@ -62,6 +72,31 @@ export function uploadRefusal(code: number, policy: ClientPolicy | undefined): s
   if (code === FORBIDDEN) return UPLOAD_OFF;
   if (code === UNSUPPORTED) return "This desktop does not take files.";
   return "The desktop refused the file.";
+}
+
+/** What the gateway's `TRANSFER_NOTICE` (`[kind, reason, name, limit]`) means, in words. */
+export function noticeText(args: string[]): string {
+  const [kind = "", reason = "", name = "", limit = "0"] = args;
+  if (reason === "clipboard_off") return COPY_OFF;
+  if (reason === "download_off") return `${name || "A file"} did not reach you. ${DOWNLOAD_OFF}`;
+  if (reason === "printing_off") return PRINT_OFF;
+  if (reason === "not_text") {
+    return "The desktop copied something other than text, which your administrator does not let out.";
+  }
+  if (reason === "over_limit" && kind === "clipboard") {
+    return `What the desktop copied was cut: your administrator allows at most ${formatBytes(Number(limit))} per copy.`;
+  }
+  if (reason === "over_limit") {
+    return `${name || "A file"} was cut: your administrator allows at most ${formatBytes(Number(limit))} per file.`;
+  }
+  return "The desktop sent something your administrator does not let out.";
+}
+
+/** Why the microphone was answered with `code`, in words (null: it was not refused). */
+export function microphoneRefusal(code: number): string | null {
+  if (code === 0) return null;
+  if (code === FORBIDDEN) return MICROPHONE_OFF;
+  return "This desktop does not take a microphone.";
 }
 
 /** One upload or download and how far it went. */

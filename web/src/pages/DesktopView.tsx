@@ -28,6 +28,8 @@ import {
   type ClientPolicy,
   type Transfer,
   formatBytes,
+  microphoneRefusal,
+  noticeText,
   pasteRefusal,
   policyNotes,
   progressOf,
@@ -88,6 +90,8 @@ export function DesktopViewPage() {
   const [policy, setPolicy] = useState<ClientPolicy | undefined>(undefined);
   const [refusal, setRefusal] = useState("");
   const [transfers, setTransfers] = useState<Transfer[]>([]);
+  // Whether the desktop took the browser's microphone.
+  const [listening, setListening] = useState(false);
   const uploads = useRef(0);
   // The pool records this session: said before the desktop's first frame is drawn.
   const [recorded, setRecorded] = useState(false);
@@ -156,6 +160,11 @@ export function DesktopViewPage() {
           setClipboard(text);
         },
         onDownload: (download) => setTransfers((list) => updateTransfer(list, download)),
+        // The gateway withheld or cut what the desktop sent: said in words, the panel opened.
+        onNotice: (args) => {
+          setRefusal(noticeText(args));
+          setShowClipboard(true);
+        },
       }, { readOnly: Boolean(watching) });
       // A newer attempt began while this one opened: this one must not stay connected unseen
       // (its keyboard would still send the user's typing to a second connection).
@@ -326,6 +335,14 @@ export function DesktopViewPage() {
           copied={copied}
           refusal={refusal}
           transfers={transfers}
+          listening={listening}
+          microphone={() => {
+            setRefusal("");
+            handle.current?.microphone((status) => {
+              setListening(status === 0);
+              setRefusal(microphoneRefusal(status) ?? "");
+            });
+          }}
           send={() => {
             setRefusal("");
             handle.current?.sendClipboard(clipboard, (status) => setRefusal(pasteRefusal(status, policy) ?? ""));
@@ -379,6 +396,8 @@ function TransferPanel(props: {
   copied: string;
   refusal: string;
   transfers: Transfer[];
+  listening: boolean;
+  microphone: () => void;
   send: () => void;
   upload: (files: File[]) => void;
 }) {
@@ -444,6 +463,15 @@ function TransferPanel(props: {
         </label>
       )}
       {notes.download ? <p className="transfer-note" role="note">{notes.download}</p> : null}
+      {props.policy?.audio.microphone ? (
+        props.listening ? (
+          <p className="transfer-note" role="note">The desktop hears your microphone.</p>
+        ) : (
+          <button type="button" className="secondary" onClick={props.microphone}>
+            Use the microphone
+          </button>
+        )
+      ) : null}
       {props.transfers.length ? (
         <ul className="transfer-list" aria-label="Transfers">
           {props.transfers.map((transfer) => (
