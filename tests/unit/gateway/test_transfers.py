@@ -6,7 +6,7 @@ import base64
 
 from deskpool.client_policy.model import DEFAULT_CLIENT_POLICY, ClientPolicyChange, Transfer
 from deskpool.guacamole import encode
-from deskpool_gateway.transfers import DIRECTORY_MIMETYPE, StreamGuard
+from deskpool_gateway.transfers import DIRECTORY_MIMETYPE, TRANSFER_NOTICE, StreamGuard
 
 LOCKED = ClientPolicyChange(
     {"clipboard": {"to_browser": {"mode": "off"}}, "file_transfer": {"download": True}}
@@ -15,6 +15,10 @@ LOCKED = ClientPolicyChange(
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+#: What the browser is sent instead of a copy the policy withholds: word of it, not the text.
+COPY_WITHHELD = encode("msg", TRANSFER_NOTICE, "clipboard", "clipboard_off", "", 0)
 
 
 def test_text_with_no_governed_stream_passes_as_the_same_object() -> None:
@@ -39,7 +43,7 @@ def test_a_directory_listing_passes_and_a_reused_index_reports_the_stream_it_rep
     guard.from_daemon(encode("file", 6, "application/octet-stream", "a.bin"))
     guard.from_daemon(encode("blob", 6, b64(b"abc")))
     forwarded, _ = guard.from_daemon(encode("clipboard", 6, "text/plain"))
-    assert forwarded == ""
+    assert forwarded == COPY_WITHHELD
     assert [(t.kind.value, t.outcome, t.size) for t in reported] == [("file", "allowed", 3)]
     guard.close()
     assert [(t.kind.value, t.reason) for t in reported[1:]] == [("clipboard", "clipboard_off")]
@@ -51,6 +55,6 @@ def test_a_policy_replaced_governs_the_next_stream_not_the_one_under_way() -> No
     assert guard.from_daemon(encode("clipboard", 2, "text/plain"))[0] != ""
     guard.policy = LOCKED
     assert guard.from_daemon(encode("blob", 2, b64(b"still")))[0] != ""
-    assert guard.from_daemon(encode("clipboard", 4, "text/plain"))[0] == ""
+    assert guard.from_daemon(encode("clipboard", 4, "text/plain"))[0] == COPY_WITHHELD
     guard.from_daemon(encode("end", 2) + encode("end", 4))
     assert [(t.outcome, t.delivered) for t in reported] == [("allowed", 5), ("refused", 0)]
