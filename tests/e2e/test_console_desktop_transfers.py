@@ -6,9 +6,11 @@ set with ``xclip``. A user signs in with Chromium and opens the desktop from My 
 
 - text typed into the console's clipboard panel lands on the X clipboard, and what an X program
   copies shows in the panel (the pool allows text both ways);
-- with copying out and pasting turned off, the panel says so in words before the user tries,
-  and a paste refused because the policy changed while the desktop was open says so too, while
-  the X clipboard stays as it was;
+- with copying out and pasting turned off while the desktop is open (guacd was told to pass
+  both), the gateway withholds what an X program copies from the browser and refuses the next
+  paste, the panel says both in words, the X clipboard stays as it was and the session's
+  transfers list both refusals (with the SHA-256 of the X clipboard's text); opened again, the
+  panel says before the user tries that both are off;
 - with the watermark on, the screen in the browser shows it over the desktop (pixels of the
   page's display, while the desktop's own layer still equals the X screen), and so does the
   session's recording played in the console's player.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import io
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -197,29 +200,73 @@ async def test_refused_copy_and_paste_say_so_in_words_and_reach_nothing(
 
     async with aiohttp.ClientSession(base_url=instance.api) as http:
         admin = Admin(instance, http)
-        pool = await admin.pool(vnc, "clip-shut", {"clipboard": {"to_browser": {"mode": "off"}}})
+        pool = await admin.pool(vnc, "clip-shut", {})
         async with desktop_page(instance, "clip-shut") as page:
             await page.get_by_role("button", name="Clipboard and files").click()
             panel = page.get_by_test_id("transfer-panel")
-            await expect(panel.get_by_test_id("copy-off")).to_have_text(COPY_OFF)
-            await display.set_clipboard("kept in the desktop")
-            # Pasting is turned off while the desktop is open: the gateway refuses the next
-            # paste (within 2 s) and the panel says why.
+            copied = page.get_by_test_id("desktop-copied")
+            await expect(copied).to_have_text("Nothing yet.")
+            # Both ways turned off while the desktop is open (guacd was told to pass both): the
+            # gateway withholds the X clipboard from the browser and refuses the next paste.
             await admin.call(
                 "PATCH",
                 f"/api/v1/pools/{pool['id']}",
-                {"session_policy": {"client": {"clipboard": {"to_desktop": {"mode": "off"}}}}},
+                {
+                    "session_policy": {
+                        "client": {
+                            "clipboard": {
+                                "to_desktop": {"mode": "off"},
+                                "to_browser": {"mode": "off"},
+                            }
+                        }
+                    }
+                },
             )
             # The change reaches the open tunnel within 2 s (test_client_policy_live proves the
-            # bound); after it, the next paste is refused by the gateway and said in words.
+            # bound); after it, what the desktop copies and what the user pastes are refused.
             await asyncio.sleep(2.5)
+            await display.set_clipboard("kept in the desktop")
+            refused = panel.get_by_role("alert")
+            # x11vnc sends the selection about 15 s after a viewer connects, polling it each second.
+            await expect(refused).to_have_text(COPY_OFF, timeout=60_000)
+            await expect(copied).to_have_text("Nothing yet.")
             await panel.get_by_label("Clipboard for the desktop").fill("not for the desktop")
             await panel.get_by_role("button", name="Send to the desktop").click()
-            await expect(panel.get_by_role("alert")).to_have_text(PASTE_OFF, timeout=10_000)
+            await expect(refused).to_have_text(PASTE_OFF, timeout=10_000)
             await page.screenshot(path=str(instance.artifacts / "clipboard-refused.png"))
             await asyncio.sleep(2)  # x11vnc polls the selection each second: time to leak
             assert await display.clipboard() == "kept in the desktop"
-            assert await page.get_by_test_id("desktop-copied").count() == 0
+            await expect(copied).to_have_text("Nothing yet.")
+            sessions = await admin.call("GET", f"/api/v1/sessions?pool_id={pool['id']}")
+            session_id = sessions["items"][0]["id"]
+            await page.get_by_role("button", name="Disconnect").click()
+            await page.wait_for_url("**/my")
+
+            async def audited() -> list[tuple[str, str, str | None]] | None:
+                listing = await admin.call("GET", f"/api/v1/sessions/{session_id}/transfers")
+                found = [
+                    (t["direction"], t["sha256"], t["reason"])
+                    for t in listing["items"]
+                    if t["kind"] == "clipboard" and t["outcome"] == "refused"
+                ]
+                return found if {d for d, _, _ in found} == {"to_browser", "to_desktop"} else None
+
+            refusals = await until(audited, "both refusals are audited", seconds=30, every=0.5)
+            assert ("to_browser", sha256(b"kept in the desktop"), "clipboard_off") in refusals
+            assert ("to_desktop", sha256(b"not for the desktop"), "clipboard_off") in refusals
+
+            # Opened again under the new policy: the panel says so before the user tries.
+            await page.get_by_role("button", name="Open clip-shut").click(timeout=120_000)
+            await expect(page.locator('[data-state="connected"]')).to_be_visible(
+                timeout=console.TIMEOUT
+            )
+            await page.get_by_role("button", name="Clipboard and files").click()
+            await expect(panel.get_by_test_id("copy-off")).to_have_text(COPY_OFF)
+            await expect(panel.get_by_role("note").filter(has_text=PASTE_OFF)).to_have_count(1)
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def bright(picture: Image.Image) -> int:
