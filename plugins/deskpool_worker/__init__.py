@@ -43,6 +43,7 @@ from deskpool.recordings import service as recordings
 from deskpool.registry import Registry
 from deskpool.revocation import service as revocation
 from deskpool.runtime import ComponentFactory, Runtime
+from deskpool.task_stop import cancel_until_done
 from deskpool.vm_events.watcher import REFRESH_SECONDS, VmEventWatcher
 from deskpool_worker import event_export, outage, pools, sessions
 from deskpool_worker.runner import JobRunner, RunnerSettings
@@ -152,15 +153,9 @@ class WorkerComponent:
         self._started = False
         timeout = self.runtime.config.duration("WORKER_SHUTDOWN_TIMEOUT")
         await self.outage.stop()
-        if self._watching is not None:
-            self._watching.cancel()
-            await asyncio.gather(self._watching, return_exceptions=True)
-            self._watching = None
-        for task in (self._sending, self._exporting):
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-        self._sending = self._exporting = None
+        for task in (self._watching, self._sending, self._exporting):
+            await cancel_until_done(task)
+        self._watching = self._sending = self._exporting = None
         await asyncio.gather(self.runner.stop(timeout), self.scheduler.stop(timeout))
         await self.vm_events.close()
 

@@ -8,11 +8,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from deskpool.config import SettingRegistry, parse_duration
 from deskpool.outage_brokering.keeper import keep_snapshot
 from deskpool.runtime import Runtime
+from deskpool.task_stop import cancel_until_done
 
 SETTING = "OUTAGE_SNAPSHOT_INTERVAL"
 
@@ -46,8 +46,5 @@ class SnapshotKeeper:
 
     async def stop(self) -> None:
         """Stop keeping it."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_until_done(self._task)
+        self._task = None

@@ -47,6 +47,7 @@ from deskpool.jobs.model import (
 )
 from deskpool.live.model import LiveEvent
 from deskpool.live.publishers import publish, publish_many
+from deskpool.task_stop import cancel_all_until_done
 from deskpool_worker.notifications import JobNotifications
 from deskpool_worker.reconnect import (
     DATABASE_ERRORS,
@@ -593,7 +594,5 @@ class JobRunner:
         self._closing = True
         await self._publish_queued()
         await self._release([running.context.lease for running in interrupted])
-        for task in self._background:
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await cancel_all_until_done(self._background)
         self._background.clear()

@@ -20,6 +20,7 @@ from deskpool.jobs import periodic
 from deskpool.jobs.metrics import JobMetrics
 from deskpool.jobs.model import LeaseLost
 from deskpool.jobs.periodic import PeriodicContext, PeriodicTask
+from deskpool.task_stop import cancel_all_until_done
 from deskpool_worker.reconnect import DATABASE_ERRORS, ReconnectBackoff, wait_for_event
 from deskpool_worker.runner import CANCEL_GRACE
 from deskpool_worker.running import describe_error
@@ -184,7 +185,6 @@ class PeriodicScheduler:
             run.cancel()
         if pending:
             _, pending = await asyncio.wait(pending, timeout=CANCEL_GRACE)
-        for loop_task in pending:
-            loop_task.cancel()
+        await cancel_all_until_done(list(pending))
         await asyncio.gather(*self._loops, return_exceptions=True)
         self._loops.clear()

@@ -137,14 +137,6 @@ def test_a_previous_key_without_a_current_one_is_refused(
     assert "SECRETS_MASTER_KEY_PREVIOUS is set but SECRETS_MASTER_KEY is not" in message
 
 
-@pytest.mark.xfail(
-    reason=(
-        "open defect found at the session's end: since this session's worker changes, "
-        "`deskpool run api worker` with SECRETS_MASTER_KEY_PREVIOUS does not exit within 60 s "
-        "of SIGTERM (killed, -9); its start and its warning hold. Fix first next session."
-    ),
-    strict=False,
-)
 async def test_during_a_rotation_window_the_api_and_worker_start_and_say_what_is_left(
     deskpool_environ: dict[str, str], isolated_database_url: str, leak_guard: LeakGuard
 ) -> None:

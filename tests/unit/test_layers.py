@@ -58,6 +58,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "outages",
             "hookspecs",
             "per_registry",
+            "task_stop",
         ),
     ),
     (
