@@ -8,6 +8,8 @@ A desktop is provisioned through named steps, then handed out and taken back::
     ready -> powered_off -> starting            (a schedule powers idle desktops off; the
                                                  schedule or a user opening one powers it on)
     powered_off -> refreshing -> starting       (rebuilt while powered off: a rollout at night)
+    provisioning ... waiting_for_*              (a free desktop on its way is reserved to a
+                                                 user who opened the pool: handed to him ready)
     any step -> failed -> provisioning          (retry; a failed deletion retries the deletion)
     almost anything -> deleting
 
@@ -177,6 +179,17 @@ class PowerUp:
     user: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    """A free desktop on its way to ready is set aside for ``user`` (he opened its pool).
+
+    Being built, started or rebuilt, it stays on its way; once ready it is handed to him.
+    """
+
+    name: ClassVar[str] = "reserved"
+    user: str
+
+
 # --------------------------------------------------------------------------- repair
 
 
@@ -243,6 +256,7 @@ DesktopEvent = (
     | Unassigned
     | PowerOff
     | PowerUp
+    | Reserved
     | Refresh
     | Refreshed
     | Replace
@@ -267,6 +281,7 @@ EVENT_SOURCES: Mapping[type[DesktopEvent], frozenset[DesktopState]] = {
     Unassigned: _ALL - {S.IN_USE, S.DELETING},
     PowerOff: frozenset({S.READY}),
     PowerUp: frozenset({S.POWERED_OFF}),
+    Reserved: IN_FLIGHT_STATES,
     Refresh: frozenset({S.READY, S.POWERED_OFF}),
     Refreshed: frozenset({S.REFRESHING}),
     Replace: frozenset({S.READY, S.IN_USE}),
@@ -289,6 +304,7 @@ EVENT_TARGETS: Mapping[type[DesktopEvent], frozenset[DesktopState]] = {
     Unassigned: frozenset(),
     PowerOff: frozenset({S.POWERED_OFF}),
     PowerUp: frozenset({S.STARTING}),
+    Reserved: frozenset(),
     Refresh: frozenset({S.REFRESHING}),
     Refreshed: frozenset({S.STARTING}),
     Replace: frozenset({S.PROVISIONING}),
@@ -403,6 +419,10 @@ def _apply(desktop: Desktop, event: DesktopEvent, pool: Pool, now: datetime) -> 
             if desktop.assigned_user not in (None, user):
                 raise IllegalTransition(desktop, event, "it is assigned to another user")
             return replace(desktop, state=S.STARTING, assigned_user=user)
+        case Reserved(user=user):
+            if desktop.assigned_user not in (None, user):
+                raise IllegalTransition(desktop, event, "it is assigned to another user")
+            return replace(desktop, assigned_user=user)
         case Refresh():
             return replace(
                 desktop,

@@ -253,6 +253,15 @@ async def create_pool(
     return record
 
 
+def growth_lock_key(pool_id: uuid.UUID) -> str:
+    """The advisory lock under which a pool gets new desktops (its reconciliation's lock).
+
+    Reconciliation holds it while it applies a plan; an open that grows the pool takes it too,
+    so the pool's records are counted against ``max_size`` by one of them at a time.
+    """
+    return f"deskpool.reconcile:{pool_id}"
+
+
 async def get_pool(db: Db, pool_id: uuid.UUID, *, for_update: bool = False) -> Pool | None:
     """The pool ``pool_id``, or ``None``; ``for_update`` locks its row."""
     query = f"SELECT * FROM pools WHERE id = $1{lock_clause(for_update)}"

@@ -27,7 +27,7 @@ from deskpool.db.rows import Db, group_rows
 from deskpool.desktops.store import desktops_of_pools as desktops_of_pools
 from deskpool.pools.model import ObservedVm, Pool, PoolState
 from deskpool.pools.naming import name_key
-from deskpool.pools.store import health_to_json, pool_from_row
+from deskpool.pools.store import growth_lock_key, health_to_json, pool_from_row
 from deskpool.reconciliation.plan import PoolHealth
 
 # ------------------------------------------------------------------------------ reconciliation
@@ -166,7 +166,7 @@ async def try_lock_pool_for_reconciliation(
     """
     taken: bool = await connection.fetchval(
         "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))",
-        f"deskpool.reconcile:{pool_id}",
+        growth_lock_key(pool_id),
     )
     return taken
 

@@ -37,6 +37,7 @@ from deskpool.pools import store_entitlements
 from deskpool.pools.model import Desktop, DesktopState, Pool
 from deskpool.runtime import Runtime
 from deskpool.sessions import store, store_logons, store_policies
+from deskpool.sessions.growth import grow_for_user
 from deskpool.sessions.logon_timing import mark_phase, observe_phase, timed_logon
 from deskpool.sessions.logons import LogonPhase, LogonRecord
 from deskpool.sessions.model import (
@@ -139,6 +140,8 @@ class PendingConnection:
     desktop: Desktop
     requested_at: datetime
     logon_id: uuid.UUID
+    #: The desktop is being built for the user (the pool grew), rather than powered on.
+    building: bool = False
 
 
 #: What opening a desktop answers: a connection, or a desktop being started for the user.
@@ -295,7 +298,9 @@ async def start_for_user(
 
     The desktop :func:`deskpool.starts.model.choose_start` picks is reserved to the user: a
     powered-off one is powered up for him (``PowerUp(user)``, its ``desktop.provision`` job
-    enqueued), one already on its way to ready for him is waited for. The start names the
+    enqueued), one already on its way to ready for him is waited for. When none can be, an
+    open (no ``desktop_id``) of a pool that may grow reserves a desktop being built to him
+    (:func:`deskpool.sessions.growth.grow_for_user`). The start names the
     logon, which records ``allocated`` now; the worker that makes the desktop ready hands it
     over (:func:`deskpool.provisioning.starts.hand_over`). Requests of one user in one pool are
     serialized by the allocation's lock, and a free desktop is locked ``SKIP LOCKED``, so
@@ -304,12 +309,15 @@ async def start_for_user(
     :param desktop_id: start only this desktop the user holds (reconnecting to it).
     :returns: the pending connection, or ``None`` when nothing can be started.
     :raises LicenseLimitReached: one more session would go beyond the license (rolled back).
+    :raises NoDesktopAvailable: the pool would grow, but is at its maximum.
     """
     user = str(user_id)
     await starts.lock_user_in_pool(connection, pool.id, user)
     current = await store_pools.get_pool(connection, pool.id) or pool
     found = await starts.candidates(connection, pool.id, user)
     choice = choose_start(current, found, user, held_only=desktop_id is not None)
+    if choice is None and desktop_id is None:
+        choice = await grow_for_user(runtime, connection, current, found, user)
     if choice is None or desktop_id not in (None, choice.desktop.id):
         return None
     desktop = choice.desktop
@@ -334,13 +342,14 @@ async def start_for_user(
                 "user_id": user,
                 "state": str(desktop.state),
                 "powered_up": choice.power_up,
+                "grown": choice.grown,
             },
         ),
     )
     # Over the license's session limit the start is rolled back (409); late, as in an open.
     await check_can_open_session(connection, runtime.licensing, desktop.id)
     await mark_phase(runtime, connection, logon, LogonPhase.ALLOCATED, desktop_id=desktop.id)
-    return PendingConnection(desktop, start.requested_at, logon)
+    return PendingConnection(desktop, start.requested_at, logon, building=choice.grown)
 
 
 async def reconnect_desktop(

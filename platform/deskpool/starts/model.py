@@ -5,6 +5,10 @@ user's own desktop; a user without one (or any user of a non-persistent pool) ge
 powered-off desktop, oldest first. A desktop already on its way to ready for the user (being
 started, built or rebuilt) is waited for rather than another started. A disabled pool starts
 nothing, and a draining pool starts only what the user holds.
+
+When nothing can be started, an enabled pool may grow for a user who holds none of its
+desktops (:func:`may_grow`): a free desktop on its way to ready is reserved to him, else a new
+one is built for him, while the pool has fewer than ``max_size`` desktops.
 """
 
 from __future__ import annotations
@@ -26,10 +30,13 @@ class StartChoice:
     :ivar desktop: the desktop, as read.
     :ivar power_up: whether it must be powered on now (``powered_off``); else it is already on
         its way to ready for the user.
+    :ivar grown: the desktop is being built for the user: the pool grew (or a free desktop on
+        its way to ready was reserved to him).
     """
 
     desktop: Desktop
     power_up: bool
+    grown: bool = False
 
 
 def _offer_order(desktop: Desktop) -> tuple[object, ...]:
@@ -68,3 +75,16 @@ def choose_start(
         return None
     free = sorted((d for d in mine if is_free_powered_off(pool, d)), key=_offer_order)
     return StartChoice(free[0], power_up=True) if free else None
+
+
+def may_grow(pool: Pool, desktops: Iterable[Desktop], user: str) -> bool:
+    """Whether an open of ``pool`` by ``user`` may take a desktop being built (or build one).
+
+    Only an enabled pool grows, and only for a user who holds none of its desktops (one he
+    holds is what he gets, or waits for); whether it has room is the store's to count.
+
+    :param desktops: the pool's desktops the user holds (others are ignored).
+    """
+    if pool.state is not PoolState.ENABLED:
+        return False
+    return not held_desktops(pool, desktops, user)

@@ -1,7 +1,13 @@
-"""The SQL of start on connect: ``desktop_starts`` and the desktops a start may take."""
+"""The SQL of start on connect: ``desktop_starts`` and the desktops a start may take.
+
+A start may also take a desktop of a pool that grows for the user: one on its way to ready
+that nobody holds, or a new one, counted against ``max_size`` under the pool's growth lock.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import random
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -12,7 +18,9 @@ import asyncpg
 
 from deskpool.db.rows import Db, as_uuid, fetch_record, record_from_row
 from deskpool.desktops.store import desktop_from_row
-from deskpool.pools.model import Desktop
+from deskpool.pools.model import Desktop, Pool
+from deskpool.pools.naming import name_key
+from deskpool.pools.store import growth_lock_key
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,13 +176,104 @@ async def stale_starts(db: Db) -> list[StaleStart]:
 
 
 async def startable_counts(db: Db, pool_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, int]:
-    """How many free powered-off desktops each pool has (a start on connect may take them)."""
+    """How many desktops an open of each pool may start or build for its caller.
+
+    The free powered-off desktops (powered on), the free ones on their way to ready
+    (reserved), and, for an enabled pool, the desktops it may still grow by (``max_size``
+    less its records): a start on connect may take any of them.
+    """
     rows = await db.fetch(
         """
-        SELECT pool_id, count(*) AS startable FROM desktops
-         WHERE pool_id = ANY($1::uuid[]) AND state = 'powered_off' AND assigned_user IS NULL
-         GROUP BY pool_id
+        SELECT p.id AS pool_id,
+               (SELECT count(*) FROM desktops AS d
+                 WHERE d.pool_id = p.id AND d.assigned_user IS NULL AND NOT d.in_session
+                   AND d.state IN ('powered_off', 'provisioning', 'starting',
+                                   'waiting_for_agent', 'waiting_for_windows', 'refreshing'))
+             + CASE WHEN p.state = 'enabled'
+                    THEN greatest(p.max_size - (SELECT count(*) FROM desktops AS d
+                                                 WHERE d.pool_id = p.id), 0)
+                    ELSE 0 END AS startable
+          FROM pools AS p
+         WHERE p.id = ANY($1::uuid[])
         """,
         list(pool_ids),
     )
     return {row["pool_id"]: int(row["startable"]) for row in rows}
+
+
+# ------------------------------------------------------------------------------ growth
+
+
+#: How long an open waits for the pool's growth lock before it answers 503.
+GROWTH_LOCK_WAIT = 5.0
+
+
+async def lock_pool_growth(connection: asyncpg.Connection, pool_id: uuid.UUID) -> bool:
+    """Take the pool's growth lock until the transaction ends; ``False`` if it stayed taken.
+
+    Tried, never waited for in the database (the caller holds desktop locks a reconciliation
+    holding it may wait for): a deadlock cannot form, and a wait cannot outlast
+    :data:`GROWTH_LOCK_WAIT`.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + GROWTH_LOCK_WAIT
+    pause = 0.005
+    key = growth_lock_key(pool_id)
+    while not await connection.fetchval(
+        "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))", key
+    ):
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(random.uniform(pause / 2, pause))
+        pause = min(pause * 2, 0.1)
+    return True
+
+
+async def reservable(connection: asyncpg.Connection, pool_id: uuid.UUID) -> Desktop | None:
+    """A free desktop of the pool on its way to ready, oldest first, locked (``SKIP LOCKED``)."""
+    row = await connection.fetchrow(
+        """
+        SELECT * FROM desktops
+         WHERE pool_id = $1 AND assigned_user IS NULL AND NOT in_session
+           AND state IN ('provisioning', 'starting', 'waiting_for_agent',
+                         'waiting_for_windows', 'refreshing')
+         ORDER BY created_at, name, id
+         LIMIT 1
+         FOR UPDATE SKIP LOCKED
+        """,
+        pool_id,
+    )
+    return None if row is None else desktop_from_row(row)
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """A pool's maximum and how many desktops it has, and the names taken on its cluster."""
+
+    max_size: int
+    records: int
+    taken: frozenset[str]
+
+
+async def room_of(connection: asyncpg.Connection, pool: Pool) -> Room:
+    """The pool's ``max_size`` and records (all states, as it counts them), its cluster's names.
+
+    Read under the growth lock, so the maximum is the one in force (an administrator may have
+    lowered it since the pool was read).
+    """
+    row = await connection.fetchrow(
+        """
+        SELECT (SELECT max_size FROM pools WHERE id = $1) AS max_size,
+               (SELECT count(*) FROM desktops WHERE pool_id = $1) AS records,
+               ARRAY(SELECT name FROM desktops WHERE cluster_id = $2
+                     UNION ALL
+                     SELECT name FROM pool_orphans WHERE cluster_id = $2
+                     )
+                 AS taken
+        """,
+        pool.id,
+        pool.cluster_id,
+    )
+    assert row is not None
+    taken = frozenset(name_key(name) for name in row["taken"])
+    return Room(int(row["max_size"] or 0), int(row["records"]), taken)

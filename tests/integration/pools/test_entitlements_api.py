@@ -108,18 +108,21 @@ async def test_my_pools_lists_entitled_pools_with_availability(
     group = await new_group(pools_runtime)
     alice = await new_caller(groups=[group])
     direct = await api_pool(ready=1)
-    through_group = await api_pool()
+    through_group = await api_pool(max_size=0)  # nothing ready, and it may not grow
+    grows = await api_pool()  # nothing ready, but opening it builds one
     disabled = await api_pool(ready=1, state=PoolState.DISABLED)
     hidden = await api_pool(ready=1)
     await entitle(client, manager, direct, "user", alice.id)
     await entitle(client, manager, disabled, "user", alice.id)
     await entitle(client, manager, through_group, "group", group)
+    await entitle(client, manager, grows, "user", alice.id)
 
     page = await (await client.get(MY_POOLS, headers=alice.headers)).json()
     availability = {item["id"]: item["availability"] for item in page["items"]}
     assert availability == {
         str(direct.id): "available",
         str(through_group.id): "no_desktop_available",
+        str(grows.id): "startable",
         str(disabled.id): "disabled",
     }
     assert str(hidden.id) not in availability
@@ -140,7 +143,7 @@ async def test_opening_a_desktop(
 ) -> None:
     manager = await new_caller("pools:manage")
     alice, stranger = await new_caller(), await new_caller("desktops:manage")
-    pool = await api_pool(ready=1)
+    pool = await api_pool(ready=1, max_size=1)
     await entitle(client, manager, pool, "user", alice.id)
     url = f"{MY_POOLS}/{pool.id}/desktop"
 
@@ -172,7 +175,8 @@ async def test_opening_a_desktop(
     assert reconnect["id"] == desktop["id"]
     assert reconnect["connection"]["token"] != connection["token"]
 
-    # The one desktop is taken: the pool's manager (not entitled) gets a 503 with Retry-After.
+    # The one desktop is taken and the pool is at its maximum: the pool's manager (not
+    # entitled) gets a 503 with Retry-After.
     none_left = await client.post(url, headers=manager.headers)
     assert none_left.status == 503
     assert none_left.headers["Retry-After"] == "20"
@@ -227,7 +231,7 @@ async def test_concurrent_requests_never_share_a_desktop(
     ready = 4
     manager = await new_caller("pools:manage")
     group = await new_group(pools_runtime)
-    pool = await api_pool(ready=ready)
+    pool = await api_pool(ready=ready, max_size=ready)  # at its maximum: it does not grow
     await entitle(client, manager, pool, "group", group)
     users = [await new_caller(groups=[group]) for _ in range(2 * ready)]
     url = f"{MY_POOLS}/{pool.id}/desktop"

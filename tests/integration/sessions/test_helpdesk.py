@@ -96,7 +96,7 @@ async def test_the_help_desk_says_why_a_user_can_or_cannot_open_each_pool(
 async def test_failed_logons_and_search(
     client: Any, estate: MakeEstate, new_caller: Callable[..., Awaitable[Caller]]
 ) -> None:
-    place = await estate(ready=0)
+    place = await estate(ready=0, max_size=0)  # nothing ready, and it may not grow
     refused = await client.post(
         f"/api/v1/me/pools/{place.pool.id}/desktop", headers=place.user.headers
     )

@@ -6,7 +6,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from tests.integration.sessions.test_start_revocation import entitle
 from tests.support.pools import (
+    Caller,
     pool_body,
 )
 from tests.support.sessions import (
@@ -101,9 +103,13 @@ async def test_a_pool_s_session_policy_is_set_and_changed_through_the_api(
 
 
 async def test_logoff_at_once_rebuilds_a_non_persistent_desktop_before_anyone_else_gets_it(
-    client: Any, estate: MakeEstate, broker: PlatformSessionBroker, pools_runtime: Runtime
+    client: Any,
+    estate: MakeEstate,
+    broker: PlatformSessionBroker,
+    pools_runtime: Runtime,
+    new_caller: Callable[..., Awaitable[Caller]],
 ) -> None:
-    place = await estate(ready=1, policy=IMMEDIATELY)
+    place = await estate(ready=1, max_size=1, policy=IMMEDIATELY)
     opened, grant = await connected_through(client, broker, place, "gw-p")
     await broker.session_ended(grant.session_id, SessionEndReason.CLIENT_CLOSED, TunnelCounters())
 
@@ -117,7 +123,17 @@ async def test_logoff_at_once_rebuilds_a_non_persistent_desktop_before_anyone_el
         job = await db.fetchrow("SELECT kind, state FROM jobs WHERE resource_id = $1", opened["id"])
     assert (job["kind"], job["state"]) == ("desktop.rebuild", "queued")
     assert (await audit_actions(pools_runtime, opened["id"]))[-1] == "desktop.logoff"
-    # Nobody gets the used desktop meanwhile: it is being rebuilt.
+    # Nobody gets the used desktop meanwhile: one who asks waits for it rebuilt (202, reserved
+    # to him while it is refreshing, handed over once ready).
+    other = await new_caller()
+    await entitle(pools_runtime, place, other)
+    waiting = await client.post(f"/api/v1/me/pools/{place.pool.id}/desktop", headers=other.headers)
+    assert waiting.status == 202, await waiting.text()
+    assert ((await waiting.json())["id"], (await waiting.json())["state"]) == (
+        opened["id"],
+        "refreshing",
+    )
+    # The pool is at its maximum with nothing free: the next one is refused.
     again = await client.post(
         f"/api/v1/me/pools/{place.pool.id}/desktop", headers=place.user.headers
     )

@@ -68,7 +68,7 @@ async def logon(runtime: Runtime, logon_id: str) -> dict[str, Any]:
 async def test_a_powered_off_desktop_is_started_for_the_user_and_handed_to_him(
     client: Any, estate: MakeEstate, pools_runtime: Runtime, new_caller: NewCaller
 ) -> None:
-    place = await estate(ready=2)
+    place = await estate(ready=2, max_size=2)
     await rest_powered_off(pools_runtime, place.desktops)
     url = f"/api/v1/me/pools/{place.pool.id}/desktop"
 
@@ -110,7 +110,7 @@ async def test_a_powered_off_desktop_is_started_for_the_user_and_handed_to_him(
     theirs = await client.post(url, headers=other.headers)
     assert theirs.status == 202
     assert (await theirs.json())["id"] not in (desktop_id, None)
-    # A third open finds nothing left to start: 503 as before.
+    # A third open finds nothing left to start, and the pool at its maximum: 503.
     third = await new_caller("pools:manage")
     assert (await client.post(url, headers=third.headers)).status == 503
 

@@ -33,6 +33,7 @@ from deskpool.desktops.states import (
     Refreshed,
     Released,
     Replace,
+    Reserved,
     Retry,
     SessionClosed,
     SessionOpened,
@@ -63,6 +64,7 @@ EVERY_EVENT: list[DesktopEvent] = [
     Unassigned(),
     PowerOff(),
     PowerUp(),
+    Reserved("ada"),
     Refresh(),
     Refreshed("vm-2", "tpl"),
     Replace(),
@@ -386,3 +388,16 @@ def test_a_desktop_of_another_pool_is_a_programming_error(
     desktop = make_desktop(make_pool())
     with pytest.raises(ValueError, match="is not in pool"):
         transition(desktop, Delete(), pool=make_pool(id=UUID(int=7)), now=now)
+
+
+def test_a_desktop_on_its_way_is_reserved_to_one_user_and_stays_on_its_way(
+    make_pool: PoolBuilder, make_desktop: DesktopBuilder, now: datetime
+) -> None:
+    pool = make_pool()
+    for state in (S.PROVISIONING, S.STARTING, S.WAITING_FOR_AGENT, S.REFRESHING):
+        reserved = transition(make_desktop(pool, state=state), Reserved("ada"), pool=pool, now=now)
+        assert (reserved.state, reserved.assigned_user) == (state, "ada")
+        with pytest.raises(IllegalTransition):
+            transition(reserved, Reserved("bob"), pool=pool, now=now)
+    with pytest.raises(IllegalTransition):
+        transition(make_desktop(pool, state=S.READY), Reserved("ada"), pool=pool, now=now)

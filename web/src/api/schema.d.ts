@@ -845,7 +845,7 @@ export interface paths {
         put?: never;
         /**
          * Open a desktop of a pool
-         * @description Hands the caller a desktop: the one they hold (persistent pools, reconnects), else a free ready one, and a single-use connection token to it (valid `SESSION_TOKEN_TTL`) with the gateway tunnel's URL. Entitled users (directly or through a group) and holders of `pools:manage` may; a pool the caller may not open answers 404 exactly as a pool that does not exist. 409 `pool_unavailable` when the pool is disabled, or draining and the caller holds nothing there. When no desktop is ready but one can be started for the caller (a free one the pool's schedule powered off, the caller's own resting powered off, or his own on its way to ready), it is reserved to him and started: 202 with the pending connection (start on connect). 503 `no_desktop_available` (or `desktop_not_ready` for the caller's own desktop) with `Retry-After` when nothing can be; 503 `gateway_not_configured` (nothing is allocated) when `GATEWAY_PUBLIC_WS_URL` is unset, or not `wss://` outside development; 503 `desktop_unreachable` with `Retry-After` when the desktop's address is not known yet (the desktop stays the caller's: ask again); 409 `license_limit_reached` (nothing is allocated) when a new session would go beyond the license's concurrent sessions.
+         * @description Hands the caller a desktop: the one they hold (persistent pools, reconnects), else a free ready one, and a single-use connection token to it (valid `SESSION_TOKEN_TTL`) with the gateway tunnel's URL. Entitled users (directly or through a group) and holders of `pools:manage` may; a pool the caller may not open answers 404 exactly as a pool that does not exist. 409 `pool_unavailable` when the pool is disabled, or draining and the caller holds nothing there. When no desktop is ready but one can be started for the caller (a free one the pool's schedule powered off, the caller's own resting powered off, or his own on its way to ready), it is reserved to him and started: 202 with the pending connection (start on connect). When none can be started but the pool may grow (enabled, below its `max_size`, the license allowing), a free desktop on its way to ready is reserved to him, else a new one is built for him: 202 with the pending connection (`starting.building` true); many callers at once each get their own. 503 `no_desktop_available` (or `desktop_not_ready` for the caller's own desktop) with `Retry-After` when nothing can be (the pool at its maximum, every desktop held); 503 `gateway_not_configured` (nothing is allocated) when `GATEWAY_PUBLIC_WS_URL` is unset, or not `wss://` outside development; 503 `desktop_unreachable` with `Retry-After` when the desktop's address is not known yet (the desktop stays the caller's: ask again); 409 `license_limit_reached` (nothing is allocated) when a new session would go beyond the license's concurrent sessions.
          *
          *     Requires the permission `pools:manage`, or an entitlement to the addressed pool (or `platform:admin`).
          */
@@ -2754,6 +2754,8 @@ export interface components {
             requested_at: string;
             /** @description The logon that waits for the desktop (its timing carries on). */
             logon_id: string;
+            /** @description The desktop is being built for the caller (the pool had none ready or powered off and grew by one, or one on its way was reserved to him), rather than powered on: it takes the time of a provisioning. */
+            building: boolean;
         };
         PendingConnection: {
             id: string;
@@ -2825,7 +2827,7 @@ export interface components {
              */
             state: "enabled" | "disabled" | "draining";
             /**
-             * @description `available`: opening it gives a desktop now; `startable`: none is ready, but opening it starts one for the caller (a desktop the pool's schedule powered off, or the caller's own, powered off or on its way to ready): the open answers a pending connection (202); `no_desktop_available`: none is ready, try again shortly; `desktop_not_ready`: the caller's own desktop is being built or repaired; `disabled` / `draining`: the pool gives out no new desktop.
+             * @description `available`: opening it gives a desktop now; `startable`: none is ready, but opening it starts one for the caller (a desktop the pool's schedule powered off, or the caller's own, powered off or on its way to ready, or one the pool builds for him while it is below its maximum): the open answers a pending connection (202); `no_desktop_available`: none is ready and the pool is at its maximum, try again later; `desktop_not_ready`: the caller's own desktop is being built or repaired; `disabled` / `draining`: the pool gives out no new desktop.
              * @enum {string}
              */
             availability: "available" | "startable" | "no_desktop_available" | "desktop_not_ready" | "disabled" | "draining";
@@ -6050,7 +6052,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             409: components["responses"]["Conflict"];
             429: components["responses"]["RateLimited"];
-            /** @description No desktop is ready (`no_desktop_available`), or the caller's own desktop is not (`desktop_not_ready`); try again after `Retry-After` seconds. */
+            /** @description No desktop is ready and none can be started or built: the pool is at its maximum (`no_desktop_available`), or the caller's own desktop is not ready (`desktop_not_ready`); try again after `Retry-After` seconds. */
             503: {
                 headers: {
                     /** @description Seconds to wait before trying again. */

@@ -10,7 +10,8 @@
  * (515, the desktop daemon's connection died) the pool keeps the desktop, work included.
  *
  * Start on connect: when no desktop was running, the API answers a desktop being started for
- * the user (202, a pending connection). The view shows "Starting your desktop" with its
+ * the user (202, a pending connection). The view shows "Starting your desktop" ("Preparing
+ * your desktop" when the pool is building one for the user: `starting.building`) with its
  * progress, read from `GET /api/v1/me/desktops`, which the user's live events refresh at each
  * of the desktop's state changes, and connects by itself once the desktop is handed to the
  * user (`in_use`).
@@ -59,6 +60,9 @@ export function startStep(state: string): number {
 /** Guacamole status UPSTREAM_TIMEOUT: the desktop did not answer (or draw) in time. */
 const UPSTREAM_TIMEOUT = 514;
 
+/** What the view says while a desktop is being built for the user (the pool grew for him). */
+const PREPARING = "Preparing your desktop";
+
 const LABEL: Record<ViewState, string> = {
   idle: "Not connected",
   starting: "Starting your desktop",
@@ -101,6 +105,8 @@ export function DesktopViewPage() {
   const [starting, setStarting] = useState<{ pending: Pending; since: number } | null>(
     opened?.starting ? { pending: opened.starting, since: Date.now() } : null,
   );
+  // The desktop is being built for the user (the pool grew), not powered on: said once, kept.
+  const [building, setBuilding] = useState(Boolean(opened?.starting?.starting.building));
 
   // Which connection attempt is current (callbacks of older ones are ignored), and whether
   // the current one is already the automatic retry.
@@ -132,6 +138,7 @@ export function DesktopViewPage() {
         if (!("connection" in answer)) {
           // 202: the desktop is being started for the user; the live events say when it is in use.
           setStarting({ pending: answer, since: Date.now() });
+          if (answer.starting.building) setBuilding(true);
           setState("starting");
           return;
         }
@@ -251,7 +258,8 @@ export function DesktopViewPage() {
   const live = state === "connected" || state === "waiting" || state === "connecting" || state === "starting";
   // How the connection ended, in words: the status's when there is one, else what failed.
   const ended = !live && code !== undefined ? describeStatus(code) : null;
-  const headline = ended ? ended.title : `${LABEL[state]}${detail ? `: ${detail}` : ""}`;
+  const label = state === "starting" && building ? PREPARING : LABEL[state];
+  const headline = ended ? ended.title : `${label}${detail ? `: ${detail}` : ""}`;
   return (
     <div className="desktop-view">
       <div className="desktop-bar" role="toolbar" aria-label="Desktop">
@@ -296,9 +304,9 @@ export function DesktopViewPage() {
       {watching ? null : <UserMessages />}
       {state === "starting" ? (
         <div className="desktop-starting" role="status" aria-live="polite" data-testid="desktop-starting">
-          <h2>Starting your desktop</h2>
+          <h2>{label}</h2>
           <p>
-            No desktop was running, so one is being started for you
+            {building ? "No desktop was free, so one is being prepared for you" : "No desktop was running, so one is being started for you"}
             {startedDesktop ? (
               <>
                 {" "}
@@ -307,7 +315,7 @@ export function DesktopViewPage() {
             ) : null}
             . You are connected as soon as it is ready.
           </p>
-          <progress value={startStep(progress) + 1} max={START_STEPS.length} aria-label="Starting your desktop" />
+          <progress value={startStep(progress) + 1} max={START_STEPS.length} aria-label={label} />
           <ol className="start-steps">
             {START_STEPS.map((step, index) => (
               <li

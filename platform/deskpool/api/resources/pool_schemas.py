@@ -493,9 +493,10 @@ class MyPoolSchema(Schema):
         (
             "`available`: opening it gives a desktop now; `startable`: none is ready, but "
             "opening it starts one for the caller (a desktop the pool's schedule powered off, "
-            "or the caller's own, powered off or on its way to ready): the open answers a "
-            "pending connection (202); `no_desktop_available`: none is "
-            "ready, try again shortly; `desktop_not_ready`: the caller's own desktop is being "
+            "or the caller's own, powered off or on its way to ready, or one the pool builds "
+            "for him while it is below its maximum): the open answers a pending connection "
+            "(202); `no_desktop_available`: none is ready and the pool is at its maximum, try "
+            "again later; `desktop_not_ready`: the caller's own desktop is being "
             "built or repaired; `disabled` / `draining`: the pool gives out no new desktop."
         ),
         required=True,
@@ -512,7 +513,8 @@ _RETRY_AFTER = {"Retry-After": "Seconds to wait before trying again."}
 
 ALLOCATION_PROBLEMS = {
     503: ResponseSpec(
-        "No desktop is ready (`no_desktop_available`), or the caller's own desktop is not "
+        "No desktop is ready and none can be started or built: the pool is at its maximum "
+        "(`no_desktop_available`), or the caller's own desktop is not ready "
         "(`desktop_not_ready`); try again after `Retry-After` seconds.",
         ProblemSchema,
         content_type=PROBLEM_CONTENT_TYPE,

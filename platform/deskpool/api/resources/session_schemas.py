@@ -99,6 +99,16 @@ class StartingSchema(Schema):
         required=True,
         metadata={"description": "The logon that waits for the desktop (its timing carries on)."},
     )
+    building = fields.Boolean(
+        required=True,
+        metadata={
+            "description": (
+                "The desktop is being built for the caller (the pool had none ready or powered "
+                "off and grew by one, or one on its way was reserved to him), rather than "
+                "powered on: it takes the time of a provisioning."
+            )
+        },
+    )
 
 
 class PendingConnectionSchema(MyDesktopRefSchema):

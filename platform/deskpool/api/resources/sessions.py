@@ -101,7 +101,11 @@ def pending_view(pending: PendingConnection) -> dict[str, Any]:
     """A desktop being started for the caller."""
     return {
         **my_desktop_view(pending.desktop),
-        "starting": {"requested_at": pending.requested_at, "logon_id": str(pending.logon_id)},
+        "starting": {
+            "requested_at": pending.requested_at,
+            "logon_id": str(pending.logon_id),
+            "building": pending.building,
+        },
     }
 
 
