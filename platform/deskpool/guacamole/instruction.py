@@ -30,6 +30,7 @@ __all__ = [
     "MAX_ELEMENTS",
     "MAX_INSTRUCTION_LENGTH",
     "MAX_LENGTH",
+    "SHORT_INSTRUCTIONS",
     "Instruction",
     "InstructionParser",
     "ProtocolError",
@@ -55,6 +56,8 @@ INTERNAL_OPCODE = ""
 #: every limit.
 _SHORT_ELEMENT = "(?:" + "|".join(f"{n}\\.(?s:.{{{n}}})" for n in range(10)) + ")"
 _SHORT_RUN = re.compile(f"(?:(?:{_SHORT_ELEMENT},){{0,{MAX_ELEMENTS - 1}}}{_SHORT_ELEMENT};)+")
+#: The same, for other walkers of instructions (the gateway's stream guard).
+SHORT_INSTRUCTIONS = _SHORT_RUN
 
 
 class ProtocolError(Exception):
