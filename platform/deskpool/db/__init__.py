@@ -120,7 +120,7 @@ async def connect_pool(config: Config, *, bounded: bool = True) -> asyncpg.Pool:
 
     :raises StartupError: naming the server (never the password) when it cannot be reached.
     """
-    from deskpool.db.bounded import CLIENT_MARGIN, CONNECT_TIMEOUT, BoundedPool
+    from deskpool.db.bounded import CLIENT_MARGIN, CONNECT_TIMEOUT, BoundedPool, release_reset
 
     url = config["DATABASE_URL"]
     size = config["DATABASE_MAX_CONNS"]
@@ -141,6 +141,7 @@ async def connect_pool(config: Config, *, bounded: bool = True) -> asyncpg.Pool:
                 command_timeout=statement + CLIENT_MARGIN,
                 server_settings={"statement_timeout": str(int(statement * 1000))},
                 connect=connect_patiently,
+                reset=release_reset,
                 loop=None,
                 record_class=asyncpg.Record,
             )
@@ -152,6 +153,7 @@ async def connect_pool(config: Config, *, bounded: bool = True) -> asyncpg.Pool:
                 timeout=10,
                 command_timeout=None,
                 connect=connect_patiently,
+                reset=release_reset,
             )
     except (OSError, asyncpg.PostgresError, TimeoutError) as error:
         raise StartupError(

@@ -127,6 +127,8 @@ class BoundedConnection(asyncpg.Connection):  # type: ignore[misc]
     """
 
     _pool_of_connection: BoundedPool | None = None
+    #: The task's statement bound was given to the server (see :func:`release_reset`).
+    _bound_taken: bool = False
 
     def _timed_out(self) -> None:
         if not self.is_closed():
@@ -179,6 +181,23 @@ class BoundedConnection(asyncpg.Connection):  # type: ignore[misc]
             await self.execute(
                 "SELECT set_config('statement_timeout', $1, false)", str(int(bound * 1000))
             )
+            self._bound_taken = True
+
+
+async def release_reset(connection: asyncpg.Connection) -> None:
+    """What a connection given back to a pool undoes: what the platform may leave behind.
+
+    asyncpg rolls back a transaction left open before this runs (and forgets the connection's
+    listeners); the platform leaves nothing else on a pooled connection: locks are transaction
+    locks, or session ones given back in a ``finally``; no cursor outlives its transaction;
+    nobody ``LISTEN``s on a pooled connection (the worker's notifications have a connection of
+    their own); no setting is changed for the session but a task's statement bound
+    (:func:`statement_bound`), given back here. So no ``RESET ALL; UNLISTEN *; CLOSE ALL;
+    pg_advisory_unlock_all()`` round trip on every release (issue 39).
+    """
+    if getattr(connection, "_bound_taken", False):
+        await connection.execute("RESET statement_timeout")
+        connection._bound_taken = False
 
 
 class BoundedPool(asyncpg.Pool):  # type: ignore[misc]

@@ -1,0 +1,82 @@
+"""A connection given back to the pool costs no reset round trip (issue 39, item 2).
+
+asyncpg's default release sends ``SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *;
+RESET ALL`` every time: one round trip per ``acquire``, 12 % of the api in the login storm.
+Every component's pool (``connect_pool``) undoes only what the platform can leave behind: an
+open transaction, and a task's statement bound. Counted in the statement log of a private
+server (:mod:`tests.support.statement_log`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from tests.support.statement_log import LoggedDatabase, logged_database
+
+from deskpool.db import connect_pool
+from deskpool.db.bounded import statement_bound
+
+_RESETS = ("RESET ALL", "UNLISTEN", "pg_advisory_unlock_all", "CLOSE ALL")
+
+
+@pytest.fixture(scope="module")
+def logged() -> Iterator[LoggedDatabase]:
+    yield from logged_database()
+
+
+@pytest.fixture(scope="module")
+def migrated_database_url(logged: LoggedDatabase) -> str:
+    return logged.url
+
+
+@pytest.mark.parametrize("bounded", [True, False], ids=["bounded", "operators"])
+async def test_a_release_sends_nothing_when_nothing_is_left(
+    logged: LoggedDatabase, make_config: Callable[..., Any], bounded: bool
+) -> None:
+    config = make_config(DATABASE_MAX_CONNS="1").config
+    pool = await connect_pool(config, bounded=bounded)
+    try:
+        async with pool.acquire() as connection:
+            await connection.fetchval("SELECT 41")  # prepared once, before the count
+        mark = logged.log.mark()
+        for _ in range(3):
+            async with pool.acquire() as connection:
+                assert await connection.fetchval("SELECT 41") == 41
+        counted = logged.log.since(mark)
+    finally:
+        await pool.close()
+
+    # Three acquires, three statements: nothing sent on release.
+    assert [s.text for s in counted] == ["SELECT 41"] * 3, counted.texts()
+
+
+async def test_a_transaction_left_open_is_rolled_back_and_a_bound_given_back(
+    logged: LoggedDatabase, make_config: Callable[..., Any]
+) -> None:
+    pool = await connect_pool(make_config(DATABASE_MAX_CONNS="1").config)
+    try:
+        default = await pool.fetchval("SHOW statement_timeout")
+        mark = logged.log.mark()
+        connection = await pool.acquire()
+        transaction = connection.transaction()
+        await transaction.start()
+        await connection.execute("CREATE TEMP TABLE left_behind (n int)")
+        await pool.release(connection)
+        with statement_bound(123.0):
+            async with pool.acquire() as connection:
+                assert await connection.fetchval("SHOW statement_timeout") == "123s"
+        async with pool.acquire() as connection:
+            after = await connection.fetchval("SHOW statement_timeout")
+            missing = await connection.fetchval("SELECT to_regclass('pg_temp.left_behind')")
+        counted = logged.log.since(mark)
+    finally:
+        await pool.close()
+
+    assert after == default
+    assert missing is None  # the open transaction was rolled back on release
+    texts = [s.text for s in counted]
+    assert "ROLLBACK" in texts
+    assert "RESET statement_timeout" in texts
+    assert not [t for t in texts if any(reset in t for reset in _RESETS)], counted.texts()
