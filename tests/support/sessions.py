@@ -10,11 +10,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from deskpool.actor import Actor
+from deskpool.clusters.repository import get_cluster
 from deskpool.desktopd import DesktopDaemonSimulator
+from deskpool.desktops.store import get_desktop
 from deskpool.licensing import service as licensing_service
 from deskpool.pools.model import Pool
+from deskpool.pools.store import get_pool
 from deskpool.runtime import Runtime
 from deskpool.sessions.broker import PlatformSessionBroker
+from deskpool.sessions.store_policies import get_policy
+from deskpool.sessions.tokens import ask_target
 from deskpool.sessions.tunnel import TunnelGrant
 from deskpool.testing.licensing import TestVendor
 from deskpool.testing.processes import ANY_PORT
@@ -112,3 +117,17 @@ async def install_license(runtime: Runtime, vendor: TestVendor, **limits: int) -
             vendor.issue(limits=limits),
             Actor.system("test:sessions"),
         )
+
+
+async def record_addresses(runtime: Runtime, desktop_ids: list[uuid.UUID]) -> None:
+    """Record each desktop's address, as the worker does when it becomes ready (issue 39)."""
+    for desktop_id in desktop_ids:
+        async with runtime.db.acquire() as connection:
+            desktop = await get_desktop(connection, desktop_id)
+            assert desktop is not None
+            pool = await get_pool(connection, desktop.pool_id)
+            cluster = await get_cluster(connection, pool.cluster_id) if pool else None
+            policy = await get_policy(connection, desktop.pool_id)
+        assert cluster is not None
+        async with runtime.drivers.open(cluster) as driver:
+            await ask_target(runtime, desktop, policy, driver)

@@ -183,20 +183,17 @@ async def desktops_held_by(
     return [desktop_from_row(row) for row in rows]
 
 
-async def write_desktop(connection: asyncpg.Connection, desktop: Desktop) -> Desktop:
-    """Write ``desktop`` over its row, as :func:`deskpool.desktops.states.transition` made it.
+#: What :func:`write_desktop` sets: parameters ``$2`` to ``$12`` of :func:`write_arguments`.
+WRITE_SET = """
+    state = $2, vm_id = $3, template = $4, assigned_user = $5, in_session = $6,
+    used_since_refresh = $7, failed_step = $8, last_error = $9, failure_count = $10,
+    last_failed_at = $11, state_changed_at = $12, updated_at = now()
+"""
 
-    :raises NotFound: the desktop is gone.
-    """
-    row = await connection.fetchrow(
-        """
-        UPDATE desktops
-           SET state = $2, vm_id = $3, template = $4, assigned_user = $5, in_session = $6,
-               used_since_refresh = $7, failed_step = $8, last_error = $9, failure_count = $10,
-               last_failed_at = $11, state_changed_at = $12, updated_at = now()
-         WHERE id = $1
-        RETURNING *
-        """,
+
+def write_arguments(desktop: Desktop) -> list[Any]:
+    """``$1`` (the id) to ``$12`` of :data:`WRITE_SET`, for ``desktop``."""
+    return [
         desktop.id,
         str(desktop.state),
         desktop.vm_id,
@@ -209,6 +206,16 @@ async def write_desktop(connection: asyncpg.Connection, desktop: Desktop) -> Des
         desktop.failure_count,
         desktop.last_failed_at,
         desktop.state_changed_at,
+    ]
+
+
+async def write_desktop(connection: asyncpg.Connection, desktop: Desktop) -> Desktop:
+    """Write ``desktop`` over its row, as :func:`deskpool.desktops.states.transition` made it.
+
+    :raises NotFound: the desktop is gone.
+    """
+    row = await connection.fetchrow(
+        f"UPDATE desktops SET {WRITE_SET} WHERE id = $1 RETURNING *", *write_arguments(desktop)
     )
     if row is None:
         raise NotFound(f"No desktop has the id {desktop.id}.")

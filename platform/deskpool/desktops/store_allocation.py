@@ -70,27 +70,34 @@ async def allocate_desktop(
         candidates, new_assignment = allocation_candidates(current, held, user)
         if candidates and not new_assignment:
             return await _allocate(connection, current, candidates[0], user, when)
-        if new_assignment:
-            while True:
-                row = await connection.fetchrow(
-                    """
-                    SELECT * FROM desktops
-                     WHERE pool_id = $1 AND state = 'ready' AND assigned_user IS NULL
-                       AND NOT in_session AND NOT used_since_refresh
-                     ORDER BY created_at, name, id
-                     LIMIT 1
-                     FOR UPDATE SKIP LOCKED
-                    """,
-                    current.id,
-                )
-                if row is None:
-                    break
-                desktop = desktop_from_row(row)
-                if desktop.is_available:
-                    return await _allocate(connection, current, desktop, user, when)
+        free = await lock_free_desktop(connection, current) if new_assignment else None
+        if free is not None:
+            return await _allocate(connection, current, free, user, when)
         # Nothing to hand out: the pure rules say why (disabled, draining, not ready, none free).
         choose_desktop(current, held, user)
         raise AssertionError("choose_desktop chose a desktop allocation_candidates did not offer")
+
+
+#: The oldest free ready desktop of pool ``$1`` that no other transaction holds, locked.
+FREE_DESKTOP = """
+    SELECT * FROM desktops
+     WHERE pool_id = $1 AND state = 'ready' AND assigned_user IS NULL
+       AND NOT in_session AND NOT used_since_refresh
+     ORDER BY created_at, name, id
+     LIMIT 1
+     FOR UPDATE SKIP LOCKED
+"""
+
+
+async def lock_free_desktop(connection: asyncpg.Connection, pool: Pool) -> Desktop | None:
+    """The oldest free ready desktop of ``pool`` no other transaction holds, locked; or none."""
+    while True:
+        row = await connection.fetchrow(FREE_DESKTOP, pool.id)
+        if row is None:
+            return None
+        desktop = desktop_from_row(row)
+        if desktop.is_available:
+            return desktop
 
 
 async def _allocate(

@@ -3,7 +3,8 @@
 The CLI, the worker and the pools' reconciliation call these; each validates, changes and
 audits in one transaction on the connection it is given (the API calls :func:`state_of`,
 :func:`install` and :func:`remove`, which take the connection from the runtime). Growth checks
-(:func:`check_can_create_pool`, :func:`check_can_open_session`, :func:`desktop_headroom`) take
+(:func:`check_can_create_pool`, :func:`desktop_headroom`, and the sessions' in
+:mod:`deskpool.licensing.sessions`) take
 a transaction-scoped lock, so two transactions never both take the last unit of a limit; call
 them inside the transaction that makes the growth.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import random
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -40,7 +40,6 @@ from deskpool.licensing.model import (
     judge,
     judged_time,
     limit_reason,
-    room_for_concurrent,
 )
 from deskpool.licensing.reporting import (
     LicenseReporter,
@@ -141,9 +140,14 @@ class _Reading:
     clock: ClockReading
 
 
-async def _read(connection: asyncpg.Connection, context: LicensingContext) -> _Reading:
-    """The installation, the stored watermark's worth and the clocks (one round trip)."""
-    snapshot = await store.snapshot(connection)
+async def _read(
+    connection: asyncpg.Connection, context: LicensingContext, read: store.Snapshot | None = None
+) -> _Reading:
+    """The installation, the stored watermark's worth and the clocks (one round trip).
+
+    :param read: the snapshot, when the caller read it in a statement of its own.
+    """
+    snapshot = read or await store.snapshot(connection)
     instance = snapshot.instance_id or await store.instance_id(connection)
     row, installation = snapshot.watermark, snapshot.installation
     view = inspect(row, context.watermark_keys, instance, _floor(installation, context))
@@ -416,45 +420,6 @@ def _check_judged(
 async def check_can_create_pool(connection: asyncpg.Connection, context: LicensingContext) -> None:
     """Allow one more pool, or raise :class:`~deskpool.licensing.model.LicenseLimitReached`."""
     await _check(connection, context, Resource.POOLS)
-
-
-async def check_can_open_session(
-    connection: asyncpg.Connection, context: LicensingContext, desktop_id: uuid.UUID | None = None
-) -> None:
-    """Allow a session to ``desktop_id``, or raise ``LicenseLimitReached``.
-
-    Sessions count per desktop (an open tunnel, or a connection token not used yet), so a
-    desktop that already has one is always allowed another connection: reconnecting never
-    counts twice, and nothing open is ever cut.
-
-    Far from the limit, the check shares the growth lock (concurrent openings do not wait for
-    each other): the sessions counted, plus one for every transaction that may be open on the
-    server at once, must stay within the limit. Nearer, it gives the shared lock back and takes
-    the growth lock alone, as every other growth check does, and counts exactly; the process
-    then starts there until a check finds the room again. Either way the lock lasts until the
-    caller's transaction ends: call this last in it.
-    """
-    if not context.sessions_near_limit:
-        await store.lock_growth_shared(connection)
-        judgement = await current_judgement(connection, context)
-        usage, held, connections = await store.session_usage(connection, desktop_id)
-        if held:
-            return
-        if room_for_concurrent(judgement, usage, Resource.SESSIONS, connections):
-            _observe(connection, context, judgement, usage)
-            return
-        await store.unlock_growth_shared(connection)
-    await store.lock_growth(connection)
-    judgement = await current_judgement(connection, context)
-    usage, held, connections = await store.session_usage(connection, desktop_id)
-    # Far from the limit again (sessions ended): the next check shares the lock.
-    context.sessions_near_limit = not room_for_concurrent(
-        judgement, usage, Resource.SESSIONS, connections
-    )
-    if held:
-        return
-    _observe(connection, context, judgement, usage)
-    _check_judged(context, judgement, usage, Resource.SESSIONS)
 
 
 async def desktop_headroom(connection: asyncpg.Connection, context: LicensingContext) -> Headroom:

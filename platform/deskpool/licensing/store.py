@@ -6,8 +6,10 @@ No rules here: :mod:`deskpool.licensing.service` decides; these functions read a
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
@@ -177,19 +179,25 @@ class Snapshot:
     database_time: datetime
 
 
-async def snapshot(connection: asyncpg.Connection) -> Snapshot:
-    """The installed license, the watermark row and the instance id, in one round trip."""
-    row = await connection.fetchrow(
-        """
-        SELECT w.slot AS watermark_slot, w.instance_id, w.instant, w.seq, w.evidence,
-               w.evidence_detail, w.evidence_at, w.mac,
-               i.license_id, i.document, i.installed_at, i.installed_by,
-               clock_timestamp() AS database_time
-          FROM (SELECT 1) AS one
-          LEFT JOIN license_watermark AS w ON true
-          LEFT JOIN license_installation AS i ON true
-        """
-    )
+#: The columns of :func:`snapshot`, read ``FROM`` :data:`SNAPSHOT_FROM`.
+SNAPSHOT_COLUMNS = """
+    w.slot AS watermark_slot, w.instance_id, w.instant, w.seq, w.evidence,
+    w.evidence_detail, w.evidence_at, w.mac,
+    i.license_id, i.document, i.installed_at, i.installed_by,
+    clock_timestamp() AS database_time
+"""
+#: Where :data:`SNAPSHOT_COLUMNS` are read: always one row (each table holds one at most;
+#: ``LIMIT 1`` tells the planner so, which keeps a statement reading more than this cheap in
+#: its eyes: no JIT compilation).
+SNAPSHOT_FROM = """
+    (SELECT 1) AS one
+    LEFT JOIN LATERAL (SELECT * FROM license_watermark LIMIT 1) AS w ON true
+    LEFT JOIN LATERAL (SELECT * FROM license_installation LIMIT 1) AS i ON true
+"""
+
+
+def snapshot_from_row(row: Mapping[str, Any]) -> Snapshot:
+    """The :class:`Snapshot` of a row holding :data:`SNAPSHOT_COLUMNS`."""
     installation = None
     if row["license_id"] is not None:
         installation = Installation(
@@ -207,6 +215,12 @@ async def snapshot(connection: asyncpg.Connection) -> Snapshot:
         )
     instance = str(row["instance_id"]) if row["instance_id"] is not None else None
     return Snapshot(installation, watermark, instance, row["database_time"])
+
+
+async def snapshot(connection: asyncpg.Connection) -> Snapshot:
+    """The installed license, the watermark row and the instance id, in one round trip."""
+    row = await connection.fetchrow(f"SELECT {SNAPSHOT_COLUMNS} FROM {SNAPSHOT_FROM}")
+    return snapshot_from_row(row)
 
 
 async def get_judged(connection: asyncpg.Connection) -> JudgedState:
@@ -245,13 +259,24 @@ async def lock_growth(connection: asyncpg.Connection) -> None:
     await connection.execute("SELECT pg_advisory_xact_lock($1)", GROWTH_LOCK_KEY)
 
 
+def growth_lock_sql(*, shared: bool) -> str:
+    """SQL taking the growth lock until the transaction ends, as a value (``NULL``).
+
+    Shared (:func:`lock_growth_shared`'s lock, without its savepoint) or alone
+    (:func:`lock_growth`'s), for a statement that does more in the same round trip.
+    """
+    if shared:
+        return f"pg_advisory_xact_lock_shared({GROWTH_LOCK_KEY})"
+    return f"pg_advisory_xact_lock({GROWTH_LOCK_KEY})"
+
+
 #: How long a logon allocated without a token counts as a session.
 PENDING_LOGON = "10 minutes"
 #: Desktops with a session: an open tunnel, a connection token handed out and not yet used
 #: (read-only views of another session aside), or a desktop just allocated to a logon whose
 #: token is being issued (a logon allocated, its token not issued, not failed: it gets its
 #: token within seconds; one a crash left behind stops counting after :data:`PENDING_LOGON`).
-_SESSION_DESKTOPS = f"""
+SESSION_DESKTOPS = _SESSION_DESKTOPS = f"""
     SELECT desktop_id FROM desktop_sessions WHERE ended_at IS NULL AND NOT read_only
     UNION
     SELECT desktop_id FROM connection_tokens
@@ -264,7 +289,7 @@ _SESSION_DESKTOPS = f"""
 
 
 #: What :class:`Usage` counts, as the columns of a ``SELECT``.
-_USAGE = f"""
+USAGE_COLUMNS = _USAGE = f"""
     (SELECT count(*) FROM desktops WHERE state <> 'deleting') AS desktops,
     (SELECT count(*) FROM pools) AS pools,
     (SELECT count(*) FROM ({_SESSION_DESKTOPS}) AS s) AS sessions

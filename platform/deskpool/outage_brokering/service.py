@@ -39,6 +39,7 @@ from deskpool.outage_brokering.snapshot import SnapshotStale, keys_of, open_targ
 from deskpool.outages import DATABASE, outage_of
 from deskpool.pools.model import Desktop
 from deskpool.runtime import Runtime
+from deskpool.sessions import opening
 from deskpool.sessions import service as sessions
 from deskpool.sessions.model import new_token, target_to_json, token_key
 from deskpool.sessions.service import AuditOf, DesktopConnection, Opened
@@ -99,10 +100,10 @@ async def withhold(runtime: Runtime, desktop: Desktop) -> None:
 async def open_pool_desktop(
     runtime: Runtime, principal: Principal, pool_id: uuid.UUID, audit: AuditOf
 ) -> Opened:
-    """:func:`deskpool.sessions.service.open_pool_desktop`, or from the snapshot."""
+    """:func:`deskpool.sessions.opening.open_pool_desktop`, or from the snapshot."""
     if not await _journal_waits(runtime):
         try:
-            opened = await sessions.open_pool_desktop(runtime, principal, pool_id, audit)
+            opened = await opening.open_pool_desktop(runtime, principal, pool_id, audit)
         except _DATABASE_ERRORS as error:
             if outage_of(error) != DATABASE:
                 raise

@@ -7,7 +7,7 @@ and revocation, whose logons and access it records and asks; the session check r
 
 The open itself (reserving a powered-off desktop to the user, enqueuing its power-on and
 answering a pending connection) is a session use case:
-:func:`deskpool.sessions.service.open_pool_desktop` and
+:func:`deskpool.sessions.opening.open_pool_desktop` and
 :func:`~deskpool.sessions.service.reconnect_desktop` use :mod:`deskpool.starts.model` and
 :mod:`deskpool.starts.store` in their transaction. Here:
 

@@ -70,6 +70,9 @@ from deskpool.provisioning.recorder import (
     utc_now,
 )
 from deskpool.rollouts import store as rollout_store
+from deskpool.sessions import store_policies
+from deskpool.sessions.store_addresses import forget_address
+from deskpool.sessions.tokens import ask_target
 from deskpool.values import ascii_int
 
 log = logging.getLogger(__name__)
@@ -289,6 +292,7 @@ class DesktopWork(DesktopRecorder):
         if vm_id is None:
             await self.fail("no VM is recorded for the desktop")
             return
+        await forget_address(self.db, self.desktop.id)  # it may come back elsewhere
         await self.driver.start(vm_id)
         await self.record(Started())
 
@@ -339,7 +343,19 @@ class DesktopWork(DesktopRecorder):
                 return
             await self.pause(interval)
             await self.still_in(step)
-        await self.record(done)
+        if await self.record(done) is not None:
+            await self.record_address()
+
+    async def record_address(self) -> None:
+        """Record where the desktop, ready now, is shown: no opening asks the driver again.
+
+        A driver that cannot say yet is not a failure of the desktop: its first opening asks.
+        """
+        policy = await store_policies.get_policy(self.db, self.pool.id)
+        try:
+            await ask_target(self.context.runtime, self.desktop, policy, self.driver)
+        except DeskpoolError as error:
+            log.info("%s: no address recorded (%s)", self.desktop.name, error.detail)
 
     # ------------------------------------------------------------------ deletion and power
 

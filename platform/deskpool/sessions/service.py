@@ -23,14 +23,15 @@ from deskpool.audit import record_audit_event
 from deskpool.client_policy.model import ClientPolicy, offered
 from deskpool.db.rows import Db
 from deskpool.desktops import store as store_desktops
-from deskpool.desktops import store_allocation
-from deskpool.desktops.allocation import DesktopNotReady, NoDesktopAvailable
+from deskpool.desktops.allocation import (
+    DesktopNotReady,
+)
 from deskpool.desktops.jobs import PROVISION, REBUILD, enqueue_desktop_job
 from deskpool.desktops.states import Allocated, PowerUp, Released, SessionClosed
 from deskpool.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from deskpool.events import AuditEvent
 from deskpool.identity.principal import Principal
-from deskpool.licensing.service import check_can_open_session
+from deskpool.licensing.sessions import check_can_open_session
 from deskpool.live.publishers import publish_desktop
 from deskpool.pools import store as store_pools
 from deskpool.pools import store_entitlements
@@ -38,7 +39,7 @@ from deskpool.pools.model import Desktop, DesktopState, Pool
 from deskpool.runtime import Runtime
 from deskpool.sessions import store, store_logons, store_policies
 from deskpool.sessions.growth import grow_for_user
-from deskpool.sessions.logon_timing import mark_phase, observe_phase, timed_logon
+from deskpool.sessions.logon_timing import mark_phase, timed_logon
 from deskpool.sessions.logons import LogonPhase, LogonRecord
 from deskpool.sessions.model import (
     DEFAULT_POLICY,
@@ -47,7 +48,12 @@ from deskpool.sessions.model import (
     SessionRecord,
     validate_policy,
 )
-from deskpool.sessions.tokens import _RETRY, issue_token, resolve_target, tunnel_url
+from deskpool.sessions.tokens import (
+    _RETRY,
+    issue_token,
+    resolve_target,
+    tunnel_url,
+)
 from deskpool.sessions.tunnel import DesktopTarget, SessionEndReason
 from deskpool.starts import store as starts
 from deskpool.starts.model import choose_start
@@ -65,6 +71,11 @@ AuditOf = Callable[[str, str, str | None, dict[str, Any]], AuditEvent]
 #: :func:`deskpool.outage_brokering.service.withhold`, which takes the desktop out of the
 #: outage snapshot's ready desktops before the commit).
 Withhold = Callable[[Runtime, Desktop], Awaitable[None]]
+
+
+async def withhold(runtime: Runtime, desktop: Desktop) -> None:
+    """Tell the seam (:data:`Withhold`) of a free desktop about to be handed out."""
+    await _withhold(runtime, desktop)
 
 
 async def _withhold_nothing(runtime: Runtime, desktop: Desktop) -> None:
@@ -183,10 +194,17 @@ async def set_pool_policy(
 # ------------------------------------------------------------------------------ connection
 
 
-async def _connect(
-    runtime: Runtime, url: str, user_id: uuid.UUID, desktop: Desktop, pool: Pool, logon: uuid.UUID
+async def connect_desktop(
+    runtime: Runtime,
+    url: str,
+    user_id: uuid.UUID,
+    desktop: Desktop,
+    pool: Pool,
+    logon: uuid.UUID,
+    policy: SessionPolicy | None = None,
 ) -> DesktopConnection:
-    policy = await store_policies.get_policy(runtime.db, pool.id)
+    if policy is None:
+        policy = await store_policies.get_policy(runtime.db, pool.id)
     target = await resolve_target(runtime, desktop, pool, policy)
     async with runtime.db.acquire() as connection, connection.transaction():
         # The guest answered (resolve_target): recorded with the token, one commit for both.
@@ -231,57 +249,6 @@ async def may_open(db: Db, principal: Principal, pool_id: uuid.UUID) -> bool:
     if principal.may("pools:manage"):
         return True
     return await store_entitlements.is_entitled(db, pool_id, principal.id, principal.group_ids)
-
-
-async def open_pool_desktop(
-    runtime: Runtime, principal: Principal, pool_id: uuid.UUID, audit: AuditOf
-) -> Opened:
-    """Hand the caller a desktop of the pool and a connection token to it.
-
-    The tunnel's configuration is checked before the allocation, so nothing is allocated when
-    no browser could connect. The allocation is
-    :func:`deskpool.desktops.store_allocation.allocate_desktop`'s. When no desktop is ready but
-    one can be started for the caller (a powered-off one, or his own on its way to ready), it
-    is, in the same transaction (:func:`start_for_user`), and a :class:`PendingConnection`
-    is answered.
-
-    :raises NotFound: no such pool, or one the caller may not open: both answer the same, so
-        the answer never tells whether a pool exists.
-    :raises GatewayNotConfigured: see :func:`tunnel_url`.
-    """
-    async with runtime.db.acquire() as connection:
-        pool = await store_pools.get_pool(connection, pool_id)
-        allowed = pool is not None and await may_open(connection, principal, pool_id)
-    if pool is None or not allowed:
-        raise NotFound(f"You may open no pool with the id {pool_id}.")
-    url = tunnel_url(runtime)
-    user_id = uuid.UUID(str(principal.id))
-    async with timed_logon(runtime, user_id=user_id, pool_id=pool.id) as logon:
-        async with runtime.db.acquire() as connection, connection.transaction():
-            try:
-                desktop = await store_allocation.allocate_desktop(connection, pool, principal.id)
-                await _withhold(runtime, desktop)
-            except (NoDesktopAvailable, DesktopNotReady):
-                pending = await start_for_user(runtime, connection, pool, user_id, logon, audit)
-                if pending is None:
-                    raise
-                allocated = None
-            else:
-                pending = None
-                await _audit_allocation(connection, audit, desktop, str(principal.id))
-                # Over the license's session limit the allocation is rolled back (409). Late,
-                # as the check's lock lasts until the commit; before the logon is marked
-                # allocated, which makes the desktop count as one with a session until its
-                # token is issued.
-                await check_can_open_session(connection, runtime.licensing, desktop.id)
-                allocated = await store_logons.mark_logon(
-                    connection, logon, LogonPhase.ALLOCATED, desktop_id=desktop.id
-                )
-        observe_phase(runtime, LogonPhase.ALLOCATED, allocated)
-        if pending is not None:
-            await publish_desktop(runtime, pending.desktop)
-            return pending
-        return await _connect(runtime, url, user_id, desktop, pool, logon)
 
 
 async def start_for_user(
@@ -412,7 +379,7 @@ async def reconnect_desktop(
             return pending
         # A desktop already the user's counts as allocated once its state is checked.
         await mark_phase(runtime, runtime.db, logon, LogonPhase.ALLOCATED)
-        return await _connect(runtime, url, uuid.UUID(user), desktop, pool, logon)
+        return await connect_desktop(runtime, url, uuid.UUID(user), desktop, pool, logon)
 
 
 async def shadow_session(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from deskpool.db.rows import Db, fetch_record, record_from_row
@@ -30,16 +31,28 @@ def _phase_update(phase: LogonPhase, where: str) -> str:
 
 
 async def start_logon(
-    db: Db, *, user_id: uuid.UUID, pool_id: uuid.UUID, desktop_id: uuid.UUID | None = None
+    db: Db,
+    *,
+    user_id: uuid.UUID,
+    pool_id: uuid.UUID,
+    desktop_id: uuid.UUID | None = None,
+    logon_id: uuid.UUID | None = None,
+    asked_at: datetime | None = None,
 ) -> uuid.UUID:
-    """Record a logon asked now; return its id."""
-    logon_id: uuid.UUID = await db.fetchval(
-        "INSERT INTO logons (user_id, pool_id, desktop_id) VALUES ($1, $2, $3) RETURNING id",
+    """Record a logon asked now (or ``asked_at``); return its id (``logon_id``, if given)."""
+    started: uuid.UUID = await db.fetchval(
+        """
+        INSERT INTO logons (id, user_id, pool_id, desktop_id, asked_at)
+        VALUES (coalesce($4, gen_random_uuid()), $1, $2, $3, coalesce($5, clock_timestamp()))
+        RETURNING id
+        """,
         user_id,
         pool_id,
         desktop_id,
+        logon_id,
+        asked_at,
     )
-    return logon_id
+    return started
 
 
 async def mark_logon(

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from deskpool.drivers import VmEvent
 from deskpool.pools.jobs import enqueue_pool_reconcile
+from deskpool.sessions.store_addresses import forget_vm_addresses
 from deskpool.vm_events.model import wants_reconcile
 from deskpool.vm_events.store import pools_recording_vm
 
@@ -29,6 +30,10 @@ async def vm_changed(runtime: Runtime, event: VmEvent) -> list[uuid.UUID]:
         cluster_id = uuid.UUID(event.cluster_id)
     except ValueError:
         return []
+    # Stopped or gone, the VM may be shown elsewhere when it runs again: its desktop's
+    # recorded address is forgotten, recorded again when it is ready (or at its next opening).
+    async with runtime.db.acquire() as connection:
+        await forget_vm_addresses(connection, event.vm_id)
     async with runtime.db.acquire() as connection, connection.transaction():
         pools = await pools_recording_vm(connection, cluster_id, event.vm_id)
         for pool_id in pools:

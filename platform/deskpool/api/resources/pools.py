@@ -28,7 +28,7 @@ desktop counts by state.
   whether it is set.
 - *Opening a desktop.* ``POST /api/v1/me/pools/{pool_id}/desktop`` hands the caller a desktop
   (:func:`deskpool.desktops.store_allocation.allocate_desktop`) and a connection token to it
-  (:func:`deskpool.sessions.service.open_pool_desktop`): entitled users (directly or through a
+  (:func:`deskpool.sessions.opening.open_pool_desktop`): entitled users (directly or through a
   group) and holders of ``pools:manage`` may; a pool the caller may not open is 404, exactly as
   one that does not exist; 409 when the pool is disabled or draining; 202 with a pending
   connection when a desktop is started for the caller (start on connect, :mod:`deskpool.starts`);
