@@ -16,7 +16,11 @@ from tests.support import lanes
 from tests.support.paths import REPO
 from tests.support.plugins import install_fake_distribution
 
-pytest_plugins = ["tests.secret_leak_guard", "deskpool.testing.libvirt.fixtures"]
+pytest_plugins = [
+    "tests.secret_leak_guard",
+    "deskpool.testing.libvirt.fixtures",
+    "tests.support.pool_api",
+]
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,9 +1,10 @@
-"""The pool API's fixtures, shared by the pool and session tests' conftests.
+"""The pool API's fixtures, shared by the pool, session, webhook, recording and syslog tests.
 
-Fixtures both folders use are defined once here and imported by each folder's conftest (which
-is what makes pytest see them there): the API tests' environment and runtime on the module's
-own database with a master key, the client's runtime, signed-in callers, clusters made through
-the API.
+A pytest plugin (``pytest_plugins`` in the root tests/conftest.py), so every folder sees them:
+the API tests' environment and runtime on the module's own database with a master key,
+signed-in callers, clusters made through the API. ``client_runtime`` is not among them (it
+would replace the public plugin's for every test): a folder whose ``client`` calls
+``pools_runtime`` says so in its conftest.
 """
 
 from __future__ import annotations
@@ -40,12 +41,6 @@ async def pools_runtime(pools_environ: dict[str, str]) -> AsyncIterator[Runtime]
     """An opened api runtime on the module's database, emptied of pools and clusters."""
     async with opened_runtime(pools_environ, emptied=("clusters", "jobs")) as runtime:
         yield runtime
-
-
-@pytest.fixture
-def client_runtime(pools_runtime: Runtime) -> Runtime:
-    """``client`` calls the API of ``pools_runtime``."""
-    return pools_runtime
 
 
 @pytest.fixture

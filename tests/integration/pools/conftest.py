@@ -17,13 +17,6 @@ from typing import Any
 
 import asyncpg
 import pytest
-from tests.support.pool_api import (  # noqa: F401 (fixtures)
-    api_cluster,
-    client_runtime,
-    new_caller,
-    pools_environ,
-    pools_runtime,
-)
 from tests.support.pools import (
     MakePool,
     pool_model,
@@ -31,6 +24,13 @@ from tests.support.pools import (
 
 from deskpool.pools import store as store_pools
 from deskpool.pools.model import Pool
+from deskpool.runtime import Runtime
+
+
+@pytest.fixture
+def client_runtime(pools_runtime: Runtime) -> Runtime:
+    """``client`` calls the API of ``pools_runtime`` (tests/support/pool_api.py)."""
+    return pools_runtime
 
 
 @pytest.fixture

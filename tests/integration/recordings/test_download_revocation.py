@@ -19,11 +19,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from tests.support.pool_api import (  # noqa: F401 (fixtures)
-    client_runtime,
-    new_caller,
-    pools_runtime,
-)
 from tests.support.pools import Caller
 
 from deskpool.recordings import store
@@ -38,6 +33,12 @@ CHUNK_SIZE = 60 * 1024
 #: What the slow client reads at a time, and how long it waits between two reads.
 READ_SIZE = 64 * 1024
 READ_PAUSE = 0.05
+
+
+@pytest.fixture
+def client_runtime(pools_runtime: Runtime) -> Runtime:
+    """``client`` calls the API of ``pools_runtime`` (tests/support/pool_api.py)."""
+    return pools_runtime
 
 
 @pytest.fixture
@@ -86,8 +87,8 @@ async def take_away(client: Any, admin: Caller, runtime: Runtime, reader: Caller
 @pytest.mark.parametrize("how", ["recordings_read_removed", "disabled"])
 async def test_a_download_stops_within_ten_seconds_of_access_lost(
     client: Any,
-    pools_runtime: Runtime,  # noqa: F811 (the imported fixture)
-    new_caller: NewCaller,  # noqa: F811
+    pools_runtime: Runtime,
+    new_caller: NewCaller,
     how: str,
 ) -> None:
     recording_id = await big_recording(pools_runtime)
@@ -131,8 +132,8 @@ async def test_a_download_stops_within_ten_seconds_of_access_lost(
 
 async def test_a_reader_who_keeps_access_downloads_the_whole_recording_and_ranges(
     client: Any,
-    pools_runtime: Runtime,  # noqa: F811 (the imported fixture)
-    new_caller: NewCaller,  # noqa: F811
+    pools_runtime: Runtime,
+    new_caller: NewCaller,
 ) -> None:
     recording_id = await big_recording(pools_runtime)
     total = CHUNKS * CHUNK_SIZE

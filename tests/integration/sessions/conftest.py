@@ -13,13 +13,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from tests.support.pool_api import (  # noqa: F401 (fixtures)
-    api_cluster,
-    client_runtime,
-    new_caller,
-    pools_environ,
-    pools_runtime,
-)
 from tests.support.pools import (
     TUNNEL_URL,
     pool_model,
@@ -46,10 +39,16 @@ from deskpool.sessions.model import SessionPolicy
 
 
 @pytest.fixture
+def client_runtime(pools_runtime: Runtime) -> Runtime:
+    """``client`` calls the API of ``pools_runtime`` (tests/support/pool_api.py)."""
+    return pools_runtime
+
+
+@pytest.fixture
 def estate(
-    pools_runtime: Runtime,  # noqa: F811 (the imported fixture)
-    api_cluster: Any,  # noqa: F811
-    new_caller: NewCaller,  # noqa: F811
+    pools_runtime: Runtime,
+    api_cluster: Any,
+    new_caller: NewCaller,
 ) -> Callable[..., Awaitable[Estate]]:
     """``await estate(ready=1, kind=..., policy=SessionPolicy(...))``: see :class:`Estate`."""
 
@@ -76,7 +75,7 @@ def estate(
 
 
 @pytest.fixture
-def broker(pools_runtime: Runtime) -> PlatformSessionBroker:  # noqa: F811
+def broker(pools_runtime: Runtime) -> PlatformSessionBroker:
     """The platform broker, as a gateway process builds it."""
     return PlatformSessionBroker(pools_runtime, lease=30.0)
 

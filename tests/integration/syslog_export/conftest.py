@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.pool_api import pools_environ, pools_runtime  # noqa: F401 (fixtures)
 from tests.support.rsyslog import Rsyslog
 
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from tests.support.pool_api import (  # noqa: F401 (fixtures)
-    client_runtime,
-    new_caller,
-    pools_environ,
-    pools_runtime,
-)
 from tests.support.webhooks import WebhookReceiver
 
 from deskpool.runtime import Runtime
+
+
+@pytest.fixture
+def client_runtime(pools_runtime: Runtime) -> Runtime:
+    """``client`` calls the API of ``pools_runtime`` (tests/support/pool_api.py)."""
+    return pools_runtime
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ async def receiver() -> AsyncIterator[WebhookReceiver]:
 
 
 @pytest.fixture(autouse=True)
-async def no_webhooks(pools_runtime: Runtime) -> None:  # noqa: F811 (the imported fixture)
+async def no_webhooks(pools_runtime: Runtime) -> None:
     """Each test starts without webhooks (the module's database is shared by its tests)."""
     async with pools_runtime.db.acquire() as connection:
         await connection.execute("DELETE FROM webhook_subscriptions")
