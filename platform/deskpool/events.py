@@ -11,6 +11,19 @@ from datetime import datetime
 from typing import Any, Literal
 
 Outcome = Literal["success", "denied", "failure"]
+#: Every :data:`Outcome`.
+OUTCOMES: tuple[Outcome, ...] = ("success", "denied", "failure")
+
+
+def outcome_of(text: str) -> Outcome:
+    """The :data:`Outcome` spelled ``text`` (as stored or sent).
+
+    :raises ValueError: ``text`` is not an outcome.
+    """
+    for outcome in OUTCOMES:
+        if outcome == text:
+            return outcome
+    raise ValueError(f"not an audit outcome: {text!r}")
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import redis.asyncio as redis
+from redis.typing import EncodableT, FieldT
 
 from deskpool.events import AuditEvent
 from deskpool.outage_brokering.model import (
@@ -131,16 +133,20 @@ async def claim(
 
 async def journal(kv: redis.Redis, keys: Keys, kind: ActKind, **fields: object) -> str:
     """Append an act done now to the journal; its entry id."""
-    entry = act_fields(kind, datetime.now(UTC), **fields)
-    entry_id = await kv.xadd(keys.journal, entry)  # type: ignore[arg-type]
-    return text_of(entry_id)
+    return await _append(kv, keys, act_fields(kind, datetime.now(UTC), **fields))
 
 
 async def journal_audit(kv: redis.Redis, keys: Keys, event: AuditEvent) -> str:
     """Append an audit event that could not be recorded to the journal."""
-    entry = act_fields(ActKind.AUDIT, event.occurred_at, **audit_fields(event))
-    entry_id = await kv.xadd(keys.journal, entry)  # type: ignore[arg-type]
-    return text_of(entry_id)
+    return await _append(
+        kv, keys, act_fields(ActKind.AUDIT, event.occurred_at, **audit_fields(event))
+    )
+
+
+async def _append(kv: redis.Redis, keys: Keys, fields: Mapping[str, str]) -> str:
+    """``XADD`` an act's fields to the journal; the entry id."""
+    entry: dict[FieldT, EncodableT] = dict(fields.items())
+    return text_of(await kv.xadd(keys.journal, entry))
 
 
 async def pending(kv: redis.Redis, keys: Keys) -> int:

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from deskpool.events import AuditEvent
+from deskpool.events import AuditEvent, outcome_of
 from deskpool.identity.principal import GroupRef, Principal
 from deskpool.permissions import EffectivePermissions
 from deskpool.pools.model import Desktop, DesktopState
@@ -357,7 +357,7 @@ def audit_of(act: Act) -> AuditEvent:
         actor=f["actor"],
         resource_type=f["resource_type"],
         resource_id=f.get("resource_id") or None,
-        outcome=f["outcome"],  # type: ignore[arg-type]
+        outcome=outcome_of(f["outcome"]),
         occurred_at=act.at,
         request_id=f.get("request_id") or None,
         source_address=f.get("source_address") or None,

@@ -331,7 +331,7 @@ async def refresh_snapshot(runtime: Runtime, *, every_principal: bool = True) ->
             for user, revocation in (await pipe.hgetall(keys.revoked)).items()
             if int(revocation) <= seen
         ]
-        pipe.multi()  # type: ignore[no-untyped-call]
+        pipe.multi()
         for old in old_pools:
             pipe.delete(keys.ready(old.decode() if isinstance(old, bytes) else str(old)))
         pipe.delete(keys.pools, keys.desktops, keys.holders, keys.held, keys.counted, keys.license)

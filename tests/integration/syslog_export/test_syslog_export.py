@@ -15,6 +15,7 @@ from deskpool.actor import Actor
 from deskpool.runtime import Runtime
 from deskpool.syslog_export.model import Origin
 from deskpool.syslog_export.streamer import StreamSettings, SyslogStreamer
+from deskpool.testing.processes import until
 
 ACTOR = Actor.system("system:test")
 
@@ -42,9 +43,10 @@ def streamer(runtime: Runtime, server: Rsyslog, holder: str = "worker-a") -> Sys
 
 
 async def written(server: Rsyslog, ids: list[int], seconds: float = 30) -> None:
-    async with asyncio.timeout(seconds):
-        while not set(ids) <= set(server.event_ids()):  # noqa: ASYNC110 (a file rsyslog writes)
-            await asyncio.sleep(0.1)
+    async def all_there() -> bool:
+        return set(ids) <= set(server.event_ids())
+
+    await until(all_there, f"rsyslog wrote the events {ids}", seconds=seconds, every=0.1)
 
 
 async def test_every_event_is_written_in_order_across_a_server_restart(

@@ -66,7 +66,8 @@ class Display:
             else:
                 target.alpha_composite(picture, (x, y))
         elif opcode == "rect":
-            self.paths[args[0]] = tuple(int(a) for a in args[1:5])  # type: ignore[assignment]
+            x, y, w, h = (int(a) for a in args[1:5])
+            self.paths[args[0]] = (x, y, w, h)
         elif opcode == "lfill":
             mask, layer, source = int(args[0]), args[1], args[2]
             x, y, w, h = self.paths.pop(layer)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 from deskpool.identity.principal import GroupRef, Principal
 from deskpool.outage_brokering.model import (
@@ -16,21 +18,20 @@ from deskpool.outage_brokering.model import (
 from deskpool.permissions import EffectivePermissions
 
 
-def _principal(**overrides: object) -> Principal:
-    values: dict[str, object] = {
-        "id": str(uuid.uuid4()),
-        "issuer": "https://idp",
-        "subject": "alice",
-        "email": "alice@example.test",
-        "display_name": "Alice",
-        "disabled": False,
-        "groups": (GroupRef("g-1", "staff", "member"),),
-        "claimed_groups": ("staff",),
-        "claimed_roles": (),
-        "effective": EffectivePermissions(frozenset({"pools:read"}), frozenset({"viewer"})),
-    }
-    values.update(overrides)
-    return Principal(**values)  # type: ignore[arg-type]
+def _principal(**overrides: Any) -> Principal:
+    alice = Principal(
+        id=str(uuid.uuid4()),
+        issuer="https://idp",
+        subject="alice",
+        email="alice@example.test",
+        display_name="Alice",
+        disabled=False,
+        groups=(GroupRef("g-1", "staff", "member"),),
+        claimed_groups=("staff",),
+        claimed_roles=(),
+        effective=EffectivePermissions(frozenset({"pools:read"}), frozenset({"viewer"})),
+    )
+    return replace(alice, **overrides)
 
 
 def test_a_remembered_principal_reads_back_as_it_was() -> None:

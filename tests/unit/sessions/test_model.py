@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -76,16 +77,16 @@ def test_a_target_round_trips_and_hides_its_parameters() -> None:
     assert "s3cret" not in repr(target)
 
 
-def _token(**changes: object) -> IssuedToken:
-    base = {
-        "user_id": uuid.uuid4(),
-        "desktop_id": uuid.uuid4(),
-        "pool_id": uuid.uuid4(),
-        "protocol": "vnc",
-        "expires_at": NOW + timedelta(seconds=30),
-        "redeemed_at": None,
-    }
-    return IssuedToken(**{**base, **changes})  # type: ignore[arg-type]
+def _token(**changes: Any) -> IssuedToken:
+    issued = IssuedToken(
+        user_id=uuid.uuid4(),
+        desktop_id=uuid.uuid4(),
+        pool_id=uuid.uuid4(),
+        protocol="vnc",
+        expires_at=NOW + timedelta(seconds=30),
+        redeemed_at=None,
+    )
+    return replace(issued, **changes)
 
 
 def test_why_a_token_cannot_be_redeemed() -> None:

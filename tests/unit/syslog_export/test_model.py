@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 from deskpool.events import AuditEvent
 from deskpool.syslog_export.model import FACILITIES, Origin, format_event, frame
@@ -11,18 +13,17 @@ from deskpool.syslog_export.model import FACILITIES, Origin, format_event, frame
 AT = datetime(2026, 11, 29, 8, 12, 3, 412345, tzinfo=timezone(timedelta(hours=1)))
 
 
-def event(**fields: object) -> AuditEvent:
-    values: dict[str, object] = {
-        "action": "session.start",
-        "actor": "user-1",
-        "resource_type": "sessions",
-        "resource_id": "s-1",
-        "outcome": "success",
-        "occurred_at": AT,
-        "details": {"pool": "Büro"},
-        **fields,
-    }
-    return AuditEvent(**values)  # type: ignore[arg-type]
+def event(**fields: Any) -> AuditEvent:
+    start = AuditEvent(
+        action="session.start",
+        actor="user-1",
+        resource_type="sessions",
+        resource_id="s-1",
+        outcome="success",
+        occurred_at=AT,
+        details={"pool": "Büro"},
+    )
+    return replace(start, **fields)
 
 
 def test_a_message_has_the_header_structured_data_and_the_event_as_json() -> None:

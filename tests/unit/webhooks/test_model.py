@@ -7,7 +7,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from standardwebhooks import Webhook
 
-from deskpool.events import AuditEvent, event_type, subscription_keys, webhook_payload
+from deskpool.events import (
+    AuditEvent,
+    event_type,
+    outcome_of,
+    subscription_keys,
+    webhook_payload,
+)
 from deskpool.webhooks.model import (
     RetryPolicy,
     SubscriptionSettings,
@@ -41,7 +47,7 @@ from deskpool.webhooks.service import new_secret
     ],
 )
 def test_an_audit_event_has_one_type(action: str, outcome: str, expected: str) -> None:
-    assert event_type(action, outcome) == expected  # type: ignore[arg-type]
+    assert event_type(action, outcome_of(outcome)) == expected
 
 
 def test_the_keys_of_an_event_are_its_type_its_action_and_their_wildcards() -> None:
@@ -160,3 +166,13 @@ def test_a_new_secret_signs_what_the_library_verifies() -> None:
     }
     assert Webhook(secret).verify('{"a":1}', headers) == {"a": 1}
     assert new_secret().reveal() != secret
+
+
+def test_an_outcome_is_read_from_its_text_and_nothing_else_is_one() -> None:
+    assert [outcome_of(text) for text in ("success", "denied", "failure")] == [
+        "success",
+        "denied",
+        "failure",
+    ]
+    with pytest.raises(ValueError, match="not an audit outcome: 'Success'"):
+        outcome_of("Success")
