@@ -2665,7 +2665,7 @@ export interface components {
         MyDesktops: {
             items: components["schemas"]["MyDesktop"][];
         };
-        ClipboardDirection: {
+        ClipboardToDesktop: {
             /**
              * @description What the clipboard carries to the desktop (paste): `off` (nothing) or `text`.
              * @enum {string}
@@ -2674,7 +2674,7 @@ export interface components {
             /** @description Most bytes (UTF-8) of one clipboard transfer; the gateway cuts the rest. guacd 1.6.0 itself keeps at most 262144. */
             max_bytes: number;
         };
-        ClipboardDirection1: {
+        ClipboardToBrowser: {
             /**
              * @description What the clipboard carries to the browser (copy out): `off` (nothing) or `text`.
              * @enum {string}
@@ -2684,8 +2684,8 @@ export interface components {
             max_bytes: number;
         };
         ClientClipboard: {
-            to_desktop: components["schemas"]["ClipboardDirection"];
-            to_browser: components["schemas"]["ClipboardDirection1"];
+            to_desktop: components["schemas"]["ClipboardToDesktop"];
+            to_browser: components["schemas"]["ClipboardToBrowser"];
         };
         ClientFileTransfer: {
             /** @description Files may go from the browser to the desktop. */
@@ -3116,7 +3116,7 @@ export interface components {
             /** @description The recording holds the user's key events too. */
             include_keys?: boolean;
         };
-        ClipboardDirectionInput: {
+        ClipboardToDesktopInput: {
             /**
              * @description What the clipboard carries to the desktop (paste): `off` (nothing) or `text`.
              * @enum {string}
@@ -3125,7 +3125,7 @@ export interface components {
             /** @description Most bytes (UTF-8) of one clipboard transfer; the gateway cuts the rest. guacd 1.6.0 itself keeps at most 262144. */
             max_bytes?: number;
         };
-        ClipboardDirectionInput1: {
+        ClipboardToBrowserInput: {
             /**
              * @description What the clipboard carries to the browser (copy out): `off` (nothing) or `text`.
              * @enum {string}
@@ -3135,8 +3135,8 @@ export interface components {
             max_bytes?: number;
         };
         ClientClipboardInput: {
-            to_desktop?: components["schemas"]["ClipboardDirectionInput"];
-            to_browser?: components["schemas"]["ClipboardDirectionInput1"];
+            to_desktop?: components["schemas"]["ClipboardToDesktopInput"];
+            to_browser?: components["schemas"]["ClipboardToBrowserInput"];
         };
         ClientFileTransferInput: {
             /** @description Files may go from the browser to the desktop. */

@@ -36,7 +36,7 @@ def _watermark_text(text: str) -> None:
 def _schemas(required: bool, suffix: str) -> type[Schema]:
     """The client policy's schema: every member ``required`` (shown) or none (a change)."""
 
-    def clipboard(direction: str) -> type[Schema]:
+    def clipboard(name: str, direction: str) -> type[Schema]:
         return Schema.from_dict(
             {
                 "mode": fields.String(
@@ -59,13 +59,17 @@ def _schemas(required: bool, suffix: str) -> type[Schema]:
                     },
                 ),
             },
-            name=f"ClipboardDirection{suffix}",
+            name=f"{name}{suffix}",
         )
 
     clipboards = Schema.from_dict(
         {
-            "to_desktop": fields.Nested(clipboard("to the desktop (paste)"), required=required),
-            "to_browser": fields.Nested(clipboard("to the browser (copy out)"), required=required),
+            "to_desktop": fields.Nested(
+                clipboard("ClipboardToDesktop", "to the desktop (paste)"), required=required
+            ),
+            "to_browser": fields.Nested(
+                clipboard("ClipboardToBrowser", "to the browser (copy out)"), required=required
+            ),
         },
         name=f"ClientClipboard{suffix}",
     )
