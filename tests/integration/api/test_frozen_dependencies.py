@@ -143,8 +143,4 @@ async def test_a_frozen_postgresql_costs_a_request_at_most_about_a_second(
     for what, status, _, body in answers:
         assert status in (200, 201) or (status == 503 and body == DATABASE_DETAIL), (what, body)
     assert any(status == 503 for _, status, _, _ in answers), answers
-    # The recovery after the thaw is not asserted here: run with the rest of the suite (not
-    # alone), the API kept refusing with "not asked again yet" for the 30 s it was watched
-    # after the database was thawed. That is an open bug of the pause after a timeout
-    # (deskpool.db.bounded), recorded in the session note; the outage end-to-end test
-    # (tests/e2e/test_database_outage.py) checks the return after a stop.
+    await until(lambda: all_succeed(client, headers), "every request succeeds again")
