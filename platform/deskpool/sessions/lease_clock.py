@@ -45,7 +45,8 @@ async def touch(connection: asyncpg.Connection) -> datetime:
         await connection.execute(
             "INSERT INTO lease_clock (touched_at) VALUES (now()) ON CONFLICT DO NOTHING"
         )
-        return await connection.fetchval("SELECT now()")  # type: ignore[no-any-return]
+        made: datetime = await connection.fetchval("SELECT now()")
+        return made
     await connection.execute("UPDATE lease_clock SET touched_at = now()")
     return before
 

@@ -107,11 +107,9 @@ async def test_counts_and_listing(db: asyncpg.Connection, make_pool: MakePool) -
     assert counts[pool.id].available == 3
     assert counts[empty.id].total == 0
     first = await store_desktops.list_desktops(db, limit=3, pool_id=pool.id)
+    last_name, last_id = store_desktops.desktop_cursor(first[-1].desktop)
     rest = await store_desktops.list_desktops(
-        db,
-        limit=10,
-        pool_id=pool.id,
-        after=tuple(store_desktops.desktop_cursor(first[-1].desktop)),  # type: ignore[arg-type]
+        db, limit=10, pool_id=pool.id, after=(last_name, last_id)
     )
     assert len(first) == 3
     assert len(rest) == 2
