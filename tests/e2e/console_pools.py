@@ -3,14 +3,19 @@
 :func:`entitled_pool` makes both through the API of a :class:`~tests.e2e.console_instance.
 Instance`; :func:`always_night` a schedule that powers idle desktops off all week;
 :func:`pool_desktops` lists a pool's desktops; :func:`chromium` starts the browser and
-:func:`signed_in_page` opens a page signed in.
+:func:`signed_in_page` opens a page signed in. :func:`callers` are the administrator and the user
+as API callers, and :func:`ready_persistent_pool` a pool of theirs with a ready desktop.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tests.e2e.console_instance import CHROMIUM, USER, Instance, api_call, sign_in
+import aiohttp
+from tests.e2e.console_instance import ADMIN, CHROMIUM, USER, Instance, api_call, sign_in
+from tests.e2e.deployment_api import Api
+
+from deskpool.testing.processes import until
 
 #: The days of a phase that holds every day.
 EVERY_DAY = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"]
@@ -113,3 +118,49 @@ async def signed_in_page(
     if path:
         await page.goto(f"{instance.console}{path}")
     return page
+
+
+def callers(http: aiohttp.ClientSession, instance: Instance) -> tuple[Api, Api]:
+    """The administrator (:data:`ADMIN`) and the user (:data:`USER`) calling the API."""
+    admin_token = instance.idp.issue_token(
+        ADMIN[0], email="admin@deskpool.test", email_verified=True, name=ADMIN[1]
+    )
+    user_token = instance.idp.issue_token(USER[0], email="user@deskpool.test", name=USER[1])
+    return Api(http, instance.api, admin_token), Api(http, instance.api, user_token)
+
+
+async def ready_persistent_pool(admin: Api, user: Api, name: str, max_size: int) -> dict[str, Any]:
+    """A persistent Linux pool ``name-pool`` entitled to ``user``, once a desktop is ready.
+
+    On a new simulated cluster ``name``; one desktop kept spare, its desktops named after the
+    first three letters of ``name``.
+    """
+    cluster = await admin.simulated_cluster(name)
+    pool: dict[str, Any] = await admin(
+        "POST",
+        "/pools",
+        json={
+            "name": f"{name}-pool",
+            "cluster_id": cluster["id"],
+            "template": "ubuntu-22.04",
+            "kind": "persistent",
+            "os_type": "linux",
+            "min_size": 1,
+            "spare": 1,
+            "max_size": max_size,
+            "naming_pattern": f"{name[:3]}-{{n:02}}",
+        },
+    )
+    me = await user("GET", "/me")
+    await admin(
+        "POST",
+        f"/pools/{pool['id']}/entitlements",
+        json={"subject_type": "user", "subject_id": me["id"]},
+    )
+
+    async def ready() -> bool:
+        shown = await admin("GET", f"/pools/{pool['id']}")
+        return bool(shown["counts"]["by_state"].get("ready", 0) >= 1)
+
+    await until(ready, "the pool has a ready desktop", seconds=90, every=0.5)
+    return pool

@@ -22,11 +22,10 @@ import hashlib
 import time
 
 import aiohttp
-from tests.e2e.console_instance import ADMIN, CHROMIUM, TIMEOUT, USER, Instance, sign_in, visit
-from tests.e2e.deployment_api import Api
+from tests.e2e.console_instance import ADMIN, CHROMIUM, TIMEOUT, Instance, sign_in, visit
+from tests.e2e.console_pools import callers, ready_persistent_pool
 
 from deskpool.guacamole import encode
-from deskpool.testing.processes import until
 from deskpool.testing.tunnels import WebSocketTunnelClient
 
 
@@ -46,46 +45,8 @@ async def test_the_pool_form_sets_the_client_policy_and_the_session_page_lists_t
     from playwright.async_api import async_playwright, expect
 
     async with aiohttp.ClientSession() as http:
-        admin_api = Api(
-            http,
-            instance.api,
-            instance.idp.issue_token(
-                ADMIN[0], email="admin@deskpool.test", email_verified=True, name=ADMIN[1]
-            ),
-        )
-        user_api = Api(
-            http,
-            instance.api,
-            instance.idp.issue_token(USER[0], email="user@deskpool.test", name=USER[1]),
-        )
-        cluster = await admin_api.simulated_cluster("policy")
-        pool = await admin_api(
-            "POST",
-            "/pools",
-            json={
-                "name": "policy-pool",
-                "cluster_id": cluster["id"],
-                "template": "ubuntu-22.04",
-                "kind": "persistent",
-                "os_type": "linux",
-                "min_size": 1,
-                "spare": 1,
-                "max_size": 1,
-                "naming_pattern": "pol-{n:02}",
-            },
-        )
-        me = await user_api("GET", "/me")
-        await admin_api(
-            "POST",
-            f"/pools/{pool['id']}/entitlements",
-            json={"subject_type": "user", "subject_id": me["id"]},
-        )
-
-        async def ready() -> bool:
-            shown = await admin_api("GET", f"/pools/{pool['id']}")
-            return bool(shown["counts"]["by_state"].get("ready", 0) >= 1)
-
-        await until(ready, "the pool has a ready desktop", seconds=90, every=0.5)
+        admin_api, user_api = callers(http, instance)
+        pool = await ready_persistent_pool(admin_api, user_api, "policy", max_size=1)
         opened = await user_api("POST", f"/me/pools/{pool['id']}/desktop")
         connection = opened["connection"]
         tunnel = await WebSocketTunnelClient.connect(

@@ -37,13 +37,12 @@ from tests.e2e.console_instance import (
     ADMIN,
     CHROMIUM,
     TIMEOUT,
-    USER,
     Instance,
     chart_drawn,
     sign_in,
     visit,
 )
-from tests.e2e.deployment_api import Api
+from tests.e2e.console_pools import callers, ready_persistent_pool
 
 from deskpool.reports.model import CSV_COLUMNS
 from deskpool.testing.processes import until
@@ -68,46 +67,8 @@ DREW = [
 async def _sessions(instance: Instance) -> dict[str, Any]:
     """The pool, two sessions that drew and one whose logon failed; their ids and the pool's."""
     async with aiohttp.ClientSession() as http:
-        admin = Api(
-            http,
-            instance.api,
-            instance.idp.issue_token(
-                ADMIN[0], email="admin@deskpool.test", email_verified=True, name=ADMIN[1]
-            ),
-        )
-        user = Api(
-            http,
-            instance.api,
-            instance.idp.issue_token(USER[0], email="user@deskpool.test", name=USER[1]),
-        )
-        cluster = await admin.simulated_cluster("reports")
-        pool = await admin(
-            "POST",
-            "/pools",
-            json={
-                "name": "reports-pool",
-                "cluster_id": cluster["id"],
-                "template": "ubuntu-22.04",
-                "kind": "persistent",
-                "os_type": "linux",
-                "min_size": 1,
-                "spare": 1,
-                "max_size": 2,
-                "naming_pattern": "rep-{n:02}",
-            },
-        )
-        me = await user("GET", "/me")
-        await admin(
-            "POST",
-            f"/pools/{pool['id']}/entitlements",
-            json={"subject_type": "user", "subject_id": me["id"]},
-        )
-
-        async def ready() -> bool:
-            shown = await admin("GET", f"/pools/{pool['id']}")
-            return bool(shown["counts"]["by_state"].get("ready", 0) >= 1)
-
-        await until(ready, "the pool has a ready desktop", seconds=90, every=0.5)
+        admin, user = callers(http, instance)
+        pool = await ready_persistent_pool(admin, user, "reports", max_size=2)
 
         async def tunnel() -> WebSocketTunnelClient:
             opened = await user("POST", f"/me/pools/{pool['id']}/desktop")
