@@ -7,19 +7,24 @@ A deployment's processes run on the module's database; the browser tests' consol
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.e2e.console_instance import Instance, console_instance
-from tests.support.e2e import (
-    DeploymentEnviron,
-)
+from tests.secret_leak_guard import LeakGuard
+from tests.support.e2e import PUBLIC_URL, DeploymentEnviron, GatewayDeployment, api_worker_gateway
 
 from deskpool.db import migrate
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.postgres_server import PrivatePostgres, private_postgres
-from deskpool.testing.processes import QUICK_INTERVALS, deployment_environ
+from deskpool.testing.processes import (
+    ANY_PORT,
+    QUICK_INTERVALS,
+    DeskpoolProcess,
+    deployment_environ,
+)
 from deskpool.testing.pytest_plugin import connected, fresh_database
 
 
@@ -43,6 +48,51 @@ def quick_deployment(
         )
 
     return make
+
+
+@pytest.fixture
+def gateway_environ(
+    quick_deployment: DeploymentEnviron,
+    desktop_daemon: DesktopDaemonSimulator,
+    leak_guard: LeakGuard,
+) -> DeploymentEnviron:
+    """``gateway_environ(admin, **settings)``: a :func:`quick_deployment` with a gateway.
+
+    The api on a port it picks, secrets sealed with the leak guard's master key, the gateway
+    said to be reached at :data:`~tests.support.e2e.PUBLIC_URL` and showing
+    ``desktop_daemon``'s desktops; then ``settings``.
+    """
+
+    def make(admin: str, **settings: str) -> dict[str, str]:
+        return quick_deployment(
+            admin,
+            API_ADDR=ANY_PORT,
+            SECRETS_MASTER_KEY=leak_guard.master_key(),
+            GATEWAY_PUBLIC_WS_URL=PUBLIC_URL,
+            DESKTOPD_ADDRESS=desktop_daemon.address,
+            **settings,
+        )
+
+    return make
+
+
+@pytest.fixture
+def gateway_deployment(gateway_environ: DeploymentEnviron) -> GatewayDeployment:
+    """``async with gateway_deployment(admin, database_url=..., **settings) as processes``.
+
+    :func:`~tests.support.e2e.api_worker_gateway` of a :func:`gateway_environ` with ``settings``,
+    on ``database_url`` (the module's database when ``None``).
+    """
+
+    def deploy(
+        admin: str, database_url: str | None = None, **settings: str
+    ) -> AbstractAsyncContextManager[dict[str, DeskpoolProcess]]:
+        environ = gateway_environ(admin, **settings)
+        if database_url is not None:
+            environ["DATABASE_URL"] = database_url
+        return api_worker_gateway(environ)
+
+    return deploy
 
 
 @pytest.fixture

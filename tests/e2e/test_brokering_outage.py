@@ -32,15 +32,13 @@ import asyncpg
 import pytest
 from redis.asyncio import Redis
 from tests.e2e.deployment_api import Api
-from tests.secret_leak_guard import LeakGuard
-from tests.support.e2e import DeploymentEnviron
+from tests.support.e2e import GatewayDeployment
 from tests.support.tunnel_flow import Flow
 
-from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.outage_brokering.snapshot import read_status
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.postgres_server import PrivatePostgres
-from deskpool.testing.processes import ANY_PORT, DeskpoolProcess, listening, running, until
+from deskpool.testing.processes import DeskpoolProcess, until
 from deskpool.testing.tunnels import WebSocketTunnelClient
 
 ADMIN = "e2e-broker-admin"
@@ -48,7 +46,6 @@ HOLDER = "e2e-broker-holder"
 USERS = [f"e2e-broker-user-{n:02}" for n in range(20)]
 DISABLED = "e2e-broker-disabled"
 STRANGER = "e2e-broker-stranger"
-PUBLIC_URL = "wss://desktops.e2e.test/websocket-tunnel"
 POOL_SIZE = 22
 #: Every user has his desktop drawing within this many seconds of the stop.
 SERVED_WITHIN = 5.0
@@ -56,27 +53,11 @@ SERVED_WITHIN = 5.0
 
 @pytest.fixture
 async def processes(
-    quick_deployment: DeploymentEnviron,
-    desktop_daemon: DesktopDaemonSimulator,
-    leak_guard: LeakGuard,
-    own_postgres: PrivatePostgres,
+    gateway_deployment: GatewayDeployment, own_postgres: PrivatePostgres
 ) -> AsyncIterator[dict[str, DeskpoolProcess]]:
     """The api, a worker and a gateway, each its own process, on the test's own PostgreSQL."""
-    environ = quick_deployment(
-        ADMIN,
-        API_ADDR=ANY_PORT,
-        SECRETS_MASTER_KEY=leak_guard.master_key(),
-        GATEWAY_PUBLIC_WS_URL=PUBLIC_URL,
-        DESKTOPD_ADDRESS=desktop_daemon.address,
-        OUTAGE_SNAPSHOT_INTERVAL="1s",
-    )
-    environ["DATABASE_URL"] = own_postgres.url()
-    started = {
-        "api": DeskpoolProcess(["api"], environ),
-        "worker": DeskpoolProcess(["worker"], environ),
-        "gateway": listening(["gateway"], environ, "GATEWAY_ADDR"),
-    }
-    async with running(started, one_by_one=True) as processes:
+    deploying = gateway_deployment(ADMIN, own_postgres.url(), OUTAGE_SNAPSHOT_INTERVAL="1s")
+    async with deploying as processes:
         yield processes
 
 

@@ -30,19 +30,16 @@ import aiohttp
 import asyncpg
 import pytest
 from tests.e2e.deployment_api import FAST_SIMULATOR, Api
-from tests.secret_leak_guard import LeakGuard
-from tests.support.e2e import DeploymentEnviron
+from tests.support.e2e import GatewayDeployment
 from tests.support.tunnel_flow import Flow
 
-from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.postgres_server import PrivatePostgres
-from deskpool.testing.processes import ANY_PORT, DeskpoolProcess, listening, running, until
+from deskpool.testing.processes import DeskpoolProcess, until
 from deskpool.testing.tunnels import WebSocketTunnelClient
 
 ADMIN = "e2e-outage-admin"
 USER = "e2e-outage-user"
-PUBLIC_URL = "wss://desktops.e2e.test/websocket-tunnel"
 #: Longer than every lease of the deployment below (the gateway's 6 s, a job's 20 s).
 OUTAGE_SECONDS = 90.0
 #: How long the gateway may be held still (SIGSTOP) across the return, its heartbeat with it
@@ -54,29 +51,17 @@ JOB_FINISHES_WITHIN = 60.0
 
 @pytest.fixture
 async def processes(
-    quick_deployment: DeploymentEnviron,
-    desktop_daemon: DesktopDaemonSimulator,
-    leak_guard: LeakGuard,
-    own_postgres: PrivatePostgres,
+    gateway_deployment: GatewayDeployment, own_postgres: PrivatePostgres
 ) -> AsyncIterator[dict[str, DeskpoolProcess]]:
     """The api, a worker and a gateway, each its own process, on the test's own PostgreSQL."""
-    environ = quick_deployment(
+    deploying = gateway_deployment(
         ADMIN,
-        API_ADDR=ANY_PORT,
-        SECRETS_MASTER_KEY=leak_guard.master_key(),
-        GATEWAY_PUBLIC_WS_URL=PUBLIC_URL,
-        DESKTOPD_ADDRESS=desktop_daemon.address,
+        own_postgres.url(),
         GATEWAY_LEASE_DURATION="6s",
         WORKER_LEASE_DURATION="20s",
         SESSION_CHECK_INTERVAL="1s",
     )
-    environ["DATABASE_URL"] = own_postgres.url()
-    started = {
-        "api": DeskpoolProcess(["api"], environ),
-        "worker": DeskpoolProcess(["worker"], environ),
-        "gateway": listening(["gateway"], environ, "GATEWAY_ADDR"),
-    }
-    async with running(started, one_by_one=True) as processes:
+    async with deploying as processes:
         yield processes
 
 

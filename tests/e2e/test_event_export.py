@@ -37,17 +37,13 @@ from typing import Any
 import aiohttp
 import asyncpg
 import pytest
-from tests.secret_leak_guard import LeakGuard
-from tests.support.e2e import DeploymentEnviron
+from tests.support.e2e import DeploymentEnviron, api_worker_gateway
 from tests.support.rsyslog import Rsyslog
 from tests.support.webhooks import WebhookReceiver
 
-from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.idp import TestIdentityProvider
 from deskpool.testing.processes import (
-    ANY_PORT,
     DeskpoolProcess,
-    listening,
     running,
     until,
 )
@@ -55,7 +51,6 @@ from deskpool.testing.tunnels import TunnelClosed, WebSocketTunnelClient
 
 ADMIN = "e2e-export-admin"
 USER = "e2e-export-user"
-PUBLIC_URL = "wss://desktops.e2e.test/websocket-tunnel"
 FAILING_SECONDS = 30
 
 SIMULATOR_OPTIONS = {
@@ -78,19 +73,10 @@ def rsyslog(tmp_path: Path) -> Iterator[Rsyslog]:
 
 
 @pytest.fixture
-def environ(
-    quick_deployment: DeploymentEnviron,
-    desktop_daemon: DesktopDaemonSimulator,
-    leak_guard: LeakGuard,
-    rsyslog: Rsyslog,
-) -> dict[str, str]:
+def environ(gateway_environ: DeploymentEnviron, rsyslog: Rsyslog) -> dict[str, str]:
     """The environment every process shares: quick retries, the syslog server."""
-    return quick_deployment(
+    return gateway_environ(
         ADMIN,
-        API_ADDR=ANY_PORT,
-        SECRETS_MASTER_KEY=leak_guard.master_key(),
-        GATEWAY_PUBLIC_WS_URL=PUBLIC_URL,
-        DESKTOPD_ADDRESS=desktop_daemon.address,
         WORKER_LEASE_DURATION="5s",
         WEBHOOK_RETRY_BACKOFF="1s",
         WEBHOOK_RETRY_MAX_BACKOFF="2s",
@@ -104,12 +90,7 @@ def environ(
 @pytest.fixture
 async def processes(environ: dict[str, str]) -> AsyncIterator[dict[str, DeskpoolProcess]]:
     """The api, a worker and a gateway."""
-    started = {
-        "api": DeskpoolProcess(["api"], environ),
-        "worker": DeskpoolProcess(["worker"], environ),
-        "gateway": listening(["gateway"], environ, "GATEWAY_ADDR"),
-    }
-    async with running(started, one_by_one=True) as processes:
+    async with api_worker_gateway(environ) as processes:
         yield processes
 
 

@@ -34,16 +34,14 @@ import aiohttp
 import asyncpg
 import pytest
 from tests.e2e.test_rollouts import ADMIN, hands, wait
-from tests.secret_leak_guard import LeakGuard
 from tests.support.e2e import (
     DeploymentEnviron,
 )
 
 from deskpool.clusters.repository import get_cluster
-from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.runtime import Runtime
 from deskpool.testing.idp import TestIdentityProvider
-from deskpool.testing.processes import ANY_PORT, DeskpoolProcess, listening, running
+from deskpool.testing.processes import DeskpoolProcess, listening, running
 from deskpool.testing.tunnels import WebSocketTunnelClient
 from deskpool_driver_api import PowerState
 from deskpool_driver_simulator import SimulatorDriver
@@ -65,25 +63,11 @@ pytestmark = pytest.mark.slow
 
 __all__ = ["hands"]
 
-PUBLIC_URL = "wss://desktops.e2e.test/websocket-tunnel"
-
 
 @pytest.fixture
-def environ(
-    quick_deployment: DeploymentEnviron,
-    desktop_daemon: DesktopDaemonSimulator,
-    leak_guard: LeakGuard,
-) -> dict[str, str]:
+def environ(gateway_environ: DeploymentEnviron) -> dict[str, str]:
     """The environment every process of the test shares."""
-    return quick_deployment(
-        ADMIN,
-        API_ADDR=ANY_PORT,
-        SECRETS_MASTER_KEY=leak_guard.master_key(),
-        GATEWAY_PUBLIC_WS_URL=PUBLIC_URL,
-        DESKTOPD_ADDRESS=desktop_daemon.address,
-        POOL_FAILURE_BACKOFF="1s",
-        WORKER_LEASE_DURATION="2s",
-    )
+    return gateway_environ(ADMIN, POOL_FAILURE_BACKOFF="1s", WORKER_LEASE_DURATION="2s")
 
 
 @pytest.fixture

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
-from deskpool.testing.processes import ANY_PORT
+from deskpool.testing.processes import ANY_PORT, DeskpoolProcess, listening, running
 
 DeploymentEnviron = Callable[..., dict[str, str]]
+#: ``async with deploy(admin, **settings) as processes``: see tests/e2e/conftest.py's
+#: ``gateway_deployment``.
+GatewayDeployment = Callable[..., AbstractAsyncContextManager[dict[str, DeskpoolProcess]]]
+#: The WebSocket URL a deployment's gateway says it is reached at (a load balancer's).
+PUBLIC_URL = "wss://desktops.e2e.test/websocket-tunnel"
 
 
 def dev_process_environ(base: Mapping[str, str], addresses_file: Path) -> dict[str, str]:
@@ -32,3 +38,19 @@ def dev_process_environ(base: Mapping[str, str], addresses_file: Path) -> dict[s
         "WORKER_POLL_INTERVAL": "1s",
         "APP_ENV": "development",
     }
+
+
+def api_worker_gateway(
+    environ: Mapping[str, str],
+) -> AbstractAsyncContextManager[dict[str, DeskpoolProcess]]:
+    """``async with api_worker_gateway(environ) as processes``: the api, a worker and a gateway.
+
+    Each its own process of ``environ``, started one by one (``processes["api"]``...), stopped
+    on exit.
+    """
+    started = {
+        "api": DeskpoolProcess(["api"], environ),
+        "worker": DeskpoolProcess(["worker"], environ),
+        "gateway": listening(["gateway"], environ, "GATEWAY_ADDR"),
+    }
+    return running(started, one_by_one=True)
