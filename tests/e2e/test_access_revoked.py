@@ -20,44 +20,25 @@ import aiohttp
 import asyncpg
 import pytest
 from tests.e2e.deployment_api import Api
-from tests.secret_leak_guard import LeakGuard
-from tests.support.e2e import (
-    DeploymentEnviron,
-)
+from tests.support.e2e import GatewayDeployment
 
-from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import Status
 from deskpool.testing.idp import TestIdentityProvider
-from deskpool.testing.processes import ANY_PORT, DeskpoolProcess, listening, running, until
+from deskpool.testing.processes import DeskpoolProcess, until
 from deskpool.testing.tunnels import WebSocketTunnelClient
 
 ADMIN = "e2e-revoke-admin"
 USER = "e2e-revoke-user"
-PUBLIC_URL = "wss://desktops.e2e.test/websocket-tunnel"
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 async def processes(
-    quick_deployment: DeploymentEnviron,
-    desktop_daemon: DesktopDaemonSimulator,
-    leak_guard: LeakGuard,
+    gateway_deployment: GatewayDeployment,
 ) -> AsyncIterator[dict[str, DeskpoolProcess]]:
     """The api, a worker and a gateway, each its own process."""
-    environ = quick_deployment(
-        ADMIN,
-        API_ADDR=ANY_PORT,
-        SECRETS_MASTER_KEY=leak_guard.master_key(),
-        GATEWAY_PUBLIC_WS_URL=PUBLIC_URL,
-        DESKTOPD_ADDRESS=desktop_daemon.address,
-    )
-    started = {
-        "api": DeskpoolProcess(["api"], environ),
-        "worker": DeskpoolProcess(["worker"], environ),
-        "gateway": listening(["gateway"], environ, "GATEWAY_ADDR"),
-    }
-    async with running(started, one_by_one=True) as processes:
+    async with gateway_deployment(ADMIN) as processes:
         yield processes
 
 
