@@ -195,7 +195,9 @@ async def vnc_server(
     picture equals ``xwd``'s), polls the screen (no XDAMAGE, no shared memory), and stays up
     after viewers leave. It carries the clipboard: a viewer's cut text becomes the X PRIMARY
     and CLIPBOARD selections at once; the selections reach viewers as ServerCutText, from
-    about 15 s after a viewer connected (x11vnc's own wait).
+    about 15 s after a viewer connected (x11vnc's own wait, ``sel_waittime``, which no option
+    changes). A Guacamole user of the VNC bridge waiting for it must send ``nop`` meanwhile, as
+    guacamole-common-js does every 5 s: the bridge, as guacd, drops a user silent for 15 s.
     """
     auth = ["-passwdfile", f"rm:{_password_file(password)}"] if password else ["-nopw"]
     # Without -rfbport, x11vnc binds the first free port from 5900 itself and prints PORT=N.
