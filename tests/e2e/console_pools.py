@@ -2,9 +2,10 @@
 
 :func:`entitled_pool` makes both through the API of a :class:`~tests.e2e.console_instance.
 Instance`; :func:`always_night` a schedule that powers idle desktops off all week;
-:func:`pool_desktops` lists a pool's desktops; :func:`chromium` starts the browser and
-:func:`signed_in_page` opens a page signed in. :func:`callers` are the administrator and the user
-as API callers, and :func:`ready_persistent_pool` a pool of theirs with a ready desktop.
+:func:`pool_desktops` lists a pool's desktops and :func:`until_states` waits for their
+states; :func:`chromium` starts the browser and :func:`signed_in_page` opens a page signed in.
+:func:`callers` are the administrator and the user as API callers, and
+:func:`ready_persistent_pool` a pool of theirs with a ready desktop.
 """
 
 from __future__ import annotations
@@ -99,6 +100,15 @@ async def pool_desktops(instance: Instance, pool_id: str) -> list[dict[str, Any]
     """The pool's desktops as the API lists them (name order)."""
     listed = await api_call(instance, "GET", f"/desktops?pool_id={pool_id}&limit=100")
     return list(listed["items"])
+
+
+async def until_states(instance: Instance, pool_id: str, *states: str) -> None:
+    """Wait (up to 90 s) until the pool's desktops are in ``states``, in name order."""
+
+    async def reached() -> bool:
+        return [d["state"] for d in await pool_desktops(instance, pool_id)] == list(states)
+
+    await until(reached, f"the pool's desktops are {', '.join(states)}", seconds=90, every=0.5)
 
 
 async def chromium(playwright: Any) -> Any:

@@ -99,7 +99,7 @@ from deskpool.reconciliation.planner_rules import (
     serving_problems,
 )
 from deskpool.rollouts.plan import RolloutPlan
-from deskpool.rollouts.planner import RolloutView, plan_rollout
+from deskpool.rollouts.planner import RolloutView, plan_rollout, waiting_for
 from deskpool.schedules.model import Targets
 
 S = DesktopState
@@ -338,7 +338,7 @@ def _plan(
     rollout_plan: RolloutPlan | None = None
     if rollout is not None and acting and pool.state is PoolState.ENABLED:
         try:
-            rollout_plan = plan_rollout(pool, mine, rollout, now)
+            rollout_plan = plan_rollout(pool, mine, rollout, now, floor=target)
         except Exception as error:
             raise PlanFailed(FailureCode.ROLLOUT_UNUSABLE, error) from error
         handled.update(rollout_plan.touched)
@@ -351,6 +351,11 @@ def _plan(
         if pool.state is PoolState.DRAINING:
             doomed = _removal_order(removable)
             why = f"pool {pool.name} is draining and the desktop is free"
+        elif rollout_plan is not None and rollout_plan.shrink_to is not None:
+            # The rollout is done but for its surge: the pool returns to its size first.
+            keep = rollout_plan.shrink_to
+            doomed = _removal_order(removable)[: max(0, live - keep)]
+            why = f"the rollout ends with pool {pool.name} at {keep} desktops; it has {live}"
         else:
             # Under a schedule, desktops beyond the phase's targets are kept or powered off.
             keep = target if targets is None else max(target, min(live, pool.max_size))
@@ -418,6 +423,13 @@ def _plan(
 
     creating = any(isinstance(action, CreateDesktop) for action in actions)
     serving = serving_problems(pool, looks, vm_by_id, live, creating, targets) if observed else []
+    if serving and rollout is not None:
+        # Why users get no desktop includes what the pool's rollout waits for (issue 37).
+        waits = waiting_for(pool, mine, rollout)
+        if waits is not None:
+            serving.append(
+                f"the rollout to template {rollout.rollout.to_template} waits for {waits}"
+            )
     health = pool_health(pool, looks, orphans, observed, live, naming_problem, serving)
     return PoolPlan(pool.id, pool.generation, tuple(actions), health, summarize(mine), rollout_plan)
 
@@ -496,13 +508,20 @@ def _repair(
                 f"{duration(policy.backoff(desktop.failure_count))})",
             )
         return None
+    vm = vm_by_id.get(desktop.vm_id) if desktop.vm_id is not None else None
+    if vm is not None and _left_in_the_dark(pool, desktop, vm):
+        return PowerOn(
+            desktop.id,
+            vm.vm_id,
+            f"{desktop.name} is ready for {desktop.assigned_user}, who has no session, but its "
+            f"VM is {vm.power_state}: his desktop is started again",
+        )
     if pool.state is not PoolState.ENABLED or desktop.state is not S.READY or desktop.is_busy:
         return None
     if desktop.used_since_refresh:
         return RefreshDesktop(
             desktop.id, f"{desktop.name} was used since its last refresh and is free"
         )
-    vm = vm_by_id.get(desktop.vm_id) if desktop.vm_id is not None else None
     if vm is not None and vm.power_state in _POWER_ON_FROM:
         return PowerOn(
             desktop.id,
@@ -510,3 +529,20 @@ def _repair(
             f"{desktop.name} is a free ready desktop but its VM is {vm.power_state}",
         )
     return None
+
+
+def _left_in_the_dark(pool: Pool, desktop: Desktop, vm: ObservedVm) -> bool:
+    """A persistent desktop its owner left, ready, whose VM is off (issue 37).
+
+    An administrator powered it off while he was on it: his session ended with the VM and his
+    log-off left it his and ``ready``. Unless a schedule's ``idle: power_off`` lets it rest
+    powered off (:func:`~deskpool.reconciliation.planner_rules.power_actions`, which comes
+    first), its VM is started again, as the pool starts a free one: his open finds it running.
+    """
+    return (
+        pool.is_persistent
+        and desktop.state is S.READY
+        and desktop.assigned_user is not None
+        and not desktop.in_session
+        and vm.power_state in _POWER_ON_FROM
+    )

@@ -107,6 +107,8 @@ class RolloutPlan:
     :ivar record_cap: the most desktop records the pool may have: ``max_size + surge``.
     :ivar hold_size: whether the pool must not shrink this pass (a rollout is under way).
     :ivar counts: how far the rollout is, after this pass's bookkeeping.
+    :ivar shrink_to: every desktop runs the new template, but the pool has more than it keeps
+        (the rollout's surge): the pool shrinks to this many before the rollout ends.
     """
 
     rollout_id: UUID
@@ -116,3 +118,4 @@ class RolloutPlan:
     record_cap: int
     hold_size: bool
     counts: RolloutCounts
+    shrink_to: int | None = None

@@ -28,8 +28,9 @@ The rules, in order:
    last: with ``wait_for_logoff`` they are replaced once their user logs off; with
    ``force_logoff`` their user is warned and logged off ``warning_seconds`` later.
    Desktops assigned to a user of a persistent pool keep their disks unless
-   ``recreate_assigned``. When no desktop in scope is left on the old template, the rollout
-   ``succeeded``.
+   ``recreate_assigned``. When no desktop in scope is left on the old template and the pool
+   is back at the size it keeps (:func:`kept_size`: the desktops the rollout's ``surge``
+   added are removed first), the rollout ``succeeded``.
 
 The planner does no I/O: the invariants (``min_ready``, ``max_size + surge``, no desktop in
 use replaced before its time) are checked by unit and property tests.
@@ -106,9 +107,16 @@ class _Pass:
     """One pass over one pool's rollout (:func:`plan_rollout`)."""
 
     def __init__(
-        self, pool: Pool, desktops: Sequence[Desktop], view: RolloutView, now: datetime
+        self,
+        pool: Pool,
+        desktops: Sequence[Desktop],
+        view: RolloutView,
+        now: datetime,
+        floor: int = 0,
     ) -> None:
         self.pool = pool
+        self.floor = floor
+        self.shrink_to: int | None = None
         self.rollout = view.rollout
         self.now = now
         self.entries = dict(view.entries)
@@ -148,10 +156,17 @@ class _Pass:
         to = self.rollout.to_template
         scope = [d for d in self.desktops if _is_live(d) and not self.kept(d)]
         states = [entry.state for entry in self.entries.values()]
+        # One rebuilt on the new template is replaced already (its next pass settles it).
+        rebuilt = sum(
+            entry.state is E.REPLACING
+            and (desktop := self.by_id.get(entry.desktop_id)) is not None
+            and on_template(desktop, to)
+            for entry in self.entries.values()
+        )
         return RolloutCounts(
             total=len(scope),
             on_new_template=sum(on_template(d, to) for d in scope),
-            replacing=states.count(E.REPLACING),
+            replacing=states.count(E.REPLACING) - rebuilt,
             waiting_for_logoff=sum(state in _WAITING for state in states),
             failed=states.count(E.FAILED),
         )
@@ -390,6 +405,9 @@ class _Pass:
             for d in self.desktops
         )
         if not waiting and not any(isinstance(a, ReplaceForRollout) for a in self.actions):
+            if surge_left(self.pool, self.desktops, rollout, self.floor):
+                self.shrink_to = kept_size(self.pool, self.desktops, rollout, self.floor)
+                return
             counts = self.counts()
             failed = f"; {counts.failed} failed" if counts.failed else ""
             self.change(
@@ -399,12 +417,49 @@ class _Pass:
             )
 
 
+def kept_size(pool: Pool, desktops: Sequence[Desktop], rollout: Rollout, floor: int = 0) -> int:
+    """How many desktops the pool keeps once ``rollout`` is over.
+
+    Its own size (``min_size``, or its users and ``spare``, up to ``max_size``), the desktops
+    it had before the rollout began (a schedule keeps those up to ``max_size``), or ``floor``
+    (what the pool planner wants besides), whichever is more: the desktops the rollout's
+    ``surge`` added beyond it are removed before it ends (issue 37).
+    """
+    live = [d for d in desktops if d.pool_id == pool.id and _is_live(d)]
+    own = min(pool.max_size, max(pool.min_size, sum(d.is_busy for d in live) + pool.spare))
+    started = rollout.started_at
+    before = len(live) if started is None else sum(d.created_at < started for d in live)
+    return max(own, min(before, pool.max_size), floor)
+
+
+def surge_left(
+    pool: Pool, desktops: Sequence[Desktop], rollout: Rollout, floor: int = 0
+) -> list[str]:
+    """The desktops to remove before ``rollout`` ends (newest first), if it must wait for any.
+
+    Beyond :func:`kept_size`, free ones are removed at once and a non-persistent pool's busy
+    ones once their users log off; a persistent pool's desktops their owners hold are theirs,
+    and the rollout does not wait for them.
+    """
+    live = [d for d in desktops if d.pool_id == pool.id and _is_live(d)]
+    beyond = len(live) - kept_size(pool, desktops, rollout, floor)
+    if beyond <= 0:
+        return []
+    removable = [d for d in live if not pool.is_persistent or not d.is_busy or d.state is S.FAILED]
+    removable.sort(key=lambda d: (d.is_busy, -d.created_at.timestamp(), d.name))
+    return [d.name for d in removable[:beyond]]
+
+
 def plan_rollout(
-    pool: Pool, desktops: Sequence[Desktop], view: RolloutView, now: datetime
+    pool: Pool, desktops: Sequence[Desktop], view: RolloutView, now: datetime, floor: int = 0
 ) -> RolloutPlan:
-    """What ``view``'s rollout does to ``pool`` in this pass (rules: module docstring)."""
+    """What ``view``'s rollout does to ``pool`` in this pass (rules: module docstring).
+
+    :param floor: the desktops the pool planner wants besides the rollout (a schedule's
+        phase may want more than the pool's own size); the rollout never shrinks below it.
+    """
     rollout = view.rollout
-    step = _Pass(pool, desktops, view, now)
+    step = _Pass(pool, desktops, view, now, floor)
     step.settle()
     state = rollout.state
     if state is RolloutState.SCHEDULED and now >= rollout.start_at:
@@ -434,8 +489,9 @@ def plan_rollout(
         touched=frozenset(step.touched),
         extra=step.extra,
         record_cap=pool.max_size + rollout.surge,
-        hold_size=active,
+        hold_size=active and step.shrink_to is None,
         counts=step.counts(),
+        shrink_to=step.shrink_to,
     )
 
 
@@ -492,6 +548,15 @@ def waiting_for(pool: Pool, desktops: Sequence[Desktop], view: RolloutView) -> s
         error = f": {desktop.last_error}" if desktop.last_error else ""
         parts.append(f"{desktop.name} to be repaired (failed at {desktop.failed_step}{error})")
     left = [d for d in left if d.state is not S.FAILED]
+    surge = (
+        surge_left(pool, step.desktops, rollout) if rollout.state is RolloutState.ROLLING else []
+    )
+    if surge and not parts and not left:
+        keeps = kept_size(pool, step.desktops, rollout)
+        which = "surge desktop" if len(surge) == 1 else "surge desktops"
+        parts.append(
+            f"{_listed(surge)} to be removed: the rollout's {which} (the pool keeps {keeps})"
+        )
     if left and parts:
         parts.append(f"then {len(left)} more desktop{'s' if len(left) > 1 else ''}")
     elif left:

@@ -22,6 +22,7 @@ from deskpool.pools.model import (
 from deskpool.reconciliation.plan import (
     DeleteOrphanVm,
     MarkVmMissing,
+    PowerOn,
     ReconcilePolicy,
     ReplaceDesktop,
     ReportOrphan,
@@ -176,3 +177,28 @@ def test_a_surplus_desktop_whose_vm_vanished_is_deleted_not_replaced(
     ]
     actions = list(plan_pool(pool, desktops, observed(desktops[:1], make_vm), now, POLICY).actions)
     assert described(actions, desktops) == [("delete_desktop", "lab-002")]
+
+
+def test_an_owned_desktop_left_with_its_vm_off_is_started_again(
+    make_pool: PoolBuilder, make_desktop: DesktopBuilder, make_vm: VmBuilder, now: datetime
+) -> None:
+    """Issue 37: an administrator powered off a persistent desktop while its owner was on it.
+
+    His session ended with the VM, and his log-off left the desktop his and ``ready`` with its
+    VM stopped: nothing acted on it, and his open failed ("vm_not_running ... try again
+    shortly") for good. Its VM is started again, as a free desktop's is; a desktop whose owner
+    is still in session is left to his session's end.
+    """
+    pool = make_pool(kind=PoolKind.PERSISTENT, min_size=2, max_size=2)
+    left = make_desktop(pool, assigned_user="ada")
+    still_on = make_desktop(pool, assigned_user="bob", state=S.IN_USE, in_session=True)
+    vms = [make_vm(d, power_state=PowerState.STOPPED) for d in (left, still_on)]
+    plan = plan_pool(pool, [left, still_on], vms, now, POLICY)
+    assert list(plan.actions) == [
+        PowerOn(
+            left.id,
+            "lab-vm-1",
+            "lab-001 is ready for ada, who has no session, but its VM is stopped: his desktop "
+            "is started again",
+        )
+    ]

@@ -58,4 +58,11 @@ def test_free_ready_desktops_are_powered_on(
             desktops[0].id, "lab-vm-1", "lab-001 is a free ready desktop but its VM is stopped"
         ),
         PowerOn(desktops[1].id, "lab-vm-2", "lab-002 is a free ready desktop but its VM is paused"),
+        # Its owner has no session: his desktop is started too (issue 37), so his open works.
+        PowerOn(
+            desktops[3].id,
+            "lab-vm-4",
+            "lab-004 is ready for ada, who has no session, but its VM is stopped: his desktop is "
+            "started again",
+        ),
     ]

@@ -43,6 +43,7 @@ from deskpool.rollouts.plan import (
     WarnUser,
 )
 from deskpool.rollouts.planner import RolloutView, count_rollout, plan_rollout, waiting_for
+from deskpool.schedules.model import IdlePolicy, Targets
 
 S = DesktopState
 OLD, NEW = "tpl-v1", "tpl-v2"
@@ -478,3 +479,71 @@ def test_a_rollout_always_says_what_it_waits_for() -> None:
     assert waiting_for(pool, [broken], view(canary)) == (
         "lab-002 to be repaired (failed at starting: no disk)"
     )
+
+
+def test_a_rollout_ends_with_the_pool_at_its_size_not_with_its_surge() -> None:
+    """Issue 37: a rollout reached 100 % and left a surge desktop (4 against min 3).
+
+    Under a schedule the pool keeps the desktops it has up to ``max_size``, so the desktop
+    the rollout's ``surge`` added stayed for good. The rollout removes it before it ends, and
+    says so while it waits; the desktops the pool had before it began are kept.
+    """
+    pool = pool_of(template=NEW, min_size=3, max_size=5, spare=1)
+    started = NOW - timedelta(minutes=30)
+    make = desktop_builder()
+    kept = [replace(make(pool), template=NEW) for _ in range(3)]
+    surge = replace(make(pool), template=NEW, created_at=NOW - timedelta(minutes=10))
+    rollout = rollout_of(pool, state=RolloutState.ROLLING, surge=1, started_at=started)
+    night = Targets(min_ready=3, spare=1, idle=IdlePolicy.KEEP)
+    desktops = [*kept, surge]
+    vms = [build_vm(d) for d in desktops]
+    plan = plan_pool(pool, desktops, vms, NOW, POLICY, rollout=view(rollout), targets=night)
+    assert plan.rollout is not None
+    assert [(a.kind, a.desktop_id) for a in plan.actions] == [("delete_desktop", surge.id)]
+    assert plan.rollout.actions == ()  # not over while the surge desktop is there
+    assert waiting_for(pool, desktops, view(rollout)) == (
+        "lab-004 to be removed: the rollout's surge desktop (the pool keeps 3)"
+    )
+    gone = replace(surge, state=S.DELETING)
+    plan = plan_pool(pool, [*kept, gone], vms, NOW, POLICY, rollout=view(rollout), targets=night)
+    assert plan.rollout is not None
+    [change] = plan.rollout.actions
+    assert isinstance(change, ChangeRollout)
+    assert change.state is RolloutState.SUCCEEDED
+    # Without a schedule too: the pool is at its size when the rollout ends.
+    plan = plan_pool(pool, desktops, vms, NOW, POLICY, rollout=view(rollout))
+    assert [(a.kind, a.desktop_id) for a in plan.actions] == [("delete_desktop", surge.id)]
+    assert plan.rollout is not None
+    assert plan.rollout.actions == ()
+
+
+def test_a_desktop_rebuilt_on_the_new_template_is_not_counted_as_being_replaced() -> None:
+    """Issue 37: "100 % ... 1 being replaced" between the rebuild and the next pass."""
+    pool = pool_of(template=NEW, min_size=2, max_size=2, spare=0)
+    make = desktop_builder()
+    done = [replace(make(pool), template=NEW) for _ in range(2)]
+    rollout = rollout_of(pool, state=RolloutState.ROLLING)
+    counts = count_rollout(pool, done, view(rollout, entry(done[0], REPLACING)))
+    assert (counts.percent, counts.replacing) == (100, 0)
+
+
+def test_a_pool_that_serves_no_new_user_says_what_its_rollout_waits_for() -> None:
+    """Issue 37: the pool's health says why its users get no desktop, its rollout included."""
+    pool = pool_of(min_size=2, max_size=2, spare=0)
+    make = desktop_builder()
+    held = [
+        replace(make(pool), state=S.IN_USE, assigned_user=f"user-{n}", in_session=True)
+        for n in range(2)
+    ]
+    rollout = rollout_of(pool, state=RolloutState.ROLLING)
+    entries = [entry(d, WAITS, EntryRole.BATCH) for d in held]
+    vms = [build_vm(d) for d in held]
+    plan = plan_pool(pool, held, vms, NOW, POLICY, rollout=view(rollout, *entries))
+    assert plan.health.reasons == (
+        "no desktop for a new user: every desktop (2) is held and the pool is at max_size (2)",
+        "the rollout to template tpl-v2 waits for the users of lab-001, lab-002 to log off",
+    )
+    # A pool that serves its users says nothing of its rollout.
+    free = [replace(d, state=S.READY, assigned_user=None, in_session=False) for d in held]
+    plan = plan_pool(pool, free, vms, NOW, POLICY, rollout=view(rollout))
+    assert plan.health.reasons == ()
