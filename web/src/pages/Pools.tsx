@@ -1,4 +1,4 @@
-/** Pools: the list with desktop counts by state and health, and a new pool. */
+/** Pools: the list with desktop counts by state and health (with its reasons), and a new pool. */
 import { Link } from "react-router";
 import { type Schemas } from "../api/client";
 import { countText, useCursorList } from "../api/lists";
@@ -19,6 +19,13 @@ const COLUMNS: Column<Pool>[] = [
     cell: (pool) => (
       <>
         <Badge value={pool.health?.status ?? "unknown"} />
+        {pool.health?.reasons.length ? (
+          <ul className="reasons" data-testid="pool-health-reasons">
+            {pool.health.reasons.map((reason) => (
+              <li key={reason}>{reason}</li>
+            ))}
+          </ul>
+        ) : null}
         {pool.reconcile_error ? (
           <span className="reconcile-failing" title={pool.reconcile_error.reason}>
             {" "}
