@@ -2,13 +2,14 @@
 
 Issue 37's finding: pools with min 0 and spare 0 were "healthy" while entitled users saw a
 disabled Open and "try again shortly" forever, and a rollout waiting on a full pool said
-nothing there. Here, in Chromium against ``deskpool run all``:
+nothing there. Since issue 39 an open of a pool below its maximum builds a desktop for the
+user, so such a pool serves him (it is healthy); a pool at its maximum with every desktop held
+does not. Here, in Chromium against ``deskpool run all``, a pool of one desktop, held by the
+user, with a rollout waiting for him to log off:
 
-1. a pool with ``min_size`` 0 and ``spare`` 0 is degraded, and the pool list and the pool's
-   page both say no new user gets a desktop, and why;
-2. a pool of one desktop, held by the user, with a rollout waiting for him to log off: both
-   pages say no new user gets one, and what the rollout waits for;
-3. the cluster list shows the last check, which every reconciliation pass makes (it said
+1. the pool list and the pool's page say no new user gets a desktop, and what the rollout
+   waits for; the pool with min 0 and spare 0 beside it is healthy;
+2. the cluster list shows the last check, which every reconciliation pass makes (it said
    "Last check: never" after half an hour of use).
 
 The instance is the console test's (:mod:`tests.e2e.console_instance`); every page visited is
@@ -25,8 +26,8 @@ from tests.e2e.console_pools import (
     until_states,
 )
 
-#: The health of a pool that makes no desktop for a new user.
-NOBODY_NEW = "no desktop for a new user: none is free and spare 0 makes none (min_size 0)"
+#: The health of a pool at its maximum with its one desktop held.
+NOBODY_NEW = "no desktop for a new user: every desktop (1) is held and the pool is at max_size (1)"
 
 
 async def test_the_pool_list_and_page_say_why_users_get_no_desktop(instance: Instance) -> None:
@@ -56,19 +57,20 @@ async def test_the_pool_list_and_page_say_why_users_get_no_desktop(instance: Ins
         browser = await chromium(playwright)
         try:
             page = await signed_in_page(instance, browser, ADMIN, "/pools")
-            row = page.get_by_role("row").filter(has_text=empty["name"]).first
-            await expect(row).to_contain_text("degraded", timeout=TIMEOUT)
-            await expect(row.get_by_test_id("pool-health-reasons")).to_contain_text(NOBODY_NEW)
             row = page.get_by_role("row").filter(has_text=full["name"]).first
+            await expect(row).to_contain_text("degraded", timeout=TIMEOUT)
             reasons = row.get_by_test_id("pool-health-reasons")
-            await expect(reasons).to_contain_text("no desktop for a new user", timeout=TIMEOUT)
+            await expect(reasons).to_contain_text(NOBODY_NEW, timeout=TIMEOUT)
             await expect(reasons).to_contain_text(rollout_waits, timeout=TIMEOUT)
+            # Below its maximum an open builds a desktop: min 0 and spare 0 serve the user.
+            row = page.get_by_role("row").filter(has_text=empty["name"]).first
+            await expect(row).to_contain_text("healthy", timeout=TIMEOUT)
             await visit(instance, page, "pool-health-list")
-            await page.get_by_role("link", name=empty["name"], exact=True).click()
-            await expect(page.locator("ul.reasons")).to_contain_text(NOBODY_NEW, timeout=TIMEOUT)
+            await page.get_by_role("link", name=full["name"], exact=True).click()
+            reasons = page.locator("ul.reasons")
+            await expect(reasons).to_contain_text(NOBODY_NEW, timeout=TIMEOUT)
+            await expect(reasons).to_contain_text(rollout_waits)
             await visit(instance, page, "pool-health-page")
-            await page.goto(f"{instance.console}/pools/{full['id']}")
-            await expect(page.locator("ul.reasons")).to_contain_text(rollout_waits, timeout=TIMEOUT)
             # The cluster list shows the check reconciliation made, not "never".
             await page.goto(f"{instance.console}/clusters")
             row = page.get_by_role("row").filter(has_text="simulator://empty")

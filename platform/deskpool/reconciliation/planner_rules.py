@@ -185,10 +185,11 @@ def serving_problems(
 ) -> list[str]:
     """Why users of an enabled pool get no desktop, if they do not (issue 37).
 
-    A desktop a user holds whose VM is stopped strands him (he cannot connect, and nothing
-    but an administrator starts it); a pool with nothing free, nothing on its way and no room
-    to grow (``spare`` 0, or at ``max_size``) gives a new user nothing: his Open stays
-    disabled. What the ``max_size`` rule of :func:`pool_health` already says is not repeated.
+    A desktop a user holds whose VM is stopped strands him (he cannot connect); a pool with
+    nothing free, nothing on its way and no room to grow (at ``max_size``) gives a new user
+    nothing. Below ``max_size`` his open builds him a desktop (``sessions.growth``), even with
+    ``spare`` 0: that pool serves him. What the ``max_size`` rule of :func:`pool_health`
+    already says is not repeated.
     """
     problems = []
     for look in looks:
@@ -209,21 +210,13 @@ def serving_problems(
             continue
         if desktop.is_available or desktop.state in _ON_ITS_WAY:
             return problems
+    # Below max_size a new user's open builds him one (sessions.growth): he waits, but is
+    # served. At max_size with spare 0 nobody gets one (with spare, pool_health says so).
     spare = pool.spare if targets is None else targets.spare
     if live >= pool.max_size and spare == 0:
         problems.append(
             f"no desktop for a new user: every desktop ({live}) is held and the pool is at "
             f"max_size ({pool.max_size})"
-        )
-    elif spare == 0 and targets is None:
-        problems.append(
-            "no desktop for a new user: none is free and spare 0 makes none "
-            f"(min_size {pool.min_size})"
-        )
-    elif spare == 0 and targets is not None:
-        problems.append(
-            "no desktop for a new user: none is free and the schedule's phase keeps "
-            f"{targets.min_ready} ready and 0 spare"
         )
     return problems
 
