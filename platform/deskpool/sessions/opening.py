@@ -25,10 +25,11 @@ from deskpool.desktops.allocation import (
     held_desktops,
 )
 from deskpool.desktops.states import Allocated, transition
-from deskpool.errors import NotFound
+from deskpool.errors import DeskpoolError, NotFound
 from deskpool.identity.principal import Principal
 from deskpool.licensing.sessions import check_opening_session
 from deskpool.live.publishers import publish_desktop
+from deskpool.pools import store as store_pools
 from deskpool.pools.model import Pool
 from deskpool.runtime import Runtime
 from deskpool.sessions import store_logons, store_opening
@@ -39,6 +40,7 @@ from deskpool.sessions.service import (
     DesktopConnection,
     Opened,
     connect_desktop,
+    may_open,
     start_for_user,
     withhold,
 )
@@ -81,9 +83,16 @@ async def open_pool_desktop(
 
     :raises NotFound: no such pool, or one the caller may not open: both answer the same, so
         the answer never tells whether a pool exists.
-    :raises GatewayNotConfigured: see :func:`tunnel_url`.
+    :raises GatewayNotConfigured: see :func:`tunnel_url` (to a caller who may open the pool).
     """
-    url = tunnel_url(runtime)
+    try:
+        url = tunnel_url(runtime)
+    except DeskpoolError:
+        # Configured or not, a pool the caller may not open answers 404: nothing is told.
+        pool = await store_pools.get_pool(runtime.db, pool_id)
+        if pool is None or not await may_open(runtime.db, principal, pool_id):
+            raise _NoSuchPool(f"You may open no pool with the id {pool_id}.") from None
+        raise
     user_id = uuid.UUID(str(principal.id))
     logon, asked_at = uuid.uuid4(), datetime.now(UTC)
     try:
