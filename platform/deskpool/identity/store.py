@@ -52,12 +52,30 @@ class UserRow:
     settled: bool = False
 
 
+#: How stale ``last_seen_at`` may be before a sign-in writes it again (issue 39): a sign-in
+#: that changes nothing else reads the user and writes nothing more often than this.
+LAST_SEEN_INTERVAL = "10 minutes"
+
 #: Common table expressions ending in ``upserted``: the user of the issuer ``$2``, subject ``$3``
 #: and kind ``$8`` created at first sign-in with the id ``$1``, or its email (``$4``), name
-#: (``$5``), claims (``$6``, ``$7``) and last sign-in refreshed. A row stored before users had
-#: kinds and not settled yet (``unsettled``, migration 0026) becomes this kind's user, unless
-#: this kind has one already: the first sign-in after the upgrade keeps its grants.
-UPSERT_USER_CTES = """
+#: (``$5``), claims (``$6``, ``$7``) and last sign-in refreshed. A user whose row already holds
+#: all of it and was seen less than :data:`LAST_SEEN_INTERVAL` ago is only read (``current``):
+#: no row is written, so the statement takes no transaction id and its commit flushes nothing;
+#: a changed claim is always written (revocation judges a user away by the claims kept). A row
+#: stored before users had kinds and not settled yet (``unsettled``, migration 0026) becomes
+#: this kind's user, unless this kind has one already: the first sign-in after the upgrade
+#: keeps its grants.
+UPSERT_USER_CTES = f"""
+    current AS (
+        SELECT id, issuer, subject, kind, email, display_name, disabled, false AS created,
+               false AS settled
+          FROM users
+         WHERE issuer = $2::text AND subject = $3::text AND kind = $8::text
+           AND email IS NOT DISTINCT FROM coalesce($4::text, email)
+           AND display_name IS NOT DISTINCT FROM coalesce($5::text, display_name)
+           AND claimed_groups = $6::text[] AND claimed_roles = $7::text[]
+           AND last_seen_at > now() - interval '{LAST_SEEN_INTERVAL}'
+    ),
     settled AS (
         UPDATE users
            SET kind = $8::text,
@@ -78,7 +96,7 @@ UPSERT_USER_CTES = """
                            claimed_roles)
         SELECT $1::uuid, $2::text, $3::text, $8::text, $4::text, $5::text, $6::text[],
                $7::text[]
-         WHERE NOT EXISTS (SELECT 1 FROM settled)
+         WHERE NOT EXISTS (SELECT 1 FROM settled) AND NOT EXISTS (SELECT 1 FROM current)
         ON CONFLICT (issuer, subject, kind) DO UPDATE
             SET email = coalesce(EXCLUDED.email, users.email),
                 display_name = coalesce(EXCLUDED.display_name, users.display_name),
@@ -88,7 +106,11 @@ UPSERT_USER_CTES = """
         RETURNING id, issuer, subject, kind, email, display_name, disabled,
                   (xmax = 0) AS created, false AS settled
     ),
-    upserted AS (SELECT * FROM settled UNION ALL SELECT * FROM inserted)
+    upserted AS (
+        SELECT * FROM current
+        UNION ALL SELECT * FROM settled
+        UNION ALL SELECT * FROM inserted
+    )
 """
 
 

@@ -28,8 +28,10 @@ from tests.support.sessions import (
     running_gateway,
 )
 
+from deskpool.auth import VerifiedToken
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import Status
+from deskpool.identity.sign_in import sign_in
 from deskpool.pools.model import PoolKind
 from deskpool.runtime import Runtime
 from deskpool.sessions.broker import PlatformSessionBroker, end_lost_gateways
@@ -327,6 +329,43 @@ async def test_removing_the_claim_binding_behind_a_desktop_ends_what_it_allowed(
     # The user signs in with a token carrying the claim: that is what entitles him.
     user = Caller(place.user.id, bearer(subject, groups=[claim]))
     claimed = Estate(place.pool, place.desktops, user, place.admin)
+    await _entitlement_taken_away(
+        scene, claimed, "DELETE", f"/api/v1/oidc-group-bindings/{binding_id}"
+    )
+
+
+async def test_a_claim_gained_after_a_sign_in_that_wrote_nothing_is_revoked_with_its_binding(
+    scene: Scene, bearer: Callable[..., dict[str, str]]
+) -> None:
+    # A sign-in whose user row is current writes nothing (issue 39); the claim the next one
+    # brings is written all the same, so taking its binding away finds the user.
+    place = await scene.estate(ready=1, kind=PoolKind.PERSISTENT, policy=NEVER)
+    claim = f"staff-{secrets.token_hex(3)}"
+    await _group_entitled_to(scene.runtime, place, claim=claim)
+    async with scene.runtime.db.acquire() as connection:
+        user = await connection.fetchrow(
+            "SELECT issuer, subject FROM users WHERE id = $1", uuid.UUID(place.user.id)
+        )
+        binding_id = await connection.fetchval(
+            "SELECT id FROM oidc_group_bindings WHERE claim_value = $1", claim
+        )
+        quiet = VerifiedToken.from_claims(
+            {"iss": user["issuer"], "sub": user["subject"], "aud": "deskpool", "exp": 2**31}
+        )
+        await sign_in(connection, scene.runtime.config, quiet)
+        written = await connection.fetchval(
+            "SELECT xmin::text FROM users WHERE id = $1", uuid.UUID(place.user.id)
+        )
+        await sign_in(connection, scene.runtime.config, quiet)
+        assert written == await connection.fetchval(
+            "SELECT xmin::text FROM users WHERE id = $1", uuid.UUID(place.user.id)
+        )
+    claimed = Estate(
+        place.pool,
+        place.desktops,
+        Caller(place.user.id, bearer(user["subject"], groups=[claim])),
+        place.admin,
+    )
     await _entitlement_taken_away(
         scene, claimed, "DELETE", f"/api/v1/oidc-group-bindings/{binding_id}"
     )
