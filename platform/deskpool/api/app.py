@@ -264,7 +264,7 @@ def operation_handler(operation: Operation) -> Handler:
             binding = cursor_binding(operation.operation_id, request.match_info)
             cursor = call.query.get("cursor")
             call.query["cursor"] = seal.open(binding, cursor) if cursor else None
-        if body_schema is not None:
+        if body_schema is not None and (request.body_exists or not operation.body_optional):
             call.body = await parse_body(request, body_schema, parser)
         key = key_of(call)
 

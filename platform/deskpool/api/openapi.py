@@ -323,7 +323,7 @@ def _operation(operation: Operation, schemes: list[str]) -> dict[str, Any]:
         out["parameters"] = parameters
     if operation.body is not None:
         out["requestBody"] = {
-            "required": True,
+            "required": not operation.body_optional,
             "content": {"application/json": {"schema": operation.body}},
         }
     return out

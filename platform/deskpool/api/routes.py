@@ -56,6 +56,8 @@ class Operation:
     :param permission: ``<resource>:read``, ``<resource>:manage``, ``platform:admin``, or
         ``None`` for a public operation.
     :param body: schema of the JSON request body, if any.
+    :param body_optional: the body may be left out (a request without one reads as ``{}``);
+        for an operation that had none, given an optional field since.
     :param query: schema of the query parameters, if any.
     :param responses: the success responses by status (problem responses are added for every
         operation from what it can fail with).
@@ -75,6 +77,7 @@ class Operation:
     permission: str | None
     responses: Mapping[int, ResponseSpec]
     body: type[Schema] | None = None
+    body_optional: bool = False
     query: type[Schema] | None = None
     description: str = ""
     paginated: bool = False
@@ -147,6 +150,7 @@ class RouteTable:
         permission: str | None,
         responses: Mapping[int, ResponseSpec],
         body: type[Schema] | None = None,
+        body_optional: bool = False,
         query: type[Schema] | None = None,
         description: str = "",
         paginated: bool = False,
@@ -168,6 +172,7 @@ class RouteTable:
                     permission=permission,
                     responses=responses,
                     body=body,
+                    body_optional=body_optional,
                     query=query,
                     description=description,
                     paginated=paginated,

@@ -8,6 +8,7 @@ commit. A user who connects later while it is valid reads it with :func:`message
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -31,8 +32,13 @@ _RESOURCE_TYPE = {
 _NAMED = {TargetKind.SESSION: "open session", TargetKind.USER: "user", TargetKind.POOL: "pool"}
 
 
-async def send_message(runtime: Runtime, actor: Actor, command: SendMessage) -> Message:
+async def send_message(
+    runtime: Runtime, actor: Actor, command: SendMessage, about: Mapping[str, str] | None = None
+) -> Message:
     """Keep and audit the message, then show it in its recipients' open desktop views.
+
+    ``about``: what the message announces (an administrator's action on the user's desktop or
+    session: ``{"about": "desktop.power_off", "desktop_id": ...}``), added to the audit event.
 
     :raises ValidationFailed: its body or validity. :raises NotFound: no such pool or user, or
         no such open session.
@@ -54,6 +60,7 @@ async def send_message(runtime: Runtime, actor: Actor, command: SendMessage) -> 
                     "severity": str(message.severity),
                     "valid_until": message.valid_until.isoformat(),
                     "recipients": len(recipients),
+                    **(about or {}),
                 },
             ),
         )

@@ -74,6 +74,7 @@ from deskpool.sessions.tunnel import (
     TunnelCounters,
     TunnelGrant,
 )
+from deskpool.sessions.watchers import publish_watch
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +209,8 @@ class PlatformSessionBroker:
         for phase, seconds in phases:
             observe_phase(self.runtime, phase, seconds)
         await publish(runtime=self.runtime, event=session_event("opened", outcome))
+        if outcome.shadow_of is not None:
+            await publish_watch(self.runtime, outcome.shadow_of)
         return outcome
 
     async def _redeem(
@@ -316,6 +319,7 @@ class PlatformSessionBroker:
             desktop_name=watched.desktop_name,
             read_only=True,
             join_connection_id=watched.connection_id,
+            shadow_of=watched.id,
             client_policy=(await store_policies.get_policy(connection, watched.pool_id)).client,
             user_email=await store.user_email(connection, issued.user_id),
         )
@@ -579,4 +583,6 @@ async def end_session(
         if viewer is not None:
             await publish_disconnect(runtime, viewer)
     await publish(runtime=runtime, event=session_event("ended", ended))
+    if ended.shadow_of is not None:
+        await publish_watch(runtime, ended.shadow_of)
     return ended

@@ -361,3 +361,14 @@ class SessionRecord:
     def is_open(self) -> bool:
         """Whether the tunnel is (as far as deskpool knows) still open."""
         return self.ended_at is None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Watcher:
+    """An administrator's open read-only view of one of a user's sessions (he is told)."""
+
+    session_id: UUID
+    watched_session_id: UUID
+    desktop_name: str
+    watcher_name: str
+    since: datetime

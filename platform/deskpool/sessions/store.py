@@ -19,7 +19,7 @@ from typing import Any
 import asyncpg
 
 from deskpool.db.rows import Db, fetch_record, lock_clause, record_from_row
-from deskpool.sessions.model import SessionRecord
+from deskpool.sessions.model import SessionRecord, Watcher
 from deskpool.sessions.tunnel import TunnelCounters
 
 # ------------------------------------------------------------------------------ gateways
@@ -364,3 +364,29 @@ async def user_display_name(db: Db, user_id: uuid.UUID) -> str:
 async def user_email(db: Db, user_id: uuid.UUID) -> str:
     """A user's email (empty when unknown), for the watermark."""
     return str(await db.fetchval("SELECT email FROM users WHERE id = $1", user_id) or "")
+
+
+async def watchers_of(db: Db, user_id: uuid.UUID) -> list[Watcher]:
+    """The open read-only views of ``user_id``'s open sessions, oldest first."""
+    rows = await db.fetch(
+        """
+        SELECT v.id, v.shadow_of, v.desktop_name, v.started_at,
+               coalesce(u.display_name, u.email, u.subject, v.user_id::text) AS watcher_name
+          FROM desktop_sessions v
+          JOIN desktop_sessions s ON s.id = v.shadow_of
+          LEFT JOIN users u ON u.id = v.user_id
+         WHERE s.user_id = $1 AND s.ended_at IS NULL AND v.ended_at IS NULL
+         ORDER BY v.started_at, v.id
+        """,
+        user_id,
+    )
+    return [
+        Watcher(
+            session_id=row["id"],
+            watched_session_id=row["shadow_of"],
+            desktop_name=row["desktop_name"],
+            watcher_name=row["watcher_name"],
+            since=row["started_at"],
+        )
+        for row in rows
+    ]

@@ -73,8 +73,10 @@ class TunnelGrant:
     max_duration: float | None = None
     #: True when an administrator joins an existing session read-only (shadowing).
     read_only: bool = False
-    #: For shadowing: the daemon connection id (``$...``) of the session being joined.
+    #: For shadowing: the daemon connection id (``$...``) of the session being joined, and
+    #: that session (its user is told he is watched).
     join_connection_id: str | None = None
+    shadow_of: UUID | None = None
     #: The session's recording when the pool records sessions (the gateway writes its chunks
     #: through the broker's ``record_chunks``), and whether the user's key events go in it.
     recording_id: UUID | None = None

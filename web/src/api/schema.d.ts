@@ -247,7 +247,7 @@ export interface paths {
         put?: never;
         /**
          * Run an action on a desktop
-         * @description `power_on`, `power_off`, `restart` (the VM must exist and no job work on it: states `ready`, `in_use`, `failed`, and `powered_off` for `power_on`; else 409 `desktop_action_not_allowed`; once a power-off is done, a user logged on to the desktop is logged off as when he logs off, and a ready desktop is `powered_off`), `rebuild` (a ready desktop is rebuilt from the pool's template, a failed one provisioned again) and `delete` (the VM, then the record); an action the state machine refuses is 409 `illegal_transition`. Enqueues a job of kind `desktop.<action>` and answers it; the same action already queued or running answers that job.
+         * @description `power_on`, `power_off`, `restart` (the VM must exist and no job work on it: states `ready`, `in_use`, `failed`, and `powered_off` for `power_on`; else 409 `desktop_action_not_allowed`; once a power-off is done, a user logged on to the desktop is logged off as when he logs off, and a ready desktop is `powered_off`), `rebuild` (a ready desktop is rebuilt from the pool's template, a failed one provisioned again) and `delete` (the VM, then the record); an action the state machine refuses is 409 `illegal_transition`. Enqueues a job of kind `desktop.<action>` and answers it; the same action already queued or running answers that job. A `message` goes to the desktop's user first (a warning his desktop views show at once, audited `message.send` with `about` the action).
          *
          *     Requires the permission `desktops:manage` (or `platform:admin`).
          */
@@ -549,7 +549,7 @@ export interface paths {
         put?: never;
         /**
          * Log a user off his desktop
-         * @description His tunnels to the desktop close and he is logged off; the pool's rule after a log-off applies (a non-persistent desktop is rebuilt before anyone else gets it), as when he logs off himself. Audited (`desktop.forced_logoff`, reason `helpdesk`). 404 when he holds no such desktop.
+         * @description His tunnels to the desktop close and he is logged off; the pool's rule after a log-off applies (a non-persistent desktop is rebuilt before anyone else gets it), as when he logs off himself. Audited (`desktop.forced_logoff`, reason `helpdesk`). 404 when he holds no such desktop. A `message` (the body is optional) goes to him first (a warning his desktop views show at once, audited `message.send` with `about` `desktop.forced_logoff`).
          *
          *     Requires the permission `sessions:manage` (or `platform:admin`).
          */
@@ -870,6 +870,28 @@ export interface paths {
          *     Requires a valid access token; no particular permission.
          */
         get: operations["listMySessions"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/me/watchers": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Who watches the caller's desktop now
+         * @description The administrators watching one of the caller's open sessions read-only at this moment; each start and end of such a view sends the caller a `session.watched` live event, so a desktop view tells him while it lasts.
+         *
+         *     Requires a valid access token; no particular permission.
+         */
+        get: operations["listMyWatchers"];
         put?: never;
         post?: never;
         delete?: never;
@@ -1559,7 +1581,7 @@ export interface paths {
         put?: never;
         /**
          * Disconnect a desktop session
-         * @description Asks the gateway holding the tunnel to close it (within seconds, whichever gateway it is); the session then ends with `admin_disconnect`, and the pool's after-disconnect policy applies. 409 `session_not_open` when it has ended.
+         * @description Asks the gateway holding the tunnel to close it (within seconds, whichever gateway it is); the session then ends with `admin_disconnect`, and the pool's after-disconnect policy applies. 409 `session_not_open` when it has ended. A `message` (the body is optional) goes to the session's user first (a warning his desktop views show at once, audited `message.send` with `about` `session.disconnect`).
          *
          *     Requires the permission `sessions:manage` (or `platform:admin`).
          */
@@ -2239,6 +2261,11 @@ export interface components {
              * @enum {string}
              */
             action: "power_on" | "power_off" | "restart" | "rebuild" | "delete";
+            /**
+             * @description A message to the user who loses the desktop or session, sent to him (a warning his desktop views show at once) before the action is done; empty or left out: none. At most 2000 characters.
+             * @default null
+             */
+            message?: string | null;
         };
         Assignment: {
             /**
@@ -2529,6 +2556,13 @@ export interface components {
             desktops: components["schemas"]["HelpdeskDesktop"][];
             /** @description Every pool by name, and whether he can open it now. */
             pools: components["schemas"]["PoolAccess"][];
+        };
+        Announced: {
+            /**
+             * @description A message to the user who loses the desktop or session, sent to him (a warning his desktop views show at once) before the action is done; empty or left out: none. At most 2000 characters.
+             * @default null
+             */
+            message?: string | null;
         };
         JobPage: {
             items: components["schemas"]["Job"][];
@@ -2894,6 +2928,20 @@ export interface components {
             items: components["schemas"]["Session"][];
             /** @description Opaque cursor of the next page, to send back as `cursor`; null on the last page. */
             next: string | null;
+        };
+        Watcher: {
+            /** @description The watcher's view. */
+            session_id: string;
+            /** @description The caller's session being watched. */
+            watched_session_id: string;
+            desktop_name: string;
+            /** @description Who watches. */
+            watcher_name: string;
+            /** Format: date-time */
+            since: string;
+        };
+        MyWatchers: {
+            items: components["schemas"]["Watcher"][];
         };
         MessagePage: {
             items: components["schemas"]["Message"][];
@@ -5487,7 +5535,11 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["Announced"];
+            };
+        };
         responses: {
             /** @description Logged off (his tunnels are closing). */
             202: {
@@ -5504,7 +5556,11 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
             429: components["responses"]["RateLimited"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -6098,6 +6154,35 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             422: components["responses"]["ValidationFailed"];
+            429: components["responses"]["RateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    listMyWatchers: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The views of his sessions open now. */
+            200: {
+                headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["MyWatchers"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthenticated"];
+            403: components["responses"]["Forbidden"];
             429: components["responses"]["RateLimited"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -7757,7 +7842,11 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody?: never;
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["Announced"];
+            };
+        };
         responses: {
             /** @description The session, asked to close. */
             202: {
@@ -7776,7 +7865,11 @@ export interface operations {
             401: components["responses"]["Unauthenticated"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            408: components["responses"]["RequestTimeout"];
             409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["ValidationFailed"];
             429: components["responses"]["RateLimited"];
             503: components["responses"]["ServiceUnavailable"];
         };

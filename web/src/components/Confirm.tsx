@@ -1,9 +1,11 @@
 /**
  * Confirmation before an action that disrupts someone: a modal <dialog> (the browser's own focus
  * trap and Escape) that says what happens and to whom, and refuses up front what the API would
- * refuse after (`refusal`: the dialog explains and offers no confirm button).
+ * refuse after (`refusal`: the dialog explains and offers no confirm button, only what would
+ * make the action possible, `offer`). When the action disrupts users (`messageTo`), an optional
+ * message to them: the action sends it to them before it is done.
  */
-import { useCallback, useEffect, useRef, useState, type ReactNode } from "react";
+import { useCallback, useEffect, useId, useRef, useState, type ReactNode } from "react";
 
 export interface Question {
   title: string;
@@ -13,17 +15,31 @@ export interface Question {
   confirm: string;
   /** Why it cannot be done now: shown instead of the confirm button. */
   refusal?: ReactNode;
+  /** With a refusal: what makes the action possible, offered as a button ("Set it to draining"). */
+  offer?: { label: string; run: () => void };
+  /** Whom the action disrupts ("Desk User"): the dialog offers an optional message to them. */
+  messageTo?: string;
 }
 
-/** `[dialog, ask]`: render `dialog` once; `await ask(question)` is true when confirmed. */
-export function useConfirm(): [ReactNode, (question: Question) => Promise<boolean>] {
+/** A confirmed question: the message to the people it disrupts ("" for none). */
+export interface Confirmed {
+  message: string;
+}
+
+/** What `ask` resolves to: `false` when not confirmed. */
+export type Answer = false | Confirmed;
+
+/** `[dialog, ask]`: render `dialog` once; `await ask(question)` is truthy when confirmed. */
+export function useConfirm(): [ReactNode, (question: Question) => Promise<Answer>] {
   const [question, setQuestion] = useState<Question | null>(null);
-  const resolver = useRef<((answer: boolean) => void) | null>(null);
+  const [message, setMessage] = useState("");
+  const resolver = useRef<((answer: Answer) => void) | null>(null);
   const dialog = useRef<HTMLDialogElement>(null);
+  const messageId = useId();
   useEffect(() => {
     if (question && dialog.current && !dialog.current.open) dialog.current.showModal();
   }, [question]);
-  const answer = (value: boolean) => {
+  const answer = (value: Answer) => {
     resolver.current?.(value);
     resolver.current = null;
     dialog.current?.close();
@@ -31,9 +47,10 @@ export function useConfirm(): [ReactNode, (question: Question) => Promise<boolea
   };
   const ask = useCallback(
     (next: Question) =>
-      new Promise<boolean>((resolve) => {
+      new Promise<Answer>((resolve) => {
         resolver.current?.(false);
         resolver.current = resolve;
+        setMessage("");
         setQuestion(next);
       }),
     [],
@@ -48,12 +65,29 @@ export function useConfirm(): [ReactNode, (question: Question) => Promise<boolea
             {question.refusal}
           </p>
         ) : null}
+        {question.messageTo && !question.refusal ? (
+          <label htmlFor={messageId}>
+            Message to {question.messageTo} (optional: shown in the desktop view before it happens)
+            <textarea id={messageId} rows={3} maxLength={2000} value={message} onChange={(event) => setMessage(event.target.value)} />
+          </label>
+        ) : null}
         <footer>
           <button type="button" className="secondary" onClick={() => answer(false)}>
             {question.refusal ? "Close" : "Cancel"}
           </button>
+          {question.refusal && question.offer ? (
+            <button
+              type="button"
+              onClick={() => {
+                question.offer?.run();
+                answer(false);
+              }}
+            >
+              {question.offer.label}
+            </button>
+          ) : null}
           {question.refusal ? null : (
-            <button type="button" onClick={() => answer(true)}>
+            <button type="button" onClick={() => answer({ message: message.trim() })}>
               {question.confirm}
             </button>
           )}

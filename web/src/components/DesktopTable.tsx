@@ -1,7 +1,8 @@
 /**
  * Desktops with their pool, state, user, failure and the actions they allow now; several can be
  * chosen for one action. An action that disrupts someone (power off, restart, rebuild, delete of
- * a desktop a user has) asks first, naming the users it affects.
+ * a desktop a user has) asks first, naming the users it affects, with an optional message to
+ * them that their desktop views show before it is done.
  */
 import { useMutation, useQueryClient } from "@tanstack/react-query";
 import { unwrap, type Schemas } from "../api/client";
@@ -65,7 +66,15 @@ export function questionFor(action: Action, desktops: Desktop[]): Question | nul
       </>
     ),
     confirm: `${words(action)} ${what}`,
+    messageTo: usersNamed(used),
   };
+}
+
+/** Whom a message goes to: "Desk User", "Desk User and Ann Other", or undefined for nobody. */
+function usersNamed(used: Desktop[]): string | undefined {
+  const names = [...new Set(used.filter((desktop) => desktop.assigned_user).map((desktop) => userOf(desktop)!))];
+  if (!names.length) return undefined;
+  return names.length === 1 ? names[0] : `${names.slice(0, -1).join(", ")} and ${names[names.length - 1]}`;
 }
 
 function Actions({ desktop, onAction }: { desktop: Desktop; onAction: (desktops: Desktop[], action: Action) => void }) {
@@ -101,13 +110,13 @@ export function DesktopTable({
     ),
   );
   const act = useMutation({
-    mutationFn: ({ desktops, action }: { desktops: Desktop[]; action: Action }) =>
+    mutationFn: ({ desktops, action, message }: { desktops: Desktop[]; action: Action; message: string }) =>
       Promise.all(
         desktops.map((desktop) =>
           unwrap(
             api.POST("/api/v1/desktops/{desktop_id}/actions", {
               params: { path: { desktop_id: desktop.id } },
-              body: { action },
+              body: { action, message: message || null },
             }),
           ),
         ),
@@ -120,8 +129,9 @@ export function DesktopTable({
     const allowed = desktops.filter((desktop) => desktop.allowed_actions.includes(action));
     if (!allowed.length) return;
     const question = questionFor(action, allowed);
-    if (question && !(await ask(question))) return;
-    act.mutate({ desktops: allowed, action });
+    const answer = question ? await ask(question) : { message: "" };
+    if (!answer) return;
+    act.mutate({ desktops: allowed, action, message: answer.message });
     selection.clear();
   };
   const manage = can(me, "desktops:manage");

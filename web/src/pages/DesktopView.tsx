@@ -23,6 +23,7 @@ import { unwrap, type Schemas } from "../api/client";
 import { describeError } from "../api/problem";
 import { NoticeBanner } from "../components/NoticeBanner";
 import { UserMessages } from "../components/UserMessages";
+import { WatchNotice } from "../components/WatchNotice";
 import type { DesktopHandle, DesktopState } from "../desktop/guacamole";
 import { describeStatus } from "../desktop/status";
 import {
@@ -301,6 +302,7 @@ export function DesktopViewPage() {
         <Link to={back}>{watching ? "Sessions" : "My desktops"}</Link>
       </div>
       {watching ? null : <NoticeBanner desktopId={desktopId} />}
+      {watching ? null : <WatchNotice />}
       {watching ? null : <UserMessages />}
       {state === "starting" ? (
         <div className="desktop-starting" role="status" aria-live="polite" data-testid="desktop-starting">

@@ -1,13 +1,18 @@
-/** One session: its facts, and its logon's phases as a waterfall (why it took so long, or stopped). */
+/**
+ * One session: its facts, its logon's phases as a waterfall (why it took so long, or stopped),
+ * and, while it is open, Disconnect and Log off (asked first, naming the user, with an optional
+ * message to him) and Watch.
+ */
 import { useQuery } from "@tanstack/react-query";
 import { useMemo, type ReactNode } from "react";
-import { Link, useParams } from "react-router";
+import { Link, useNavigate, useParams } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
 import { can } from "../auth/permissions";
 import { PoolName, UserName } from "../components/Names";
 import { Badge } from "../components/Badge";
 import { Chart } from "../components/Chart";
 import { ProblemAlert } from "../components/Problem";
+import { disconnectable, useSessionActions } from "../components/SessionActions";
 import { bytes, when, words } from "../format";
 import { waterfallLabel, waterfallOption, waterfallRows } from "../reports/logon";
 import { seconds } from "../reports/usage";
@@ -66,6 +71,8 @@ export function SessionDetailPage() {
     queryKey: ["session", sessionId],
     queryFn: () => unwrap(api.GET("/api/v1/sessions/{session_id}", { params: { path: { session_id: sessionId } } })),
   });
+  const actions = useSessionActions();
+  const navigate = useNavigate();
   if (session.error) return <ProblemAlert error={session.error} />;
   if (!session.data) return <p aria-busy="true">Loading…</p>;
   const s = session.data;
@@ -109,6 +116,35 @@ export function SessionDetailPage() {
       <p>
         <Link to="/sessions">All sessions</Link>
       </p>
+      {can(me, "sessions:manage") && s.state === "open" ? (
+        <div className="toolbar" role="group" aria-label="Session actions">
+          <button
+            type="button"
+            className="secondary"
+            disabled={!disconnectable(s)}
+            onClick={() => void actions.askDisconnect([s])}
+          >
+            Disconnect {s.desktop_name}
+          </button>
+          {s.read_only ? null : (
+            <>
+              <button type="button" className="secondary" onClick={() => void actions.askLogOff(s)}>
+                Log off {s.desktop_name}
+              </button>
+              <button
+                type="button"
+                className="secondary"
+                disabled={!s.connected_at}
+                onClick={() => navigate(`/desktop/${s.desktop_id}?watch=${s.id}`)}
+              >
+                Watch {s.desktop_name}
+              </button>
+            </>
+          )}
+        </div>
+      ) : null}
+      <ProblemAlert error={actions.error} />
+      {actions.dialog}
       <SessionRecordingLink sessionId={s.id} />
       <dl className="facts" data-testid="session-facts">
         {facts.map(([term, value]) => (

@@ -1,33 +1,28 @@
 /**
  * Sessions: open and recent remote desktop connections, searchable by user and filterable by
- * pool; disconnect one or several (after a confirmation naming their users), or watch one.
+ * pool; disconnect one or several or log one off (after a confirmation naming their users, with an
+ * optional message to them), or watch one.
  */
-import { useMutation, useQueryClient } from "@tanstack/react-query";
 import { useCallback, useState } from "react";
 import { Link, useNavigate } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
 import { pageSize, useCursorList } from "../api/lists";
 import { can } from "../auth/permissions";
 import { Badge } from "../components/Badge";
-import { useConfirm, useSelection } from "../components/Confirm";
+import { useSelection } from "../components/Confirm";
 import { DataTable, type Column } from "../components/DataTable";
 import { SelectField } from "../components/Field";
 import { PoolFilter, UserFilter } from "../components/Filters";
 import { PoolName, UserName } from "../components/Names";
 import { ProblemAlert } from "../components/Problem";
+import { disconnectable as open, sessionWho, useSessionActions } from "../components/SessionActions";
 import { when, words } from "../format";
 import { useSession } from "../session";
 
 type Session = Schemas["Session"];
 
-/** "Desk User (np-01)" for a confirmation. */
-export function sessionWho(s: Session): string {
-  return `${s.user_name || s.user_email || "an unknown user"} on ${s.desktop_name}`;
-}
-
 export function SessionsPage() {
   const { api, me } = useSession();
-  const client = useQueryClient();
   const [state, setState] = useState<Session["state"] | "">("open");
   const [poolId, setPoolId] = useState("");
   const [userId, setUserId] = useState<string | undefined>(undefined);
@@ -36,43 +31,16 @@ export function SessionsPage() {
   const list = useCursorList(["sessions", query], (cursor) =>
     unwrap(api.GET("/api/v1/sessions", { params: { query: { limit: pageSize(cursor), cursor, ...query } } })),
   );
-  const disconnect = useMutation({
-    mutationFn: (sessions: Session[]) =>
-      Promise.all(
-        sessions.map((session) =>
-          unwrap(api.POST("/api/v1/sessions/{session_id}/disconnect", { params: { path: { session_id: session.id } } })),
-        ),
-      ),
-    onSettled: () => void client.invalidateQueries({ queryKey: ["sessions"] }),
-  });
-  const [dialog, ask] = useConfirm();
+  const actions = useSessionActions();
   const selection = useSelection();
   const manage = can(me, "sessions:manage");
   const navigate = useNavigate();
   // The viewer's token is asked by the desktop view (again on every reconnect).
   const watch = (s: Session) => navigate(`/desktop/${s.desktop_id}?watch=${s.id}`);
   const askDisconnect = async (sessions: Session[]) => {
-    if (!sessions.length) return;
-    const confirmed = await ask({
-      title: sessions.length === 1 ? `Disconnect ${sessions[0]!.user_name || "this user"}?` : `Disconnect ${sessions.length} sessions?`,
-      body: (
-        <>
-          <p>These people lose their desktop's window now; their desktops keep running as the pool's session policy says:</p>
-          <ul>
-            {sessions.map((s) => (
-              <li key={s.id}>{sessionWho(s)}</li>
-            ))}
-          </ul>
-        </>
-      ),
-      confirm: sessions.length === 1 ? `Disconnect ${sessions[0]!.desktop_name}` : `Disconnect ${sessions.length} sessions`,
-    });
-    if (confirmed) {
-      disconnect.mutate(sessions);
-      selection.clear();
-    }
+    if (await actions.askDisconnect(sessions)) selection.clear();
   };
-  const disconnectable = (s: Session) => manage && s.state === "open" && !s.disconnect_requested_at;
+  const disconnectable = (s: Session) => manage && open(s);
   const chosen = list.rows.filter((s) => selection.chosen.has(s.id) && disconnectable(s));
   const columns: Column<Session>[] = [];
   if (manage) {
@@ -113,9 +81,14 @@ export function SessionsPage() {
               Disconnect {s.desktop_name}
             </button>{" "}
             {s.read_only ? null : (
-              <button type="button" className="secondary outline small" disabled={!s.connected_at} onClick={() => watch(s)}>
-                Watch {s.desktop_name}
-              </button>
+              <>
+                <button type="button" className="secondary outline small" onClick={() => void actions.askLogOff(s)}>
+                  Log off {s.desktop_name}
+                </button>{" "}
+                <button type="button" className="secondary outline small" disabled={!s.connected_at} onClick={() => watch(s)}>
+                  Watch {s.desktop_name}
+                </button>
+              </>
             )}
           </>
         ) : null,
@@ -147,8 +120,8 @@ export function SessionsPage() {
           </button>
         </div>
       ) : null}
-      <ProblemAlert error={list.error ?? disconnect.error} />
-      {dialog}
+      <ProblemAlert error={list.error ?? actions.error} />
+      {actions.dialog}
       <DataTable
         caption="Sessions"
         columns={columns}

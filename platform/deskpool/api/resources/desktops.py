@@ -45,10 +45,12 @@ from deskpool.api.resources.labels import (
     name_field,
     pool_name_field,
 )
+from deskpool.api.resources.session_schemas import announcement_field
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.desktops import service as desktop_service
 from deskpool.desktops.service import ACTIONS, allowed_actions
 from deskpool.desktops.store import DesktopRecord, desktop_cursor
+from deskpool.helpdesk import announced
 from deskpool.ids import parse_id
 from deskpool.pools.model import DesktopState
 
@@ -128,6 +130,7 @@ class DesktopActionSchema(Schema):
         validate=validate.OneOf(ACTIONS),
         metadata={"description": "What to do; see the operation's description."},
     )
+    message = announcement_field()
 
 
 class AssignmentSchema(Schema):
@@ -237,7 +240,8 @@ async def get_desktop(call: Call) -> dict[str, Any]:
         "provisioned again) and `delete` (the VM, then the record); an action the state "
         "machine refuses is 409 `illegal_transition`. Enqueues a job of kind "
         "`desktop.<action>` and answers it; the same action already queued or running "
-        "answers that job."
+        "answers that job. A `message` goes to the desktop's user first (a warning his "
+        "desktop views show at once, audited `message.send` with `about` the action)."
     ),
     tags=("desktops",),
     permission="desktops:manage",
@@ -245,8 +249,8 @@ async def get_desktop(call: Call) -> dict[str, Any]:
     responses={202: ResponseSpec("The action's job.", JobSchema)},
 )
 async def run_desktop_action(call: Call) -> Reply:
-    job = await desktop_service.run_action(
-        call.runtime, call.actor, _desktop_id(call), call.body["action"]
+    job = await announced.desktop_action(
+        call.runtime, call.actor, _desktop_id(call), call.body["action"], call.body.get("message")
     )
     return Reply(job, 202)
 

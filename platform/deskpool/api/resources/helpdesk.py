@@ -17,10 +17,10 @@ from marshmallow import Schema, fields, validate
 
 from deskpool.api.context import Call
 from deskpool.api.resources.identity_schemas import GroupRefSchema, UserSchema
-from deskpool.api.resources.session_schemas import LogonSchema, SessionSchema
+from deskpool.api.resources.session_schemas import AnnouncedSchema, LogonSchema, SessionSchema
 from deskpool.api.resources.sessions import session_view
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
-from deskpool.helpdesk import service
+from deskpool.helpdesk import announced, service
 from deskpool.helpdesk.model import EXPLANATIONS, Access
 from deskpool.ids import parse_id
 from deskpool.pools.model import DesktopState
@@ -223,17 +223,22 @@ async def get_helpdesk_user(call: Call) -> dict[str, Any]:
         "His tunnels to the desktop close and he is logged off; the pool's rule after a log-off "
         "applies (a non-persistent desktop is rebuilt before anyone else gets it), as when he "
         "logs off himself. Audited (`desktop.forced_logoff`, reason `helpdesk`). 404 when he "
-        "holds no such desktop."
+        "holds no such desktop. A `message` (the body is optional) goes to him first (a "
+        "warning his desktop views show at once, audited `message.send` with `about` "
+        "`desktop.forced_logoff`)."
     ),
     tags=("helpdesk",),
     permission="sessions:manage",
+    body=AnnouncedSchema,
+    body_optional=True,
     responses={202: ResponseSpec("Logged off (his tunnels are closing).")},
 )
 async def log_user_off(call: Call) -> Reply:
-    await service.log_off(
+    await announced.log_off(
         call.runtime,
         call.actor,
         parse_id(call.path_param("user_id"), "user"),
         parse_id(call.path_param("desktop_id"), "desktop"),
+        call.body.get("message"),
     )
     return Reply(None, 202)

@@ -21,6 +21,7 @@ from deskpool.api.resources.client_policy_schemas import (
 )
 from deskpool.api.resources.labels import email_field, name_field, pool_name_field
 from deskpool.api.routes import ResponseSpec
+from deskpool.messages.model import MAX_BODY
 from deskpool.sessions.logons import PHASES, LogonPhase
 from deskpool.sessions.model import MAX_POLICY_SECONDS, AfterDisconnect, DisplayProtocol
 from deskpool.sessions.tunnel import SessionEndReason
@@ -397,3 +398,43 @@ class SessionQuery(MySessionQuery):
     user_id = fields.UUID(metadata={"description": "Only this user's sessions."})
     desktop_id = fields.UUID(metadata={"description": "Only sessions of this desktop."})
     pool_id = fields.UUID(metadata={"description": "Only sessions of this pool's desktops."})
+
+
+def announcement_field() -> fields.String:
+    """``message``: what to tell the user an administrator's action disrupts, before it is done."""
+    return fields.String(
+        allow_none=True,
+        load_default=None,
+        validate=validate.Length(max=MAX_BODY),
+        metadata={
+            "description": (
+                "A message to the user who loses the desktop or session, sent to him (a "
+                "warning his desktop views show at once) before the action is done; empty or "
+                f"left out: none. At most {MAX_BODY} characters."
+            )
+        },
+    )
+
+
+class AnnouncedSchema(Schema):
+    """An administrator's action on a user's session or desktop, with a message to him."""
+
+    message = announcement_field()
+
+
+class WatcherSchema(Schema):
+    """An administrator watching one of the caller's sessions, read-only, now."""
+
+    session_id = fields.String(required=True, metadata={"description": "The watcher's view."})
+    watched_session_id = fields.String(
+        required=True, metadata={"description": "The caller's session being watched."}
+    )
+    desktop_name = fields.String(required=True)
+    watcher_name = fields.String(required=True, metadata={"description": "Who watches."})
+    since = fields.AwareDateTime(required=True)
+
+
+class MyWatchersSchema(Schema):
+    """The administrators watching the caller's sessions now, longest first."""
+
+    items = fields.List(fields.Nested(WatcherSchema), required=True)

@@ -30,9 +30,11 @@ from deskpool.api.resources.client_policy_schemas import TransferListSchema
 from deskpool.api.resources.labels import NO_LABELS, Labels, labels_for
 from deskpool.api.resources.session_schemas import (
     PENDING_CONNECTION,
+    AnnouncedSchema,
     DesktopConnectionSchema,
     LogoffSchema,
     MySessionQuery,
+    MyWatchersSchema,
     SessionDetailSchema,
     SessionQuery,
     SessionSchema,
@@ -40,10 +42,11 @@ from deskpool.api.resources.session_schemas import (
 )
 from deskpool.api.routes import Reply, ResponseSpec, RouteTable
 from deskpool.errors import InvalidCursor
+from deskpool.helpdesk import announced
 from deskpool.ids import parse_id
 from deskpool.outage_brokering import service as brokering
 from deskpool.pools.model import Desktop
-from deskpool.sessions import logoff, service, store
+from deskpool.sessions import logoff, service, store, watchers
 from deskpool.sessions.logons import LogonRecord
 from deskpool.sessions.model import SessionRecord
 from deskpool.sessions.service import DesktopConnection, Opened, PendingConnection
@@ -248,15 +251,20 @@ def _logon_view(logon: LogonRecord | None) -> dict[str, Any] | None:
     description=(
         "Asks the gateway holding the tunnel to close it (within seconds, whichever gateway "
         "it is); the session then ends with `admin_disconnect`, and the pool's "
-        "after-disconnect policy applies. 409 `session_not_open` when it has ended."
+        "after-disconnect policy applies. 409 `session_not_open` when it has ended. A "
+        "`message` (the body is optional) goes to the session's user first (a warning his "
+        "desktop views show at once, audited `message.send` with `about` "
+        "`session.disconnect`)."
     ),
     tags=("sessions",),
     permission="sessions:manage",
+    body=AnnouncedSchema,
+    body_optional=True,
     responses={202: ResponseSpec("The session, asked to close.", SessionSchema)},
 )
 async def disconnect_session(call: Call) -> Reply:
-    session = await service.disconnect_session(
-        call.runtime, _session_id(call), call.actor.audit_event
+    session = await announced.disconnect(
+        call.runtime, call.actor, _session_id(call), call.body.get("message")
     )
     return Reply(session_view(session), 202)
 
@@ -284,6 +292,36 @@ async def shadow_session(call: Call) -> dict[str, Any]:
     return {
         "session": session_view(session),
         "connection": connection_view(connection)["connection"],
+    }
+
+
+@ROUTES.route(
+    "GET",
+    "/api/v1/me/watchers",
+    summary="Who watches the caller's desktop now",
+    description=(
+        "The administrators watching one of the caller's open sessions read-only at this "
+        "moment; each start and end of such a view sends the caller a `session.watched` live "
+        "event, so a desktop view tells him while it lasts."
+    ),
+    tags=("me",),
+    permission=None,
+    authenticated=True,
+    responses={200: ResponseSpec("The views of his sessions open now.", MyWatchersSchema)},
+)
+async def list_my_watchers(call: Call) -> dict[str, Any]:
+    found = await watchers.watchers_of(call.runtime, call.caller.id)
+    return {
+        "items": [
+            {
+                "session_id": str(w.session_id),
+                "watched_session_id": str(w.watched_session_id),
+                "desktop_name": w.desktop_name,
+                "watcher_name": w.watcher_name,
+                "since": w.since,
+            }
+            for w in found
+        ]
     }
 
 
