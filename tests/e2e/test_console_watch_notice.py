@@ -30,9 +30,7 @@ async def test_a_watched_user_is_told_while_he_is_watched(instance: Instance) ->
             admin = await signed_in_page(instance, browser, ADMIN, "/sessions")
             row = admin.get_by_role("row").filter(has_text=USER[1])
             await row.get_by_role("button", name="Watch").click()
-            await expect(admin.locator('[data-state="connected"]')).to_be_visible(
-                timeout=TIMEOUT
-            )
+            await expect(admin.locator('[data-state="connected"]')).to_be_visible(timeout=TIMEOUT)
             await expect(notice).to_contain_text(ADMIN[1], timeout=FOLLOW_MS)
             await expect(notice).to_contain_text("watching your desktop")
             await visit(instance, user, "watch-notice")

@@ -4,6 +4,7 @@
  */
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { useState, type FormEvent } from "react";
+import { useUnsavedDraft } from "./Unsaved";
 import { unwrap, type Schemas } from "../api/client";
 import { useSession } from "../session";
 import { collect, DriverFields, initialValues, type Driver, type FieldValues } from "./DriverFields";
@@ -70,6 +71,7 @@ function ClusterFormFor({
       onSaved(saved);
     },
   });
+  useUnsavedDraft({ name, driverName, endpoint, verify, fingerprint, caCertificate, values }, save.isSuccess);
   const errors = { ...fieldErrorsOf(save.error), ...localErrors };
   const chooseDriver = (next: string) => {
     setDriverName(next);

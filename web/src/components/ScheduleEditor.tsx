@@ -6,6 +6,7 @@
  * fields they concern. With only `schedules:read` the same form is shown read-only, with its preview.
  */
 import { keepPreviousData, useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
+import { useUnsavedDraft } from "./Unsaved";
 import { useEffect, useId, useMemo, useRef, useState, type FormEvent, type ReactNode } from "react";
 import { unwrap, type Schemas } from "../api/client";
 import { ApiError } from "../api/problem";
@@ -408,6 +409,7 @@ export function ScheduleEditor({
       onSaved?.(saved);
     },
   });
+  useUnsavedDraft(draft, save.isSuccess || readOnly);
   // A refused save's problem is about the form as it was sent: an edit clears it (the preview's take over).
   const { isError: saveFailed, reset: resetSave } = save;
   const sent = useRef(draft);

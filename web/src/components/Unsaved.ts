@@ -8,7 +8,7 @@
  * asks, and leaves (one entry more back) only when confirmed; a reload or a closing tab gets the
  * browser's own question (beforeunload).
  */
-import { useEffect } from "react";
+import { useEffect, useState } from "react";
 
 export const LEAVE_QUESTION = "You have changes that are not saved. Leave this page and lose them?";
 
@@ -51,4 +51,16 @@ export function useUnsavedWarning(dirty: boolean, question: string = LEAVE_QUEST
       window.removeEventListener("popstate", onPopState);
     };
   }, [dirty, question]);
+}
+
+/** Whether `value` (a form's draft, anything JSON) differs from what it was when the form opened. */
+export function useChanged(value: unknown): boolean {
+  const [initial] = useState(() => JSON.stringify(value));
+  return JSON.stringify(value) !== initial;
+}
+
+/** Warn before leaving while `value` differs from what it was when the form opened. */
+export function useUnsavedDraft(value: unknown, saved = false): void {
+  const changed = useChanged(value);
+  useUnsavedWarning(changed && !saved);
 }

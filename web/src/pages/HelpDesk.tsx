@@ -4,6 +4,7 @@
  * why; and act: send him a message, disconnect or watch a session, log him off a desktop.
  */
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
+import { useUnsavedDraft } from "../components/Unsaved";
 import { useState, type FormEvent } from "react";
 import { Link, useNavigate, useParams } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
@@ -73,6 +74,7 @@ export function HelpDeskSearchPage() {
 function MessageForm({ userId }: { userId: string }) {
   const { api } = useSession();
   const [body, setBody] = useState("");
+  useUnsavedDraft(body);
   const [severity, setSeverity] = useState<"info" | "warning" | "urgent">("info");
   const send = useMutation({
     mutationFn: () =>

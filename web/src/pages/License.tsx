@@ -1,5 +1,6 @@
 /** The license: edition, status, limits and usage; install or remove a signed license. */
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
+import { useUnsavedDraft } from "../components/Unsaved";
 import { useState, type FormEvent } from "react";
 import { unwrap } from "../api/client";
 import { can } from "../auth/permissions";
@@ -12,6 +13,7 @@ export function LicensePage() {
   const { api, me } = useSession();
   const client = useQueryClient();
   const [document, setDocument] = useState("");
+  useUnsavedDraft(document);
   const license = useQuery({ queryKey: ["license"], queryFn: () => unwrap(api.GET("/api/v1/license")) });
   const install = useMutation({
     mutationFn: () => unwrap(api.PUT("/api/v1/license", { body: { document: document.trim() } })),

@@ -1,6 +1,7 @@
 /** Users, groups and their members, roles, grants and OIDC group bindings. */
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { useState, type FormEvent } from "react";
+import { useUnsavedDraft } from "../components/Unsaved";
 import { NavLink, Navigate, Route, Routes, useParams } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
 import { pageSize, useCursorList } from "../api/lists";
@@ -30,6 +31,7 @@ function AddUser() {
   const { api } = useSession();
   const client = useQueryClient();
   const [draft, setDraft] = useState({ subject: "", display_name: "" });
+  useUnsavedDraft(draft);
   const add = useMutation({
     mutationFn: () =>
       unwrap(
@@ -132,6 +134,7 @@ function Groups() {
   const { api, me } = useSession();
   const client = useQueryClient();
   const [draft, setDraft] = useState({ key: "", name: "" });
+  useUnsavedDraft(draft);
   const groups = useQuery({
     queryKey: ["groups", "list"],
     queryFn: () => unwrap(api.GET("/api/v1/groups", { params: { query: { limit: 500 } } })),
@@ -178,6 +181,7 @@ function GroupDetail() {
   const { api, me } = useSession();
   const client = useQueryClient();
   const [userId, setUserId] = useState("");
+  useUnsavedDraft(userId);
   const path = { group_id: groupId };
   const group = useQuery({
     queryKey: ["groups", groupId],
@@ -281,6 +285,7 @@ function Grants() {
   const { api, me } = useSession();
   const client = useQueryClient();
   const [draft, setDraft] = useState({ subject: "", role: "" });
+  useUnsavedDraft(draft);
   const grants = useQuery({
     queryKey: ["grants", "list"],
     queryFn: () => unwrap(api.GET("/api/v1/grants", { params: { query: { limit: 500 } } })),
@@ -379,6 +384,7 @@ function Bindings() {
   const { api, me } = useSession();
   const client = useQueryClient();
   const [draft, setDraft] = useState({ claim: "", group: "" });
+  useUnsavedDraft(draft);
   const bindings = useQuery({
     queryKey: ["bindings", "list"],
     queryFn: () => unwrap(api.GET("/api/v1/oidc-group-bindings", { params: { query: { limit: 500 } } })),

@@ -1,5 +1,6 @@
 /** One pool: its health and counts, desktops (live), entitlements, settings, drain and delete. */
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
+import { useUnsavedDraft } from "../components/Unsaved";
 import { useState, type FormEvent } from "react";
 import { Link, useNavigate, useParams } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
@@ -63,6 +64,7 @@ function Entitlements({ pool }: { pool: Pool }) {
   const { api, me } = useSession();
   const client = useQueryClient();
   const [subject, setSubject] = useState("");
+  useUnsavedDraft(subject);
   const key = ["pool", pool.id, "entitlements"];
   const entitlements = useQuery({
     queryKey: key,
