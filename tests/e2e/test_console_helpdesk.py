@@ -84,8 +84,11 @@ async def test_the_help_desk_finds_a_user_explains_a_pool_messages_and_logs_him_
 
             # Logged off from the help desk: his view ends and says so.
             desktop = (await pool_desktops(instance, pool["id"]))[0]
-            admin.once("dialog", lambda dialog: dialog.accept())
             await admin.get_by_role("button", name=f"Log {USER[1]} off {desktop['name']}").click()
+            # The confirmation names him (issue 37's guard-rails); no message this time.
+            confirm = admin.get_by_role("dialog")
+            await expect(confirm).to_contain_text(f"Log {USER[1]} off {desktop['name']}?")
+            await confirm.get_by_role("button", name=f"Log off {desktop['name']}").click()
             # The gateway closes his tunnel (SESSION_CLOSED), and his view says so in words.
             await expect(user.locator('[data-state="connected"]')).to_have_count(0, timeout=TIMEOUT)
             state = user.get_by_role("toolbar", name="Desktop").get_by_role("status")

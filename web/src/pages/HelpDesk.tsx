@@ -5,6 +5,8 @@
  */
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { useUnsavedDraft } from "../components/Unsaved";
+import { useConfirm } from "../components/Confirm";
+import { useSessionActions } from "../components/SessionActions";
 import { useState, type FormEvent } from "react";
 import { Link, useNavigate, useParams } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
@@ -132,10 +134,11 @@ export function HelpDeskUserPage() {
   });
   const refresh = () => void client.invalidateQueries({ queryKey: ["helpdesk-user", userId] });
   const logOff = useMutation({
-    mutationFn: (desktopId: string) =>
+    mutationFn: ({ desktopId, message }: { desktopId: string; message: string }) =>
       unwrap(
         api.POST("/api/v1/helpdesk/users/{user_id}/desktops/{desktop_id}/logoff", {
           params: { path: { user_id: userId, desktop_id: desktopId } },
+          body: { message: message || null },
         }),
       ),
     onSettled: refresh,
@@ -143,20 +146,18 @@ export function HelpDeskUserPage() {
   // Restart (a reboot: his session is kept and comes back) and power off (his desktop stops;
   // he is logged off as when he logs off himself), as the desktops page runs them.
   const desktopAction = useMutation({
-    mutationFn: ({ desktopId, action }: { desktopId: string; action: "restart" | "power_off" }) =>
+    mutationFn: ({ desktopId, action, message }: { desktopId: string; action: "restart" | "power_off"; message: string }) =>
       unwrap(
         api.POST("/api/v1/desktops/{desktop_id}/actions", {
           params: { path: { desktop_id: desktopId } },
-          body: { action },
+          body: { action, message: message || null },
         }),
       ),
     onSettled: refresh,
   });
-  const disconnect = useMutation({
-    mutationFn: (sessionId: string) =>
-      unwrap(api.POST("/api/v1/sessions/{session_id}/disconnect", { params: { path: { session_id: sessionId } } })),
-    onSettled: refresh,
-  });
+  // Every action that disrupts him asks first, naming him, with an optional message to him.
+  const [dialog, ask] = useConfirm();
+  const sessionActions = useSessionActions();
   const manage = can(me, "sessions:manage");
   const manageDesktops = can(me, "desktops:manage");
   if (page.error) return <ProblemAlert error={page.error} />;
@@ -175,7 +176,9 @@ export function HelpDeskUserPage() {
         · last sign-in {when(user.last_seen_at)}
         {data.groups.length ? <> · groups: {data.groups.map((g) => `${g.key} (${g.via === "claim" ? "by claim" : "member"})`).join(", ")}</> : null}
       </p>
-      <ProblemAlert error={logOff.error ?? disconnect.error ?? desktopAction.error} />
+      <ProblemAlert error={logOff.error ?? sessionActions.error ?? desktopAction.error} />
+      {dialog}
+      {sessionActions.dialog}
 
       <h2>Pools</h2>
       <table data-testid="helpdesk-pools">
@@ -241,10 +244,14 @@ export function HelpDeskUserPage() {
                       type="button"
                       className="secondary outline small"
                       disabled={logOff.isPending}
-                      onClick={() => {
-                        if (window.confirm(`Log ${name} off ${desktop.name}? Unsaved work in his session is lost.`))
-                          logOff.mutate(desktop.id);
-                      }}
+                      onClick={() =>
+                        void ask({
+                          title: `Log ${name} off ${desktop.name}?`,
+                          body: <p>His programs are closed and any unsaved work in them is lost.</p>,
+                          confirm: `Log off ${desktop.name}`,
+                          messageTo: name,
+                        }).then((answer) => answer && logOff.mutate({ desktopId: desktop.id, message: answer.message }))
+                      }
                     >
                       Log {name} off {desktop.name}
                     </button>
@@ -258,8 +265,20 @@ export function HelpDeskUserPage() {
                           disabled={desktopAction.isPending}
                           onClick={() => {
                             const what = action === "restart" ? "Restart" : "Power off";
-                            if (window.confirm(`${what} ${desktop.name}, the desktop ${name} is using?`))
-                              desktopAction.mutate({ desktopId: desktop.id, action });
+                            void ask({
+                              title: `${what} ${desktop.name}, the desktop ${name} is using?`,
+                              body: (
+                                <p>
+                                  {name} loses the desktop's window{action === "restart" ? " until it is back" : ""} and any
+                                  unsaved work on it.
+                                </p>
+                              ),
+                              confirm: `${what} ${desktop.name}`,
+                              messageTo: name,
+                            }).then(
+                              (answer) =>
+                                answer && desktopAction.mutate({ desktopId: desktop.id, action, message: answer.message }),
+                            );
                           }}
                         >
                           {action === "restart" ? "Restart" : "Power off"} {desktop.name}
@@ -314,7 +333,7 @@ export function HelpDeskUserPage() {
                         type="button"
                         className="secondary outline small"
                         disabled={Boolean(session.disconnect_requested_at)}
-                        onClick={() => disconnect.mutate(session.id)}
+                        onClick={() => void sessionActions.askDisconnect([session])}
                       >
                         Disconnect {session.desktop_name}
                       </button>{" "}

@@ -162,19 +162,24 @@ function Entitlements({ pool }: { pool: Pool }) {
   );
 }
 
-/** The question before deleting a pool: refused up front while it still has desktops. */
-export function deleteQuestion(pool: Pick<Pool, "name" | "state" | "counts">): Question {
+/**
+ * The question before deleting a pool: refused up front while it still has desktops (as the API
+ * would refuse it), offering to set it to draining (`drain`) when it is not yet.
+ */
+export function deleteQuestion(pool: Pick<Pool, "name" | "state" | "counts">, drain?: () => void): Question {
   const left = pool.counts.total;
+  const desktops = `${left} desktop${left === 1 ? "" : "s"}`;
   const refusal = !left
     ? undefined
     : pool.state === "draining"
-      ? `The pool is draining: ${left} desktop${left === 1 ? " is" : "s are"} still to be deleted (each once its user is done). Delete the pool when none is left.`
-      : `The pool still has ${left} desktop${left === 1 ? "" : "s"}. Drain it first (Drain: its desktops are deleted as they become free); once none is left, delete the pool.`;
+      ? `The pool is draining: ${desktops} ${left === 1 ? "is" : "are"} still to be deleted (each once its user is done). Delete the pool when none is left.`
+      : `Set it to draining first: the pool still has ${desktops}, and a pool is deleted only once it has none. Draining deletes its desktops as their users are done; then delete the pool.`;
   return {
     title: `Delete the pool ${pool.name}?`,
     body: <p>The pool, its entitlements and its settings are deleted. Its history stays in the audit log.</p>,
     confirm: `Delete ${pool.name}`,
     refusal,
+    offer: left && pool.state !== "draining" && drain ? { label: "Set it to draining", run: drain } : undefined,
   };
 }
 
@@ -262,7 +267,7 @@ export function PoolDetailPage() {
           <button
             type="button"
             className="contrast outline"
-            onClick={() => void ask(deleteQuestion(data)).then((yes) => yes && remove.mutate())}
+            onClick={() => void ask(deleteQuestion(data, () => change.mutate("draining"))).then((yes) => yes && remove.mutate())}
           >
             Delete
           </button>

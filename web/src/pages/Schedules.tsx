@@ -7,6 +7,7 @@ import { Link, useNavigate, useParams } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
 import { allPages } from "../api/lists";
 import { can } from "../auth/permissions";
+import { useConfirm } from "../components/Confirm";
 import { DataTable, type Column } from "../components/DataTable";
 import { ProblemAlert } from "../components/Problem";
 import { ScheduleEditor } from "../components/ScheduleEditor";
@@ -97,6 +98,13 @@ export function ScheduleDetailPage() {
     queryKey: ["schedules", scheduleId],
     queryFn: () => unwrap(api.GET("/api/v1/schedules/{schedule_id}", { params: { path: { schedule_id: scheduleId } } })),
   });
+  // The pools using it: the API refuses to delete it while any does, so the dialog says so first.
+  const pools = useQuery({
+    queryKey: ["pools", "all"],
+    enabled: can(me, "pools:read"),
+    queryFn: () => allPages((cursor, limit) => unwrap(api.GET("/api/v1/pools", { params: { query: { limit, cursor } } }))),
+  });
+  const [dialog, ask] = useConfirm();
   const remove = useMutation({
     mutationFn: () => unwrap(api.DELETE("/api/v1/schedules/{schedule_id}", { params: { path: { schedule_id: scheduleId } } })),
     onSuccess: () => {
@@ -108,6 +116,21 @@ export function ScheduleDetailPage() {
   if (!schedule.data) return <p aria-busy="true">Loading…</p>;
   const data = schedule.data;
   const manage = can(me, "schedules:manage");
+  const using = (pools.data ?? []).filter((pool) => pool.schedule_id === data.id);
+  const askDelete = async () => {
+    const answer = await ask({
+      title: `Delete the schedule ${data.name}?`,
+      body: <p>The schedule and its phases are deleted. Its history stays in the audit log.</p>,
+      confirm: `Delete ${data.name}`,
+      refusal: using.length ? (
+        <>
+          Pools use it: {using.map((pool) => pool.name).join(", ")}. Detach it from {using.length === 1 ? "that pool" : "those pools"}{" "}
+          (its Edit settings, Capacity schedule: None) first; then delete it.
+        </>
+      ) : undefined,
+    });
+    if (answer) remove.mutate();
+  };
   return (
     <section>
       <div className="page-head">
@@ -116,7 +139,7 @@ export function ScheduleDetailPage() {
           <button
             type="button"
             className="contrast outline"
-            onClick={() => window.confirm(`Delete the schedule ${data.name}?`) && remove.mutate()}
+            onClick={() => void askDelete()}
           >
             Delete
           </button>
@@ -127,6 +150,7 @@ export function ScheduleDetailPage() {
         {manage ? "" : " · read-only: changing it needs schedules:manage"}
       </p>
       <ProblemAlert error={remove.error} />
+      {dialog}
       {/* A new generation (saved here or elsewhere) starts the form again from what is stored. */}
       <ScheduleEditor key={`${data.id}:${data.generation}`} schedule={data} readOnly={!manage} />
     </section>

@@ -71,7 +71,7 @@ export function SessionsPage() {
       header: "Actions",
       cell: (s) =>
         manage && s.state === "open" ? (
-          <>
+          <div className="row-actions" role="group" aria-label={`Actions for ${sessionWho(s)}`}>
             <button
               type="button"
               className="secondary outline small"
@@ -79,18 +79,18 @@ export function SessionsPage() {
               onClick={() => void askDisconnect([s])}
             >
               Disconnect {s.desktop_name}
-            </button>{" "}
+            </button>
             {s.read_only ? null : (
               <>
                 <button type="button" className="secondary outline small" onClick={() => void actions.askLogOff(s)}>
                   Log off {s.desktop_name}
-                </button>{" "}
+                </button>
                 <button type="button" className="secondary outline small" disabled={!s.connected_at} onClick={() => watch(s)}>
                   Watch {s.desktop_name}
                 </button>
               </>
             )}
-          </>
+          </div>
         ) : null,
     },
   );
