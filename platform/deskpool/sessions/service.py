@@ -370,13 +370,16 @@ async def reconnect_desktop(
                 pending = await start_for_user(
                     runtime, connection, pool, uuid.UUID(user), logon, audit, desktop_id=desktop_id
                 )
-            if pending is None:
+            if pending is not None:
+                await publish_desktop(runtime, pending.desktop)
+                return pending
+            # Nothing to wait for: it may have been handed over since it was read.
+            desktop = await store_desktops.get_desktop(runtime.db, desktop_id) or desktop
+            if desktop.state is not DesktopState.IN_USE or desktop.assigned_user != user:
                 raise DesktopNotReady(
                     f"your desktop {desktop.name} is {desktop.state}; try again when it is ready",
                     headers=_RETRY,
                 )
-            await publish_desktop(runtime, pending.desktop)
-            return pending
         # A desktop already the user's counts as allocated once its state is checked.
         await mark_phase(runtime, runtime.db, logon, LogonPhase.ALLOCATED)
         return await connect_desktop(runtime, url, uuid.UUID(user), desktop, pool, logon)
