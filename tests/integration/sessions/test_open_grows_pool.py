@@ -131,7 +131,7 @@ async def test_concurrent_opens_each_get_their_own_desktop_up_to_the_maximum(
 
     answers = await asyncio.gather(*(open_as(caller) for caller in callers))
     statuses = sorted(status for status, _ in answers)
-    assert statuses == [202] * 6 + [503] * 3, answers
+    assert statuses == [202] * 6 + [503] * 3, [body for status, body in answers if status != 202]
     reserved = {
         body["id"]: caller.id
         for (status, body), caller in zip(answers, callers, strict=True)
