@@ -12,6 +12,8 @@ from __future__ import annotations
 from tests.e2e.console_instance import ADMIN, TIMEOUT, Instance, api_call, visit
 from tests.e2e.console_pools import always_night, chromium, entitled_pool, signed_in_page
 
+from deskpool.testing.processes import until
+
 
 async def test_refused_deletions_are_explained_before_confirming(instance: Instance) -> None:
     from playwright.async_api import async_playwright, expect
@@ -37,8 +39,13 @@ async def test_refused_deletions_are_explained_before_confirming(instance: Insta
             await visit(instance, admin, "refusal-pool-delete")
             await dialog.get_by_role("button", name="Set it to draining").click()
             await expect(admin.get_by_role("dialog")).to_have_count(0)
-            fetched = await api_call(instance, "GET", f"/pools/{pool['id']}")
-            assert fetched["state"] == "draining", fetched
+            # The PATCH is under way when the dialog closes: the pool is draining moments later.
+
+            async def draining() -> bool:
+                fetched = await api_call(instance, "GET", f"/pools/{pool['id']}")
+                return bool(fetched["state"] == "draining")
+
+            await until(draining, "the pool is draining", seconds=10, every=0.2)
 
             await admin.goto(f"{instance.console}/schedules/{schedule['id']}")
             await admin.get_by_role("button", name="Delete").click()
