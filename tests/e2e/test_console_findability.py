@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from tests.e2e.console_instance import (
@@ -101,6 +103,7 @@ async def test_people_and_desktops_are_found_and_errors_are_in_words(instance: I
                 person_before_first_sign_in,
                 errors_at_their_fields,
                 filters_and_live_state,
+                webhook_form,
             ):
                 try:
                     await section(instance, browser, ids)
@@ -116,6 +119,42 @@ async def _admin(instance: Instance, browser: Any, width: int = 1280) -> Any:
     page = await (await browser.new_context(viewport={"width": width, "height": 900})).new_page()
     await sign_in(instance, page, ADMIN)
     return page
+
+
+@asynccontextmanager
+async def _admin_page(
+    instance: Instance, browser: Any, name: str, width: int = 1280
+) -> AsyncIterator[Any]:
+    """The administrator's page; its picture kept as failed-``name``.png when the section fails."""
+    admin = await _admin(instance, browser, width)
+    try:
+        yield admin
+    except BaseException:
+        await admin.screenshot(path=str(instance.artifacts / f"failed-{name}.png"))
+        raise
+    finally:
+        await admin.context.close()
+
+
+async def _submit(form: Any, button: str, **values: str) -> None:
+    """Fill ``form``'s fields (by label, ``_`` for a space; a select chosen by value), submit."""
+    for label, value in values.items():
+        field = form.get_by_label(label.replace("_", " "), exact=True)
+        if await field.evaluate("(e) => e.tagName") == "SELECT":
+            await field.select_option(value)
+        else:
+            await field.fill(value)
+    await form.get_by_role("button", name=button).click()
+
+
+async def _name_marked(form: Any) -> None:
+    """The form's Name field marked, its error (the field's description) about the name."""
+    from playwright.async_api import expect
+
+    name = form.get_by_label("Name", exact=True)
+    await expect(name).to_have_attribute("aria-invalid", "true", timeout=TIMEOUT)
+    await expect(name).to_have_accessible_description(re.compile("name", re.I))
+    assert not RAW.search(await form.inner_text()), await form.inner_text()
 
 
 async def desktops_by_user_and_pool(instance: Instance, browser: Any, ids: dict[str, str]) -> None:
@@ -175,8 +214,7 @@ async def person_before_first_sign_in(
     """2. A person added by his subject, entitled, found by his name; his subject again refused."""
     from playwright.async_api import expect
 
-    admin = await _admin(instance, browser)
-    try:
+    async with _admin_page(instance, browser, "person") as admin:
         await admin.goto(f"{instance.console}/people/users")
         await admin.get_by_text("Add a person who has not signed in yet").click()
         form = admin.get_by_role("form", name="Add a person")
@@ -203,31 +241,20 @@ async def person_before_first_sign_in(
         entitled = entitlements.get_by_role("listitem").filter(has_text="Nora Newhire")
         await expect(entitled).to_be_visible(timeout=TIMEOUT)
         await visit(instance, admin, "person-entitled")
-    except BaseException:
-        await admin.screenshot(path=str(instance.artifacts / "failed-person.png"))
-        raise
-    finally:
-        await admin.context.close()
 
 
 async def errors_at_their_fields(instance: Instance, browser: Any, ids: dict[str, str]) -> None:
     """3. A taken name at the name field of the cluster and pool forms; no schema message."""
     from playwright.async_api import expect
 
-    admin = await _admin(instance, browser)
-    try:
+    async with _admin_page(instance, browser, "errors") as admin:
         await admin.goto(f"{instance.console}/clusters")
         await admin.get_by_role("button", name="Connect a cluster").click()
         form = admin.get_by_role("form", name="Connect a cluster")
-        await form.get_by_label("Name", exact=True).fill("findable")
-        await form.get_by_label("Driver").select_option("simulator")
-        await form.get_by_label("Endpoint").fill("simulator://another")
-        await form.get_by_role("button", name="Connect").click()
-        name = form.get_by_label("Name", exact=True)
-        await expect(name).to_have_attribute("aria-invalid", "true", timeout=TIMEOUT)
-        # The error is the field's description, in words.
-        await expect(name).to_have_accessible_description(re.compile("name", re.I))
-        assert not RAW.search(await form.inner_text()), await form.inner_text()
+        await _submit(
+            form, "Connect", Name="findable", Driver="simulator", Endpoint="simulator://another"
+        )
+        await _name_marked(form)
         await visit(instance, admin, "cluster-name-taken")
 
         await admin.goto(f"{instance.console}/pools/new")
@@ -242,25 +269,15 @@ async def errors_at_their_fields(instance: Instance, browser: Any, ids: dict[str
         chosen = template.locator("option", has_text="ubuntu-22.04")
         await template.select_option(await chosen.get_attribute("value"))
         await pool_form.get_by_role("button", name="Create pool").click()
-        name = pool_form.get_by_label("Name", exact=True)
-        await expect(name).to_have_attribute("aria-invalid", "true", timeout=TIMEOUT)
-        await expect(name).to_have_accessible_description(re.compile("name", re.I))
-        text = await pool_form.inner_text()
-        assert not RAW.search(text), text
+        await _name_marked(pool_form)
         await visit(instance, admin, "pool-name-taken")
-    except BaseException:
-        await admin.screenshot(path=str(instance.artifacts / "failed-errors.png"))
-        raise
-    finally:
-        await admin.context.close()
 
 
 async def filters_and_live_state(instance: Instance, browser: Any, ids: dict[str, str]) -> None:
     """4. Single-choice filters sized to their content; "Reconnecting…" while the API answers."""
     from playwright.async_api import expect
 
-    admin = await _admin(instance, browser, width=1440)
-    try:
+    async with _admin_page(instance, browser, "filters", width=1440) as admin:
         for path in ("/sessions", "/desktops", "/audit", "/jobs"):
             await admin.goto(f"{instance.console}{path}")
             await expect(admin.locator(".filters select").first).to_be_visible(timeout=TIMEOUT)
@@ -297,8 +314,42 @@ async def filters_and_live_state(instance: Instance, browser: Any, ids: dict[str
         await visit(instance, admin, "live-reconnecting")
         await admin.unroute("**/api/v1/events**")
         await expect(live).to_have_text("Live", timeout=TIMEOUT)
-    except BaseException:
-        await admin.screenshot(path=str(instance.artifacts / "failed-filters.png"))
-        raise
-    finally:
-        await admin.context.close()
+
+
+async def webhook_form(instance: Instance, browser: Any, ids: dict[str, str]) -> None:
+    """5. Webhooks reached from the navigation; a bad URL and a taken name said at their fields."""
+    from playwright.async_api import expect
+
+    async with _admin_page(instance, browser, "webhooks") as admin:
+        await (
+            admin.get_by_role("navigation", name="Main")
+            .get_by_role("link", name="Webhooks", exact=True)
+            .click()
+        )
+        await admin.get_by_text("Add a webhook").click()
+        form = admin.get_by_role("form", name="New webhook")
+        await _submit(
+            form,
+            "Add the webhook",
+            Name="siem",
+            Receiver_URL="ftp://siem.example/in",
+            Event_types="audit.pool.*, session.*",
+        )
+        url = form.get_by_label("Receiver URL")
+        await expect(url).to_have_attribute("aria-invalid", "true", timeout=TIMEOUT)
+        assert not RAW.search(await form.inner_text()), await form.inner_text()
+        await url.fill("http://127.0.0.1:9/in")
+        await form.get_by_role("button", name="Add the webhook").click()
+        await expect(form.get_by_test_id("webhook-secret")).to_contain_text("whsec_")
+        table = admin.get_by_role("table", name="Webhooks")
+        await expect(table.get_by_role("cell", name="siem", exact=True)).to_be_visible()
+        # The same name again: marked at the name field.
+        await _submit(
+            form,
+            "Add the webhook",
+            Name="siem",
+            Receiver_URL="http://127.0.0.1:9/other",
+            Event_types="*",
+        )
+        await _name_marked(form)
+        await visit(instance, admin, "webhook-name-taken")

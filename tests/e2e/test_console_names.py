@@ -76,6 +76,7 @@ PAGES = {
     "Audit": "/audit",
     "Jobs": "/jobs",
     "Clusters": "/clusters",
+    "Webhooks": "/webhooks",
     "License": "/license",
 }
 

@@ -25,6 +25,7 @@ import { HelpDeskSearchPage, HelpDeskUserPage } from "./pages/HelpDesk";
 import { SessionDetailPage } from "./pages/SessionDetail";
 import { SessionsPage } from "./pages/Sessions";
 import { SetupPage } from "./pages/Setup";
+import { WebhooksPage } from "./pages/Webhooks";
 import { useSession } from "./session";
 
 /** Where "/" leads: the setup wizard on an empty instance, else the dashboard or My desktops. */
@@ -84,6 +85,7 @@ export function App() {
           <Route path="/audit" element={<AuditPage />} />
           <Route path="/jobs" element={<JobsPage />} />
           <Route path="/license" element={<LicensePage />} />
+          <Route path="/webhooks" element={<WebhooksPage />} />
           <Route path="*" element={<NotFound />} />
         </Route>
       </Routes>

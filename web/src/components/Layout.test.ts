@@ -33,7 +33,7 @@ describe("navigation", () => {
   });
 
   it("shows an administrator everything", () => {
-    expect(visibleItems({ ...user, is_platform_admin: true }).length).toBe(14);
+    expect(visibleItems({ ...user, is_platform_admin: true }).length).toBe(15);
   });
 
   it("shows Recordings to holders of recordings:read only", () => {
@@ -55,7 +55,7 @@ describe("navigation", () => {
       ["Desktops", ["Dashboard", "My desktops", "Pools", "Desktops", "Sessions", "Schedules"]],
       ["People", ["People", "Help desk"]],
       ["Monitoring", ["Reports", "Recordings", "Audit", "Jobs"]],
-      ["Settings", ["Clusters", "License"]],
+      ["Settings", ["Clusters", "Webhooks", "License"]],
     ]);
     expect(groupedItems(user).map(([group]) => group)).toEqual(["Desktops"]);
   });

@@ -36,6 +36,7 @@ const ITEMS: Item[] = [
   { to: "/audit", label: "Audit", group: "Monitoring", permission: "audit:read" },
   { to: "/jobs", label: "Jobs", group: "Monitoring", permission: "jobs:read" },
   { to: "/clusters", label: "Clusters", group: "Settings", permission: "clusters:read" },
+  { to: "/webhooks", label: "Webhooks", group: "Settings", permission: "webhooks:read" },
   { to: "/license", label: "License", group: "Settings", permission: "license:read" },
 ];
 
