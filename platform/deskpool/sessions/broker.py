@@ -234,7 +234,7 @@ class PlatformSessionBroker:
         if not holding.keeps_session(issued.pool_id, read_only=issued.shadow_of is not None):
             await record_audit_event(connection, _refusal(issued, "access_revoked"))
             return "access_revoked"
-        await store.renew_lease(connection, gateway_id, self.lease)
+        await store.ensure_lease(connection, gateway_id, self.lease)
         if issued.shadow_of is not None:
             return await self._join(connection, key, issued, target, gateway_id)
         desktop = await store_desktops.get_desktop(connection, issued.desktop_id, for_update=True)

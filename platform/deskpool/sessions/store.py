@@ -39,6 +39,29 @@ async def renew_lease(connection: Db, gateway_id: str, seconds: float) -> None:
     )
 
 
+async def ensure_lease(connection: Db, gateway_id: str, seconds: float) -> None:
+    """:func:`renew_lease`, unless more than half of ``seconds`` is left on the lease.
+
+    What a redemption needs (its session must not belong to a gateway already lost) without
+    locking the gateway's one lease row in every redemption: a burst of redemptions at one
+    gateway would wait for each other's commits (issue 39's storm; the heartbeat renews it).
+    """
+    await connection.execute(
+        """
+        WITH fresh AS (
+            SELECT 1 FROM gateway_leases
+             WHERE gateway_id = $1 AND lease_expires_at > now() + make_interval(secs => $2 / 2)
+        )
+        INSERT INTO gateway_leases (gateway_id, lease_expires_at)
+        SELECT $1, now() + make_interval(secs => $2) WHERE NOT EXISTS (SELECT 1 FROM fresh)
+        ON CONFLICT (gateway_id) DO UPDATE
+           SET heartbeat_at = now(), lease_expires_at = now() + make_interval(secs => $2)
+        """,
+        gateway_id,
+        float(seconds),
+    )
+
+
 async def drop_lease(connection: Db, gateway_id: str) -> None:
     """Forget ``gateway_id`` (it stopped, or its sessions were ended as lost)."""
     await connection.execute("DELETE FROM gateway_leases WHERE gateway_id = $1", gateway_id)
