@@ -6,8 +6,10 @@
 journal is not empty: Redis is then the truth, and the database would hand out a desktop
 Redis already gave), they serve from the snapshot instead (:func:`open_from_snapshot`):
 
-- the pool must be in the snapshot and the caller entitled to it (as the database would
-  judge, with his groups as of the snapshot) or hold ``pools:manage``; otherwise 404, as ever;
+- the pool must be in the snapshot (otherwise 503 with ``Retry-After``: it may be newer than
+  the snapshot, and only the database could tell it from no pool) and the caller entitled to
+  it (as the database would judge, with his groups as of the snapshot) or hold
+  ``pools:manage``; otherwise 404, as ever;
 - a pool that records its sessions is not brokered (recording needs the database): 503;
 - the desktop is claimed in Redis (:func:`deskpool.outage_brokering.claims.claim`): the one
   the caller holds in the pool, or a ready one nobody holds; none: 503
@@ -52,7 +54,7 @@ _DATABASE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, Time
 
 
 class PoolNotBrokered(ServiceUnavailable):
-    """The database is away and this pool's sessions need it (they are recorded)."""
+    """The database is away and this pool cannot be brokered without it (recorded, or unknown)."""
 
     code = "dependency_unavailable"
     title = "A dependency is unavailable"
@@ -137,8 +139,8 @@ async def open_from_snapshot(
 ) -> DesktopConnection:
     """Hand the caller a desktop of ``pool_id`` (or his ``desktop_id``) from the snapshot.
 
-    :raises NotFound: no such pool (or desktop of his), or one the caller may not open.
-    :raises PoolNotBrokered: the pool records its sessions.
+    :raises NotFound: no desktop of his, or a pool the caller may not open.
+    :raises PoolNotBrokered: the pool records its sessions, or the snapshot does not hold it.
     :raises NoDesktopAvailable: no ready desktop is left in the snapshot.
     :raises LicenseLimitReached: one more session would go beyond the license.
     :raises SnapshotStale: access was taken away since the snapshot was refreshed.
@@ -155,6 +157,13 @@ async def open_from_snapshot(
     assert pool_id is not None
     raw_pool = await kv.hget(keys.pools, str(pool_id))
     pool = None if raw_pool is None else SnapshotPool.from_json(raw_pool)
+    if pool is None and desktop_id is None:
+        # Newer than the snapshot, or no pool at all: only the database could say which.
+        raise PoolNotBrokered(
+            "The database is unavailable, and the outage snapshot does not hold this pool; "
+            "retry it.",
+            headers=_RETRY,
+        )
     if pool is None or not pool.may_open(principal):
         if desktop_id is not None:
             raise sessions.AccessRevoked("You may no longer open the desktops of this pool.")

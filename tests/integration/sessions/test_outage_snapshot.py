@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import asyncpg
 import pytest
 from tests.support.sessions import CONSOLE_HOST, Estate, open_desktop
 
@@ -19,6 +20,7 @@ from deskpool.outage_brokering import service as brokering
 from deskpool.outage_brokering.model import SnapshotDesktop
 from deskpool.outage_brokering.snapshot import keys_of, open_target, refresh_snapshot
 from deskpool.runtime import Runtime
+from deskpool.sessions import opening
 
 MakeEstate = Callable[..., Awaitable[Estate]]
 
@@ -55,3 +57,29 @@ async def test_a_desktop_handed_out_through_the_database_leaves_the_snapshot_at_
     ready_after = {member.decode() for member in await kv.smembers(keys.ready(place.pool.id))}
     assert opened["id"] not in ready_after
     assert (await kv.hget(keys.holders, opened["id"])).decode() == place.user.id
+
+
+async def test_a_pool_the_snapshot_does_not_know_is_a_503_while_the_database_is_away(
+    client: Any, estate: MakeEstate, pools_runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a 404: the pool may be newer than the snapshot; the database alone could say."""
+    place = await estate(ready=1)
+
+    async def database_away(*args: Any) -> None:
+        raise asyncpg.exceptions.QueryCanceledError("canceling statement due to statement timeout")
+
+    monkeypatch.setattr(opening, "open_pool_desktop", database_away)
+    response = await client.post(
+        f"/api/v1/me/pools/{place.pool.id}/desktop", headers=place.user.headers
+    )
+    body = await response.json()
+    assert response.status == 503, body
+    assert response.headers["Retry-After"] == "2"
+    assert "snapshot" in body["detail"]
+
+    # Once the snapshot holds the pool, the entitled user is served from it.
+    assert await refresh_snapshot(pools_runtime)
+    response = await client.post(
+        f"/api/v1/me/pools/{place.pool.id}/desktop", headers=place.user.headers
+    )
+    assert response.status == 200, await response.json()
