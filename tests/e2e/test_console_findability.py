@@ -297,6 +297,11 @@ async def filters_and_live_state(instance: Instance, browser: Any, ids: dict[str
         )
         assert gaps
         assert min(gap for _, gap in gaps) >= 8, gaps
+        # ... and on one row at 1440 px (the finding: two header rows at that width).
+        rows = await admin.eval_on_selector_all(
+            ".main-nav a", "(all) => [...new Set(all.map((a) => a.getBoundingClientRect().top))]"
+        )
+        assert len(rows) == 1, rows
         await expect(admin.get_by_role("status").filter(has_text="Live")).to_be_visible(
             timeout=TIMEOUT
         )
