@@ -41,6 +41,12 @@ import aiohttp
 #: A listen address on loopback whose port the system picks when the listener binds.
 ANY_PORT = "127.0.0.1:0"
 
+#: How long a process may take to start (and to say it is ready), in seconds: generous, since a
+#: fresh interpreter importing deskpool shares the CPU with a parallel run's other workers (a
+#: test starting five processes at once on a loaded two-core machine saw 30 s pass). It bounds
+#: a hang; it proves nothing about how fast a process starts.
+START_WITHIN = 120.0
+
 
 def read_addresses(path: Path) -> dict[str, str] | None:
     """The addresses in the ``LISTEN_ADDRESSES_FILE`` at ``path``; ``None`` until written whole."""
@@ -75,7 +81,7 @@ async def until_ready(
     url: str,
     what: str = "the process is ready",
     *,
-    seconds: float = 30,
+    seconds: float = START_WITHIN,
     exited: Callable[[], bool] = lambda: False,
 ) -> dict[str, Any]:
     """Poll the readiness endpoint ``url`` until it answers 200, and return its body.
@@ -142,7 +148,7 @@ class DeskpoolProcess:
         """Everything the process wrote so far."""
         return "\n".join(self.lines)
 
-    async def start(self, within: float = 30) -> DeskpoolProcess:
+    async def start(self, within: float = START_WITHIN) -> DeskpoolProcess:
         """Start the process; return once every component started and its addresses are known.
 
         :raises AssertionError: with the output, when the process exits before that.

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from deskpool.testing.processes import until
+from deskpool.testing.processes import START_WITHIN, until
 
 __all__ = ["VncServer", "XDisplay", "require_x11", "vnc_server", "x_display"]
 
@@ -44,6 +44,12 @@ PACKAGES = {
     "xwininfo": "x11-utils",
     "xclip": "xclip",
 }
+#: The first port x11vnc tries (it takes the first free one from there). Not 5900, x11vnc's
+#: own default: libvirt gives its VMs' VNC displays the first free port from 5900 and qemu
+#: binds it a moment later, so an x11vnc of a test running beside a libvirt test took the
+#: port a VM had been given ("-vnc 127.0.0.1:3: Failed to find an available port").
+VNC_PORTS_FROM = 15900
+
 #: The root window's colour on every display started here.
 ROOT_COLOUR = (0x33, 0x66, 0xCC)
 
@@ -200,9 +206,10 @@ async def vnc_server(
     guacamole-common-js does every 5 s: the bridge, as guacd, drops a user silent for 15 s.
     """
     auth = ["-passwdfile", f"rm:{_password_file(password)}"] if password else ["-nopw"]
-    # Without -rfbport, x11vnc binds the first free port from 5900 itself and prints PORT=N.
+    # x11vnc binds the first free port from VNC_PORTS_FROM itself and prints PORT=N.
     process = await asyncio.create_subprocess_exec(
-        "x11vnc", "-display", display.name, "-localhost", "-forever",
+        "x11vnc", "-display", display.name, "-localhost", "-autoport", str(VNC_PORTS_FROM),
+        "-forever",
         "-shared", "-nocursor", "-noxdamage", "-noshm", "-quiet", "-rfbversion", rfb_version,
         *auth,
         stdout=subprocess.PIPE,
@@ -215,7 +222,7 @@ async def vnc_server(
     try:
         assert process.stdout is not None
         port = 0
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(START_WITHIN):
             while not port:
                 line = (await process.stdout.readline()).decode()
                 assert line, "x11vnc exited before it said which port it bound"
@@ -232,7 +239,9 @@ async def vnc_server(
             writer.close()
             return True
 
-        await until(listening, f"x11vnc listens on 127.0.0.1:{port}", seconds=30, every=0.1)
+        await until(
+            listening, f"x11vnc listens on 127.0.0.1:{port}", seconds=START_WITHIN, every=0.1
+        )
         yield VncServer(port, process)
     finally:
         # x11vnc can take 10 s to honour SIGTERM after a refused password; it holds nothing
