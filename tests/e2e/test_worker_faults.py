@@ -118,12 +118,19 @@ async def test_sigkilled_workers_lose_no_job_and_every_duplicate_is_a_reclaimed_
         pids = [pid_of(row["worker"]) for row in rows]
         return next((pid for pid in pids if pid in workers and pid not in killed), None)
 
+    async def replace() -> None:
+        replacement = await spawn_worker()
+        workers[replacement.pid] = replacement
+
+    # A replacement starts while the next victim is sought: waiting for it first (a start takes
+    # 30 s and more on a loaded machine) let the other workers finish every job in between.
+    replacements = []
     for _ in range(3):
         victim = await until(busy_worker, "a worker is mid-job")
         workers[victim].signal(signal.SIGKILL)
         killed.add(victim)
-        replacement = await spawn_worker()
-        workers[replacement.pid] = replacement
+        replacements.append(asyncio.create_task(replace()))
+    await asyncio.gather(*replacements)
 
     async def all_succeeded() -> bool:
         return bool(
@@ -165,6 +172,11 @@ async def test_sigkilled_workers_lose_no_job_and_every_duplicate_is_a_reclaimed_
 async def test_a_stalled_workers_late_completion_is_rejected(
     db: asyncpg.Connection, spawn_worker: Callable[..., Any]
 ) -> None:
+    # The rescuer is started first and held (SIGSTOP) until the stalled worker has the job: a
+    # start takes longer than the stall on a loaded machine, and the stalled worker, its stall
+    # over, then took its own expired lease back before any rescuer was there.
+    rescuer = await spawn_worker()
+    rescuer.signal(signal.SIGSTOP)
     stalled = await spawn_worker()
     job = await queue.enqueue(
         # Stalled long enough for the rescuer to start and reclaim first, even when loaded.
@@ -176,7 +188,7 @@ async def test_a_stalled_workers_late_completion_is_rejected(
         lambda: db.fetchval("SELECT count(*) = 1 FROM job_executions WHERE job_id = $1", job.id),
         "the first attempt started",
     )
-    rescuer = await spawn_worker()
+    rescuer.signal(signal.SIGCONT)
     rejected = stalled.watch(f"stale completion of job {job.id} rejected")
     await until(
         lambda: db.fetchval("SELECT state = 'succeeded' FROM jobs WHERE id = $1", job.id),
