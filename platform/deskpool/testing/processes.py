@@ -214,8 +214,12 @@ class DeskpoolProcess:
         """SIGKILL the process if it still runs."""
         self.signal(signal.SIGKILL)
 
-    async def wait(self, within: float = 30) -> int:
-        """Wait for the process to exit and its output to be read; return its exit status."""
+    async def wait(self, within: float = START_WITHIN) -> int:
+        """Wait for the process to exit and its output to be read; return its exit status.
+
+        ``within`` bounds a hang (generous: an exit on a loaded machine took over 30 s); a test
+        proving a prompt exit passes its own.
+        """
         assert self.process is not None
         returncode = await asyncio.wait_for(self.process.wait(), within)
         if self._reader is not None:
