@@ -49,8 +49,9 @@ ACTIONS = ("power_on", "power_off", "restart", "rebuild", "delete")
 
 #: States in which the VM exists and no job is working on it: power actions are allowed.
 POWER_ACTION_STATES = frozenset({S.READY, S.IN_USE, S.FAILED})
-#: Further states each power action is allowed in: a powered-off desktop is powered on.
-_MORE_POWER_STATES = {"power_on": frozenset({S.POWERED_OFF})}
+#: The states each power action is allowed in, where they are not POWER_ACTION_STATES: a
+#: running desktop (ready, in use) is not powered on, a powered-off or failed one is.
+_POWER_STATES = {"power_on": frozenset({S.POWERED_OFF, S.FAILED})}
 
 _POWER_ACTIONS = frozenset({"power_on", "power_off", "restart"})
 
@@ -94,7 +95,7 @@ def refuse_action(desktop: Desktop, action: str) -> None:
     :raises IllegalTransition: the state machine refuses the action's event.
     """
     if action in _POWER_ACTIONS:
-        states = POWER_ACTION_STATES | _MORE_POWER_STATES.get(action, frozenset())
+        states = _POWER_STATES.get(action, POWER_ACTION_STATES)
         if desktop.state not in states or desktop.vm_id is None:
             allowed = ", ".join(sorted(states))
             raise DesktopActionNotAllowed(

@@ -90,8 +90,17 @@ async def test_actions_enqueue_jobs(
     manager = await new_caller("desktops:manage")
     pool = await api_pool()
     (desktop_id,) = await desktops_in(pools_runtime, pool, 1)
+    (off_id,) = await desktops_in(pools_runtime, pool, 1, DesktopState.POWERED_OFF)
     url = f"{DESKTOPS}/{desktop_id}/actions"
-    for action in ("power_on", "power_off", "restart", "rebuild", "delete"):
+    running = await client.post(url, json={"action": "power_on"}, headers=manager.headers)
+    assert running.status == 409, await running.text()
+    assert (await running.json())["code"] == "desktop_action_not_allowed"
+    powered_off = await client.post(
+        f"{DESKTOPS}/{off_id}/actions", json={"action": "power_on"}, headers=manager.headers
+    )
+    assert powered_off.status == 202, await powered_off.text()
+    assert (await powered_off.json())["kind"] == "desktop.power_on"
+    for action in ("power_off", "restart", "rebuild", "delete"):
         response = await client.post(url, json={"action": action}, headers=manager.headers)
         assert response.status == 202, await response.text()
         job = await response.json()
@@ -109,7 +118,7 @@ async def test_actions_enqueue_jobs(
         rows = await connection.fetch(
             "SELECT action FROM audit_events WHERE resource_id = $1 ORDER BY id", desktop_id
         )
-    assert [row["action"] for row in rows] == ["desktop.action"] * 5
+    assert [row["action"] for row in rows] == ["desktop.action"] * 4
 
 
 async def test_illegal_actions_are_409(

@@ -22,14 +22,16 @@ from deskpool.pools.model import DesktopState
 S = DesktopState
 
 POWER = ["power_on", "power_off", "restart"]
+#: A running desktop (ready, in use) is not offered a power-on (issue 37: "state is true").
+RUNNING = ["power_off", "restart"]
 
 EXPECTED = {
     S.PROVISIONING: ["delete"],
     S.STARTING: ["delete"],
     S.WAITING_FOR_AGENT: ["delete"],
     S.WAITING_FOR_WINDOWS: ["delete"],
-    S.READY: [*POWER, "rebuild", "delete"],
-    S.IN_USE: [*POWER, "delete"],
+    S.READY: [*RUNNING, "rebuild", "delete"],
+    S.IN_USE: [*RUNNING, "delete"],
     S.POWERED_OFF: ["power_on", "rebuild", "delete"],
     S.REFRESHING: ["delete"],
     S.DELETING: [],

@@ -5,8 +5,9 @@ A desktop is one VM of a pool and what deskpool knows about it: its state (see
 Desktops are created and deleted by reconciliation; administrators act on one through
 ``POST /api/v1/desktops/{desktop_id}/actions``:
 
-- ``power_on``, ``power_off``, ``restart``: the VM must exist and no job be working on it
-  (states ``ready``, ``in_use`` or ``failed``), else 409 ``desktop_action_not_allowed``;
+- ``power_off``, ``restart``: the VM must exist and no job be working on it (states ``ready``,
+  ``in_use`` or ``failed``), else 409 ``desktop_action_not_allowed``; ``power_on`` likewise, in
+  states ``powered_off`` or ``failed`` (a running desktop is not powered on);
 - ``rebuild``: a ready desktop is rebuilt from the pool's template (the state machine's
   ``refresh``), a failed one provisioned again (``retry``);
 - ``delete``: the VM is destroyed, then the record (reconciliation replaces it if the pool
@@ -233,7 +234,8 @@ async def get_desktop(call: Call) -> dict[str, Any]:
     summary="Run an action on a desktop",
     description=(
         "`power_on`, `power_off`, `restart` (the VM must exist and no job work on it: "
-        "states `ready`, `in_use`, `failed`, and `powered_off` for `power_on`; else 409 "
+        "states `ready`, `in_use`, `failed`; `power_on` in `powered_off` or `failed`, a "
+        "running desktop is not powered on; else 409 "
         "`desktop_action_not_allowed`; once a power-off is done, a user logged on to the "
         "desktop is logged off as when he logs off, and a ready desktop is `powered_off`), "
         "`rebuild` (a ready desktop is rebuilt from the pool's template, a failed one "
