@@ -192,7 +192,7 @@ async def desktops_by_user_and_pool(instance: Instance, browser: Any, ids: dict[
             2, timeout=TIMEOUT
         )
         await admin.get_by_role("button", name="Select all").click()
-        await admin.get_by_role("button", name=re.compile(r"^Power off 4 selected$", re.I)).click()
+        await admin.get_by_role("button", name="Power off 4 selected", exact=True).click()
         dialog = admin.get_by_role("dialog")
         await expect(dialog).to_contain_text(f"{USER[1]} on fp-", timeout=TIMEOUT)
         await visit(instance, admin, "desktops-bulk-confirmation")

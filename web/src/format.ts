@@ -10,6 +10,12 @@ export function words(value: string | null | undefined): string {
   return value ? value.replace(/_/g, " ") : "—";
 }
 
+/** `words`, its first letter capitalised: a label's sentence case ("power_off" → "Power off"). */
+export function sentence(value: string | null | undefined): string {
+  const text = words(value);
+  return text.charAt(0).toUpperCase() + text.slice(1);
+}
+
 export function bytes(value: number | null | undefined): string {
   if (value === null || value === undefined) return "—";
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { Schemas } from "../api/client";
 import { fitsPool } from "../pages/Rollouts";
-import { questionFor } from "./DesktopTable";
+import { bulkLabel, questionFor } from "./DesktopTable";
 import { actorWords } from "./Names";
 
 const desktop = (over: Partial<Schemas["Desktop"]>): Schemas["Desktop"] =>
@@ -32,6 +32,13 @@ describe("guard-rails", () => {
     expect(questionFor("restart", [desktop({}), desktop({ id: "d2", in_session: true })])?.title).toBe(
       "restart 2 desktops?",
     );
+  });
+});
+
+describe("bulk actions", () => {
+  it("label their buttons in sentence case with the count", () => {
+    expect(bulkLabel("power_off", 4)).toBe("Power off 4 selected");
+    expect(bulkLabel("delete", 1)).toBe("Delete 1 selected");
   });
 });
 

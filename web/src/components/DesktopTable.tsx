@@ -8,7 +8,7 @@ import { useMutation, useQueryClient } from "@tanstack/react-query";
 import { unwrap, type Schemas } from "../api/client";
 import { pageSize, useCursorList } from "../api/lists";
 import { can } from "../auth/permissions";
-import { when, words } from "../format";
+import { sentence, when, words } from "../format";
 import { useSession } from "../session";
 import { Badge } from "./Badge";
 import { useConfirm, useSelection, type Question } from "./Confirm";
@@ -34,6 +34,11 @@ const HARMLESS: Action[] = ["power_on", "power_off", "restart"];
 function userOf(desktop: Desktop): string | null {
   if (!desktop.assigned_user) return null;
   return desktop.assigned_user_name || desktop.assigned_user_email || "an unknown user";
+}
+
+/** A bulk action's button: "Power off 4 selected". */
+export function bulkLabel(action: Action, count: number): string {
+  return `${sentence(action)} ${count} selected`;
 }
 
 /** The question before `action` on `desktops`; `null` when nothing needs confirming. */
@@ -197,7 +202,7 @@ export function DesktopTable({
           </button>
           {bulkActions.map((action) => (
             <button key={action} type="button" className="small" onClick={() => void run(chosen, action)}>
-              {words(action)} {chosen.length} selected
+              {bulkLabel(action, chosen.length)}
             </button>
           ))}
         </div>
