@@ -41,6 +41,7 @@ OPTIONS = {
 }
 LAUNCH = {"executable_path": CHROMIUM, "args": ["--headless", "--no-sandbox", "--disable-gpu"]}
 #: The API's schema messages, never shown as they are.
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.I)
 RAW = re.compile(r"Not a valid UUID|Length must be between|Missing data for required|max_size")
 
 
@@ -104,6 +105,7 @@ async def test_people_and_desktops_are_found_and_errors_are_in_words(instance: I
                 errors_at_their_fields,
                 filters_and_live_state,
                 webhook_form,
+                jobs_name_their_resources,
             ):
                 try:
                     await section(instance, browser, ids)
@@ -358,3 +360,28 @@ async def webhook_form(instance: Instance, browser: Any, ids: dict[str, str]) ->
         )
         await _name_marked(form)
         await visit(instance, admin, "webhook-name-taken")
+
+
+async def jobs_name_their_resources(instance: Instance, browser: Any, ids: dict[str, str]) -> None:
+    """6. Jobs: a job's resource by its name ("desktops 25a3738c-..." was shown), id on hover."""
+    from playwright.async_api import expect
+
+    async with _admin_page(instance, browser, "jobs") as admin:
+        await admin.goto(f"{instance.console}/jobs")
+        table = admin.get_by_role("table", name="Jobs")
+        named = table.get_by_role("cell", name=re.compile(r"^desktop (fp|op)-\d\d$"))
+        await expect(named.first).to_be_visible(timeout=TIMEOUT)
+        title = await named.first.locator("[title]").get_attribute("title")
+        assert title is not None
+        assert UUID.search(title), title
+        resources = await table.evaluate(
+            """(table) => {
+                const column = [...table.querySelectorAll("thead th")]
+                    .findIndex((th) => th.innerText.trim() === "Resource");
+                return [...table.querySelectorAll("tbody tr")]
+                    .map((row) => row.children[column]?.innerText ?? "");
+            }"""
+        )
+        assert resources, "no job listed"
+        assert not [text for text in resources if UUID.search(text)], resources
+        await visit(instance, admin, "jobs-names")

@@ -180,6 +180,8 @@ class Job:
     updated_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    #: The name of the resource (a desktop's, a pool's, a cluster's), if it has one and exists.
+    resource_name: str | None = None
 
     @classmethod
     def from_record(cls, row: Mapping[str, Any]) -> Job:

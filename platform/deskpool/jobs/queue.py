@@ -34,10 +34,27 @@ MAX_CLAIM = 1000
 #: Jobs a lease sweep reclaims at most in one statement.
 RECLAIM_BATCH = 500
 
+# A job's resource as a uuid, NULL when its id is none (a cast would fail the statement).
+_RESOURCE_UUID = (
+    "CASE WHEN jobs.resource_id ~* "
+    "'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$' "
+    "THEN jobs.resource_id::uuid END"
+)
+# The name of a job's resource (a desktop, a pool, a cluster), read with the job itself: one
+# index lookup per job in the same statement, never a query per job.
+_RESOURCE_NAME = f"""
+    CASE jobs.resource_type
+        WHEN 'desktops' THEN (SELECT name FROM desktops WHERE id = {_RESOURCE_UUID})
+        WHEN 'pools' THEN (SELECT name FROM pools WHERE id = {_RESOURCE_UUID})
+        WHEN 'clusters' THEN (SELECT name FROM clusters WHERE id = {_RESOURCE_UUID})
+    END AS resource_name
+"""
+
 _JOB_COLUMNS = (
     "id, kind, state, payload, priority, run_at, attempts, max_attempts, idempotency_key, "
     "resource_type, resource_id, fence, worker, lease_expires_at, heartbeat_at, reclaims, "
-    "last_error, errors, created_at, updated_at, started_at, finished_at"
+    "last_error, errors, created_at, updated_at, started_at, finished_at, "
+    f"{_RESOURCE_NAME}"
 )
 
 # An entry of a job's error history, appended by fail() and by lease sweeps: the history is

@@ -13,6 +13,7 @@ from tests.support.pools import (
     pool_model,
 )
 
+from deskpool.jobs import queue
 from deskpool.pools import store as store_pools
 from deskpool.pools.model import DesktopState, Pool, PoolKind
 from deskpool.runtime import Runtime
@@ -276,3 +277,39 @@ async def test_pools_manage_cannot_list_desktops_and_desktops_read_cannot_act_on
         f"{DESKTOPS}/{desktop_id}/actions", json={"action": "restart"}, headers=reader.headers
     )
     assert refused.status == 403
+
+
+async def test_jobs_name_their_resource_in_one_read(
+    client: Any, new_caller: NewCaller, api_pool: MakeApiPool, pools_runtime: Runtime
+) -> None:
+    """Issue 37 ("no UUID where a name exists"): a job names its desktop, pool or cluster."""
+    reader = await new_caller("jobs:read")
+    pool = await api_pool()
+    (desktop_id,) = await desktops_in(pools_runtime, pool, 1)
+    async with pools_runtime.db.acquire() as connection:
+        desktop_name = await connection.fetchval(
+            "SELECT name FROM desktops WHERE id = $1", uuid.UUID(desktop_id)
+        )
+        cluster_name = await connection.fetchval(
+            "SELECT name FROM clusters WHERE id = $1", pool.cluster_id
+        )
+        targets = [
+            ("desktops", desktop_id, desktop_name),
+            ("pools", str(pool.id), pool.name),
+            ("clusters", str(pool.cluster_id), cluster_name),
+            ("desktops", str(uuid.uuid4()), None),
+            ("desktops", "not-a-uuid", None),
+            ("sessions", str(uuid.uuid4()), None),
+        ]
+        ids = [
+            (await queue.enqueue(connection, "names.test", resource_type=kind, resource_id=rid)).id
+            for kind, rid, _ in targets
+        ]
+    listed = await client.get("/api/v1/jobs?kind=names.test&limit=50", headers=reader.headers)
+    assert listed.status == 200, await listed.text()
+    items = {item["id"]: item for item in (await listed.json())["items"]}
+    for job_id, (kind, rid, name) in zip(ids, targets, strict=True):
+        assert (items[job_id]["resource_type"], items[job_id]["resource_id"]) == (kind, rid)
+        assert items[job_id]["resource_name"] == name, kind
+    one = await (await client.get(f"/api/v1/jobs/{ids[0]}", headers=reader.headers)).json()
+    assert one["resource_name"] == desktop_name

@@ -2174,6 +2174,8 @@ export interface components {
             idempotency_key: string | null;
             resource_type: string | null;
             resource_id: string | null;
+            /** @description The resource's name (a desktop's, a pool's, a cluster's); null when it has none or no longer exists. */
+            resource_name: string | null;
             /** @description The worker holding (or that last held) the job's lease. */
             worker: string | null;
             /** Format: date-time */

@@ -13,6 +13,23 @@ import { useSession } from "../session";
 
 type Job = Schemas["Job"];
 
+/** Resource types whose records have a name: a job's without one names a deleted record. */
+const NAMED = new Set(["desktops", "pools", "clusters"]);
+
+/** How a job's resource reads: "desktop np-01", its id on hover; never the id instead. */
+export function jobResource(job: Job): { text: string; title?: string } {
+  if (!job.resource_type) return { text: "—" };
+  const kind = job.resource_type.replace(/s$/, "").replace(/_/g, " ");
+  const title = job.resource_id ? `${kind.charAt(0).toUpperCase()}${kind.slice(1)} id ${job.resource_id}` : undefined;
+  if (job.resource_name) return { text: `${kind} ${job.resource_name}`, title };
+  return { text: NAMED.has(job.resource_type) ? `deleted ${kind}` : kind, title };
+}
+
+function JobResource({ job }: { job: Job }) {
+  const { text, title } = jobResource(job);
+  return <span title={title}>{text}</span>;
+}
+
 export function JobsPage() {
   const { api, me } = useSession();
   const client = useQueryClient();
@@ -51,7 +68,7 @@ export function JobsPage() {
           { header: "Kind", cell: (j) => <code>{j.kind}</code> },
           { header: "State", cell: (j) => <Badge value={j.state} /> },
           { header: "Attempts", className: "num", cell: (j) => `${j.attempts}/${j.max_attempts}` },
-          { header: "Resource", cell: (j) => (j.resource_type ? `${j.resource_type} ${j.resource_id ?? ""}` : "—") },
+          { header: "Resource", cell: (j) => <JobResource job={j} /> },
           { header: "Updated", cell: (j) => when(j.updated_at) },
           { header: "Last error", cell: (j) => (j.last_error ? <span className="error-text">{j.last_error}</span> : "—") },
           {

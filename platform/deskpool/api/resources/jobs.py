@@ -50,6 +50,14 @@ class JobSchema(Schema):
     idempotency_key = fields.String(required=True, allow_none=True)
     resource_type = fields.String(required=True, allow_none=True)
     resource_id = fields.String(required=True, allow_none=True)
+    resource_name = fields.String(
+        required=True,
+        allow_none=True,
+        metadata={
+            "description": "The resource's name (a desktop's, a pool's, a cluster's); null "
+            "when it has none or no longer exists."
+        },
+    )
     worker = fields.String(
         required=True,
         allow_none=True,
