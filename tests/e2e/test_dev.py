@@ -24,13 +24,24 @@ from deskpool.testing.tunnels import WebSocketTunnelClient
 async def open_when_ready(
     session: aiohttp.ClientSession, url: str, headers: dict[str, str]
 ) -> dict[str, Any]:
-    """Open the desktop once one is ready (the demo cluster takes some seconds to build one)."""
+    """Open the desktop once one is ready (the demo cluster takes some seconds to build one).
+
+    The open answers 202 while the pool builds a desktop reserved to the caller (issue 39);
+    its connection is then asked for until the desktop is handed over (202, then 200).
+    """
+    api = url.split("/me/pools/")[0]
+    pending: list[str] = []
 
     async def opened() -> dict[str, Any] | None:
-        async with session.post(url, headers=headers) as response:
+        asked = f"{api}/me/desktops/{pending[0]}/connection" if pending else url
+        async with session.post(asked, headers=headers) as response:
             body = await response.json()
             if response.status == 200:
                 return dict(body)
+            if response.status == 202:
+                if not pending:
+                    pending.append(body["id"])
+                return None
             assert response.status == 503, body
             assert body["code"] in ("no_desktop_available", "desktop_unreachable"), body
             return None
