@@ -205,6 +205,9 @@ class Deployment(Part):
             "DESKTOPD_ADDRESS": self.daemon_address,
             "GATEWAY_PUBLIC_WS_URL": "wss://desktops.bench.test/websocket-tunnel",
             "API_RATE_LIMIT_PER_MINUTE": "100000000",
+            # The 1,000 users share one loopback address here; in a deployment they come from
+            # their own addresses or through a trusted proxy, which the per-address cap exempts.
+            "API_MAX_CONNECTIONS_PER_ADDRESS": "0",
             "DESKPOOL_BENCH_VENDOR_KEY": self.vendor_key,
         }
         return deployment_environ(base, database, self.idp, admin=ADMIN, **QUICK_INTERVALS)
