@@ -218,11 +218,15 @@ async def test_the_schedule_editor_previews_saves_and_the_pool_plots_its_capacit
                 return bool(shown["phases"][1]["spare"] == 2 and shown["generation"] == 2)
 
             await until(changed, "the changed schedule is saved", seconds=30, every=0.25)
-            page.once("dialog", lambda dialog: dialog.accept())
+            # Refused before confirming: the dialog names the pool and offers no Delete.
             await page.get_by_role("button", name="Delete").click()
-            await expect(page.get_by_role("alert")).to_contain_text("office-pool", timeout=TIMEOUT)
-            assert len((await _api(instance, "GET", "/schedules"))["items"]) == 1
+            refusal = page.get_by_role("dialog")
+            await expect(refusal).to_contain_text("Pools use it: office-pool", timeout=TIMEOUT)
+            await expect(refusal.get_by_role("button", name=re.compile("^Delete"))).to_have_count(0)
             await visit(instance, page, "schedule-in-use")
+            await refusal.get_by_role("button", name="Close").click()
+            await expect(refusal).to_be_hidden()
+            assert len((await _api(instance, "GET", "/schedules"))["items"]) == 1
             await (
                 page.get_by_role("navigation", name="Main")
                 .get_by_role("link", name="Schedules")
