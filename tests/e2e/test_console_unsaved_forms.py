@@ -157,6 +157,9 @@ async def test_every_form_asks_before_its_changes_are_lost(instance: Instance) -
             await page.go_back()
             await _asked(questions, 2)
             await expect(page).not_to_have_url(f"{instance.console}{last.path}", timeout=TIMEOUT)
+            # Asked once: the browser's own question (beforeunload) does not follow the answer.
+            await asyncio.sleep(0.5)
+            assert questions == [LEAVE, LEAVE], questions
             page.remove_listener("dialog", answer)
 
             # Closing the tab with a change: the browser's own question (beforeunload).

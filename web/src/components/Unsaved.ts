@@ -37,6 +37,8 @@ export function useUnsavedWarning(dirty: boolean, question: string = LEAVE_QUEST
       if (leaving) return;
       if (window.confirm(question)) {
         leaving = true;
+        // Answered already: the browser must not ask again when Back leaves the document.
+        window.removeEventListener("beforeunload", onBeforeUnload);
         window.history.back();
       } else {
         window.history.pushState(window.history.state, "", here);
