@@ -87,19 +87,29 @@ LINTED := platform plugins hypervisor_drivers tests bench
 # caches its assertion rewriting there (without it, every run rewrote hundreds of modules, the
 # platform's and its test plugins', for tens of seconds of CPU).
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
+# The tests after the unit tests run in parallel (pytest-xdist, tests/README.md): WORKERS
+# processes, more than this machine's two cores since most tests wait (for processes, browsers,
+# VMs). By groups (a module whose tests share processes or a libvirt lab runs on one worker),
+# the longest first. Tracebacks in Python's own format: pytest's, made in a worker for a
+# failure, once stopped the run with an INTERNALERROR (AST constructor recursion depth mismatch).
+WORKERS ?= 4
+PARALLEL := -n $(WORKERS) --dist loadgroup --tb=native
 
-# The whole test suite, lint and type checks included, from .venv: unit tests first, then
-# integration, then end-to-end.
+# The whole test suite, lint and type checks included, from .venv: the unit tests first (a
+# broken one is reported in seconds), lint and types, then integration and end-to-end in
+# parallel.
 test: setup services libvirt browser x11 promtool rsyslog console console-test
+	$(PYTEST) tests/unit
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
-	$(PYTEST) tests --ignore=tests/deploy
+	$(PYTEST) $(PARALLEL) tests --ignore=tests/deploy --ignore=tests/unit
 
 # Every test but the slow ones (the end-to-end tests, the API contract, the VNC bridge, the
-# libvirt driver): a few minutes.
+# libvirt driver), the unit tests first, the rest in parallel: a few minutes.
 test-fast: setup services rsyslog
-	$(PYTEST) -m "not slow" tests --ignore=tests/deploy
+	$(PYTEST) tests/unit
+	$(PYTEST) $(PARALLEL) -m "not slow" tests --ignore=tests/deploy --ignore=tests/unit
 
 # The deployment: the Helm chart and the composition validated, then the image built with podman
 # from a local Debian base and every component run from it (a few minutes; see deploy/).

@@ -24,12 +24,24 @@ pytest_plugins = [
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Unit, then integration, then end-to-end; the slow lane and xdist groups by folder.
 
-    First of the hooks, so that ``-m "not slow"`` and xdist's groups see the marks.
+    On an xdist worker, the parallel run's order (the longest first, see ``lanes``). First of
+    the hooks, so that ``-m "not slow"`` and xdist's groups see the marks.
     """
-    lanes.arrange(items)
+    lanes.arrange(items, parallel=hasattr(config, "workerinput"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In a parallel run by groups, xdist hands the groups out in the workers' order.
+
+    By default ``--dist loadgroup`` sends the groups with the most tests first, and a group of
+    one test (an end-to-end module of one long test, a libvirt module) only after every other
+    group, hundreds of short tests: it became the run's tail.
+    """
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        config.option.loadscopereorder = False
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

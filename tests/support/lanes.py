@@ -8,10 +8,17 @@ by folder and file, so a new test gets them from where it lives (see tests/READM
 - **slow**: every end-to-end test and the few integration modules listed in :data:`SLOW`;
   ``make test-fast`` runs everything else (``-m "not slow"``).
 - **group** (``pytest-xdist``'s ``--dist loadgroup``): tests of one group run on one worker,
-  one after the other. The tests on the local libvirt share this run's libvirt lab (one
-  template domain, one storage pool): group ``libvirt``. An end-to-end module's tests share the
-  module's database and processes: one group per module. Everything else is spread test by
-  test: it binds ports the system picks and uses databases and Redis key prefixes of its own.
+  one after the other. An end-to-end module's tests share the module's database and
+  processes, and the tests of a module on the local libvirt share the worker's libvirt lab
+  (one template domain, one storage pool, whose domains a test lists by the lab's prefix): one
+  group per module. Two such modules may run side by side: each worker makes a lab of its own
+  (its prefix names the worker's process). Everything else is spread test by test: it binds
+  ports the system picks and uses databases and Redis key prefixes of its own.
+- **order in a parallel run** (on an xdist worker; ``tests/conftest.py`` keeps xdist from
+  reordering it): unit tests, then the longest first: the modules on libvirt (minutes of
+  booting VMs), the end-to-end modules, the slow integration modules, then the rest of the
+  integration tests, hundreds of short ones that fill the workers' last minutes evenly, and
+  the run's own checks last.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ SLOW = (
     "tests/integration/libvirt_driver/",
 )
 
-#: Fixtures that reach the run's libvirt lab: a test using one runs in group ``libvirt``.
+#: Fixtures that reach the worker's libvirt lab: a test using one runs in its module's group.
 LIBVIRT_FIXTURES = frozenset({"libvirt_lab", "libvirt_connection", "libvirt_credentials"})
 
 #: The order of the folders in a run; anything else (the run's own checks) comes last.
@@ -58,20 +65,45 @@ def only_slow(path: str, is_folder: bool) -> bool:
     return (f"{path}/" if is_folder else path).startswith(SLOW)
 
 
-def group_of(item: pytest.Item) -> str | None:
-    """The test's ``xdist`` group, or ``None`` when any worker may run it."""
+def on_libvirt(item: pytest.Item) -> bool:
+    """Whether the test runs VMs on the local libvirt (a lab fixture, or a module named so)."""
     path = path_of(item)
     fixtures = set(getattr(item, "fixturenames", ()))
-    if "libvirt" in path.rsplit("/", 1)[-1] or "/libvirt" in path or fixtures & LIBVIRT_FIXTURES:
-        return "libvirt"
-    if path.startswith("tests/e2e/"):
+    return bool(fixtures & LIBVIRT_FIXTURES) or (
+        not path.startswith("tests/unit/") and "libvirt" in path.rsplit("/", 1)[-1]
+    )
+
+
+def group_of(item: pytest.Item) -> str | None:
+    """The test's ``xdist`` group (its module), or ``None`` when any worker may run it."""
+    path = path_of(item)
+    if path.startswith("tests/e2e/") or on_libvirt(item):
         return path
     return None
 
 
-def arrange(items: list[pytest.Item]) -> None:
-    """Order ``items`` in place and mark each (``slow``, ``xdist_group``) as said above."""
+def parallel_rank(item: pytest.Item) -> int:
+    """The test's place in a parallel run: unit tests, then the longest first (see above)."""
+    path = path_of(item)
+    if path.startswith("tests/unit/"):
+        return 0
+    if on_libvirt(item):
+        return 1
+    if path.startswith("tests/e2e/"):
+        return 2
+    if is_slow(item):
+        return 3
+    return 4 if path.startswith("tests/integration/") else 5
+
+
+def arrange(items: list[pytest.Item], *, parallel: bool = False) -> None:
+    """Order ``items`` in place and mark each (``slow``, ``xdist_group``) as said above.
+
+    :param parallel: the order of a parallel run (on an xdist worker), instead of the folders'.
+    """
     items.sort(key=rank)  # stable: inside a folder, the collection's order
+    if parallel:
+        items.sort(key=parallel_rank)
     for item in items:
         if is_slow(item) and not any(True for _ in item.iter_markers("slow")):
             item.add_marker(pytest.mark.slow)

@@ -1,8 +1,9 @@
 """pytest fixtures on real libvirt: ``pytest_plugins = ["deskpool.testing.libvirt.fixtures"]``.
 
 - ``libvirt_lab`` (session): a :class:`~deskpool.testing.libvirt.LibvirtLab` made for this
-  test run (storage pool, template domain booting the tiny guest, owner tag), removed with
-  everything in it at the end. Fails, never skips, when libvirt does not answer, saying how
+  test process (storage pool, template domain booting the tiny guest, owner tag; in a parallel
+  run, each xdist worker's own, named after its process), removed with everything in it at the
+  end. Fails, never skips, when libvirt does not answer, saying how
   to start it.
 - ``libvirt_connection``: the lab's ``(endpoint, credentials)`` for a driver: the TCP
   listener on loopback with the suite's SASL user, a remote URI libvirt really authenticates.
