@@ -1,10 +1,11 @@
 """Opening a desktop, through the database or, while it is away, from the snapshot in Redis.
 
 :func:`open_pool_desktop` and :func:`reconnect_desktop` are the API's opening path. They run
-:mod:`deskpool.sessions.service`'s use cases; when the database does not answer (an outage,
-:func:`deskpool.outages.outage_of`), or while acts of an outage wait to be written to it (the
-journal is not empty: Redis is then the truth, and the database would hand out a desktop
-Redis already gave), they serve from the snapshot instead (:func:`open_from_snapshot`):
+:mod:`deskpool.sessions.service`'s use cases; when the database is away (lost or refusing
+connections, :func:`database_unreachable`; a statement that only timed out is a 503), or
+while acts of an outage wait to be written to it (the journal is not empty: Redis is then the
+truth, and the database would hand out a desktop Redis already gave), they serve from the
+snapshot instead (:func:`open_from_snapshot`):
 
 - the pool must be in the snapshot (otherwise 503 with ``Retry-After``: it may be newer than
   the snapshot, and only the database could tell it from no pool) and the caller entitled to
@@ -29,8 +30,10 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+from asyncpg.exceptions import QueryCanceledError
 from redis.exceptions import RedisError
 
+from deskpool.db.bounded import DatabaseNotAnswering
 from deskpool.desktops.allocation import NoDesktopAvailable
 from deskpool.errors import NotFound, ServiceUnavailable
 from deskpool.identity.principal import Principal
@@ -51,6 +54,29 @@ log = logging.getLogger(__name__)
 
 _RETRY = {"Retry-After": "2"}
 _DATABASE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+
+
+def database_unreachable(error: BaseException) -> bool:
+    """Whether ``error`` says the database is away (lost, refusing), not merely slow.
+
+    A statement that timed out (the client's bound, the server's ``statement_timeout``, or the
+    pool's pause after one: :class:`~deskpool.db.bounded.DatabaseNotAnswering`) is no reason to
+    broker from the snapshot: the database may have committed the very opening whose answer
+    did not come, and a busy database is still the truth. The caller gets 503 with
+    ``Retry-After`` instead. Brokering from the snapshot during a login storm handed desktops
+    the database had already given (the login-storm benchmark: up to 22 desktops with two
+    users in a round).
+    """
+    if outage_of(error) != DATABASE:
+        return False
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, TimeoutError | QueryCanceledError | DatabaseNotAnswering):
+            return False
+        current = current.__cause__ or current.__context__
+    return True
 
 
 class PoolNotBrokered(ServiceUnavailable):
@@ -107,7 +133,7 @@ async def open_pool_desktop(
         try:
             opened = await opening.open_pool_desktop(runtime, principal, pool_id, audit)
         except _DATABASE_ERRORS as error:
-            if outage_of(error) != DATABASE:
+            if not database_unreachable(error):
                 raise
             log.info("the database is away: opening pool %s from the outage snapshot", pool_id)
         else:
@@ -124,7 +150,7 @@ async def reconnect_desktop(
         try:
             return await sessions.reconnect_desktop(runtime, principal, desktop_id, audit)
         except _DATABASE_ERRORS as error:
-            if outage_of(error) != DATABASE:
+            if not database_unreachable(error):
                 raise
             log.info("the database is away: reconnecting from the outage snapshot")
     return await open_from_snapshot(runtime, principal, None, desktop_id=desktop_id)

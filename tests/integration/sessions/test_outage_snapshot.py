@@ -66,7 +66,7 @@ async def test_a_pool_the_snapshot_does_not_know_is_a_503_while_the_database_is_
     place = await estate(ready=1)
 
     async def database_away(*args: Any) -> None:
-        raise asyncpg.exceptions.QueryCanceledError("canceling statement due to statement timeout")
+        raise asyncpg.exceptions.CannotConnectNowError("the database system is shutting down")
 
     monkeypatch.setattr(opening, "open_pool_desktop", database_away)
     response = await client.post(
@@ -83,3 +83,24 @@ async def test_a_pool_the_snapshot_does_not_know_is_a_503_while_the_database_is_
         f"/api/v1/me/pools/{place.pool.id}/desktop", headers=place.user.headers
     )
     assert response.status == 200, await response.json()
+
+
+async def test_a_statement_that_timed_out_is_a_503_not_an_opening_from_the_snapshot(
+    client: Any, estate: MakeEstate, pools_runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy database is still the truth: it may have committed the opening that timed out."""
+    place = await estate(ready=1)
+    assert await refresh_snapshot(pools_runtime)
+
+    async def database_slow(*args: Any) -> None:
+        raise asyncpg.exceptions.QueryCanceledError("canceling statement due to statement timeout")
+
+    monkeypatch.setattr(opening, "open_pool_desktop", database_slow)
+    response = await client.post(
+        f"/api/v1/me/pools/{place.pool.id}/desktop", headers=place.user.headers
+    )
+    body = await response.json()
+    assert response.status == 503, body
+    assert response.headers["Retry-After"].isdigit()
+    kv, keys = pools_runtime.kv, keys_of(pools_runtime)
+    assert await kv.hget(keys.holders, str(place.desktops[0])) is None  # nothing claimed
