@@ -23,9 +23,23 @@ by folder and file, so a new test gets them from where it lives (see tests/READM
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Protocol, TypeVar
 
 import pytest
+
+
+class CollectedTest(Protocol):
+    """What the lanes read of a collected test (a :class:`pytest.Item` has it all)."""
+
+    nodeid: str
+
+    def iter_markers(self, name: str) -> Iterator[pytest.Mark]: ...
+
+    def add_marker(self, marker: pytest.MarkDecorator) -> None: ...
+
+
+Test = TypeVar("Test", bound=CollectedTest)
 
 #: Integration test modules (or folders) in the slow lane, besides ``tests/e2e/``: each takes a
 #: minute or more of the run (the contract fuzzes every operation; the VNC bridge drives real
@@ -44,18 +58,18 @@ LIBVIRT_FIXTURES = frozenset({"libvirt_lab", "libvirt_connection", "libvirt_cred
 ORDER = ("tests/unit/", "tests/integration/", "tests/e2e/", "tests/deploy/")
 
 
-def path_of(item: pytest.Item) -> str:
+def path_of(item: CollectedTest) -> str:
     """The test's file, relative to the repository (``tests/unit/test_config.py``)."""
     return item.nodeid.split("::", 1)[0]
 
 
-def rank(item: pytest.Item) -> int:
+def rank(item: CollectedTest) -> int:
     """The position of the test's folder in :data:`ORDER`."""
     path = path_of(item)
     return next((i for i, folder in enumerate(ORDER) if path.startswith(folder)), len(ORDER))
 
 
-def is_slow(item: pytest.Item) -> bool:
+def is_slow(item: CollectedTest) -> bool:
     """Whether the test is in the slow lane."""
     return path_of(item).startswith(SLOW)
 
@@ -65,7 +79,7 @@ def only_slow(path: str, is_folder: bool) -> bool:
     return (f"{path}/" if is_folder else path).startswith(SLOW)
 
 
-def on_libvirt(item: pytest.Item) -> bool:
+def on_libvirt(item: CollectedTest) -> bool:
     """Whether the test runs VMs on the local libvirt (a lab fixture, or a module named so)."""
     path = path_of(item)
     fixtures = set(getattr(item, "fixturenames", ()))
@@ -74,7 +88,7 @@ def on_libvirt(item: pytest.Item) -> bool:
     )
 
 
-def group_of(item: pytest.Item) -> str | None:
+def group_of(item: CollectedTest) -> str | None:
     """The test's ``xdist`` group (its module), or ``None`` when any worker may run it."""
     path = path_of(item)
     if path.startswith("tests/e2e/") or on_libvirt(item):
@@ -82,7 +96,7 @@ def group_of(item: pytest.Item) -> str | None:
     return None
 
 
-def parallel_rank(item: pytest.Item) -> int:
+def parallel_rank(item: CollectedTest) -> int:
     """The test's place in a parallel run: unit tests, then the longest first (see above)."""
     path = path_of(item)
     if path.startswith("tests/unit/"):
@@ -96,7 +110,7 @@ def parallel_rank(item: pytest.Item) -> int:
     return 4 if path.startswith("tests/integration/") else 5
 
 
-def arrange(items: list[pytest.Item], *, parallel: bool = False) -> None:
+def arrange(items: list[Test], *, parallel: bool = False) -> None:
     """Order ``items`` in place and mark each (``slow``, ``xdist_group``) as said above.
 
     :param parallel: the order of a parallel run (on an xdist worker), instead of the folders'.

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 from tests.support import lanes
@@ -17,7 +17,7 @@ class Item:
     fixturenames: list[str] = field(default_factory=list)
     marks: list[pytest.Mark] = field(default_factory=list)
 
-    def iter_markers(self, name: str) -> Any:
+    def iter_markers(self, name: str) -> Iterator[pytest.Mark]:
         return (mark for mark in self.marks if mark.name == name)
 
     def add_marker(self, marker: pytest.MarkDecorator) -> None:
@@ -25,7 +25,7 @@ class Item:
 
 
 def group(item: Item) -> str | None:
-    return lanes.group_of(item)  # type: ignore[arg-type]
+    return lanes.group_of(item)
 
 
 def test_libvirt_modules_are_a_group_each_so_two_may_run_side_by_side() -> None:
@@ -52,10 +52,10 @@ def test_a_parallel_run_puts_the_unit_tests_first_then_the_longest() -> None:
         "tests/unit/test_config.py::test_unit",
     ]
     items = [Item(name) for name in names]
-    lanes.arrange(items, parallel=True)  # type: ignore[arg-type]
+    lanes.arrange(items, parallel=True)
     assert [item.nodeid for item in items] == names[::-1]
     serial = [Item(name) for name in names]
-    lanes.arrange(serial)  # type: ignore[arg-type]
+    lanes.arrange(serial)
     assert [item.nodeid.split("::")[0].split("/")[1] for item in serial] == [
         "unit",
         "integration",
