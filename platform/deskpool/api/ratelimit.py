@@ -64,6 +64,16 @@ return {count, ttl}
 """
 
 
+def seconds_until(resets_at: float, now: float) -> int:
+    """Whole seconds from ``now`` until a window ``resets_at`` (both monotonic), 1 to 60.
+
+    Rounded to the millisecond before the ceiling: ``(now + 60.0) - now`` is 60.000000000007
+    for many a monotonic ``now``, which would tell a client to wait 61 seconds of a 60-second
+    window.
+    """
+    return min(WINDOW_SECONDS, max(1, math.ceil(round(resets_at - now, 3))))
+
+
 @dataclass(frozen=True)
 class RateLimitState:
     """Where a caller stands in its current window."""
@@ -176,7 +186,7 @@ class RateLimiter:
         return RateLimitState(
             limit=self.per_minute,
             remaining=self.per_minute - window.shared_count - window.pending,
-            reset_seconds=max(1, math.ceil(window.resets_at - now)),
+            reset_seconds=seconds_until(window.resets_at, now),
         )
 
     async def _flush_soon(self) -> None:
