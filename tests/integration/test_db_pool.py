@@ -50,3 +50,50 @@ async def test_a_burst_beyond_the_servers_room_waits_instead_of_failing(
         await admin.close()
 
     assert answers == [*range(40), None]
+
+
+async def test_a_queue_longer_than_the_acquire_bound_waits_while_connections_come_back(
+    migrated_database_url: str, make_config: Callable[..., Any]
+) -> None:
+    # 9 a.m. (issue 39): 60 requests on 2 connections, 0.1 s each, is 3 s of work: more than
+    # the 1 s acquire bound, yet the database answers all along. Each request waits its turn.
+    pool = await connect_pool(
+        make_config(
+            DATABASE_URL=migrated_database_url,
+            DATABASE_MAX_CONNS="2",
+            DATABASE_ACQUIRE_TIMEOUT="1s",
+        ).config
+    )
+    try:
+        answers = await asyncio.gather(
+            *(pool.fetchval("SELECT $1::int FROM pg_sleep(0.1)", n) for n in range(60)),
+            return_exceptions=True,
+        )
+    finally:
+        await pool.close()
+    assert answers == list(range(60))
+
+
+async def test_a_pool_that_gives_no_connection_back_fails_within_the_acquire_bound(
+    migrated_database_url: str, make_config: Callable[..., Any]
+) -> None:
+    pool = await connect_pool(
+        make_config(
+            DATABASE_URL=migrated_database_url,
+            DATABASE_MAX_CONNS="1",
+            DATABASE_ACQUIRE_TIMEOUT="1s",
+        ).config
+    )
+    try:
+        async with pool.acquire():
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            try:
+                await pool.fetchval("SELECT 1")
+            except TimeoutError:
+                waited = loop.time() - began
+            else:
+                raise AssertionError("a connection was handed out while the only one was held")
+    finally:
+        await pool.close()
+    assert 0.9 <= waited <= 1.6

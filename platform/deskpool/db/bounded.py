@@ -3,9 +3,10 @@
 Three bounds, so that a request never hangs on a database that stopped answering (a frozen
 server accepts connections and never replies):
 
-- acquiring a connection waits ``DATABASE_ACQUIRE_TIMEOUT`` at most (for a busy pool to give
-  one back, or for a server with no room to make some), and each try to open a new connection
-  :data:`CONNECT_TIMEOUT`;
+- acquiring a connection waits its turn as long as the pool keeps giving connections back, but
+  ``DATABASE_ACQUIRE_TIMEOUT`` at most without one given back (a request holding every
+  connection, a server with no room to make some), and :data:`LONGEST_TURN` times that in all;
+  each try to open a new connection waits :data:`CONNECT_TIMEOUT`;
 - the server cancels a statement that runs longer than ``DATABASE_STATEMENT_TIMEOUT``
   (``statement_timeout``, set on every connection);
 - the client waits for an answer :data:`CLIENT_MARGIN` longer than that, then gives up
@@ -32,7 +33,6 @@ from contextvars import ContextVar
 from typing import Any
 
 import asyncpg
-from asyncpg.pool import PoolAcquireContext
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,10 @@ CONNECT_TIMEOUT = 1.5
 CLIENT_MARGIN = 0.5
 #: Seconds during which acquiring fails at once after an answer did not come in time.
 PAUSE_AFTER_TIMEOUT = 2.0
+#: The longest wait for a connection, in acquire bounds, however steadily connections come
+#: back: a burst (9 a.m., issue 39) queues for its turn instead of being answered 503 while
+#: the database answers, but no request waits for ever.
+LONGEST_TURN = 6
 
 
 class DatabaseNotAnswering(asyncpg.InterfaceError):  # type: ignore[misc]
@@ -201,14 +205,18 @@ async def release_reset(connection: asyncpg.Connection) -> None:
 
 
 class BoundedPool(asyncpg.Pool):  # type: ignore[misc]
-    """A pool whose ``acquire()`` waits ``acquire_timeout`` at most.
+    """A pool whose ``acquire()`` waits ``acquire_timeout`` at most with no connection given back.
 
-    After an answer timed out, acquiring fails fast for a moment (see the module).
+    A caller waits its turn (first come, first served) as long as connections come back, and
+    :data:`LONGEST_TURN` acquire bounds at most: under a burst the database answers, only
+    later. After an answer timed out, acquiring fails fast for a moment (see the module).
     """
 
     def __init__(self, *args: Any, acquire_timeout: float, **kwargs: Any) -> None:
         self.acquire_timeout = acquire_timeout
         self._failed_until = 0.0
+        #: Connections given back so far: a waiting caller's evidence that the queue moves.
+        self.given_back = 0
         init = kwargs.pop("init", None)
 
         async def adopt(connection: asyncpg.Connection) -> None:
@@ -249,20 +257,53 @@ class BoundedPool(asyncpg.Pool):  # type: ignore[misc]
         if shared is not None:
             return SharedAcquire(shared)
         bound = self.acquire_timeout if timeout is None else timeout
-        return BoundedAcquire(self, super().acquire(timeout=bound))
+        return BoundedAcquire(self, bound)
+
+    async def in_turn(self, bound: float) -> Any:
+        """A connection when the caller's turn comes (see the class).
+
+        :raises TimeoutError: no connection came back for ``bound`` seconds, an answer timed
+            out meanwhile, or the turn did not come within :data:`LONGEST_TURN` bounds.
+        """
+        loop = asyncio.get_running_loop()
+        latest = loop.time() + bound * LONGEST_TURN
+        given_back = self.given_back
+        look: asyncio.TimerHandle | None = None
+
+        def moving_on(turn: asyncio.Timeout) -> None:
+            # The wait goes on while connections came back since the last look, else it ends.
+            nonlocal given_back, look
+            now = loop.time()
+            if self.given_back == given_back or self.failed_recently() or now >= latest:
+                turn.reschedule(now)
+                return
+            given_back = self.given_back
+            look = loop.call_at(min(now + bound, latest), moving_on, turn)
+
+        # asyncpg's own wait, in this task, keeps the caller's place in its queue; a timeout
+        # pushed on while the queue moves bounds it.
+        async with asyncio.timeout(None) as turn:
+            look = loop.call_later(bound, moving_on, turn)
+            try:
+                return await super().acquire(timeout=None)
+            finally:
+                if look is not None:
+                    look.cancel()
 
     async def release(self, connection: Any, *, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Give ``connection`` back, unless it is the task's shared connection."""
         if connection is not _shared():
+            self.given_back += 1
             await super().release(connection, timeout=timeout)
 
 
 class BoundedAcquire:
     """What :meth:`BoundedPool.acquire` returns: awaited, or used as ``async with``."""
 
-    def __init__(self, pool: BoundedPool, acquiring: PoolAcquireContext) -> None:
+    def __init__(self, pool: BoundedPool, bound: float) -> None:
         self.pool = pool
-        self.acquiring = acquiring
+        self.bound = bound
+        self.connection: Any = None
 
     def _refuse(self) -> DatabaseNotAnswering:
         return DatabaseNotAnswering(
@@ -270,21 +311,13 @@ class BoundedAcquire:
         )
 
     async def __aenter__(self) -> Any:
-        if self.pool.failed_recently():
-            raise self._refuse()
-        connection = await self.acquiring.__aenter__()
-        if self.pool.failed_recently():
-            await self.acquiring.__aexit__(None, None, None)
-            raise self._refuse()
-        try:
-            await connection.take_task_bound()
-        except BaseException as error:
-            await self.acquiring.__aexit__(type(error), error, error.__traceback__)
-            raise
-        return connection
+        self.connection = await self._acquired()
+        return self.connection
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.acquiring.__aexit__(*exc)
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            await self.pool.release(connection)
 
     def __await__(self) -> Generator[Any, None, Any]:
         return self._acquired().__await__()
@@ -292,7 +325,10 @@ class BoundedAcquire:
     async def _acquired(self) -> Any:
         if self.pool.failed_recently():
             raise self._refuse()
-        connection = await self.acquiring
+        connection = await self.pool.in_turn(self.bound)
+        if self.pool.failed_recently():
+            await self.pool.release(connection)
+            raise self._refuse()
         try:
             await connection.take_task_bound()
         except BaseException:
