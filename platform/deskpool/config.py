@@ -449,8 +449,10 @@ def declare_core_settings(registry: SettingRegistry) -> None:
         "DATABASE_ACQUIRE_TIMEOUT",
         parse_duration,
         "5s",
-        "How long a request waits for a database connection (a busy pool giving one back, a "
-        "full server making room) before it is answered 503 `dependency_unavailable`. Opening "
+        "How long a request waits for a database connection with none given back (a request "
+        "holding every connection, a full server making no room) before it is answered 503 "
+        "`dependency_unavailable`. While connections come back, a request waits its turn, six "
+        "times this at most: a burst is served late, not refused. Opening "
         "one connection is bounded to 1.5 s each try, and after a statement's answer timed out "
         "requests fail at once for 2 s: a server that stopped answering costs a request about "
         "`DATABASE_STATEMENT_TIMEOUT` + 0.5 s at most.",
