@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +13,7 @@ from tests.support.gateway import (
     GatewayHarness,
 )
 
+from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.guacamole import Status, encode
 from deskpool.sessions.tunnel import DesktopTarget, SessionEndReason
 
@@ -156,3 +158,42 @@ async def test_a_refusing_daemon_passes_its_status_on(gateway: GatewayHarness) -
     assert await refused_with(gateway, join) is Status.RESOURCE_NOT_FOUND
     telnet = gateway.broker.issue(DesktopTarget("telnet", "h", 23))
     assert await refused_with(gateway, telnet) is Status.UPSTREAM_ERROR
+
+
+async def test_a_slow_redemption_leaves_the_daemon_its_whole_handshake_time(
+    start_gateway: Callable[..., Any],
+    desktop_daemon: DesktopDaemonSimulator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 9 a.m. (issue 39): redemptions queue for the database; a daemon that takes half its
+    # handshake time was refused UPSTREAM_TIMEOUT when the queue had eaten the rest of it.
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    async def half_as_fast(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(0.5)
+        upstream_reader, upstream_writer = await asyncio.open_connection(
+            "127.0.0.1", desktop_daemon.port
+        )
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+
+    server = await asyncio.start_server(half_as_fast, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        harness: GatewayHarness = await start_gateway(
+            DESKTOPD_ADDRESS=f"127.0.0.1:{port}", GATEWAY_HANDSHAKE_TIMEOUT="1s"
+        )
+        redeem = harness.broker.redeem
+
+        async def queued(token: str, *, gateway_id: str) -> Any:
+            await asyncio.sleep(0.8)
+            return await redeem(token, gateway_id=gateway_id)
+
+        monkeypatch.setattr(harness.broker, "redeem", queued)
+        client = await harness.open(harness.broker.issue())
+        await client.until("sync")
+        await client.ws.close()
