@@ -11,7 +11,8 @@ sessions, starts, rollouts, revocation, reconciliation's orphans): the pool aggr
 (:mod:`deskpool.pools`) imports none of them.
 
 The reads the API renders are here too (:func:`list_pools`, :func:`show_pools`,
-:func:`list_entitlements`, :func:`list_entitled_pools`, :func:`held_in_pools`, and
+:func:`list_entitlements`, :func:`list_entitled_pools`, :func:`held_in_pools`,
+:func:`my_pools`, and
 :func:`~deskpool.pools.lookups.get_pool` re-exported), so no handler reaches a store.
 """
 
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from deskpool.actor import Actor
 from deskpool.client_policy.model import changed_members
 from deskpool.clusters.repository import get_cluster
+from deskpool.db.rows import Db
 from deskpool.desktops import store as store_desktops
 from deskpool.desktops.jobs import CLUSTERS, enqueue_orphan_deletion
 from deskpool.errors import (
@@ -460,10 +462,21 @@ async def list_entitled_pools(
     after: PoolCursor | None,
 ) -> list[PoolRecord]:
     """The pools a user is entitled to (directly or through a group), in name order."""
-    entitled = await store_entitlements.entitled_pools(runtime.db, user_id, group_ids)
+    return await _entitled_pools(runtime.db, user_id, group_ids, limit=limit, after=after)
+
+
+async def _entitled_pools(
+    db: Db,
+    user_id: str | uuid.UUID,
+    group_ids: Iterable[str | uuid.UUID],
+    *,
+    limit: int,
+    after: PoolCursor | None,
+) -> list[PoolRecord]:
+    entitled = await store_entitlements.entitled_pools(db, user_id, group_ids)
     if not entitled:
         return []
-    return await store_pools.list_pools(runtime.db, limit=limit, after=after, pool_ids=entitled)
+    return await store_pools.list_pools(db, limit=limit, after=after, pool_ids=entitled)
 
 
 @dataclass(frozen=True)
@@ -488,12 +501,39 @@ async def held_in_pools(
     runtime: Runtime, user_id: str | uuid.UUID, records: Sequence[PoolRecord]
 ) -> list[HeldPool]:
     """For each of ``records``: how many desktops are free, and those ``user_id`` holds there."""
+    return await _held_in_pools(runtime.db, user_id, records)
+
+
+async def my_pools(
+    runtime: Runtime,
+    user_id: str | uuid.UUID,
+    group_ids: Iterable[str | uuid.UUID],
+    *,
+    limit: int,
+    after: PoolCursor | None,
+) -> tuple[list[PoolRecord], list[HeldPool]]:
+    """A user's entitled pools, ``limit + 1`` for a page, and what the page's hold for him.
+
+    :func:`list_entitled_pools` then :func:`held_in_pools` on one connection, taken once: at
+    9 a.m. a thousand first sign-ins list their pools at once, and five trips through the
+    pool's queue made every one of them wait for the last (issue 39).
+    """
+    async with runtime.db.acquire() as connection:
+        records = await _entitled_pools(
+            connection, user_id, group_ids, limit=limit + 1, after=after
+        )
+        return records, await _held_in_pools(connection, user_id, records[:limit])
+
+
+async def _held_in_pools(
+    db: Db, user_id: str | uuid.UUID, records: Sequence[PoolRecord]
+) -> list[HeldPool]:
     ids = [record.pool.id for record in records]
-    counts = await store_pools.pool_counts(runtime.db, ids)
+    counts = await store_pools.pool_counts(db, ids)
     held: dict[uuid.UUID, list[Desktop]] = {pool_id: [] for pool_id in ids}
-    for desktop in await store_desktops.desktops_held_by(runtime.db, user_id, ids):
+    for desktop in await store_desktops.desktops_held_by(db, user_id, ids):
         held[desktop.pool_id].append(desktop)
-    startable = await starts_store.startable_counts(runtime.db, ids)
+    startable = await starts_store.startable_counts(db, ids)
     return [
         HeldPool(
             record,

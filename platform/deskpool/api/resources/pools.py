@@ -417,16 +417,16 @@ async def revoke_pool_entitlement(call: Call) -> Reply:
 async def list_my_pools(call: Call) -> Page:
     principal = call.caller
     limit = int(call.query["limit"])
-    records = await service.list_entitled_pools(
+    records, held = await service.my_pools(
         call.runtime,
         principal.id,
         principal.group_ids,
-        limit=limit + 1,
+        limit=limit,
         after=cursor_pair(call.query.get("cursor")),
     )
     page = paginate(records, limit, service.pool_cursor)
     items = []
-    for shown in await service.held_in_pools(call.runtime, principal.id, page.items):
+    for shown in held:
         record = shown.record
         pool = record.pool
         mine = [d for d in shown.held if d.state is not DesktopState.DELETING]
