@@ -244,6 +244,11 @@ class Deployment(Part):
                     )
             finally:
                 await db.close()
+                if args.logs:
+                    for name, process in processes.items():
+                        Path(args.logs, f"provision-{name}.log").write_text(
+                            "\n".join(process.lines)
+                        )
         self.provisioned = time.perf_counter() - began
         log(f"provisioned {args.users:,} desktops in {self.provisioned:.0f} s (once, not timed)")
 
@@ -334,6 +339,11 @@ class Deployment(Part):
                     result = await storm(apis, gateways, tokens, within=args.within)
                     load = monitor.stop()
                     check = await check_allocations(db, self.idp.issuer_url, result)
+                    if args.logs:
+                        for name, process in running_processes.items():
+                            Path(args.logs, f"{side}-{number}-{name}.log").write_text(
+                                "\n".join(process.lines)
+                            )
                     if result.failures() or result.server_errors():
                         for name, process in running_processes.items():
                             warned = [
@@ -751,6 +761,9 @@ def main() -> None:
         help="a source tree (git archive of another commit): its storms run as more sides",
     )
     parser.add_argument("--keep-starved", action="store_true", help="for developing only")
+    parser.add_argument(
+        "--logs", default="", help="a folder for every process's whole log, by side and round"
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install wrk")

@@ -115,13 +115,25 @@ class Api:
         self.headers = {"Authorization": f"Bearer {token}"}
 
     async def call(self, method: str, path: str, **kw: Any) -> Any:
-        """The answer's JSON body; an error answer raises AssertionError."""
-        async with self.http.request(
-            method, self.base + path, headers=self.headers, **kw
-        ) as response:
-            body = await response.json(content_type=None)
-            assert response.status < 300, (method, path, response.status, body)
-            return body
+        """The answer's JSON body; an error answer raises AssertionError.
+
+        A 503 with ``Retry-After`` is sent again after it, as a well-behaved client does (with
+        one ``Idempotency-Key``, so a change is made once): creating a pool waits for the
+        license's growth lock, which the worker holds while it inserts a pool's desktops.
+        """
+        headers = {**self.headers, "Idempotency-Key": str(uuid.uuid4())}
+        for _ in range(MAX_RETRIES):
+            async with self.http.request(
+                method, self.base + path, headers=headers, **kw
+            ) as response:
+                body = await response.json(content_type=None)
+                retry_after = response.headers.get("Retry-After")
+                if response.status == 503 and retry_after is not None:
+                    await asyncio.sleep(min(float(retry_after), 2.0))
+                    continue
+                assert response.status < 300, (method, path, response.status, body)
+                return body
+        raise AssertionError((method, path, f"still 503 after {MAX_RETRIES} tries"))
 
 
 async def prepare(
