@@ -244,11 +244,7 @@ class Deployment(Part):
                     )
             finally:
                 await db.close()
-                if args.logs:
-                    for name, process in processes.items():
-                        Path(args.logs, f"provision-{name}.log").write_text(
-                            "\n".join(process.lines)
-                        )
+                keep_logs(args.logs, "provision", processes)
         self.provisioned = time.perf_counter() - began
         log(f"provisioned {args.users:,} desktops in {self.provisioned:.0f} s (once, not timed)")
 
@@ -339,11 +335,7 @@ class Deployment(Part):
                     result = await storm(apis, gateways, tokens, within=args.within)
                     load = monitor.stop()
                     check = await check_allocations(db, self.idp.issuer_url, result)
-                    if args.logs:
-                        for name, process in running_processes.items():
-                            Path(args.logs, f"{side}-{number}-{name}.log").write_text(
-                                "\n".join(process.lines)
-                            )
+                    keep_logs(args.logs, f"{side}-{number}", running_processes)
                     if result.failures() or result.server_errors():
                         for name, process in running_processes.items():
                             warned = [
@@ -371,6 +363,13 @@ class Deployment(Part):
             log(f"  {side} round {number}: ALLOCATION CHECK FAILED: {check}")
         self.reasons[side, number] = (result.retries(), result.server_errors(), result.failures())
         return Run(side, number, figures, load)
+
+
+def keep_logs(folder: str, prefix: str, processes: dict[str, DeskpoolProcess]) -> None:
+    """Write each process's whole log to ``folder`` (``--logs``; nothing without one)."""
+    if folder:
+        for name, process in processes.items():
+            Path(folder, f"{prefix}-{name}.log").write_text("\n".join(process.lines))
 
 
 async def forget_prefix(kv_addr: str, prefix: str) -> None:
