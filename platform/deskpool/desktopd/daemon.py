@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from deskpool.desktopd.faults import REFUSED_LOGIN_SYNC_DELAY, LoginRefusal
 from deskpool.desktopd.frames import KEEP_ALIVE_INTERVAL, DesktopConnection, Viewer
 from deskpool.desktopd.protocols import PROTOCOL_ARGS, PROTOCOL_VERSION
-from deskpool.desktopd.screen import Box, DesktopScreen
+from deskpool.desktopd.screen import Box, DesktopScreen, Region
 from deskpool.desktopd.transfers import STREAM_OPCODES, Switches, Transfers, beep
 from deskpool.desktopd.vnc import BridgeFailed, VncBridge, bridge_vnc
 from deskpool.guacamole import Instruction, ProtocolError, Status, encode
@@ -134,7 +134,11 @@ class SimulatedConnection(DesktopConnection):
 
     def frame(self, boxes: Iterable[Box]) -> str:
         """The instructions that draw ``boxes`` and end the frame."""
-        parts = [self.image(r.x, r.y, r.png) for r in map(self.screen.region, boxes)]
+        return self.drawing(map(self.screen.region, boxes))
+
+    def drawing(self, regions: Iterable[Region]) -> str:
+        """The instructions that draw ``regions``, in order, and end the frame."""
+        parts = [self.image(r.x, r.y, r.png) for r in regions]
         return "".join(parts) + self.end_frame()
 
     def welcome(self) -> str:
@@ -143,7 +147,7 @@ class SimulatedConnection(DesktopConnection):
         return (
             encode("name", screen.vm_name)
             + encode("size", 0, screen.width, screen.height)
-            + self.frame([(0, 0, screen.width, screen.height)])
+            + self.drawing(screen.whole())
         )
 
     def input(self, opcode: str, args: tuple[str, ...], user: Viewer | None = None) -> None:

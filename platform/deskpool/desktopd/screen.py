@@ -27,6 +27,7 @@ TYPED_LIMIT = 400
 #: Screen sizes whose static layout is kept (see :meth:`DesktopScreen._layout`).
 LAYOUTS_KEPT = 8
 _LAYOUTS: dict[tuple[int, int], Image.Image] = {}
+_LAYOUT_PICTURES: dict[tuple[int, int], bytes] = {}
 #: Pictures of the clock kept, by box and time (see :meth:`DesktopScreen.region`).
 CLOCKS_KEPT = 32
 _CLOCKS: dict[tuple[Box, str], bytes] = {}
@@ -75,6 +76,7 @@ class DesktopScreen:
     clicks: list[tuple[int, int]] = field(default_factory=list)
     _left_down: bool = field(default=False, init=False, repr=False)
     _clock_stamp: str = field(default="", init=False, repr=False)
+    _signed_in_box: Box = field(default=(0, 0, 1, 1), init=False, repr=False)
     _image: Image.Image = field(init=False, repr=False)
     _font: ImageFont.FreeTypeFont | ImageFont.ImageFont = field(init=False, repr=False)
     _small: ImageFont.FreeTypeFont | ImageFont.ImageFont = field(init=False, repr=False)
@@ -135,7 +137,9 @@ class DesktopScreen:
             draw.text((x0 + 20, y0 + 16), "Simulated desktop", fill=ACCENT, font=self._font)
             draw.text((x0 + 20, y0 + 78), "Type here:", fill=INK, font=self._small)
             while len(_LAYOUTS) >= LAYOUTS_KEPT:
-                del _LAYOUTS[next(iter(_LAYOUTS))]
+                oldest = next(iter(_LAYOUTS))
+                del _LAYOUTS[oldest]
+                _LAYOUT_PICTURES.pop(oldest, None)
             _LAYOUTS[size] = layout
         return layout
 
@@ -146,12 +150,10 @@ class DesktopScreen:
         draw = ImageDraw.Draw(self._image)
         draw.text((14, 9), f"deskpool · {self.vm_name}", fill=(255, 255, 255), font=self._font)
         x0, y0, _, _ = self.window_box
-        draw.text(
-            (x0 + 20, y0 + 48),
-            f"Signed in as {self.user_name or 'unknown user'} · {self.protocol.upper()}",
-            fill=INK,
-            font=self._small,
-        )
+        signed_in = f"Signed in as {self.user_name or 'unknown user'} · {self.protocol.upper()}"
+        draw.text((x0 + 20, y0 + 48), signed_in, fill=INK, font=self._small)
+        left, top, right, bottom = draw.textbbox((x0 + 20, y0 + 48), signed_in, font=self._small)
+        self._signed_in_box = (int(left), int(top), int(right) + 1, int(bottom) + 1)
         self._draw_clock(time.time())
         self._draw_clipboard()
         self._draw_text()
@@ -197,6 +199,33 @@ class DesktopScreen:
             self.clicks = [*self.clicks[-49:], (x, y)]
             changed.append(self._draw_click(x, y))
         return changed
+
+    def whole(self) -> list[Region]:
+        """The whole desktop for a user who just joined, as pictures drawn in order.
+
+        The layout of its size (encoded once per size), then what this desktop draws on it:
+        its name and clock, the signed-in line, the clipboard, the typed text, the pointer.
+        A new connection's first frame costs a few small pictures instead of a whole screen
+        (9 a.m. opens a thousand at once, issue 39). A desktop with marks of clicks on it (a
+        resumed one) is sent as one picture.
+        """
+        if self.clicks:
+            return [self.region((0, 0, self.width, self.height))]
+        size = (self.width, self.height)
+        layout = _LAYOUT_PICTURES.get(size)
+        if layout is None:
+            buffer = io.BytesIO()
+            self._layout().save(buffer, "PNG", compress_level=1)
+            layout = _LAYOUT_PICTURES[size] = buffer.getvalue()
+        drawn = (
+            (0, 0, self.width, BAR_HEIGHT),
+            self._signed_in_box,
+            self.clipboard_box,
+            self.text_box,
+            self.pointer_box,
+        )
+        # A filled box's right and bottom edges are drawn too (Pillow's boxes include them).
+        return [Region(0, 0, layout), *(self.region((a, b, c + 1, d + 1)) for a, b, c, d in drawn)]
 
     def region(self, box: Box) -> Region:
         """The PNG of ``box`` (clipped to the screen)."""

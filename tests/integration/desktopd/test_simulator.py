@@ -68,16 +68,25 @@ async def test_handshake_draws_the_desktop_with_png_streams(
     assert received[1] == Instruction("size", ("800", "600", "96"))
     assert frame[0] == Instruction("name", ("demo-01",))
     assert frame[1] == Instruction("size", ("0", "800", "600"))
-    img = frame[2]
-    assert img.opcode == "img"
-    assert img.args[1:5] == ("14", "0", "image/png", "0")
+    # The whole desktop, in img streams drawn in order: the layout of its size first, then
+    # what this desktop draws on it (as guacd sends a frame's changed rectangles).
+    images = [i for i in frame if i.opcode == "img"]
+    assert images[0] == frame[2]
+    assert all(i.args[1:4] == ("14", "0", "image/png") for i in images)
+    assert images[0].args[4:6] == ("0", "0")
     blobs = [i for i in frame if i.opcode == "blob"]
     assert all(len(base64.b64decode(b.args[1])) <= 6048 for b in blobs)
-    png = b"".join(base64.b64decode(b.args[1]) for b in blobs)
-    picture = Image.open(io.BytesIO(png))
-    assert picture.size == (800, 600)
-    assert len(picture.getcolors(1 << 16) or []) > 3  # drawn, not blank
-    assert frame[-2] == Instruction("end", (img.args[0],))
+    shown = Image.new("RGB", (800, 600))
+    for image in images:
+        stream = image.args[0]
+        png = b"".join(base64.b64decode(b.args[1]) for b in blobs if b.args[0] == stream)
+        picture = Image.open(io.BytesIO(png))
+        if image is images[0]:
+            assert picture.size == (800, 600)
+        shown.paste(picture, (int(image.args[4]), int(image.args[5])))
+        assert Instruction("end", (stream,)) in frame
+    assert len(shown.getcolors(1 << 16) or []) > 3  # drawn, not blank
+    assert frame[-2].opcode == "end"
     assert frame[-1].opcode == "sync"
 
 
