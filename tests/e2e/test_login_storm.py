@@ -17,13 +17,11 @@ import aiohttp
 import asyncpg
 import pytest
 from tests.secret_leak_guard import LeakGuard
-from tests.support.e2e import (
-    DeploymentEnviron,
-)
+from tests.support.e2e import DeploymentEnviron, api_worker_gateway
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.idp import TestIdentityProvider
-from deskpool.testing.processes import ANY_PORT, DeskpoolProcess, listening, running
+from deskpool.testing.processes import ANY_PORT, DeskpoolProcess
 from deskpool.testing.storm import CLAIM, check_allocations, new_subjects, prepare, storm
 
 ADMIN = "e2e-storm-admin"
@@ -52,13 +50,8 @@ def environ(
 @pytest.fixture
 async def processes(environ: dict[str, str]) -> AsyncIterator[dict[str, DeskpoolProcess]]:
     """The api, a worker and a gateway."""
-    started = {
-        "api": DeskpoolProcess(["api"], environ),
-        "worker": DeskpoolProcess(["worker"], environ),
-        "gateway": listening(["gateway"], environ, "GATEWAY_ADDR"),
-    }
-    async with running(started) as processes:
-        yield processes
+    async with api_worker_gateway(environ) as started:
+        yield started
 
 
 async def test_fifty_new_users_at_once_each_get_one_desktop_and_a_first_image(

@@ -16,15 +16,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import asyncpg
 import pytest
-from tests.e2e.test_login_storm import processes  # noqa: F401 (fixture: api, worker, gateway)
 from tests.secret_leak_guard import LeakGuard
-from tests.support.e2e import DeploymentEnviron
+from tests.support.e2e import DeploymentEnviron, api_worker_gateway
 
 from deskpool.desktopd import DesktopDaemonSimulator
 from deskpool.testing.idp import TestIdentityProvider
@@ -55,14 +55,14 @@ def environ(
         GATEWAY_PUBLIC_WS_URL="wss://desktops.e2e.test/websocket-tunnel",
         DESKTOPD_ADDRESS=desktop_daemon.address,
         API_RATE_LIMIT_PER_MINUTE="100000",
-        # With the default 1 s, on a machine shared by several test runs (2 cores, load
-        # average 17 when this was written), 1 to 6 of the 20 redeems of the burst were
-        # cancelled in the gateway (QueryCanceledError: the tunnel closed with 512), as one of
-        # tests/e2e/test_login_storm.py's users was on the same machine; probably the redeems
-        # queueing on the gateway's lease row, which each renews in its transaction (not
-        # proved). What this test proves is the pool's growth, not the redeem's latency.
-        DATABASE_STATEMENT_TIMEOUT="10s",
     )
+
+
+@pytest.fixture
+async def processes(environ: dict[str, str]) -> AsyncIterator[dict[str, DeskpoolProcess]]:
+    """The api, a worker and a gateway."""
+    async with api_worker_gateway(environ) as started:
+        yield started
 
 
 async def empty_pool(http: aiohttp.ClientSession, api_url: str, admin_token: str) -> str:
@@ -175,7 +175,7 @@ async def one_user(
 
 
 async def test_twenty_users_open_a_pool_with_nothing_ready_and_each_gets_a_desktop_built(
-    processes: dict[str, DeskpoolProcess],  # noqa: F811 (the imported fixture)
+    processes: dict[str, DeskpoolProcess],
     identity_provider: TestIdentityProvider,
     db: asyncpg.Connection,
 ) -> None:

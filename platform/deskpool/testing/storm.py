@@ -277,15 +277,19 @@ async def _one_user(
             page = await _request(http, run, "list_pools", "GET", f"{api}/me/pools", headers)
             now = time.perf_counter()
             run.steps["list_pools"], mark = now - mark, now
-            pools = [pool for pool in page["items"] if pool["availability"] == "available"]
-            pools = pools or page["items"]
-            if not pools:
+            listed = page["items"]
+            if not listed:
                 raise _Failed("list_pools: no pool listed")
+            # Users spread over the pools, as people pick different ones: user i the i-th
+            # pool of the list (in its order, which every user sees the same), or the next
+            # one shown available after it; one who finds a pool empty tries the next. (Picking
+            # the i-th of the pools shown available made the spread drift as pools filled:
+            # the last users found theirs empty, and were answered 503 no_desktop_available.)
+            turned = [listed[(first_pool + n) % len(listed)] for n in range(len(listed))]
+            pools = [pool for pool in turned if pool["availability"] == "available"] or turned
 
             def pool_url(attempt: int) -> str:
-                # Users spread over the pools, as people pick different ones; one who finds
-                # a pool empty tries the next.
-                pool = pools[(first_pool + attempt) % len(pools)]
+                pool = pools[attempt % len(pools)]
                 return f"{api}/me/pools/{pool['id']}/desktop"
 
             opened = await _request(http, run, "open_desktop", "POST", pool_url, headers)
