@@ -11,8 +11,7 @@ sessions, starts, rollouts, revocation, reconciliation's orphans): the pool aggr
 (:mod:`deskpool.pools`) imports none of them.
 
 The reads the API renders are here too (:func:`list_pools`, :func:`show_pools`,
-:func:`list_entitlements`, :func:`list_entitled_pools`, :func:`held_in_pools`,
-:func:`my_pools`, and
+:func:`list_entitlements`, :func:`my_pools`, and
 :func:`~deskpool.pools.lookups.get_pool` re-exported), so no handler reaches a store.
 """
 
@@ -453,18 +452,6 @@ async def list_entitlements(
     )
 
 
-async def list_entitled_pools(
-    runtime: Runtime,
-    user_id: str | uuid.UUID,
-    group_ids: Iterable[str | uuid.UUID],
-    *,
-    limit: int,
-    after: PoolCursor | None,
-) -> list[PoolRecord]:
-    """The pools a user is entitled to (directly or through a group), in name order."""
-    return await _entitled_pools(runtime.db, user_id, group_ids, limit=limit, after=after)
-
-
 async def _entitled_pools(
     db: Db,
     user_id: str | uuid.UUID,
@@ -497,13 +484,6 @@ async def entitled_pool_ids(
     return await store_entitlements.entitled_pools(runtime.db, user_id, group_ids)
 
 
-async def held_in_pools(
-    runtime: Runtime, user_id: str | uuid.UUID, records: Sequence[PoolRecord]
-) -> list[HeldPool]:
-    """For each of ``records``: how many desktops are free, and those ``user_id`` holds there."""
-    return await _held_in_pools(runtime.db, user_id, records)
-
-
 async def my_pools(
     runtime: Runtime,
     user_id: str | uuid.UUID,
@@ -514,7 +494,7 @@ async def my_pools(
 ) -> tuple[list[PoolRecord], list[HeldPool]]:
     """A user's entitled pools, ``limit + 1`` for a page, and what the page's hold for him.
 
-    :func:`list_entitled_pools` then :func:`held_in_pools` on one connection, taken once: at
+    The entitled pools, then what each of the page's holds, on one connection taken once: at
     9 a.m. a thousand first sign-ins list their pools at once, and five trips through the
     pool's queue made every one of them wait for the last (issue 39).
     """
