@@ -113,9 +113,15 @@ async def test_the_pool_form_sets_the_client_policy_and_the_session_page_lists_t
                 await tunnel.ws.close()
 
                 # 2. The session's page lists its transfers.
-                await page.goto(f"{instance.console}/sessions/{session_id}")
+                # The refusal made just before the tunnel closed is audited as the gateway ends
+                # the session, which may come after the page is loaded: load it again until it is.
                 rows = page.get_by_test_id("session-transfers").locator("tbody tr")
-                await expect(rows.first).to_be_visible(timeout=TIMEOUT)
+                for _ in range(20):
+                    await page.goto(f"{instance.console}/sessions/{session_id}")
+                    await expect(rows.first).to_be_visible(timeout=TIMEOUT)
+                    if await rows.filter(has_text="clipboard off").count():
+                        break
+                    await asyncio.sleep(0.5)
                 await expect(rows.filter(has_text="tool.exe")).to_contain_text("upload off")
                 digest = hashlib.sha256(b"copied 1").hexdigest()
                 allowed = rows.filter(has_text="to the browser").filter(has_text="allowed")
