@@ -20,6 +20,7 @@ pytest_plugins = [
     "tests.secret_leak_guard",
     "deskpool.testing.libvirt.fixtures",
     "tests.support.pool_api",
+    "tests.support.statement_log",
 ]
 
 

@@ -1,7 +1,8 @@
 """The audit trail: recording events, listing them, and keeping the monthly partitions of its table.
 
-Events are written with :func:`record_audit_event` on the caller's connection, inside the
-caller's transaction, so an event exists exactly when the change it records was committed.
+Events are written with :func:`record_audit_event` (many at once: :func:`record_audit_events`)
+on the caller's connection, inside the caller's transaction, so an event exists exactly when the
+change it records was committed.
 
 The ``audit_events`` table is partitioned by calendar month (UTC) on ``occurred_at``.
 :func:`maintain_audit_partitions` (run by the worker every ``AUDIT_MAINTENANCE_INTERVAL``)
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -104,7 +105,12 @@ def audit_event_ctes(event: AuditEvent, first: int) -> tuple[str, list[Any]]:
                     {n[8]}::jsonb)
             RETURNING *
         ), outbox AS ({outbox})"""
-    args = [
+    return sql, _event_args(event)
+
+
+def _event_args(event: AuditEvent) -> list[Any]:
+    """The values of an event's columns, then its type, its subscription keys and ISO time."""
+    return [
         event.occurred_at,
         event.actor,
         event.action,
@@ -118,7 +124,6 @@ def audit_event_ctes(event: AuditEvent, first: int) -> tuple[str, list[Any]]:
         subscription_keys(event.action, event.outcome),
         event.occurred_at.isoformat(),
     ]
-    return sql, args
 
 
 async def record_audit_event(connection: asyncpg.Connection, event: AuditEvent) -> int:
@@ -132,6 +137,56 @@ async def record_audit_event(connection: asyncpg.Connection, event: AuditEvent) 
     ctes, args = audit_event_ctes(event, 1)
     event_id: int = await connection.fetchval(f"WITH {ctes} SELECT id FROM event", *args)
     return event_id
+
+
+# Many events and their outbox rows in one statement: ids drawn first (the audit table's own
+# sequence, in the events' order), so each inserted row is joined back to its event's type,
+# subscription keys and ISO time, which Python computes and the table does not hold.
+_RECORD_MANY = f"""
+    WITH given AS (
+        SELECT nextval(pg_get_serial_sequence('{AUDIT_TABLE}', 'id')) AS id, g.*
+          FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[],
+                      $6::text[], $7::text[], $8::text[], $9::text[], $10::text[],
+                      $11::text[], $12::text[]) WITH ORDINALITY
+               AS g(occurred_at, actor, action, resource_type, resource_id, outcome,
+                    request_id, source_address, details, event_type, event_keys, stamp, n)
+    ), inserted AS (
+        INSERT INTO {AUDIT_TABLE} (id, occurred_at, actor, action, resource_type, resource_id,
+                                   outcome, request_id, source_address, details)
+        SELECT id, occurred_at, actor, action, resource_type, resource_id, outcome, request_id,
+               source_address, details::jsonb
+          FROM given
+        RETURNING *
+    ), event AS (
+        SELECT inserted.*, given.event_type, given.stamp,
+               ARRAY(SELECT jsonb_array_elements_text(given.event_keys::jsonb)) AS event_keys
+          FROM inserted JOIN given USING (id)
+    ), outbox AS ({
+    outbox_insert(
+        "event", type_sql="e.event_type", keys_sql="e.event_keys", timestamp_sql="e.stamp"
+    )
+})
+    SELECT id FROM given ORDER BY n"""
+
+
+async def record_audit_events(
+    connection: asyncpg.Connection, events: Sequence[AuditEvent]
+) -> list[int]:
+    """:func:`record_audit_event` of each of ``events``, in one statement; their ids, in order.
+
+    For a change that records an event for each of many things at once (a reconciliation
+    creating a pool's desktops, under the license's growth lock): one round trip, not one each.
+    """
+    if not events:
+        return []
+    columns: list[list[Any]] = [[] for _ in range(12)]
+    for event in events:
+        args = _event_args(event)
+        args[10] = json.dumps(args[10])  # a list of keys per event: as JSON, not a ragged array
+        for column, value in zip(columns, args, strict=True):
+            column.append(value)
+    rows = await connection.fetch(_RECORD_MANY, *columns)
+    return [row["id"] for row in rows]
 
 
 #: The filters of :func:`list_audit_events`: name -> (column, comparison).

@@ -9,21 +9,16 @@ server (:mod:`tests.support.statement_log`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from tests.support.statement_log import LoggedDatabase, logged_database
+from tests.support.statement_log import LoggedDatabase
 
 from deskpool.db import connect_pool
 from deskpool.db.bounded import statement_bound
 
 _RESETS = ("RESET ALL", "UNLISTEN", "pg_advisory_unlock_all", "CLOSE ALL")
-
-
-@pytest.fixture(scope="module")
-def logged() -> Iterator[LoggedDatabase]:
-    yield from logged_database()
 
 
 @pytest.fixture(scope="module")

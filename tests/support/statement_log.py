@@ -1,6 +1,8 @@
 """PostgreSQL's own statement log, to count the round trips and flushed commits of a use case.
 
-A test module that counts overrides ``migrated_database_url`` with :func:`logged_database`: a
+A test module that counts requests the fixture :func:`logged` (a plugin of the suite's
+``conftest.py``) and overrides the fixture of its database's URL (``migrated_database_url``,
+``module_database_url``...) with ``logged.url``: a migrated database (:func:`logged_database`) on a
 private server (:class:`deskpool.testing.postgres_server.PrivatePostgres`, never the shared
 one) whose every statement is logged (``log_statement = all``, ``log_min_duration_statement =
 0``) with the backend's pid and transaction id in each line's prefix (``%m [%p] %x``). Then
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
+import pytest
 
 from deskpool.testing.postgres_server import DATABASE, PrivatePostgres
 
@@ -156,3 +159,9 @@ def logged_database() -> Iterator[LoggedDatabase]:
                 asyncio.run(server.stop())
             except RuntimeError as error:
                 print(f"the private server did not stop: {error}")
+
+
+@pytest.fixture(scope="module")
+def logged() -> Iterator[LoggedDatabase]:
+    """The test module's logged database (:func:`logged_database`)."""
+    yield from logged_database()

@@ -129,7 +129,14 @@ MODEL_FILES = frozenset(
 #: What a model may not import: drivers of I/O, and the platform's modules that do I/O.
 IO_PACKAGES = frozenset({"asyncpg", "redis", "aiohttp", "httpx", "socket"})
 IO_MODULES = frozenset(
-    {"deskpool.db", "deskpool.runtime", "deskpool.kv", "deskpool.audit", "deskpool.jobs.queue"}
+    {
+        "deskpool.db",
+        "deskpool.runtime",
+        "deskpool.kv",
+        "deskpool.audit",
+        "deskpool.jobs.queue",
+        "deskpool.jobs.queue_keyed",
+    }
 )
 
 #: Upward imports still in the code, each with why it is there and how it goes away.

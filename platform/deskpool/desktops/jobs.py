@@ -18,10 +18,11 @@ kind                        what it does
                             (payload ``{"cluster_id", "vm_id"}``)
 ==========================  =================================================================
 
-A service enqueues them with :func:`enqueue_desktop_job` in the transaction of the change that
-needs them: it keys provisioning, rebuild and deletion jobs by the desktop and the moment it
-entered its current state (its *attempt generation*), so a reconciliation pass that sees the
-same desktop twice never enqueues a second job for it. The steps the jobs take are
+A service enqueues them with :func:`enqueue_desktop_job` (many desktops' at once:
+:func:`enqueue_desktop_jobs`) in the transaction of the change that needs them: it keys
+provisioning, rebuild and deletion jobs by the desktop and the moment it entered its current
+state (its *attempt generation*), so a reconciliation pass that sees the same desktop twice
+never enqueues a second job for it. The steps the jobs take are
 :mod:`deskpool.provisioning.steps`; their handlers, registered with the worker, are
 :mod:`deskpool.provisioning.handlers`.
 """
@@ -29,7 +30,7 @@ same desktop twice never enqueues a second job for it. The steps the jobs take a
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -37,6 +38,7 @@ import asyncpg
 
 from deskpool.jobs.model import Job
 from deskpool.jobs.queue import enqueue, unfinished_job
+from deskpool.jobs.queue_keyed import KeyedJob, enqueue_keyed_many
 from deskpool.pools.model import Desktop, DesktopState
 
 S = DesktopState
@@ -90,8 +92,11 @@ def job_for_state(desktop: Desktop) -> str | None:
 
 def idempotency_key(kind: str, desktop: Desktop) -> str | None:
     """``desktop.provision:<id>:<attempt generation>`` for generational kinds, else ``None``."""
-    if kind not in GENERATIONAL_KINDS:
-        return None
+    return _generation_key(kind, desktop) if kind in GENERATIONAL_KINDS else None
+
+
+def _generation_key(kind: str, desktop: Desktop) -> str:
+    """The idempotency key of a generational kind's job of ``desktop``."""
     return f"{kind}:{desktop.id}:{attempt_generation(desktop)}"
 
 
@@ -104,7 +109,7 @@ async def enqueue_desktop_job(connection: asyncpg.Connection, kind: str, desktop
     transaction that changed the desktop, so the job exists exactly when the change does.
     """
     resource_id = str(desktop.id)
-    payload = {"desktop_id": resource_id}
+    payload = _payload(desktop)
     if kind in POWER_KINDS:
         return await _enqueue_unless_unfinished(
             connection, kind, payload, DESKTOPS, resource_id, priority=POWER_PRIORITY
@@ -117,6 +122,30 @@ async def enqueue_desktop_job(connection: asyncpg.Connection, kind: str, desktop
         resource_type=DESKTOPS,
         resource_id=resource_id,
     )
+
+
+async def enqueue_desktop_jobs(
+    connection: asyncpg.Connection, kind: str, desktops: Sequence[Desktop]
+) -> list[Job]:
+    """:func:`enqueue_desktop_job` of each of ``desktops``; their jobs, in order.
+
+    Jobs keyed by the attempt generation (provisioning, rebuild, deletion) are enqueued in one
+    statement (:func:`~deskpool.jobs.queue_keyed.enqueue_keyed_many`), so a reconciliation
+    creating a pool's desktops does not send one per desktop while it holds the license's
+    growth lock; the others, one after the other.
+    """
+    if kind not in GENERATIONAL_KINDS:
+        return [await enqueue_desktop_job(connection, kind, desktop) for desktop in desktops]
+    keyed = [
+        KeyedJob(_generation_key(kind, desktop), _payload(desktop), DESKTOPS, str(desktop.id))
+        for desktop in desktops
+    ]
+    return await enqueue_keyed_many(connection, kind, keyed)
+
+
+def _payload(desktop: Desktop) -> dict[str, Any]:
+    """What a desktop job's handler receives."""
+    return {"desktop_id": str(desktop.id)}
 
 
 async def enqueue_orphan_deletion(

@@ -1,11 +1,12 @@
-"""The job queue in PostgreSQL: every statement that enqueues, claims and settles jobs.
+"""The job queue in PostgreSQL: the statements that enqueue, claim and settle jobs.
 
 Each function takes a connection, so callers choose the transaction: :func:`enqueue` called
 inside a transaction that also changes a desktop makes the job exist exactly when the change
 is committed. The worker's statements work in batches (claim up to N, heartbeat, complete and
 release many leases in one statement) and every statement that settles a job names the lease
 it holds, so a result from a worker whose lease was reclaimed is rejected: :func:`complete`,
-:func:`fail` and :func:`release` return what was accepted.
+:func:`fail` and :func:`release` return what was accepted. Keyed jobs enqueued many at once
+are :mod:`deskpool.jobs.queue_keyed`'s (beside this module, which is at the size modules keep).
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ _RESOURCE_NAME = f"""
     END AS resource_name
 """
 
-_JOB_COLUMNS = (
+#: A job's columns as :meth:`Job.from_record` reads them (with its resource's name).
+JOB_COLUMNS = (
     "id, kind, state, payload, priority, run_at, attempts, max_attempts, idempotency_key, "
     "resource_type, resource_id, fence, worker, lease_expires_at, heartbeat_at, reclaims, "
     "last_error, errors, created_at, updated_at, started_at, finished_at, "
@@ -120,13 +122,13 @@ async def enqueue(
             VALUES ($1, $2::jsonb, $3, coalesce($4, now()) + coalesce($5, interval '0'), $6,
                     $7, $8, $9)
             ON CONFLICT (idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-            RETURNING {_JOB_COLUMNS}
+            RETURNING {JOB_COLUMNS}
             """,
             *arguments,
         )
         if row is None:  # the key exists: return that job (unless it was pruned meanwhile)
             row = await connection.fetchrow(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE idempotency_key = $1", idempotency_key
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE idempotency_key = $1", idempotency_key
             )
     return Job.from_record(row)
 
@@ -502,7 +504,7 @@ class JobFilter:
 
 async def get_job(connection: asyncpg.Connection, job_id: int) -> Job | None:
     """One job by id."""
-    row = await connection.fetchrow(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = $1", job_id)
+    row = await connection.fetchrow(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1", job_id)
     return Job.from_record(row) if row is not None else None
 
 
@@ -512,7 +514,7 @@ async def list_jobs(
     """Jobs matching ``where``, newest first, at most ``limit``, with ids below ``before_id``."""
     rows = await connection.fetch(
         f"""
-        SELECT {_JOB_COLUMNS} FROM jobs
+        SELECT {JOB_COLUMNS} FROM jobs
         WHERE ($1::text IS NULL OR state = $1)
           AND ($2::text IS NULL OR kind = $2)
           AND ($3::text IS NULL OR resource_type = $3)
@@ -539,7 +541,7 @@ async def retry_dead(connection: asyncpg.Connection, job_id: int) -> Job | None:
             UPDATE jobs SET state = 'queued', attempts = 0, run_at = now(), finished_at = NULL,
                             updated_at = now()
             WHERE id = $1 AND state = 'dead'
-            RETURNING {_JOB_COLUMNS}
+            RETURNING {JOB_COLUMNS}
             """,
             job_id,
         )
@@ -554,7 +556,7 @@ async def cancel_queued(connection: asyncpg.Connection, job_id: int) -> Job | No
         f"""
         UPDATE jobs SET state = 'cancelled', finished_at = now(), updated_at = now()
         WHERE id = $1 AND state = 'queued'
-        RETURNING {_JOB_COLUMNS}
+        RETURNING {JOB_COLUMNS}
         """,
         job_id,
     )

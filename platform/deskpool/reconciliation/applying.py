@@ -21,6 +21,12 @@ the pool is marked reconciled with the plan's generation and health (which clear
 ``reconcile_error``). A periodic run marks the pools that needed nothing :data:`MARK_BATCH` at
 a time, in one statement.
 
+*The growth lock.* Creates take the license's growth lock (in
+:func:`~deskpool.licensing.service.cap_desktops`), held until the transaction commits, and
+``POST /api/v1/pools`` waits for it under the api's statement timeout: a create's desktops are
+inserted, given their provisioning jobs (:func:`~deskpool.desktops.jobs.enqueue_desktop_jobs`)
+and audited (:func:`~deskpool.audit.record_audit_events`) in a statement each, however many.
+
 *Contention.* A transaction PostgreSQL ends to break a deadlock, or for a serialization
 failure, was rolled back whole: it is run again a bounded number of times
 (:data:`~deskpool.outages.CONTENTION_ATTEMPTS` in all) before the pool's pass counts as failed.
@@ -38,11 +44,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import asyncpg
 
-from deskpool.audit import record_audit_event
+from deskpool.audit import record_audit_event, record_audit_events
 from deskpool.desktops.jobs import (
     POWER_ON,
     PROVISION,
     enqueue_desktop_job,
+    enqueue_desktop_jobs,
     enqueue_orphan_deletion,
     job_for_state,
 )
@@ -351,8 +358,8 @@ class PlanApplier:
             try:
                 async with connection.transaction():
                     events = await self._apply(connection, planned, batch, current, changed)
-                    for event in events:
-                        await record_audit_event(connection, event)
+                    # One statement for a create's events: it may hold the growth lock.
+                    await record_audit_events(connection, events)
             except (IllegalTransition, DesktopNameTaken, NotFound) as error:
                 log.info("pool %s: %s left to the next pass (%s)", pool.name, batch, error)
                 events, changed = [], []
@@ -488,14 +495,15 @@ class PlanApplier:
             if held is not None:
                 self._held[pool.id] = held
                 names, actions = names[:allowed], actions[:allowed]
-            events = []
-            for action, desktop in zip(
-                actions, await insert_desktops(connection, pool, names), strict=True
-            ):
-                job = await enqueue_desktop_job(connection, PROVISION, desktop)
-                events.append(action_event(planned, action, desktop, job, now))
-                changed.append(desktop)
-            return events
+            # The growth lock is held until the commit, and ``POST /api/v1/pools`` waits for it
+            # under the api's statement timeout: the jobs go in one statement, not one each.
+            inserted = await insert_desktops(connection, pool, names)
+            jobs = await enqueue_desktop_jobs(connection, PROVISION, inserted)
+            changed.extend(inserted)
+            return [
+                action_event(planned, action, desktop, job, now)
+                for action, desktop, job in zip(actions, inserted, jobs, strict=True)
+            ]
         if isinstance(first, PowerOn):
             desktop = planned.desktops[first.desktop_id]
             job = await enqueue_desktop_job(connection, POWER_ON, desktop)

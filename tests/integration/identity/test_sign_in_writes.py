@@ -10,11 +10,11 @@ last sign-in at most once per interval. Counted in the statement log of a privat
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from tests.support.statement_log import LoggedDatabase, logged_database
+from tests.support.statement_log import LoggedDatabase
 
 from deskpool.auth import VerifiedToken
 from deskpool.db import connect_pool
@@ -23,11 +23,6 @@ from deskpool.identity.sign_in import sign_in
 from deskpool.identity.store import LAST_SEEN_INTERVAL
 
 ISSUER = "https://issuer.sign-in-writes.test"
-
-
-@pytest.fixture(scope="module")
-def logged() -> Iterator[LoggedDatabase]:
-    yield from logged_database()
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import pytest
 
 from deskpool.jobs import queue
 from deskpool.jobs.model import JOBS_CHANNEL, JobLease, JobState
+from deskpool.jobs.queue_keyed import KeyedJob, enqueue_keyed_many
 
 LEASE = timedelta(seconds=30)
 
@@ -36,6 +37,47 @@ async def test_the_same_idempotency_key_gives_the_same_job(db: asyncpg.Connectio
     assert other.id != first.id
     assert plain[0].id != plain[1].id
     assert await db.fetchval("SELECT count(*) FROM jobs") == 4
+
+
+async def test_keyed_jobs_enqueued_at_once_are_each_enqueued_as_one_by_one(
+    db: asyncpg.Connection, migrated_database_url: str
+) -> None:
+    before = await queue.enqueue(db, "k", {"n": 0}, idempotency_key="a")
+    assert await enqueue_keyed_many(db, "k", []) == []
+    listener = await asyncpg.connect(migrated_database_url)
+    woken = asyncio.Event()
+    await listener.add_listener(JOBS_CHANNEL, lambda *_: woken.set())
+    try:
+        async with db.transaction():
+            jobs = await enqueue_keyed_many(
+                db,
+                "k",
+                [
+                    KeyedJob("b", {"n": 1}, "desktops", "d1"),
+                    KeyedJob("a", {"n": 2}),
+                    KeyedJob("b", {"n": 3}),
+                    KeyedJob("c", {"n": 4}),
+                ],
+            )
+            await asyncio.sleep(0)
+            assert not woken.is_set()
+        await asyncio.wait_for(woken.wait(), 10)
+    finally:
+        await listener.close()
+    b, a, again, c = jobs
+    assert (a.id, again.id) == (before.id, b.id)  # a key taken, a key given twice: one job
+    assert (a.payload, b.payload, c.payload) == ({"n": 0}, {"n": 1}, {"n": 4})
+    assert (b.state, b.idempotency_key, b.resource_type, b.resource_id) == (
+        JobState.QUEUED,
+        "b",
+        "desktops",
+        "d1",
+    )
+    assert b.max_attempts == before.max_attempts
+    assert b.priority == before.priority == 0
+    repeated = await enqueue_keyed_many(db, "k", [KeyedJob(key, {}) for key in "cba"])
+    assert [job.id for job in repeated] == [c.id, b.id, a.id]
+    assert await db.fetchval("SELECT count(*) FROM jobs") == 3
 
 
 async def test_concurrent_enqueues_of_one_key_make_one_job(

@@ -9,22 +9,17 @@ desktop was recorded when it became ready, so the opening asks no driver.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from tests.support.sessions import Estate, audit_actions, open_desktop, record_addresses
-from tests.support.statement_log import LoggedDatabase, logged_database
+from tests.support.statement_log import LoggedDatabase
 
 from deskpool.runtime import Runtime
 
 #: The issue's bound.
 MOST_ROUND_TRIPS = 8
-
-
-@pytest.fixture(scope="module")
-def logged() -> Iterator[LoggedDatabase]:
-    yield from logged_database()
 
 
 @pytest.fixture(scope="module")
