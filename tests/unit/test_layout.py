@@ -29,6 +29,23 @@ def test_every_module_has_a_docstring() -> None:
     assert missing == []
 
 
+#: The most lines a module of the platform, a plugin or a driver may have (issue 35): past it, a
+#: module holds more than one use case and is split by use case, not by line count.
+MOST_LINES = 600
+
+
+def test_no_module_is_over_600_lines() -> None:
+    over = {}
+    for root in ("platform", "plugins", "hypervisor_drivers"):
+        for path in (REPO / root).rglob("*.py"):
+            if "build" in path.parts:
+                continue
+            lines = len(path.read_text(encoding="utf-8").splitlines())
+            if lines > MOST_LINES:
+                over[str(path.relative_to(REPO))] = lines
+    assert over == {}
+
+
 def imported_packages(root: Path) -> list[tuple[str, str]]:
     """``(file, top-level package)`` of every import statement under ``root``."""
     found = []
