@@ -8,6 +8,7 @@ published, retired, rotated, and the current one that signs by default.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import secrets
 import warnings
 from collections.abc import Iterable, Mapping
@@ -25,10 +26,35 @@ __all__ = ["SIGNING_ALGORITHMS", "KeyRing", "SigningKey", "sign", "token_hash"]
 SIGNING_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA")
 
 
+#: How many RSA key pairs one process makes before it reuses them (see :func:`_rsa_key`).
+RSA_PAIRS_PER_PROCESS = 8
+
+_rsa_pairs: list[RSAKey] = []
+_rsa_turn = itertools.count()
+
+
+def _rsa_key(parameters: KeyParameters) -> RSAKey:
+    """An RSA 2048 key with ``parameters`` (its ``kid``, ``alg`` and ``use``).
+
+    A process makes :data:`RSA_PAIRS_PER_PROCESS` key pairs, then takes them again in turn
+    under the new key id: finding two 1024-bit primes took the test suite's processes about a
+    minute of CPU in all (50 to 150 ms a key, a key for every identity provider a test makes).
+    A key is told apart by its ``kid``, which is always new: a token names the key that signed
+    it, and a verifier that does not know that ``kid`` refuses the token, whatever the pair.
+    """
+    turn = next(_rsa_turn)
+    if turn < RSA_PAIRS_PER_PROCESS:
+        pair = RSAKey.generate_key(2048)
+        _rsa_pairs.append(pair)
+    else:
+        pair = _rsa_pairs[turn % RSA_PAIRS_PER_PROCESS]
+    return RSAKey.import_key(pair.as_dict(private=True), parameters=parameters)
+
+
 def generate_private_key(alg: str, kid: str) -> Key:
     parameters: KeyParameters = {"kid": kid, "use": "sig", "alg": alg}
     if alg.startswith(("RS", "PS")):
-        return RSAKey.generate_key(2048, parameters=parameters)
+        return _rsa_key(parameters)
     if alg == "ES256":
         return ECKey.generate_key("P-256", parameters=parameters)
     if alg == "ES384":
