@@ -102,6 +102,10 @@ class PrincipalMemory(Protocol):
         """The remembered principal of ``token``'s user (``None``: not known)."""
         ...
 
+    async def written(self) -> None:
+        """Wait until what was remembered so far is kept (or failed to be)."""
+        ...
+
 
 class FirstSignInUnavailable(ServiceUnavailable):
     """The database is away and the caller never signed in (or with other claims): 503."""
@@ -168,7 +172,9 @@ class Authenticator:
         self._listener = asyncio.create_task(self._listen(), name="identity-invalidation")
 
     async def close(self) -> None:
-        """Stop the listener and the provider."""
+        """Stop the listener and the provider; what the memory was given is kept first."""
+        if self.memory is not None:
+            await self.memory.written()
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):

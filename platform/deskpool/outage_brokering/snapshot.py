@@ -124,24 +124,47 @@ async def mark_access_changed(runtime: Runtime, users: Collection[uuid.UUID] | N
 
 
 class PrincipalMemory:
-    """The authenticator's memory of principals (:mod:`deskpool.identity.authenticator`)."""
+    """The authenticator's memory of principals (:mod:`deskpool.identity.authenticator`).
+
+    Principals are written in the background, those of the sign-ins made while a write is on
+    its way in the next one: a cold sign-in waits for no Redis round trip, and a burst of
+    them costs a few writes (each one pipeline of two ``HSET``), not one each.
+    """
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.keys = keys_of(runtime)
+        #: Principals to write: user id -> (remembered JSON, subject key).
+        self._pending: dict[str, tuple[str, str]] = {}
+        self._writer: asyncio.Task[None] | None = None
 
     async def remember(self, principal: Principal) -> None:
-        """Keep ``principal`` as of this sign-in (best effort)."""
+        """Keep ``principal`` as of this sign-in (best effort, written in the background)."""
         key = subject_key(principal.issuer, principal.subject, principal.kind)
-        try:
-            async with self.runtime.kv.pipeline(transaction=False) as pipe:
-                pipe.hset(
-                    self.keys.principals, principal.id, RememberedPrincipal(principal).to_json()
-                )
-                pipe.hset(self.keys.subjects, key, principal.id)
-                await pipe.execute()
-        except (RedisError, OSError) as error:
-            log.warning("could not remember a principal for outages: %s", type(error).__name__)
+        self._pending[principal.id] = (RememberedPrincipal(principal).to_json(), key)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write(), name="principal-memory")
+
+    async def written(self) -> None:
+        """Wait until every principal remembered so far is written (or failed to be)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
+
+    async def _write(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, {}
+            try:
+                async with self.runtime.kv.pipeline(transaction=False) as pipe:
+                    pipe.hset(
+                        self.keys.principals,
+                        mapping={user: remembered for user, (remembered, _) in batch.items()},
+                    )
+                    pipe.hset(
+                        self.keys.subjects, mapping={key: user for user, (_, key) in batch.items()}
+                    )
+                    await pipe.execute()
+            except (RedisError, OSError) as error:
+                log.warning("could not remember principals for outages: %s", type(error).__name__)
 
     async def recall(self, token: VerifiedToken) -> Principal | None:
         """The principal of a known user as the snapshot holds it (``None``: not known).
