@@ -98,12 +98,18 @@ PARALLEL := -n $(WORKERS) --dist loadgroup --tb=native
 # The whole test suite, lint and type checks included, from .venv: the unit tests first (a
 # broken one is reported in seconds), lint and types, then integration and end-to-end in
 # parallel.
+# The API contract (schemathesis over the OpenAPI document) runs in a pytest of its own, beside
+# the parallel run: collecting it builds every operation's coverage cases (about 11 s of CPU),
+# and every xdist worker collects every test, so four workers built them four times.
+CONTRACT := tests/integration/api/test_contract.py
+
 test: setup services libvirt browser x11 promtool rsyslog console console-test
 	$(PYTEST) tests/unit
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
-	$(PYTEST) $(PARALLEL) tests --ignore=tests/deploy --ignore=tests/unit
+	@bash scripts/beside.sh '$(PYTEST) -q --tb=native $(CONTRACT)' \
+	  $(PYTEST) $(PARALLEL) tests --ignore=tests/deploy --ignore=tests/unit --ignore=$(CONTRACT)
 
 # Every test but the slow ones (the end-to-end tests, the API contract, the VNC bridge, the
 # libvirt driver), the unit tests first, the rest in parallel: a few minutes.
