@@ -97,17 +97,17 @@ PARALLEL := -n $(WORKERS) --dist loadgroup --tb=native
 
 # The whole test suite, lint and type checks included, from .venv: the unit tests first (a
 # broken one is reported in seconds), lint and types, then integration and end-to-end in
-# parallel.
-# The API contract (schemathesis over the OpenAPI document) runs in a pytest of its own, beside
-# the parallel run: collecting it builds every operation's coverage cases (about 11 s of CPU),
-# and every xdist worker collects every test, so four workers built them four times.
+# parallel. Beside the unit tests, ruff and mypy, the console is built and tested (Node.js, on
+# the other core). Beside the parallel run, the API contract (schemathesis over the OpenAPI
+# document) runs in a pytest of its own: collecting it builds every operation's coverage cases
+# (about 11 s of CPU), and every xdist worker collects every test, so four workers built them
+# four times. scripts/beside.sh shows what ran beside once both ended.
 CONTRACT := tests/integration/api/test_contract.py
+CHECKS := $(PYTEST) tests/unit && $(BIN)/ruff check $(LINTED) && \
+  $(BIN)/ruff format --check $(LINTED) && $(BIN)/mypy
 
-test: setup services libvirt browser x11 promtool rsyslog console console-test
-	$(PYTEST) tests/unit
-	$(BIN)/ruff check $(LINTED)
-	$(BIN)/ruff format --check $(LINTED)
-	$(BIN)/mypy
+test: setup services libvirt browser x11 promtool rsyslog
+	@bash scripts/beside.sh '$(MAKE) --no-print-directory console console-test' bash -c '$(CHECKS)'
 	@bash scripts/beside.sh '$(PYTEST) -q --tb=native $(CONTRACT)' \
 	  $(PYTEST) $(PARALLEL) tests --ignore=tests/deploy --ignore=tests/unit --ignore=$(CONTRACT)
 

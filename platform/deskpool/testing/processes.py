@@ -58,20 +58,34 @@ def deskpool_command() -> list[str]:
     return [sys.executable, "-m", "deskpool.cli"]
 
 
+#: The first pause of :func:`until` between two checks, and the longest it grows to.
+FIRST_PAUSE, LONGEST_PAUSE = 0.02, 0.1
+
+
 async def until(
-    check: Callable[[], Awaitable[Any]], what: str, seconds: float = 30, every: float = 0.02
+    check: Callable[[], Awaitable[Any]],
+    what: str,
+    seconds: float = 30,
+    every: float | None = None,
 ) -> Any:
     """Await ``check()`` until it returns something truthy, and return that.
 
+    :param every: the pause between two checks; by default :data:`FIRST_PAUSE`, growing by half
+        each time up to :data:`LONGEST_PAUSE`: what comes at once is seen at once, and a wait
+        of a minute does not ask the database 3,000 times (the suite is bound by its two cores,
+        and each check costs the test, and often PostgreSQL, some of them).
     :raises AssertionError: naming ``what`` when ``seconds`` pass first.
     """
+    pause = FIRST_PAUSE if every is None else every
     try:
         async with asyncio.timeout(seconds):
             while True:
                 value = await check()
                 if value:
                     return value
-                await asyncio.sleep(every)
+                await asyncio.sleep(pause)
+                if every is None:
+                    pause = min(pause * 1.5, LONGEST_PAUSE)
     except TimeoutError:
         raise AssertionError(f"timed out waiting until {what}") from None
 
