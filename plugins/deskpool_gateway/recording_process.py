@@ -423,6 +423,10 @@ def serve(control: socket.socket, ring: mmap.mmap) -> None:
             assert writer is not None
             _reply(control, writer.flush(time.monotonic()))
             continue
+        except ConnectionError:
+            # The gateway died with replies unread (its socket ended with a reset, not an end
+            # of stream): what it handed over is in the ring all the same.
+            break
         if not data:
             break
         buffer += data

@@ -13,6 +13,7 @@ import signal
 import uuid
 from pathlib import Path
 
+import pytest
 from tests.support.recordings import (
     new_recording,
     until_ready,
@@ -146,21 +147,33 @@ async def test_a_killed_writer_ends_its_recordings_truncated_and_a_new_one_recor
         assert await _played(runtime, first.id) == FRAME.encode()
 
 
+@pytest.mark.parametrize("reset", [False, True], ids=["closed", "reset"])
 async def test_a_writer_whose_gateway_died_writes_everything_it_was_handed(
-    recordings_environ: dict[str, str], tmp_path: Path
+    recordings_environ: dict[str, str], tmp_path: Path, reset: bool
 ) -> None:
+    """The writer writes what it was handed, and ends well, however the socket ended.
+
+    ``reset``: the gateway's end closes with the writer's replies unread, so the writer reads
+    ECONNRESET instead of the end of the stream (what a gateway killed on a loaded machine
+    left: the writer stopped on ConnectionResetError and exited 1).
+    """
     async with opened_runtime(recordings_environ, ["gateway"]) as runtime:
         row = await new_recording(runtime, "wr-05")
         writer = RecordingWriter(runtime.config.environment())
         channel = await writer.open(row.id, PlatformSessionBroker(runtime))
         await until_ready(writer)
+        running = writer._writer
+        assert running is not None
+        assert running.transport is not None
+        process = running.process
+        if reset:  # the writer's replies to these messages stay unread
+            running.transport.pause_reading()
         stream = ("4.blob,1.1,8000." + "B" * 8000 + ";").encode() * 20
         for at in range(0, len(stream), 5000):
             channel.put(stream[at : at + 5000])
         await asyncio.sleep(0)  # the messages of this turn go out
-        running = writer._writer
-        assert running is not None
-        process = running.process
+        if reset:
+            await asyncio.sleep(1)  # the writer read them and replied
         running.transport_lost()  # as if the gateway were killed: the socket just ends
         assert await asyncio.wait_for(process.wait(), 30) == 0
         await writer.stop()
