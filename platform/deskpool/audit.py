@@ -108,6 +108,10 @@ def audit_event_ctes(event: AuditEvent, first: int) -> tuple[str, list[Any]]:
     return sql, _event_args(event)
 
 
+#: Where :func:`_event_args` puts the event's subscription keys (a list).
+_KEYS_ARG = 10
+
+
 def _event_args(event: AuditEvent) -> list[Any]:
     """The values of an event's columns, then its type, its subscription keys and ISO time."""
     return [
@@ -182,7 +186,8 @@ async def record_audit_events(
     columns: list[list[Any]] = [[] for _ in range(12)]
     for event in events:
         args = _event_args(event)
-        args[10] = json.dumps(args[10])  # a list of keys per event: as JSON, not a ragged array
+        # A list of keys per event: as JSON text, since an array of lists would be ragged.
+        args[_KEYS_ARG] = json.dumps(args[_KEYS_ARG])
         for column, value in zip(columns, args, strict=True):
             column.append(value)
     rows = await connection.fetch(_RECORD_MANY, *columns)
