@@ -332,8 +332,10 @@ class Deployment(Part):
                     ]
                     monitor = LoadMonitor(markers=[database.rsplit("/", 1)[-1]])
                     monitor.start()
+                    began_at = time.time()
                     result = await storm(apis, gateways, tokens, within=args.within)
                     load = monitor.stop()
+                    log(f"  {side} round {number}: storm from {began_at:.1f} to {time.time():.1f}")
                     check = await check_allocations(db, self.idp.issuer_url, result)
                     keep_logs(args.logs, f"{side}-{number}", running_processes)
                     if result.failures() or result.server_errors():
