@@ -468,13 +468,14 @@ async def _entitled_pools(
 
 @dataclass(frozen=True)
 class HeldPool:
-    """A pool as a user sees it: its free ready desktops and the desktops the user holds."""
+    """A pool as a user sees it: what opening it gives now and the desktops the user holds."""
 
     record: PoolRecord
-    available: int
+    #: A free ready desktop: opening the pool allocates one at once.
+    ready: bool
     held: list[Desktop]
-    #: Free powered-off desktops: opening the pool starts one for the user (start on connect).
-    startable: int = 0
+    #: None ready, but opening the pool starts or builds one for the user (start on connect).
+    startable: bool = False
 
 
 async def entitled_pool_ids(
@@ -509,17 +510,17 @@ async def _held_in_pools(
     db: Db, user_id: str | uuid.UUID, records: Sequence[PoolRecord]
 ) -> list[HeldPool]:
     ids = [record.pool.id for record in records]
-    counts = await store_pools.pool_counts(db, ids)
+    gives = await starts_store.what_opening_gives(db, ids)
     held: dict[uuid.UUID, list[Desktop]] = {pool_id: [] for pool_id in ids}
     for desktop in await store_desktops.desktops_held_by(db, user_id, ids):
         held[desktop.pool_id].append(desktop)
-    startable = await starts_store.startable_counts(db, ids)
+    nothing = starts_store.OpeningGives(ready=False, startable=False)
     return [
         HeldPool(
             record,
-            counts[record.pool.id].available,
+            gives.get(record.pool.id, nothing).ready,
             held[record.pool.id],
-            startable.get(record.pool.id, 0),
+            gives.get(record.pool.id, nothing).startable,
         )
         for record in records
     ]

@@ -166,7 +166,7 @@ def pool_id_of(call: Call) -> uuid.UUID:
     return parse_id(call.path_param("pool_id"), "pool")
 
 
-def _availability(pool: Pool, held: Sequence[Desktop], available: int, startable: int) -> str:
+def _availability(pool: Pool, held: Sequence[Desktop], ready: bool, startable: bool) -> str:
     """What opening ``pool`` would give now (allocation's rules, then start on connect's)."""
     if pool.state is PoolState.DISABLED:
         return "disabled"
@@ -181,7 +181,7 @@ def _availability(pool: Pool, held: Sequence[Desktop], available: int, startable
         return "startable"
     if pool.state is PoolState.DRAINING:
         return "draining"
-    return "available" if available else "startable" if startable else "no_desktop_available"
+    return "available" if ready else "startable" if startable else "no_desktop_available"
 
 
 def _retry_after(call: Call) -> str:
@@ -438,7 +438,7 @@ async def list_my_pools(call: Call) -> Page:
                 "kind": str(pool.kind),
                 "os_type": str(pool.os_type),
                 "state": str(pool.state),
-                "availability": _availability(pool, mine, shown.available, shown.startable),
+                "availability": _availability(pool, mine, shown.ready, shown.startable),
                 "desktop": (
                     {"id": str(mine[0].id), "name": mine[0].name, "state": str(mine[0].state)}
                     if mine
