@@ -62,8 +62,17 @@ async def check_opening_session(
 ) -> bool:
     """:func:`check_can_open_session` on what an opening read after taking the growth lock.
 
-    ``counted`` is :func:`store.session_usage`'s. ``False``: the lock is shared and the room
-    not certain (the caller opens again with the lock ``alone``).
+    ``counted`` is :func:`store.session_usage`'s, except that with the lock shared its third
+    value is the transactions that held the growth lock just after this one took it (read in
+    an earlier statement than the count, :data:`store.GROWTH_LOCK_HOLDERS_SQL`) instead of
+    ``max_connections``. That is exact too: of any openings adding sessions at once, take the
+    one that read the holders last. Every other one took the lock before that read, so it was
+    either still holding it (counted among the holders) or had committed before the count's
+    snapshot (counted among the sessions); so that last one's check bounds them all. Near the
+    limit the room then covers the openings really under way, not a hundred, and openings
+    keep sharing the lock (issue 39's storm: the last hundred of a thousand users went one
+    at a time). ``False``: the lock is shared and the room not certain (the caller opens
+    again with the lock ``alone``).
     """
     judgement = _judge(connection, context, await _read(connection, context, read))
     return _session_verdict(connection, context, judgement, *counted, alone)

@@ -20,6 +20,15 @@ from deskpool.licensing.watermark import StoredWatermark
 #: Advisory lock key held (per transaction) while a growth is checked and made, so two
 #: transactions never both take the last unit of a limit ("license" in ASCII).
 GROWTH_LOCK_KEY = 0x6C6963656E7365
+#: The transactions holding the growth lock now (granted, shared or alone), as ``holders``:
+#: a bigint advisory key shows in ``pg_locks`` as its high and low 32 bits, ``objsubid`` 1.
+#: ``pg_locks`` is not a snapshot: it shows what is held at the moment it is read.
+GROWTH_LOCK_HOLDERS_SQL = f"""
+    SELECT count(*)::int AS holders FROM pg_locks
+     WHERE locktype = 'advisory' AND granted AND objsubid = 1
+       AND classid = {GROWTH_LOCK_KEY >> 32} AND objid = {GROWTH_LOCK_KEY & 0xFFFFFFFF}
+       AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
 
 
 @dataclass(frozen=True)

@@ -164,8 +164,17 @@ async def _open(
             pending = None
             desktop = transition(chosen.desktop, Allocated(user), pool=pool, now=datetime.now(UTC))
             await withhold(runtime, desktop)
+            usage, has_session, connections = seen.counted(chosen)
+            # Shared, the room must cover the openings holding the lock now, not one per
+            # connection the server allows (see check_opening_session). This one is among
+            # them: none counted means the count was not made after the lock (never trusted).
+            concurrent = connections if alone or locked.holders < 1 else locked.holders
             if not await check_opening_session(
-                connection, runtime.licensing, seen.license, seen.counted(chosen), alone=alone
+                connection,
+                runtime.licensing,
+                seen.license,
+                (usage, has_session, concurrent),
+                alone=alone,
             ):
                 raise _LockAlone()
             target = _known_target(runtime, chosen)

@@ -50,6 +50,8 @@ class LockedPool:
     pool: Pool
     entitled: bool
     policy: SessionPolicy
+    #: Transactions holding the growth lock once this one took it (itself included).
+    holders: int = 1
 
 
 async def lock_pool(
@@ -66,11 +68,13 @@ async def lock_pool(
     :param manager: the caller may manage pools: entitled to every one.
     :param growth_alone: take the growth lock alone (near the license's limit), not shared.
     """
+    # The openings holding the growth lock are counted after it is taken (``l`` first, then
+    # ``h`` for its row): every other opening either took it before, and is counted here or
+    # committed before the next statement's snapshot (seen in its count of sessions), or takes
+    # it after, and counts this one. See :func:`check_opening_session`.
     row = await connection.fetchrow(
         f"""
-        SELECT pg_advisory_xact_lock(hashtextextended($2, 0)) IS NULL AS allocation_locked,
-               {licensing.growth_lock_sql(shared=not growth_alone)} IS NULL AS growth_locked,
-               p.*,
+        SELECT l.allocation_locked, l.growth_locked, h.holders, p.*,
                $3 OR EXISTS (
                    SELECT 1 FROM pool_entitlements AS e
                     WHERE e.pool_id = p.id
@@ -78,8 +82,14 @@ async def lock_pool(
                            OR (e.subject_type = 'group' AND e.subject_id = ANY($5::uuid[])))
                ) AS entitled,
                (SELECT s FROM pool_session_policies AS s WHERE s.pool_id = p.id) AS policy
-          FROM pools AS p
-         WHERE p.id = $1
+          FROM (SELECT pg_advisory_xact_lock(hashtextextended($2, 0)) IS NULL
+                       AS allocation_locked,
+                       {licensing.growth_lock_sql(shared=not growth_alone)} IS NULL
+                       AS growth_locked
+                OFFSET 0) AS l
+         CROSS JOIN LATERAL ({licensing.GROWTH_LOCK_HOLDERS_SQL}
+                             AND l.growth_locked IS NOT NULL) AS h
+          JOIN pools AS p ON p.id = $1
         """,
         pool_id,
         allocation_lock_key(pool_id, user),
@@ -90,7 +100,9 @@ async def lock_pool(
     if row is None:
         return None
     policy: Mapping[str, Any] | None = row["policy"]
-    return LockedPool(pool_from_row(row), bool(row["entitled"]), policy_from_row(policy))
+    return LockedPool(
+        pool_from_row(row), bool(row["entitled"]), policy_from_row(policy), int(row["holders"])
+    )
 
 
 @dataclass(frozen=True, slots=True)
