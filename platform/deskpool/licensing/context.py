@@ -28,7 +28,7 @@ from deskpool.licensing.manifest import (
     verify_manifest,
 )
 from deskpool.licensing.metrics import LicenseMetrics
-from deskpool.licensing.model import CLOCK_SKEW_TOLERANCE, BuildIntegrity, ClockReading
+from deskpool.licensing.model import CLOCK_SKEW_TOLERANCE, BuildIntegrity, ClockReading, License
 from deskpool.licensing.watermark import Seen, WatermarkKeys
 
 if TYPE_CHECKING:
@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from deskpool.config import Config
 
 log = logging.getLogger(__name__)
+
+#: A license document's verdict: the license, or why it is refused.
+Verdict = tuple[License | None, str | None]
 
 Clock = Callable[[], datetime]
 
@@ -84,6 +87,9 @@ class LicensingContext:
         #: Whether the last session check found the limit too near to share the growth lock
         #: (a hint only: the next check starts with the exclusive lock, and learns again).
         self.sessions_near_limit = False
+        #: The last installed document verified, with the keys it was verified against, and
+        #: the verdict (the license, or why it was refused): see ``service._installed_license``.
+        self.verified: tuple[tuple[str, tuple[tuple[str, bytes], ...]], Verdict] | None = None
 
     @classmethod
     def from_config(

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from deskpool.actor import Actor
 from deskpool.events import Outcome
@@ -178,12 +179,33 @@ def _show(connection: asyncpg.Connection, context: LicensingContext, change: Any
 def _installed_license(
     installation: store.Installation | None, context: LicensingContext
 ) -> tuple[License | None, str | None]:
+    """The installed license verified, or why it is refused.
+
+    The verdict depends on the document and the trusted keys only: it is remembered for the
+    last pair (every opening judges the license, issue 39), and made again for another.
+    """
     if installation is None:
         return None, None
+    trusted = context.trusted()
+    seen = (
+        installation.document,
+        tuple(
+            sorted(
+                (key_id, key.public_bytes(Encoding.Raw, PublicFormat.Raw))
+                for key_id, key in trusted.items()
+            )
+        ),
+    )
+    remembered = context.verified
+    if remembered is not None and remembered[0] == seen:
+        return remembered[1]
+    verdict: tuple[License | None, str | None]
     try:
-        return verify_document(installation.document, context.trusted()), None
+        verdict = verify_document(installation.document, trusted), None
     except LicenseRefused as refused:
-        return None, f"{refused.detail} ({refused.code})"
+        verdict = None, f"{refused.detail} ({refused.code})"
+    context.verified = (seen, verdict)
+    return verdict
 
 
 async def current_judgement(connection: asyncpg.Connection, context: LicensingContext) -> Judgement:
