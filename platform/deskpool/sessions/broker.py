@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -39,7 +40,6 @@ from deskpool.events import AuditEvent
 from deskpool.identity.access import holding_of
 from deskpool.kv import subscription
 from deskpool.live.publishers import publish, session_event
-from deskpool.pools import store as store_pools
 from deskpool.recordings import store as recordings_store
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretDecryptionFailed, SecretsUnavailable
@@ -65,6 +65,7 @@ from deskpool.sessions.service import (
     log_off,
     publish_disconnect,
 )
+from deskpool.sessions.store_opening import desktop_to_open
 from deskpool.sessions.tokens import token_context
 from deskpool.sessions.tunnel import (
     DesktopTarget,
@@ -174,6 +175,9 @@ class PlatformSessionBroker:
     def __init__(self, runtime: Runtime, *, lease: float = DEFAULT_LEASE) -> None:
         self.runtime = runtime
         self.lease = lease
+        #: When each gateway's last committed heartbeat was sent (monotonic): half a lease
+        #: later its redemptions ask the database again (``store.ensure_lease``).
+        self._renewed: dict[str, float] = {}
 
     @property
     def heartbeat_interval(self) -> float:
@@ -234,11 +238,12 @@ class PlatformSessionBroker:
         if not holding.keeps_session(issued.pool_id, read_only=issued.shadow_of is not None):
             await record_audit_event(connection, _refusal(issued, "access_revoked"))
             return "access_revoked"
-        await store.ensure_lease(connection, gateway_id, self.lease)
+        renewed = self._renewed.get(gateway_id)
+        if renewed is None or time.monotonic() - renewed >= self.lease / 2:
+            await store.ensure_lease(connection, gateway_id, self.lease)
         if issued.shadow_of is not None:
             return await self._join(connection, key, issued, target, gateway_id)
-        desktop = await store_desktops.get_desktop(connection, issued.desktop_id, for_update=True)
-        pool = await store_pools.get_pool(connection, issued.pool_id)
+        desktop, pool, policy = await desktop_to_open(connection, issued.desktop_id, issued.pool_id)
         if desktop is None or pool is None or not desktop_still_held(desktop, issued.user_id):
             return "desktop_gone"
         session = await _start_session(
@@ -252,9 +257,10 @@ class PlatformSessionBroker:
             issued.protocol,
             phases=phases,
         )
-        if not desktop.in_session:
-            await store_desktops.apply_event(connection, desktop.id, SessionOpened(), pool=pool)
-        policy = await store_policies.get_policy(connection, pool.id)
+        if not desktop.in_session:  # read FOR UPDATE above: no savepoint and no second read
+            await store_desktops.apply_event_to_locked(
+                connection, desktop, SessionOpened(), pool=pool
+            )
         recording = None
         if policy.recording.enabled:
             recording = await recordings_store.insert_recording(
@@ -266,13 +272,14 @@ class PlatformSessionBroker:
                 include_keys=policy.recording.include_keys,
                 store=str(self.runtime.config["RECORDING_STORE"]),
             )
+        names = await store.user_names(connection, issued.user_id)
         return TunnelGrant(
             session_id=session.id,
             user_id=issued.user_id,
             desktop_id=desktop.id,
             pool_id=pool.id,
             target=target,
-            user_display_name=await store.user_display_name(connection, issued.user_id),
+            user_display_name=names.display,
             desktop_name=desktop.name,
             idle_timeout=None if policy.idle_timeout is None else float(policy.idle_timeout),
             max_duration=(
@@ -281,7 +288,7 @@ class PlatformSessionBroker:
             recording_id=None if recording is None else recording.id,
             record_keys=policy.recording.include_keys,
             client_policy=policy.client,
-            user_email=await store.user_email(connection, issued.user_id),
+            user_email=names.email,
         )
 
     async def _join(
@@ -309,19 +316,20 @@ class PlatformSessionBroker:
             shadow_of=watched.id,
             phases=[],
         )
+        names = await store.user_names(connection, issued.user_id)
         return TunnelGrant(
             session_id=session.id,
             user_id=issued.user_id,
             desktop_id=watched.desktop_id,
             pool_id=watched.pool_id,
             target=target,
-            user_display_name=await store.user_display_name(connection, issued.user_id),
+            user_display_name=names.display,
             desktop_name=watched.desktop_name,
             read_only=True,
             join_connection_id=watched.connection_id,
             shadow_of=watched.id,
             client_policy=(await store_policies.get_policy(connection, watched.pool_id)).client,
-            user_email=await store.user_email(connection, issued.user_id),
+            user_email=names.email,
         )
 
     def _open_target(self, sealed: bytes, key: bytes) -> DesktopTarget:
@@ -384,9 +392,11 @@ class PlatformSessionBroker:
         sessions relayed (``counters``) that ended as lost are reopened or handed back
         (:mod:`deskpool.sessions.reassert`); then the sessions of lost gateways end.
         """
+        sent = time.monotonic()
         async with self.runtime.db.acquire() as connection, connection.transaction():
             await store.renew_lease(connection, gateway_id, self.lease)
             await store.record_counters(connection, gateway_id, counters)
+        self._renewed[gateway_id] = sent
         closing = await reassert_sessions(self.runtime, gateway_id, list(counters))
         await end_lost_gateways(self.runtime)
         return closing
@@ -399,6 +409,7 @@ class PlatformSessionBroker:
 
     async def release(self, gateway_id: str) -> None:
         """A gateway stopping cleanly: end what it still holds and drop its lease."""
+        self._renewed.pop(gateway_id, None)
         async with self.runtime.db.acquire() as connection:
             ids = await store.open_session_ids_of_gateway(connection, gateway_id)
         for session_id in ids:

@@ -376,17 +376,25 @@ async def list_sessions(
     return [session_from_row(row) for row in rows]
 
 
-async def user_display_name(db: Db, user_id: uuid.UUID) -> str:
-    """How a user is shown on their desktop: display name, else email, else subject."""
-    name = await db.fetchval(
-        "SELECT coalesce(display_name, email, subject) FROM users WHERE id = $1", user_id
+@dataclass(frozen=True, slots=True)
+class UserNames:
+    """How a user is shown on their desktop, and their email for the watermark."""
+
+    #: Display name, else email, else subject (the id when the user is unknown).
+    display: str
+    #: Empty when unknown.
+    email: str
+
+
+async def user_names(db: Db, user_id: uuid.UUID) -> UserNames:
+    """A user's :class:`UserNames`, in one read."""
+    row = await db.fetchrow(
+        "SELECT coalesce(display_name, email, subject) AS display, email FROM users WHERE id = $1",
+        user_id,
     )
-    return str(name or user_id)
-
-
-async def user_email(db: Db, user_id: uuid.UUID) -> str:
-    """A user's email (empty when unknown), for the watermark."""
-    return str(await db.fetchval("SELECT email FROM users WHERE id = $1", user_id) or "")
+    if row is None:
+        return UserNames(str(user_id), "")
+    return UserNames(str(row["display"] or user_id), str(row["email"] or ""))
 
 
 async def watchers_of(db: Db, user_id: uuid.UUID) -> list[Watcher]:
