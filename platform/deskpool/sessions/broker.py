@@ -369,11 +369,7 @@ class PlatformSessionBroker:
 
     async def session_connected(self, session_id: uuid.UUID, *, connection_id: str) -> None:
         """The daemon answered ``ready``: record its connection id (for shadowing)."""
-        async with self.runtime.db.acquire() as connection, connection.transaction():
-            await store.set_connected(connection, session_id, connection_id)
-            seconds = await store_logons.mark_session_logon(
-                connection, session_id, LogonPhase.DAEMON_CONNECTED
-            )
+        seconds = await store_logons.mark_connected(self.runtime.db, session_id, connection_id)
         observe_phase(self.runtime, LogonPhase.DAEMON_CONNECTED, seconds)
 
     async def first_frame(self, session_id: uuid.UUID) -> None:

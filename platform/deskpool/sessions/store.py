@@ -142,18 +142,6 @@ async def get_session(
     return await fetch_record(db, session_from_row, query, session_id)
 
 
-async def set_connected(db: Db, session_id: uuid.UUID, connection_id: str) -> None:
-    """Record the daemon's connection id of an open session."""
-    await db.execute(
-        """
-        UPDATE desktop_sessions SET connection_id = $2, connected_at = now()
-         WHERE id = $1 AND ended_at IS NULL
-        """,
-        session_id,
-        connection_id,
-    )
-
-
 async def record_counters(
     connection: Db, gateway_id: str, counters: Mapping[uuid.UUID, TunnelCounters]
 ) -> None:

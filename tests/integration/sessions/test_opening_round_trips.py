@@ -93,7 +93,8 @@ async def test_a_redemption_is_a_handful_of_round_trips(
     warm, measured = await _warm_and_measured(estate, pools_runtime, 1)
     tokens = [(await open_desktop(client, one))["connection"]["token"] for one in (warm, measured)]
     await broker.heartbeat("gw-1", {})  # a gateway heartbeats as it starts
-    await broker.redeem(tokens[0], gateway_id="gw-1")
+    warmed = await broker.redeem(tokens[0], gateway_id="gw-1")
+    await broker.session_connected(warmed.session_id, connection_id="$warm-connection")
 
     mark = logged.log.mark()
     grant = await broker.redeem(tokens[1], gateway_id="gw-1")
@@ -104,3 +105,17 @@ async def test_a_redemption_is_a_handful_of_round_trips(
     assert counted.round_trips <= MOST_REDEMPTION_ROUND_TRIPS, "\n".join(counted.texts())
     assert counted.flushed_commits == 1, "\n".join(counted.texts())
     assert "session.start" in await audit_actions(pools_runtime, str(grant.session_id))
+
+    # The daemon answers ready: its connection id and the logon's phase, one statement.
+    mark = logged.log.mark()
+    await broker.session_connected(grant.session_id, connection_id="$daemon-connection")
+    counted = logged.log.since(mark)
+    assert counted.round_trips == 1, "\n".join(counted.texts())
+    async with pools_runtime.db.acquire() as connection:
+        connected = await connection.fetchrow(
+            "SELECT s.connection_id, s.connected_at, l.daemon_connected_at "
+            "FROM desktop_sessions s JOIN logons l ON l.session_id = s.id WHERE s.id = $1",
+            grant.session_id,
+        )
+    assert connected["connection_id"] == "$daemon-connection"
+    assert None not in (connected["connected_at"], connected["daemon_connected_at"])
