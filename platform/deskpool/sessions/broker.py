@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import time
@@ -106,26 +107,25 @@ async def _start_session(
 
     A session that shadows another is read-only, and its audit event names the watched one.
     """
-    session = await store.insert_session(
-        connection,
-        user_id=issued.user_id,
-        desktop_id=desktop_id,
-        pool_id=pool_id,
-        desktop_name=desktop_name,
-        protocol=protocol,
-        gateway_id=gateway_id,
-        read_only=shadow_of is not None,
-        shadow_of=shadow_of,
-    )
-    await store_tokens.set_token_session(connection, key, session.id)
-    if issued.logon_id is not None:
-        seconds = await store_logons.open_logon_tunnel(connection, issued.logon_id, session.id)
-        phases.append((LogonPhase.TUNNEL_OPENED, seconds))
+    values = {
+        "user_id": issued.user_id,
+        "desktop_id": desktop_id,
+        "pool_id": pool_id,
+        "desktop_name": desktop_name,
+        "protocol": protocol,
+        "gateway_id": gateway_id,
+        "read_only": shadow_of is not None,
+        "shadow_of": shadow_of,
+    }
+    session_id = uuid.uuid4()
     details = {"protocol": protocol} if shadow_of is None else {"shadow_of": str(shadow_of)}
-    await record_audit_event(
-        connection, _event("session.start", str(issued.user_id), session, **details)
+    event = _event("session.start", str(issued.user_id), session_id, values, **details)
+    started = await store.start_session(
+        connection, session_id, values, token_key=key, logon_id=issued.logon_id, event=event
     )
-    return session
+    if issued.logon_id is not None:
+        phases.append((LogonPhase.TUNNEL_OPENED, started.tunnel_opened))
+    return started.session
 
 
 def _refusal(issued: IssuedToken, reason: str) -> AuditEvent:
@@ -146,20 +146,23 @@ def _refusal(issued: IssuedToken, reason: str) -> AuditEvent:
     )
 
 
-def _event(action: str, actor: str, session: SessionRecord, **details: Any) -> AuditEvent:
+def _event(
+    action: str, actor: str, session_id: uuid.UUID, session: Mapping[str, Any], **details: Any
+) -> AuditEvent:
+    """The audit event of a session: ``session`` holds its columns (a record's, or to insert)."""
     return AuditEvent(
         action=action,
         actor=actor,
         resource_type="sessions",
-        resource_id=str(session.id),
+        resource_id=str(session_id),
         outcome="success",
         occurred_at=datetime.now(UTC),
         details={
-            "desktop_id": str(session.desktop_id),
-            "pool_id": str(session.pool_id),
-            "user_id": str(session.user_id),
-            "gateway_id": session.gateway_id,
-            "read_only": session.read_only,
+            "desktop_id": str(session["desktop_id"]),
+            "pool_id": str(session["pool_id"]),
+            "user_id": str(session["user_id"]),
+            "gateway_id": session["gateway_id"],
+            "read_only": session["read_only"],
             **details,
         },
     )
@@ -567,7 +570,8 @@ async def end_session(
             _event(
                 "session.end",
                 actor,
-                ended,
+                ended.id,
+                dataclasses.asdict(ended),
                 reason=str(recorded),
                 bytes_to_desktop=ended.bytes_to_desktop,
                 bytes_to_browser=ended.bytes_to_browser,

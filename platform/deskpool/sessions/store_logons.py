@@ -68,13 +68,14 @@ async def mark_logon(
     return seconds
 
 
-async def open_logon_tunnel(db: Db, logon_id: uuid.UUID, session_id: uuid.UUID) -> float | None:
-    """The gateway opened session ``session_id`` for the logon: ``tunnel_opened`` now."""
-    query = _phase_update(LogonPhase.TUNNEL_OPENED, "id = $1").replace(
-        "{extra}", ", session_id = $2"
+def tunnel_opened_sql(logon: str, session: str) -> str:
+    """The ``UPDATE`` of a logon's ``tunnel_opened`` phase, for a statement that does more.
+
+    ``logon`` and ``session`` are the SQL of the logon's id and the session's (``$n``).
+    """
+    return _phase_update(LogonPhase.TUNNEL_OPENED, f"id = {logon}").replace(
+        "{extra}", f", session_id = {session}"
     )
-    seconds: float | None = await db.fetchval(query, logon_id, session_id)
-    return seconds
 
 
 async def mark_session_logon(db: Db, session_id: uuid.UUID, phase: LogonPhase) -> float | None:

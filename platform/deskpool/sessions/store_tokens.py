@@ -88,15 +88,6 @@ async def get_token(db: Db, key: bytes) -> IssuedToken | None:
     return await fetch_record(db, _issued, query, key)
 
 
-async def set_token_session(
-    connection: asyncpg.Connection, key: bytes, session_id: uuid.UUID
-) -> None:
-    """Record the session a redeemed token started."""
-    await connection.execute(
-        "UPDATE connection_tokens SET session_id = $2 WHERE token_key = $1", key, session_id
-    )
-
-
 async def prune_tokens(connection: asyncpg.Connection, before: datetime) -> int:
     """Delete tokens that expired before ``before``; return how many."""
     result = await connection.execute("DELETE FROM connection_tokens WHERE expires_at < $1", before)
