@@ -52,6 +52,8 @@ class LockedPool:
     policy: SessionPolicy
     #: Transactions holding the growth lock once this one took it (itself included).
     holders: int = 1
+    #: Whether the growth lock was taken: shared, it is only tried (see :func:`lock_pool`).
+    growth_locked: bool = True
 
 
 async def lock_pool(
@@ -67,11 +69,22 @@ async def lock_pool(
 
     :param manager: the caller may manage pools: entitled to every one.
     :param growth_alone: take the growth lock alone (near the license's limit), not shared.
+
+    Shared, the growth lock is only tried (``growth_locked`` false when it was not free): a
+    shared request queues behind any opening waiting for it alone, and twenty users opening a
+    pool with nothing ready at once each wait for the others' whole transactions; under load
+    the last waited past the 1 s statement bound and was answered 503 "database unavailable".
+    Such an opening goes on with the lock alone, whose wait is bounded as long as it may take.
     """
     # The openings holding the growth lock are counted after it is taken (``l`` first, then
     # ``h`` for its row): every other opening either took it before, and is counted here or
     # committed before the next statement's snapshot (seen in its count of sessions), or takes
     # it after, and counts this one. See :func:`check_opening_session`.
+    growth = (
+        f"{licensing.growth_lock_sql(shared=False)} IS NOT NULL"  # waits; true once taken
+        if growth_alone
+        else f"pg_try_advisory_xact_lock_shared({licensing.GROWTH_LOCK_KEY})"
+    )
     row = await connection.fetchrow(
         f"""
         SELECT l.allocation_locked, l.growth_locked, h.holders, p.*,
@@ -84,11 +97,10 @@ async def lock_pool(
                (SELECT s FROM pool_session_policies AS s WHERE s.pool_id = p.id) AS policy
           FROM (SELECT pg_advisory_xact_lock(hashtextextended($2, 0)) IS NULL
                        AS allocation_locked,
-                       {licensing.growth_lock_sql(shared=not growth_alone)} IS NULL
-                       AS growth_locked
+                       {growth} AS growth_locked
                 OFFSET 0) AS l
          CROSS JOIN LATERAL ({licensing.GROWTH_LOCK_HOLDERS_SQL}
-                             AND l.growth_locked IS NOT NULL) AS h
+                             AND l.growth_locked) AS h
           JOIN pools AS p ON p.id = $1
         """,
         pool_id,
@@ -101,7 +113,11 @@ async def lock_pool(
         return None
     policy: Mapping[str, Any] | None = row["policy"]
     return LockedPool(
-        pool_from_row(row), bool(row["entitled"]), policy_from_row(policy), int(row["holders"])
+        pool_from_row(row),
+        bool(row["entitled"]),
+        policy_from_row(policy),
+        int(row["holders"]),
+        bool(row["growth_locked"]),
     )
 
 
