@@ -514,13 +514,9 @@ async def _held_in_pools(
     held: dict[uuid.UUID, list[Desktop]] = {pool_id: [] for pool_id in ids}
     for desktop in await store_desktops.desktops_held_by(db, user_id, ids):
         held[desktop.pool_id].append(desktop)
-    nothing = starts_store.OpeningGives(ready=False, startable=False)
-    return [
-        HeldPool(
-            record,
-            gives.get(record.pool.id, nothing).ready,
-            held[record.pool.id],
-            gives.get(record.pool.id, nothing).startable,
-        )
-        for record in records
-    ]
+    nothing = starts_store.OpeningGives(ready=False, startable=False)  # a pool deleted since
+    shown = []
+    for record in records:
+        opening = gives.get(record.pool.id, nothing)
+        shown.append(HeldPool(record, opening.ready, held[record.pool.id], opening.startable))
+    return shown

@@ -105,6 +105,19 @@ def session_from_row(row: Mapping[str, Any]) -> SessionRecord:
     return record_from_row(SessionRecord, row)
 
 
+#: The columns a new session is given (:func:`insert_session`, :func:`start_session`).
+_SESSION_COLUMNS = (
+    "user_id",
+    "desktop_id",
+    "pool_id",
+    "desktop_name",
+    "protocol",
+    "gateway_id",
+    "read_only",
+    "shadow_of",
+)
+
+
 async def insert_session(
     connection: asyncpg.Connection,
     *,
@@ -119,9 +132,8 @@ async def insert_session(
 ) -> SessionRecord:
     """Start a session record and return it."""
     row = await connection.fetchrow(
-        """
-        INSERT INTO desktop_sessions (user_id, desktop_id, pool_id, desktop_name, protocol,
-                                      gateway_id, read_only, shadow_of)
+        f"""
+        INSERT INTO desktop_sessions ({", ".join(_SESSION_COLUMNS)})
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
         RETURNING *
         """,
@@ -182,19 +194,6 @@ async def start_session(
         *audit_args,
     )
     return StartedSession(session_from_row(row), row["tunnel_seconds"])
-
-
-#: The columns of a session :func:`start_session` is given.
-_SESSION_COLUMNS = (
-    "user_id",
-    "desktop_id",
-    "pool_id",
-    "desktop_name",
-    "protocol",
-    "gateway_id",
-    "read_only",
-    "shadow_of",
-)
 
 
 async def get_session(

@@ -175,6 +175,13 @@ async def stale_starts(db: Db) -> list[StaleStart]:
     return [StaleStart(_start(row), row["desktop_state"]) for row in rows]
 
 
+#: The desktops start on connect may take while they are on their way, or powered off.
+_STARTABLE_STATES = (
+    "('powered_off', 'provisioning', 'starting', 'waiting_for_agent', "
+    "'waiting_for_windows', 'refreshing')"
+)
+
+
 async def startable_counts(db: Db, pool_ids: Collection[uuid.UUID]) -> dict[uuid.UUID, int]:
     """How many desktops an open of each pool may start or build for its caller.
 
@@ -183,12 +190,11 @@ async def startable_counts(db: Db, pool_ids: Collection[uuid.UUID]) -> dict[uuid
     less its records): a start on connect may take any of them.
     """
     rows = await db.fetch(
-        """
+        f"""
         SELECT p.id AS pool_id,
                (SELECT count(*) FROM desktops AS d
                  WHERE d.pool_id = p.id AND d.assigned_user IS NULL AND NOT d.in_session
-                   AND d.state IN ('powered_off', 'provisioning', 'starting',
-                                   'waiting_for_agent', 'waiting_for_windows', 'refreshing'))
+                   AND d.state IN {_STARTABLE_STATES})
              + CASE WHEN p.state = 'enabled'
                     THEN greatest(p.max_size - (SELECT count(*) FROM desktops AS d
                                                  WHERE d.pool_id = p.id), 0)
@@ -211,23 +217,17 @@ class OpeningGives:
     startable: bool
 
 
-#: The desktops start on connect may take while they are on their way, or powered off.
-_STARTABLE_STATES = (
-    "('powered_off', 'provisioning', 'starting', 'waiting_for_agent', "
-    "'waiting_for_windows', 'refreshing')"
-)
-
-
 async def what_opening_gives(
     db: Db, pool_ids: Collection[uuid.UUID]
 ) -> dict[uuid.UUID, OpeningGives]:
     """Whether opening each pool gives a ready desktop now, else may start one for its caller.
 
-    Each answer is found, not counted: one free ready desktop is enough (one row read by the
-    pool's state index), and only a pool with none is asked for a free one on its way or
-    powered off, then whether it may grow (its desktops counted up to ``max_size``, no
-    further). At 9 a.m. a thousand first sign-ins list their pools at once: counting every
-    desktop of every listed pool for each of them read millions of rows (issue 39).
+    Each answer is found, not counted: one free ready desktop is enough (one entry of the
+    partial index of free ready desktops), and only a pool with none is asked for a free one
+    on its way or powered off, then whether it may grow (its desktops counted up to
+    ``max_size``, no further). At 9 a.m. a thousand first sign-ins list their pools at
+    once: counting every desktop of every listed pool for each of them read millions of rows
+    (issue 39).
     """
     rows = await db.fetch(
         f"""

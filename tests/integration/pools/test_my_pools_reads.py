@@ -9,6 +9,7 @@ the storm. Whether opening a pool gives a desktop now needs only to find one.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 from tests.support.pools import add_user, pool_model
@@ -58,9 +59,9 @@ async def _rows_read(connection: asyncpg.Connection) -> int:
 
 
 async def test_what_opening_gives_reads_a_few_rows_whatever_the_pools_hold(
-    pools_runtime: Runtime, api_cluster: object
+    pools_runtime: Runtime, api_cluster: Callable[..., Awaitable[str]]
 ) -> None:
-    cluster_id = uuid.UUID(await api_cluster())  # type: ignore[operator]
+    cluster_id = uuid.UUID(await api_cluster())
     ready = await _pool(pools_runtime, cluster_id, max_size=DESKTOPS)
     full = await _pool(pools_runtime, cluster_id, max_size=DESKTOPS)
     starting = await _pool(pools_runtime, cluster_id, max_size=DESKTOPS)
