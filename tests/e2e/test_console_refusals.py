@@ -9,10 +9,19 @@ with axe-core.
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from tests.e2e.console_instance import ADMIN, TIMEOUT, Instance, api_call, visit
 from tests.e2e.console_pools import always_night, chromium, entitled_pool, signed_in_page
 
 from deskpool.testing.processes import until
+
+
+async def _answer_late(route: Any) -> None:
+    """Hold a request for two seconds, then send it on."""
+    await asyncio.sleep(2)
+    await route.continue_()
 
 
 async def test_refused_deletions_are_explained_before_confirming(instance: Instance) -> None:
@@ -47,6 +56,9 @@ async def test_refused_deletions_are_explained_before_confirming(instance: Insta
 
             await until(draining, "the pool is draining", seconds=10, every=0.2)
 
+            # The pools list answers slowly (as under load in CI, where the dialog opened before
+            # it and offered a Delete the API refuses): Delete is clicked before it arrives.
+            await admin.route("**/api/v1/pools?*", _answer_late)
             await admin.goto(f"{instance.console}/schedules/{schedule['id']}")
             await admin.get_by_role("button", name="Delete").click()
             dialog = admin.get_by_role("dialog")

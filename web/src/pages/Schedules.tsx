@@ -2,6 +2,7 @@
  * Capacity schedules: the list with the phase in force now, a new schedule, and one schedule in
  * the editor (read-only without `schedules:manage`) with its delete.
  */
+import { useState } from "react";
 import { useMutation, useQuery, useQueryClient } from "@tanstack/react-query";
 import { Link, useNavigate, useParams } from "react-router";
 import { unwrap, type Schemas } from "../api/client";
@@ -105,6 +106,7 @@ export function ScheduleDetailPage() {
     queryFn: () => allPages((cursor, limit) => unwrap(api.GET("/api/v1/pools", { params: { query: { limit, cursor } } }))),
   });
   const [dialog, ask] = useConfirm();
+  const [checking, setChecking] = useState(false);
   const remove = useMutation({
     mutationFn: () => unwrap(api.DELETE("/api/v1/schedules/{schedule_id}", { params: { path: { schedule_id: scheduleId } } })),
     onSuccess: () => {
@@ -116,8 +118,13 @@ export function ScheduleDetailPage() {
   if (!schedule.data) return <p aria-busy="true">Loading…</p>;
   const data = schedule.data;
   const manage = can(me, "schedules:manage");
-  const using = (pools.data ?? []).filter((pool) => pool.schedule_id === data.id);
   const askDelete = async () => {
+    // The pools using it as they are now, read before the dialog opens: a list still loading
+    // (a slow API) or read before another tab attached it would offer a Delete the API refuses.
+    setChecking(true);
+    const current = can(me, "pools:read") ? ((await pools.refetch()).data ?? []) : [];
+    setChecking(false);
+    const using = current.filter((pool) => pool.schedule_id === data.id);
     const answer = await ask({
       title: `Delete the schedule ${data.name}?`,
       body: <p>The schedule and its phases are deleted. Its history stays in the audit log.</p>,
@@ -140,6 +147,8 @@ export function ScheduleDetailPage() {
             type="button"
             className="contrast outline"
             onClick={() => void askDelete()}
+            disabled={checking}
+            aria-busy={checking}
           >
             Delete
           </button>
