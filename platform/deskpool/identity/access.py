@@ -64,8 +64,10 @@ class Revoker(Protocol):
         """After the commit: tell the gateways and publish what ``revocation`` ended."""
         ...
 
-    async def holding_of(self, connection: asyncpg.Connection, user_id: uuid.UUID) -> Holding:
-        """What one user holds now (his row shared-locked)."""
+    async def holding_of(
+        self, connection: asyncpg.Connection, user_id: uuid.UUID, *, locked: bool = False
+    ) -> Holding:
+        """What one user holds now (his row shared-locked; already, when ``locked``)."""
         ...
 
     async def users_of_group(
@@ -118,9 +120,15 @@ async def announce(runtime: Runtime, revocation: Revocation) -> None:
     await revoker().announce(runtime, revocation)
 
 
-async def holding_of(connection: asyncpg.Connection, user_id: uuid.UUID) -> Holding:
-    """What one user holds now (his row shared-locked): a token's redemption asks it."""
-    return await revoker().holding_of(connection, user_id)
+async def holding_of(
+    connection: asyncpg.Connection, user_id: uuid.UUID, *, locked: bool = False
+) -> Holding:
+    """What one user holds now (his row shared-locked): a token's redemption asks it.
+
+    :param locked: the caller's transaction has share-locked the user's row in an earlier
+        statement (a token's redemption does), so it is not locked again.
+    """
+    return await revoker().holding_of(connection, user_id, locked=locked)
 
 
 async def users_of_group(connection: asyncpg.Connection, group_id: uuid.UUID) -> list[uuid.UUID]:

@@ -7,6 +7,7 @@ no business rule.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -34,6 +35,34 @@ def roles_with(custom: Iterable[tuple[str, Any, Iterable[str]]]) -> dict[str, Ro
     for key, description, permissions in custom:
         roles.setdefault(key, Role(key, frozenset(permissions), description))
     return roles
+
+
+#: The columns a one-statement read of a principal selects (``FROM u``, the user's row, with
+#: ``user_groups``, their groups' ids): their and their groups' grants, and every custom role,
+#: as JSON, read back by :func:`grants_and_roles`.
+GRANTS_AND_ROLES_SQL = """
+       (SELECT coalesce(json_agg(json_build_array(gr.subject_type, gr.role_key, gr.permission)),
+                        '[]')
+          FROM grants gr
+         WHERE (gr.subject_type = 'user' AND gr.subject_id = u.id)
+            OR (gr.subject_type = 'group' AND gr.subject_id IN (SELECT id FROM user_groups)))
+           AS grants,
+       (SELECT coalesce(json_agg(json_build_array(r.key, r.description, r.permissions)), '[]')
+          FROM roles r) AS roles"""
+
+
+def grants_and_roles(row: Any) -> tuple[list[Grant], list[Grant], dict[str, Role]]:
+    """The user's grants, their groups' grants and every role, from :data:`GRANTS_AND_ROLES_SQL`."""
+    user_grants: list[Grant] = []
+    group_grants: list[Grant] = []
+    for subject_type, role_key, permission in json.loads(row["grants"]):
+        grant = Grant(role=role_key, permission=permission)
+        (user_grants if subject_type == "user" else group_grants).append(grant)
+    roles = roles_with(
+        (key, description, permissions)
+        for key, description, permissions in json.loads(row["roles"])
+    )
+    return user_grants, group_grants, roles
 
 
 async def insert_role(

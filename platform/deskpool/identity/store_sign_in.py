@@ -22,7 +22,7 @@ import asyncpg
 from deskpool.audit import AUDIT_TABLE, outbox_insert
 from deskpool.events import AuditEvent, event_type, subscription_keys
 from deskpool.identity.store import UPSERT_USER_CTES, UserFields, UserRow, user_row
-from deskpool.identity.store_roles import roles_with
+from deskpool.identity.store_roles import GRANTS_AND_ROLES_SQL, grants_and_roles
 from deskpool.permissions import Grant, Role
 
 #: Why a user stored before users had kinds took the kind of its first sign-in since (the
@@ -69,14 +69,7 @@ SELECT u.id, u.issuer, u.subject, u.kind, u.email, u.display_name, u.disabled, u
        (SELECT coalesce(json_agg(json_build_array(g.id, g.key, g.via) ORDER BY g.key, g.via DESC),
                         '[]')
           FROM user_groups g) AS groups,
-       (SELECT coalesce(json_agg(json_build_array(gr.subject_type, gr.role_key, gr.permission)),
-                        '[]')
-          FROM grants gr
-         WHERE (gr.subject_type = 'user' AND gr.subject_id = u.id)
-            OR (gr.subject_type = 'group' AND gr.subject_id IN (SELECT id FROM user_groups)))
-           AS grants,
-       (SELECT coalesce(json_agg(json_build_array(r.key, r.description, r.permissions)), '[]')
-          FROM roles r) AS roles
+{GRANTS_AND_ROLES_SQL}
   FROM upserted u
 """
 
@@ -128,13 +121,5 @@ async def sign_in_user(
     seen: dict[str, tuple[str, str, str]] = {}
     for group_id, key, via in json.loads(row["groups"]):
         seen.setdefault(str(group_id), (str(group_id), key, via))
-    user_grants: list[Grant] = []
-    group_grants: list[Grant] = []
-    for subject_type, role_key, permission in json.loads(row["grants"]):
-        grant = Grant(role=role_key, permission=permission)
-        (user_grants if subject_type == "user" else group_grants).append(grant)
-    roles = roles_with(
-        (key, description, permissions)
-        for key, description, permissions in json.loads(row["roles"])
-    )
+    user_grants, group_grants, roles = grants_and_roles(row)
     return SignedIn(user, list(seen.values()), user_grants, group_grants, roles)

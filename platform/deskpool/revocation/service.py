@@ -34,6 +34,7 @@ from deskpool.audit import record_audit_event
 from deskpool.identity.sign_in import resolve_effective
 from deskpool.live.publishers import publish_desktop
 from deskpool.outage_brokering.snapshot import mark_access_changed
+from deskpool.permissions import resolve_permissions
 from deskpool.pools import store_entitlements
 from deskpool.pools.model import Desktop
 from deskpool.revocation import store
@@ -75,9 +76,25 @@ async def holdings(
     return held
 
 
-async def holding_of(connection: asyncpg.Connection, user_id: uuid.UUID) -> Holding:
-    """What one user holds now, their row shared-locked (a token's redemption)."""
-    return (await holdings(connection, [user_id], exclusive=False))[user_id]
+async def holding_of(
+    connection: asyncpg.Connection, user_id: uuid.UUID, *, locked: bool = False
+) -> Holding:
+    """What one user holds now, their row shared-locked (a token's redemption).
+
+    Two statements, or one when the caller's transaction has ``locked`` the row already (the
+    redemption's, :func:`deskpool.sessions.store_tokens.redeem_token`): the lock first, then
+    everything the holding is made of in one read whose snapshot sees what a revocation that
+    held the lock committed.
+    """
+    if not locked:
+        await store.lock_users(connection, [user_id], exclusive=False)
+    access = await store.read_access(connection, user_id)
+    if access is None:
+        return nobody(user_id)
+    effective = resolve_permissions(
+        access.user_grants, access.group_grants, access.roles, claimed_roles=access.claimed_roles
+    )
+    return Holding(user_id, access.disabled, effective, access.entitled_pools)
 
 
 @dataclass

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import asyncpg
 
 from deskpool.db.rows import Db
+from deskpool.identity.store_roles import GRANTS_AND_ROLES_SQL, grants_and_roles
+from deskpool.permissions import Grant, Role
 from deskpool.sessions.model import SessionRecord
 from deskpool.sessions.store import session_from_row
 
@@ -50,6 +52,59 @@ async def lock_users(
         )
         for row in rows
     }
+
+
+@dataclass(frozen=True, slots=True)
+class AccessRead:
+    """What one user's access is made of, read in one statement (:func:`read_access`)."""
+
+    disabled: bool
+    claimed_roles: tuple[str, ...]
+    user_grants: list[Grant]
+    group_grants: list[Grant]
+    #: Every defined role: the built-in ones and the custom ones.
+    roles: dict[str, Role]
+    entitled_pools: frozenset[uuid.UUID]
+
+
+#: The user, their groups (by membership, or bound to a group claim of their last sign-in),
+#: their and their groups' grants, every custom role and the pools they are entitled to.
+_ACCESS = f"""
+WITH u AS (SELECT id, disabled, claimed_groups, claimed_roles FROM users WHERE id = $1),
+user_groups AS (
+    SELECT m.group_id AS id FROM group_members m JOIN u ON m.user_id = u.id
+    UNION
+    SELECT b.group_id FROM oidc_group_bindings b JOIN u ON b.claim_value = ANY(u.claimed_groups)
+)
+SELECT u.disabled, u.claimed_roles,
+{GRANTS_AND_ROLES_SQL},
+       ARRAY(SELECT DISTINCT e.pool_id FROM pool_entitlements e
+              WHERE (e.subject_type = 'user' AND e.subject_id = u.id)
+                 OR (e.subject_type = 'group' AND e.subject_id IN (SELECT id FROM user_groups)))
+           AS pools
+  FROM u
+"""
+
+
+async def read_access(connection: asyncpg.Connection, user_id: uuid.UUID) -> AccessRead | None:
+    """One user's access in one statement; ``None`` when the user no longer exists.
+
+    It takes no lock: lock the user's row in an earlier statement of the transaction
+    (:func:`lock_users`, or the redemption's own), so that this statement's snapshot, taken
+    after any wait for that lock, sees what a revocation committed.
+    """
+    row = await connection.fetchrow(_ACCESS, user_id)
+    if row is None:
+        return None
+    user_grants, group_grants, roles = grants_and_roles(row)
+    return AccessRead(
+        row["disabled"],
+        tuple(row["claimed_roles"]),
+        user_grants,
+        group_grants,
+        roles,
+        frozenset(row["pools"]),
+    )
 
 
 async def users_of_group(db: Db, group_id: uuid.UUID) -> list[uuid.UUID]:

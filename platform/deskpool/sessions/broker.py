@@ -51,6 +51,7 @@ from deskpool.sessions.lost_gateways import end_lost_gateways
 from deskpool.sessions.model import (
     IssuedToken,
     SessionRecord,
+    UserNames,
     desktop_still_held,
     logs_off_at_end,
     plausible_token,
@@ -233,11 +234,12 @@ class PlatformSessionBroker:
             issued = await store_tokens.get_token(connection, key)
             now = await connection.fetchval("SELECT now()")
             raise TokenRejected(rejection_reason(issued, now) or "used")
-        issued, sealed = redeemed
-        target = self._open_target(sealed, key)
+        issued, names = redeemed.issued, redeemed.names
+        target = self._open_target(redeemed.sealed_target, key)
         # Access is judged now, not when the token was issued: a user disabled since, or who
-        # lost the entitlement (or, for a shadow, sessions:manage), opens nothing.
-        holding = await holding_of(connection, issued.user_id)
+        # lost the entitlement (or, for a shadow, sessions:manage), opens nothing. The user's
+        # row was share-locked by the redemption's statement.
+        holding = await holding_of(connection, issued.user_id, locked=True)
         if not holding.keeps_session(issued.pool_id, read_only=issued.shadow_of is not None):
             await record_audit_event(connection, _refusal(issued, "access_revoked"))
             return "access_revoked"
@@ -245,7 +247,7 @@ class PlatformSessionBroker:
         if renewed is None or time.monotonic() - renewed >= self.lease / 2:
             await store.ensure_lease(connection, gateway_id, self.lease)
         if issued.shadow_of is not None:
-            return await self._join(connection, key, issued, target, gateway_id)
+            return await self._join(connection, key, issued, names, target, gateway_id)
         desktop, pool, policy = await desktop_to_open(connection, issued.desktop_id, issued.pool_id)
         if desktop is None or pool is None or not desktop_still_held(desktop, issued.user_id):
             return "desktop_gone"
@@ -275,7 +277,6 @@ class PlatformSessionBroker:
                 include_keys=policy.recording.include_keys,
                 store=str(self.runtime.config["RECORDING_STORE"]),
             )
-        names = await store.user_names(connection, issued.user_id)
         return TunnelGrant(
             session_id=session.id,
             user_id=issued.user_id,
@@ -299,6 +300,7 @@ class PlatformSessionBroker:
         connection: asyncpg.Connection,
         key: bytes,
         issued: IssuedToken,
+        names: UserNames,
         target: DesktopTarget,
         gateway_id: str,
     ) -> TunnelGrant | str:
@@ -319,7 +321,6 @@ class PlatformSessionBroker:
             shadow_of=watched.id,
             phases=[],
         )
-        names = await store.user_names(connection, issued.user_id)
         return TunnelGrant(
             session_id=session.id,
             user_id=issued.user_id,

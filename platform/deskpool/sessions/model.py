@@ -203,6 +203,16 @@ def target_from_json(document: Mapping[str, Any]) -> DesktopTarget:
 
 
 @dataclass(frozen=True, slots=True)
+class UserNames:
+    """How a user is shown on their desktop, and their email for the watermark."""
+
+    #: Display name, else email, else subject (the id when the user is unknown).
+    display: str
+    #: Empty when unknown.
+    email: str
+
+
+@dataclass(frozen=True, slots=True)
 class IssuedToken:
     """A connection token as it was issued (the stored row, without the sealed target)."""
 

@@ -426,27 +426,6 @@ async def list_sessions(
     return [session_from_row(row) for row in rows]
 
 
-@dataclass(frozen=True, slots=True)
-class UserNames:
-    """How a user is shown on their desktop, and their email for the watermark."""
-
-    #: Display name, else email, else subject (the id when the user is unknown).
-    display: str
-    #: Empty when unknown.
-    email: str
-
-
-async def user_names(db: Db, user_id: uuid.UUID) -> UserNames:
-    """A user's :class:`UserNames`, in one read."""
-    row = await db.fetchrow(
-        "SELECT coalesce(display_name, email, subject) AS display, email FROM users WHERE id = $1",
-        user_id,
-    )
-    if row is None:
-        return UserNames(str(user_id), "")
-    return UserNames(str(row["display"] or user_id), str(row["email"] or ""))
-
-
 async def watchers_of(db: Db, user_id: uuid.UUID) -> list[Watcher]:
     """The open read-only views of ``user_id``'s open sessions, oldest first."""
     rows = await db.fetch(

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import asyncpg
 
 from deskpool.db.rows import Db, fetch_record, record_from_row
-from deskpool.sessions.model import (
-    IssuedToken,
-)
+from deskpool.sessions.model import IssuedToken, UserNames
 
 
 def _issued(row: Mapping[str, Any]) -> IssuedToken:
@@ -61,25 +60,49 @@ async def insert_token(
     return expires_at
 
 
-async def redeem_token(
-    connection: asyncpg.Connection, key: bytes
-) -> tuple[IssuedToken, bytes] | None:
-    """Mark the token redeemed, once: its record and sealed target, or ``None``.
+@dataclass(frozen=True, slots=True)
+class RedeemedToken:
+    """A token :func:`redeem_token` marked used, with its sealed target and its user's names."""
+
+    issued: IssuedToken
+    sealed_target: bytes
+    names: UserNames
+
+
+#: The token marked used, its user's row shared-locked in the same statement, and the user's
+#: names read from it. The lock is what a revocation's ``FOR UPDATE`` meets: a redemption that
+#: waits for it here reads the user's access in its next statement, whose snapshot sees what
+#: the revocation committed (reads in this statement would see the database as it was before
+#: the wait). ``count(*) FROM locked`` makes the locking CTE run.
+_REDEEM = """
+WITH redeemed AS (
+    UPDATE connection_tokens SET redeemed_at = now()
+     WHERE token_key = $1 AND redeemed_at IS NULL AND expires_at > now()
+    RETURNING *
+),
+locked AS (
+    SELECT u.id, coalesce(u.display_name, u.email, u.subject) AS display, u.email
+      FROM users u JOIN redeemed r ON u.id = r.user_id
+       FOR SHARE OF u
+)
+SELECT r.*, l.display, l.email, (SELECT count(*) FROM locked) AS locked
+  FROM redeemed r LEFT JOIN locked l ON l.id = r.user_id
+"""
+
+
+async def redeem_token(connection: asyncpg.Connection, key: bytes) -> RedeemedToken | None:
+    """Mark the token redeemed, once, and share-lock its user's row; ``None``: nothing to redeem.
 
     ``None`` when no unexpired, unredeemed token has that key; two concurrent redemptions
-    cannot both succeed (the ``UPDATE`` takes the row's lock and re-checks).
+    cannot both succeed (the ``UPDATE`` takes the row's lock and re-checks). Call it in the
+    transaction that judges the user's access next (see ``_REDEEM``).
     """
-    row = await connection.fetchrow(
-        """
-        UPDATE connection_tokens SET redeemed_at = now()
-         WHERE token_key = $1 AND redeemed_at IS NULL AND expires_at > now()
-        RETURNING *
-        """,
-        key,
-    )
+    row = await connection.fetchrow(_REDEEM, key)
     if row is None:
         return None
-    return _issued(row), bytes(row["sealed_target"])
+    issued = _issued(row)
+    names = UserNames(str(row["display"] or issued.user_id), str(row["email"] or ""))
+    return RedeemedToken(issued, bytes(row["sealed_target"]), names)
 
 
 async def get_token(db: Db, key: bytes) -> IssuedToken | None:
