@@ -333,6 +333,8 @@ class Deployment(Part):
                     monitor = LoadMonitor(markers=[database.rsplit("/", 1)[-1]])
                     monitor.start()
                     began_at = time.time()
+                    # Said before, too: a profiler attached to the processes starts on it.
+                    log(f"  {side} round {number}: storm begins at {began_at:.1f}")
                     result = await storm(apis, gateways, tokens, within=args.within)
                     load = monitor.stop()
                     log(f"  {side} round {number}: storm from {began_at:.1f} to {time.time():.1f}")
