@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -165,3 +166,22 @@ def logged_database() -> Iterator[LoggedDatabase]:
 def logged() -> Iterator[LoggedDatabase]:
     """The test module's logged database (:func:`logged_database`)."""
     yield from logged_database()
+
+
+async def statements_of(connection: asyncpg.Connection, call: Any) -> tuple[Any, list[str]]:
+    """What ``call()`` returned and the statements it sent on ``connection``.
+
+    No server log: asyncpg's query logger, for a use case run on a connection it is given.
+    """
+    sent: list[str] = []
+
+    def logged(record: Any) -> None:
+        sent.append(record.query)
+
+    connection.add_query_logger(logged)
+    try:
+        result = await call()
+        await asyncio.sleep(0)  # the logger is called soon after each statement
+        return result, sent
+    finally:
+        connection.remove_query_logger(logged)

@@ -37,32 +37,53 @@ def roles_with(custom: Iterable[tuple[str, Any, Iterable[str]]]) -> dict[str, Ro
     return roles
 
 
-#: The columns a one-statement read of a principal selects (``FROM u``, the user's row, with
-#: ``user_groups``, their groups' ids): their and their groups' grants, and every custom role,
-#: as JSON, read back by :func:`grants_and_roles`.
-GRANTS_AND_ROLES_SQL = """
+def grants_json_sql(of_groups: str) -> str:
+    """A column: the user's (``u.id``) and their groups' grants as JSON, for :func:`grants_of_json`.
+
+    :param of_groups: the condition that ``gr.subject_id`` is one of the user's groups, as the
+        statement knows them (``IN (SELECT id FROM user_groups)``, ``= ANY(ug.group_ids)``).
+    """
+    return f"""
        (SELECT coalesce(json_agg(json_build_array(gr.subject_type, gr.role_key, gr.permission)),
                         '[]')
           FROM grants gr
          WHERE (gr.subject_type = 'user' AND gr.subject_id = u.id)
-            OR (gr.subject_type = 'group' AND gr.subject_id IN (SELECT id FROM user_groups)))
-           AS grants,
+            OR (gr.subject_type = 'group' AND gr.subject_id {of_groups}))"""
+
+
+#: A value: every custom role as JSON, for :func:`roles_of_json`.
+ROLES_JSON_SQL = """
        (SELECT coalesce(json_agg(json_build_array(r.key, r.description, r.permissions)), '[]')
-          FROM roles r) AS roles"""
+          FROM roles r)"""
+
+#: The columns ``grants`` and ``roles`` of a one-statement read of a principal (``FROM u``,
+#: the user's row, with ``user_groups``, their groups' ids), read back by
+#: :func:`grants_and_roles`.
+GRANTS_AND_ROLES_SQL = (
+    f"{grants_json_sql('IN (SELECT id FROM user_groups)')} AS grants,{ROLES_JSON_SQL} AS roles"
+)
+
+
+def grants_of_json(raw: str) -> tuple[list[Grant], list[Grant]]:
+    """The user's grants and their groups' grants, from :func:`grants_json_sql`'s column."""
+    user_grants: list[Grant] = []
+    group_grants: list[Grant] = []
+    for subject_type, role_key, permission in json.loads(raw):
+        grant = Grant(role=role_key, permission=permission)
+        (user_grants if subject_type == "user" else group_grants).append(grant)
+    return user_grants, group_grants
+
+
+def roles_of_json(raw: str) -> dict[str, Role]:
+    """Every role, the built-in ones and the custom ones from :data:`ROLES_JSON_SQL`."""
+    return roles_with(
+        (key, description, permissions) for key, description, permissions in json.loads(raw)
+    )
 
 
 def grants_and_roles(row: Any) -> tuple[list[Grant], list[Grant], dict[str, Role]]:
     """The user's grants, their groups' grants and every role, from :data:`GRANTS_AND_ROLES_SQL`."""
-    user_grants: list[Grant] = []
-    group_grants: list[Grant] = []
-    for subject_type, role_key, permission in json.loads(row["grants"]):
-        grant = Grant(role=role_key, permission=permission)
-        (user_grants if subject_type == "user" else group_grants).append(grant)
-    roles = roles_with(
-        (key, description, permissions)
-        for key, description, permissions in json.loads(row["roles"])
-    )
-    return user_grants, group_grants, roles
+    return (*grants_of_json(row["grants"]), roles_of_json(row["roles"]))
 
 
 async def insert_role(

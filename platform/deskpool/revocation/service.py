@@ -31,11 +31,9 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from deskpool.audit import record_audit_event
-from deskpool.identity.sign_in import resolve_effective
 from deskpool.live.publishers import publish_desktop
 from deskpool.outage_brokering.snapshot import mark_access_changed
 from deskpool.permissions import resolve_permissions
-from deskpool.pools import store_entitlements
 from deskpool.pools.model import Desktop
 from deskpool.revocation import store
 from deskpool.revocation.model import Holding, nobody
@@ -56,24 +54,23 @@ async def holdings(
 ) -> dict[uuid.UUID, Holding]:
     """What each user holds now (a user that no longer exists holds nothing).
 
-    The users' rows are locked (see :func:`deskpool.revocation.store.lock_users`), unless
-    ``exclusive`` is ``None`` (a stream's periodic judgement: read, not locked).
+    The users' rows are locked first (``FOR UPDATE`` when ``exclusive``, ``FOR SHARE`` when
+    not, see :func:`deskpool.revocation.store.lock_users`; with ``None`` only read), then
+    everything their holdings are made of is read in one statement, whatever their number.
     """
-    access = await store.lock_users(connection, user_ids, exclusive=exclusive)
-    held: dict[uuid.UUID, Holding] = {}
-    for user_id in user_ids:
-        user = access.get(user_id)
-        if user is None:
-            held[user_id] = nobody(user_id)
-            continue
-        groups, effective = await resolve_effective(
-            connection, str(user_id), user.claimed_groups, user.claimed_roles
-        )
-        pools = await store_entitlements.entitled_pools(
-            connection, user_id, [group.id for group in groups]
-        )
-        held[user_id] = Holding(user_id, user.disabled, effective, frozenset(pools))
-    return held
+    if exclusive is not None:
+        await store.lock_users(connection, user_ids, exclusive=exclusive)
+    read = await store.read_access(connection, user_ids)
+    return {user_id: _holding(user_id, read.get(user_id)) for user_id in user_ids}
+
+
+def _holding(user_id: uuid.UUID, access: store.AccessRead | None) -> Holding:
+    if access is None:
+        return nobody(user_id)
+    effective = resolve_permissions(
+        access.user_grants, access.group_grants, access.roles, claimed_roles=access.claimed_roles
+    )
+    return Holding(user_id, access.disabled, effective, access.entitled_pools)
 
 
 async def holding_of(
@@ -86,15 +83,9 @@ async def holding_of(
     everything the holding is made of in one read whose snapshot sees what a revocation that
     held the lock committed.
     """
-    if not locked:
-        await store.lock_users(connection, [user_id], exclusive=False)
-    access = await store.read_access(connection, user_id)
-    if access is None:
-        return nobody(user_id)
-    effective = resolve_permissions(
-        access.user_grants, access.group_grants, access.roles, claimed_roles=access.claimed_roles
-    )
-    return Holding(user_id, access.disabled, effective, access.entitled_pools)
+    if locked:
+        return _holding(user_id, (await store.read_access(connection, [user_id])).get(user_id))
+    return (await holdings(connection, [user_id], exclusive=False))[user_id]
 
 
 @dataclass

@@ -8,13 +8,13 @@ from a cache: a grant made between two sign-ins is in the second one's principal
 
 from __future__ import annotations
 
-import asyncio
 import json
 import secrets
 from collections.abc import Callable
 from typing import Any
 
 import asyncpg
+from tests.support.statement_log import statements_of
 
 from deskpool.auth import VerifiedToken
 from deskpool.identity.sign_in import resolve_effective, sign_in
@@ -27,22 +27,6 @@ def token(subject: str, **claims: Any) -> VerifiedToken:
     return VerifiedToken.from_claims(
         {"iss": ISSUER, "sub": subject, "aud": "deskpool", "exp": 2_000_000_000, **claims}
     )
-
-
-async def statements_of(connection: asyncpg.Connection, call: Any) -> tuple[Any, list[str]]:
-    """What ``call()`` returned and the statements it sent on ``connection``."""
-    sent: list[str] = []
-
-    def logged(record: Any) -> None:
-        sent.append(record.query)
-
-    connection.add_query_logger(logged)
-    try:
-        result = await call()
-        await asyncio.sleep(0)  # the logger is called soon after each statement
-        return result, sent
-    finally:
-        connection.remove_query_logger(logged)
 
 
 async def test_a_first_sign_in_is_one_statement_and_resolves_what_the_database_says(
