@@ -14,6 +14,7 @@ manifest covers it.
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import os
 
@@ -35,6 +36,12 @@ def public_key(encoded: str) -> Ed25519PublicKey:
     return Ed25519PublicKey.from_public_bytes(base64.b64decode(encoded))
 
 
+@functools.cache
+def _parsed(encoded: tuple[str, ...]) -> tuple[tuple[str, Ed25519PublicKey], ...]:
+    """The keys ``encoded`` names, by key id: parsed once (every opening judges the license)."""
+    return tuple((key_fingerprint(key), key) for key in map(public_key, encoded))
+
+
 def development(manifest_at: str) -> bool:
     """Whether keys added in the process count: only where no signed manifest is required.
 
@@ -49,7 +56,7 @@ def trusted_keys(manifest_at: str | None = None) -> dict[str, Ed25519PublicKey]:
     :param manifest_at: ``LICENSE_MANIFEST_PATH`` (by default, as the environment sets it);
         keys added with :func:`trust_in_process` count only when it makes a development build.
     """
-    keys = {key_fingerprint(key): key for key in map(public_key, BUILD_KEYS)}
+    keys = dict(_parsed(BUILD_KEYS))
     if _in_process:
         configured = (
             os.environ.get("LICENSE_MANIFEST_PATH", "") if manifest_at is None else manifest_at

@@ -58,3 +58,22 @@ def test_the_same_document_and_keys_are_verified_once(monkeypatch: pytest.Monkey
     keys.clear()
     assert service._installed_license(_installation(document), context)[0] is None
     assert len(verified) == 3
+
+
+def test_the_vendor_keys_are_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trusted keys are asked for at every opening; the build's are parsed the first time."""
+    from deskpool.licensing import keys as license_keys
+
+    parsed: list[str] = []
+    real = license_keys.public_key
+
+    def counting(encoded: str) -> Any:
+        parsed.append(encoded)
+        return real(encoded)
+
+    monkeypatch.setattr(license_keys, "public_key", counting)
+    license_keys._parsed.cache_clear()
+    first, again = license_keys.trusted_keys(""), license_keys.trusted_keys("")
+    assert parsed == list(license_keys.BUILD_KEYS)
+    assert first.keys() == again.keys()
+    assert first is not again  # a copy: a caller's change stays its own
