@@ -460,10 +460,7 @@ async def _entitled_pools(
     limit: int,
     after: PoolCursor | None,
 ) -> list[PoolRecord]:
-    entitled = await store_entitlements.entitled_pools(db, user_id, group_ids)
-    if not entitled:
-        return []
-    return await store_pools.list_pools(db, limit=limit, after=after, pool_ids=entitled)
+    return await store_pools.list_entitled_pools(db, user_id, group_ids, limit=limit, after=after)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
@@ -32,7 +32,14 @@ from typing import Any
 
 import asyncpg
 
-from deskpool.db.rows import Db, fetch_record, group_rows, lock_clause, record_from_row
+from deskpool.db.rows import (
+    Db,
+    as_uuid,
+    fetch_record,
+    group_rows,
+    lock_clause,
+    record_from_row,
+)
 from deskpool.errors import FieldError, NotFound, ValidationFailed
 from deskpool.pools.errors import PoolNameTaken, PoolNotEmpty
 from deskpool.pools.model import (
@@ -326,6 +333,37 @@ async def list_pools(
         cluster_id,
         None if state is None else str(state),
         None if pool_ids is None else list(pool_ids),
+        limit,
+    )
+    return [pool_record_from_row(row) for row in rows]
+
+
+async def list_entitled_pools(
+    db: Db,
+    user_id: str | uuid.UUID,
+    group_ids: Iterable[str | uuid.UUID],
+    *,
+    limit: int,
+    after: PoolCursor | None = None,
+) -> list[PoolRecord]:
+    """Up to ``limit`` of the pools a user is entitled to, in one statement.
+
+    Entitled directly or through one of ``group_ids``; in name order (without case), after the
+    ``after`` key, as :func:`list_pools`.
+    """
+    after_name, after_id = after if after is not None else (None, None)
+    rows = await db.fetch(
+        f"""{_SELECT_POOL}
+        WHERE ($1::text IS NULL OR (lower(p.name), p.id) > ($1, $2::uuid))
+          AND p.id IN (SELECT e.pool_id FROM pool_entitlements e
+                        WHERE (e.subject_type = 'user' AND e.subject_id = $3)
+                           OR (e.subject_type = 'group' AND e.subject_id = ANY($4::uuid[])))
+        ORDER BY lower(p.name), p.id
+        LIMIT $5""",
+        after_name,
+        None if after_id is None else uuid.UUID(after_id),
+        as_uuid(user_id),
+        [as_uuid(group_id) for group_id in group_ids],
         limit,
     )
     return [pool_record_from_row(row) for row in rows]

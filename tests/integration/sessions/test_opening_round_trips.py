@@ -121,3 +121,31 @@ async def test_a_redemption_is_a_handful_of_round_trips(
         )
     assert connected["connection_id"] == "$daemon-connection"
     assert None not in (connected["connected_at"], connected["daemon_connected_at"])
+
+
+#: What listing one's pools does: the page of entitled pools (the entitlements read in the
+#: same statement), what opening each gives, the desktops the user holds in them. It was 4:
+#: the entitlements were read apart, before the pools.
+MOST_LISTING_ROUND_TRIPS = 3
+
+
+async def test_listing_ones_pools_is_three_round_trips(
+    client: Any,
+    estate: Callable[..., Awaitable[Estate]],
+    pools_runtime: Runtime,
+    logged: LoggedDatabase,
+) -> None:
+    warm, measured = await _warm_and_measured(estate, pools_runtime, 2)
+    for caller in (warm.user, measured.user):  # signed in: the principal is cached
+        assert (await client.get("/api/v1/me", headers=caller.headers)).status == 200
+    await client.get("/api/v1/me/pools", headers=warm.user.headers)
+
+    mark = logged.log.mark()
+    listed = await client.get("/api/v1/me/pools", headers=measured.user.headers)
+    counted = logged.log.since(mark)
+
+    assert listed.status == 200
+    items = (await listed.json())["items"]
+    assert [item["id"] for item in items] == [str(measured.pool.id)]
+    assert counted.round_trips <= MOST_LISTING_ROUND_TRIPS, "\n".join(counted.texts())
+    assert counted.flushed_commits == 0, "\n".join(counted.texts())
