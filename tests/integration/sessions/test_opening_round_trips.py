@@ -45,11 +45,16 @@ def module_database_url(logged: LoggedDatabase) -> str:
 
 
 async def _warm_and_measured(
-    estate: Callable[..., Awaitable[Estate]], runtime: Runtime, ready: int
+    client: Any, estate: Callable[..., Awaitable[Estate]], runtime: Runtime, ready: int
 ) -> tuple[Estate, Estate]:
-    """Two users each entitled to a pool of ``ready`` desktops whose addresses are recorded."""
+    """Two signed-in users (principals cached), each entitled to a pool of ``ready`` desktops.
+
+    The desktops' addresses are recorded, as when they became ready.
+    """
     warm, measured = await estate(ready=ready), await estate(ready=ready)
     await record_addresses(runtime, warm.desktops + measured.desktops)
+    for caller in (warm.user, measured.user):
+        assert (await client.get("/api/v1/me", headers=caller.headers)).status == 200
     return warm, measured
 
 
@@ -59,9 +64,7 @@ async def test_an_opening_is_a_handful_of_round_trips_and_one_flushed_commit(
     pools_runtime: Runtime,
     logged: LoggedDatabase,
 ) -> None:
-    warm, measured = await _warm_and_measured(estate, pools_runtime, 2)
-    for caller in (warm.user, measured.user):  # signed in: the principal is cached
-        assert (await client.get("/api/v1/me", headers=caller.headers)).status == 200
+    warm, measured = await _warm_and_measured(client, estate, pools_runtime, 2)
     await open_desktop(client, warm)
 
     mark = logged.log.mark()
@@ -92,7 +95,7 @@ async def test_a_redemption_is_a_handful_of_round_trips(
     pools_runtime: Runtime,
     logged: LoggedDatabase,
 ) -> None:
-    warm, measured = await _warm_and_measured(estate, pools_runtime, 1)
+    warm, measured = await _warm_and_measured(client, estate, pools_runtime, 1)
     tokens = [(await open_desktop(client, one))["connection"]["token"] for one in (warm, measured)]
     await broker.heartbeat("gw-1", {})  # a gateway heartbeats as it starts
     warmed = await broker.redeem(tokens[0], gateway_id="gw-1")
@@ -135,9 +138,7 @@ async def test_listing_ones_pools_is_three_round_trips(
     pools_runtime: Runtime,
     logged: LoggedDatabase,
 ) -> None:
-    warm, measured = await _warm_and_measured(estate, pools_runtime, 2)
-    for caller in (warm.user, measured.user):  # signed in: the principal is cached
-        assert (await client.get("/api/v1/me", headers=caller.headers)).status == 200
+    warm, measured = await _warm_and_measured(client, estate, pools_runtime, 2)
     await client.get("/api/v1/me/pools", headers=warm.user.headers)
 
     mark = logged.log.mark()
