@@ -166,7 +166,11 @@ async def _open(
         if not locked.growth_locked:  # others wait for it alone: wait in line with them
             raise _LockAlone()
         pool, policy = locked.pool, locked.policy
-        seen = await store_opening.read_candidates(connection, pool.id, user, preference_of(policy))
+        # Alone (no other opening in the way), a free desktop the worker locked a moment is
+        # waited for: passed over, the only free desktop of a pool was refused 503.
+        seen = await store_opening.read_candidates(
+            connection, pool.id, user, preference_of(policy), skip_locked=not alone
+        )
         try:
             chosen = await _choose(connection, pool, seen, user)
         except (NoDesktopAvailable, DesktopNotReady):

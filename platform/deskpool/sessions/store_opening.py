@@ -151,14 +151,25 @@ class Candidates:
 
 
 async def read_candidates(
-    connection: asyncpg.Connection, pool_id: uuid.UUID, user: str, preference: str
+    connection: asyncpg.Connection,
+    pool_id: uuid.UUID,
+    user: str,
+    preference: str,
+    *,
+    skip_locked: bool = True,
 ) -> Candidates:
     """The user's desktops of the pool (locked); when he holds none, the oldest free one.
 
     Each with its address recorded for ``preference`` (from the VM it has now) and whether
     it has a session; and what the license's session check counts. Call it after
     :func:`lock_pool`, in the same transaction.
+
+    :param skip_locked: a free desktop another transaction has locked is passed over (so
+        that openings sharing the growth lock take different desktops); ``False`` waits for
+        it instead (an opening with the growth lock alone: only the worker holds one a
+        moment, and passing it over would refuse a pool whose only free desktop it is).
     """
+    skip = " SKIP LOCKED" if skip_locked else ""
     rows = await connection.fetch(
         f"""
         WITH held AS (
@@ -172,7 +183,7 @@ async def read_candidates(
                AND NOT EXISTS (SELECT 1 FROM held)
              ORDER BY created_at, name, id
              LIMIT 1
-             FOR UPDATE SKIP LOCKED
+             FOR UPDATE{skip}
         ), chosen AS (
             SELECT true AS is_held, * FROM held
             UNION ALL
