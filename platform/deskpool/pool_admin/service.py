@@ -452,17 +452,6 @@ async def list_entitlements(
     )
 
 
-async def _entitled_pools(
-    db: Db,
-    user_id: str | uuid.UUID,
-    group_ids: Iterable[str | uuid.UUID],
-    *,
-    limit: int,
-    after: PoolCursor | None,
-) -> list[PoolRecord]:
-    return await store_pools.list_entitled_pools(db, user_id, group_ids, limit=limit, after=after)
-
-
 @dataclass(frozen=True)
 class HeldPool:
     """A pool as a user sees it: what opening it gives now and the desktops the user holds."""
@@ -497,7 +486,7 @@ async def my_pools(
     pool's queue made every one of them wait for the last (issue 39).
     """
     async with runtime.db.acquire() as connection:
-        records = await _entitled_pools(
+        records = await store_pools.list_entitled_pools(
             connection, user_id, group_ids, limit=limit + 1, after=after
         )
         return records, await _held_in_pools(connection, user_id, records[:limit])

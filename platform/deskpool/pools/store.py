@@ -313,26 +313,20 @@ async def list_pools(
     after: PoolCursor | None = None,
     cluster_id: uuid.UUID | None = None,
     state: PoolState | None = None,
-    pool_ids: Collection[uuid.UUID] | None = None,
 ) -> list[PoolRecord]:
-    """Up to ``limit`` pools in name order (without case), after the ``after`` key.
-
-    :param pool_ids: only these pools (``None``: every pool).
-    """
+    """Up to ``limit`` pools in name order (without case), after the ``after`` key."""
     after_name, after_id = after if after is not None else (None, None)
     rows = await db.fetch(
         f"""{_SELECT_POOL}
         WHERE ($1::text IS NULL OR (lower(p.name), p.id) > ($1, $2::uuid))
           AND ($3::uuid IS NULL OR p.cluster_id = $3)
           AND ($4::text IS NULL OR p.state = $4)
-          AND ($5::uuid[] IS NULL OR p.id = ANY($5))
         ORDER BY lower(p.name), p.id
-        LIMIT $6""",
+        LIMIT $5""",
         after_name,
         None if after_id is None else uuid.UUID(after_id),
         cluster_id,
         None if state is None else str(state),
-        None if pool_ids is None else list(pool_ids),
         limit,
     )
     return [pool_record_from_row(row) for row in rows]

@@ -83,9 +83,7 @@ async def holding_of(
     everything the holding is made of in one read whose snapshot sees what a revocation that
     held the lock committed.
     """
-    if locked:
-        return _holding(user_id, (await store.read_access(connection, [user_id])).get(user_id))
-    return (await holdings(connection, [user_id], exclusive=False))[user_id]
+    return (await holdings(connection, [user_id], exclusive=None if locked else False))[user_id]
 
 
 @dataclass

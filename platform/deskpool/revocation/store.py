@@ -24,39 +24,18 @@ from deskpool.sessions.model import SessionRecord
 from deskpool.sessions.store import session_from_row
 
 
-@dataclass(frozen=True, slots=True)
-class UserAccess:
-    """A user's state and the claims of their latest sign-in."""
-
-    user_id: uuid.UUID
-    disabled: bool
-    claimed_groups: tuple[str, ...]
-    claimed_roles: tuple[str, ...]
-
-
 async def lock_users(
-    connection: asyncpg.Connection, user_ids: Collection[uuid.UUID], *, exclusive: bool | None
-) -> dict[uuid.UUID, UserAccess]:
-    """Lock the users' rows (``FOR UPDATE`` or ``FOR SHARE``) and read their access.
+    connection: asyncpg.Connection, user_ids: Collection[uuid.UUID], *, exclusive: bool
+) -> None:
+    """Lock the users' rows, ``FOR UPDATE`` when ``exclusive``, else ``FOR SHARE``.
 
     A revocation locks exclusively, a token's redemption shares: whichever comes second sees
-    what the first committed (a session started meanwhile, or the access taken away). With
-    ``exclusive`` ``None`` the rows are only read.
+    what the first committed (a session started meanwhile, or the access taken away).
     """
-    lock = {True: " FOR UPDATE", False: " FOR SHARE", None: ""}[exclusive]
-    rows = await connection.fetch(
-        f"""
-        SELECT id, disabled, claimed_groups, claimed_roles FROM users
-         WHERE id = ANY($1::uuid[]) ORDER BY id{lock}
-        """,
-        list(user_ids),
+    lock = "FOR UPDATE" if exclusive else "FOR SHARE"
+    await connection.execute(
+        f"SELECT 1 FROM users WHERE id = ANY($1::uuid[]) ORDER BY id {lock}", list(user_ids)
     )
-    return {
-        row["id"]: UserAccess(
-            row["id"], row["disabled"], tuple(row["claimed_groups"]), tuple(row["claimed_roles"])
-        )
-        for row in rows
-    }
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,7 +73,7 @@ class RedeemedToken:
 #: names read from it. The lock is what a revocation's ``FOR UPDATE`` meets: a redemption that
 #: waits for it here reads the user's access in its next statement, whose snapshot sees what
 #: the revocation committed (reads in this statement would see the database as it was before
-#: the wait). ``count(*) FROM locked`` makes the locking CTE run.
+#: the wait).
 _REDEEM = """
 WITH redeemed AS (
     UPDATE connection_tokens SET redeemed_at = now()
@@ -85,7 +85,7 @@ locked AS (
       FROM users u JOIN redeemed r ON u.id = r.user_id
        FOR SHARE OF u
 )
-SELECT r.*, l.display, l.email, (SELECT count(*) FROM locked) AS locked
+SELECT r.*, l.display, l.email
   FROM redeemed r LEFT JOIN locked l ON l.id = r.user_id
 """
 
