@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from tests.e2e.console_instance import (
@@ -50,6 +50,16 @@ MIN_READY_RGB = (0x18, 0x64, 0xAB)
 def _containing(text: str) -> re.Pattern[str]:
     """A pattern matching an attribute that contains ``text``."""
     return re.compile(re.escape(text))
+
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def _first_half_hour_of_the_week(zone: ZoneInfo) -> datetime:
+    """00:30 on Monday of the current week in ``zone`` (at most the next half hour from now)."""
+    today = datetime.now(zone).date()
+    monday = today - timedelta(days=today.weekday())
+    return datetime.combine(monday, time(0, 30), tzinfo=zone)
 
 
 #: The API as the administrator (or as ``who``).
@@ -107,7 +117,7 @@ async def test_the_schedule_editor_previews_saves_and_the_pool_plots_its_capacit
     from playwright.async_api import async_playwright, expect
 
     pool_id = await _prepare(instance)
-    today = datetime.now(ZoneInfo("Europe/Berlin")).date().isoformat()
+    today = datetime.now(BERLIN).date().isoformat()
     async with async_playwright() as playwright:
         browser = await playwright.chromium.launch(
             executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
@@ -117,6 +127,10 @@ async def test_the_schedule_editor_previews_saves_and_the_pool_plots_its_capacit
         try:
             # 1. Schedules, a new one; saving it without a name is a problem at the name.
             await sign_in(instance, page, ADMIN)
+            # The browser's clock at 00:30 on Monday of this week in Berlin, 23:30 UTC on the
+            # Sunday before: the preview's week is Berlin's, not the UTC week that just ended
+            # (CI at 23:06 UTC on a Sunday previewed the week before today's exception).
+            await page.clock.set_system_time(_first_half_hour_of_the_week(BERLIN))
             await (
                 page.get_by_role("navigation", name="Main")
                 .get_by_role("link", name="Schedules")
@@ -161,6 +175,7 @@ async def test_the_schedule_editor_previews_saves_and_the_pool_plots_its_capacit
             assert page.url.endswith("/schedules/new")
             assert (await _api(instance, "GET", "/schedules"))["items"] == []
             await visit(instance, page, "schedule-editor-preview")
+            await page.clock.set_system_time(datetime.now(UTC))
             await page.screenshot(
                 path=str(instance.artifacts / "schedule-editor-whole.png"), full_page=True
             )

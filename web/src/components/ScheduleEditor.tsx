@@ -280,7 +280,10 @@ function ExceptionFields({
 function usePreview(draft: ScheduleDraft) {
   const { api } = useSession();
   const zone = isTimeZone(draft.time_zone) ? draft.time_zone : "UTC";
-  const [week, setWeek] = useState(() => weekStart(Date.now(), zone));
+  // Until the administrator picks a week, the current one in the schedule's zone: it follows the
+  // zone as it is typed (at 23:30 UTC on a Sunday, Berlin's current week starts the next day).
+  const [chosenWeek, setWeek] = useState<string | null>(null);
+  const week = chosenWeek ?? weekStart(Date.now(), zone);
   const [maxSize, setMaxSize] = useState("10");
   const body = useMemo(() => {
     // While the date field is being changed (or emptied), the current week.
