@@ -285,16 +285,38 @@ PENDING_LOGON = "10 minutes"
 #: (read-only views of another session aside), or a desktop just allocated to a logon whose
 #: token is being issued (a logon allocated, its token not issued, not failed: it gets its
 #: token within seconds; one a crash left behind stops counting after :data:`PENDING_LOGON`).
-SESSION_DESKTOPS = _SESSION_DESKTOPS = f"""
-    SELECT desktop_id FROM desktop_sessions WHERE ended_at IS NULL AND NOT read_only
-    UNION
-    SELECT desktop_id FROM connection_tokens
-     WHERE redeemed_at IS NULL AND expires_at > now() AND shadow_of IS NULL
-    UNION
-    SELECT desktop_id FROM logons
-     WHERE allocated_at IS NOT NULL AND token_issued_at IS NULL AND failed_at IS NULL
-       AND allocated_at > now() - interval '{PENDING_LOGON}' AND desktop_id IS NOT NULL
-"""
+#: Which rows of each table give a desktop a session (``FROM`` the table, as a ``WHERE``).
+_SESSION_SOURCES = (
+    ("desktop_sessions", "ended_at IS NULL AND NOT read_only"),
+    ("connection_tokens", "redeemed_at IS NULL AND expires_at > now() AND shadow_of IS NULL"),
+    (
+        "logons",
+        "allocated_at IS NOT NULL AND token_issued_at IS NULL AND failed_at IS NULL "
+        f"AND allocated_at > now() - interval '{PENDING_LOGON}' AND desktop_id IS NOT NULL",
+    ),
+)
+SESSION_DESKTOPS = _SESSION_DESKTOPS = "\nUNION\n".join(
+    f"SELECT desktop_id FROM {table} WHERE {rows}" for table, rows in _SESSION_SOURCES
+)
+
+
+def has_session_sql(desktop: str) -> str:
+    """SQL: whether the desktop ``desktop`` (an SQL expression) is among the session desktops.
+
+    One indexed look per table at that desktop's rows. ``EXISTS`` over the union of
+    :data:`SESSION_DESKTOPS` made PostgreSQL build the whole union once more (a hashed subplan:
+    every open session read twice per opening, 2.4 of an opening's 4.3 ms at 700 sessions),
+    and so did an ``EXISTS`` per table; a scalar subquery is never hashed: it is run for the
+    desktop, through the table's index on ``desktop_id``.
+    """
+    return (
+        "("
+        + " OR ".join(
+            f"(SELECT true FROM {table} WHERE desktop_id = {desktop} AND {rows} LIMIT 1) IS NOT NULL"
+            for table, rows in _SESSION_SOURCES
+        )
+        + ")"
+    )
 
 
 #: What :class:`Usage` counts, as the columns of a ``SELECT``.
@@ -346,7 +368,7 @@ async def session_usage(
     row = await connection.fetchrow(
         f"""
         SELECT {_USAGE},
-               EXISTS (SELECT 1 FROM ({_SESSION_DESKTOPS}) AS s WHERE desktop_id = $1) AS held,
+               {has_session_sql("$1::uuid")} AS held,
                current_setting('max_connections')::int AS connections
         """,
         desktop_id,

@@ -150,28 +150,10 @@ class Candidates:
         return self.usage, has_session, self.connections
 
 
-async def read_candidates(
-    connection: asyncpg.Connection,
-    pool_id: uuid.UUID,
-    user: str,
-    preference: str,
-    *,
-    skip_locked: bool = True,
-) -> Candidates:
-    """The user's desktops of the pool (locked); when he holds none, the oldest free one.
-
-    Each with its address recorded for ``preference`` (from the VM it has now) and whether
-    it has a session; and what the license's session check counts. Call it after
-    :func:`lock_pool`, in the same transaction.
-
-    :param skip_locked: a free desktop another transaction has locked is passed over (so
-        that openings sharing the growth lock take different desktops); ``False`` waits for
-        it instead (an opening with the growth lock alone: only the worker holds one a
-        moment, and passing it over would refuse a pool whose only free desktop it is).
-    """
+def candidates_sql(*, skip_locked: bool) -> str:
+    """:func:`read_candidates`'s statement ($1 the pool, $2 the user, $3 the preference)."""
     skip = " SKIP LOCKED" if skip_locked else ""
-    rows = await connection.fetch(
-        f"""
+    return f"""
         WITH held AS (
             SELECT * FROM desktops
              WHERE pool_id = $1 AND assigned_user = $2 AND state <> 'deleting'
@@ -192,15 +174,36 @@ async def read_candidates(
         SELECT {licensing.SNAPSHOT_COLUMNS}, {licensing.USAGE_COLUMNS},
                current_setting('max_connections')::int AS connections,
                c.*, a.sealed AS address,
-               c.id IS NOT NULL AND EXISTS (
-                   SELECT 1 FROM ({licensing.SESSION_DESKTOPS}) AS s WHERE s.desktop_id = c.id
-               ) AS has_session
+               c.id IS NOT NULL AND {licensing.has_session_sql("c.id")} AS has_session
           FROM {licensing.SNAPSHOT_FROM}
           LEFT JOIN chosen AS c ON true
           LEFT JOIN desktop_addresses AS a
             ON a.desktop_id = c.id AND a.vm_id = c.vm_id AND a.preference = $3
          ORDER BY c.created_at, c.name, c.id
-        """,
+        """
+
+
+async def read_candidates(
+    connection: asyncpg.Connection,
+    pool_id: uuid.UUID,
+    user: str,
+    preference: str,
+    *,
+    skip_locked: bool = True,
+) -> Candidates:
+    """The user's desktops of the pool (locked); when he holds none, the oldest free one.
+
+    Each with its address recorded for ``preference`` (from the VM it has now) and whether
+    it has a session; and what the license's session check counts. Call it after
+    :func:`lock_pool`, in the same transaction.
+
+    :param skip_locked: a free desktop another transaction has locked is passed over (so
+        that openings sharing the growth lock take different desktops); ``False`` waits for
+        it instead (an opening with the growth lock alone: only the worker holds one a
+        moment, and passing it over would refuse a pool whose only free desktop it is).
+    """
+    rows = await connection.fetch(
+        candidates_sql(skip_locked=skip_locked),
         pool_id,
         as_uuid(user),
         preference,
