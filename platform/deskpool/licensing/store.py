@@ -309,14 +309,11 @@ def has_session_sql(desktop: str) -> str:
     and so did an ``EXISTS`` per table; a scalar subquery is never hashed: it is run for the
     desktop, through the table's index on ``desktop_id``.
     """
-    return (
-        "("
-        + " OR ".join(
-            f"(SELECT true FROM {table} WHERE desktop_id = {desktop} AND {rows} LIMIT 1) IS NOT NULL"
-            for table, rows in _SESSION_SOURCES
-        )
-        + ")"
+    looks = (
+        f"(SELECT true FROM {table} WHERE desktop_id = {desktop} AND {rows} LIMIT 1) IS NOT NULL"
+        for table, rows in _SESSION_SOURCES
     )
+    return "(" + " OR ".join(looks) + ")"
 
 
 #: What :class:`Usage` counts, as the columns of a ``SELECT``.

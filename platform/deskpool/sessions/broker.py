@@ -2,10 +2,9 @@
 
 Every gateway process builds one (:func:`broker_factory`) and calls it for each tunnel:
 
-- :meth:`PlatformSessionBroker.redeem` redeems a connection token once (an ``UPDATE ... WHERE
-  redeemed_at IS NULL RETURNING``), checks the user still holds the desktop, opens the sealed
-  target, starts the session record, sets the desktop's ``in_session`` and renews the
-  gateway's lease, in one transaction, and records ``session.start``;
+- :meth:`PlatformSessionBroker.redeem` redeems a connection token once, checks the user still
+  holds the desktop, opens the sealed target and starts the session (``session.start``), in one
+  transaction; the logon's later phases are written in batches (:mod:`.logon_marks`);
 - :meth:`~PlatformSessionBroker.heartbeat` renews the gateway's lease (``gateway_leases``),
   records bytes and activity, and ends the sessions of gateways whose lease expired
   (``gateway_lost``), so a gateway killed with SIGKILL leaves no session open for long;
@@ -45,6 +44,7 @@ from deskpool.recordings import store as recordings_store
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretDecryptionFailed, SecretsUnavailable
 from deskpool.sessions import store, store_logons, store_policies, store_tokens, transfers
+from deskpool.sessions.logon_marks import PhaseMarks
 from deskpool.sessions.logon_timing import observe_phase
 from deskpool.sessions.logons import LogonPhase
 from deskpool.sessions.lost_gateways import end_lost_gateways
@@ -182,6 +182,8 @@ class PlatformSessionBroker:
         #: When each gateway's last committed heartbeat was sent (monotonic): half a lease
         #: later its redemptions ask the database again (``store.ensure_lease``).
         self._renewed: dict[str, float] = {}
+        self._connected = PhaseMarks(runtime, LogonPhase.DAEMON_CONNECTED)
+        self._first_frames = PhaseMarks(runtime, LogonPhase.FIRST_FRAME)
 
     @property
     def heartbeat_interval(self) -> float:
@@ -373,14 +375,12 @@ class PlatformSessionBroker:
 
     async def session_connected(self, session_id: uuid.UUID, *, connection_id: str) -> None:
         """The daemon answered ``ready``: record its connection id (for shadowing)."""
-        seconds = await store_logons.mark_connected(self.runtime.db, session_id, connection_id)
+        seconds = await self._connected.mark(session_id, connection_id)
         observe_phase(self.runtime, LogonPhase.DAEMON_CONNECTED, seconds)
 
     async def first_frame(self, session_id: uuid.UUID) -> None:
         """The daemon drew its first frame: the session's logon is complete."""
-        seconds = await store_logons.mark_session_logon(
-            self.runtime.db, session_id, LogonPhase.FIRST_FRAME
-        )
+        seconds = await self._first_frames.mark(session_id)
         observe_phase(self.runtime, LogonPhase.FIRST_FRAME, seconds)
 
     async def heartbeat(

@@ -8,7 +8,7 @@ pure :mod:`deskpool.sessions.logons`. Reports read the ``logons`` table (:mod:`d
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -78,32 +78,46 @@ def tunnel_opened_sql(logon: str, session: str) -> str:
     )
 
 
-async def mark_session_logon(db: Db, session_id: uuid.UUID, phase: LogonPhase) -> float | None:
-    """Record that the logon of session ``session_id`` reached ``phase`` now."""
-    query = _phase_update(phase, "session_id = $1").replace("{extra}", "")
-    seconds: float | None = await db.fetchval(query, session_id)
-    return seconds
+async def mark_sessions_reached(
+    db: Db, phase: LogonPhase, marks: Sequence[tuple[uuid.UUID, str | None, float]]
+) -> dict[uuid.UUID, float]:
+    """Record ``phase`` for the logons of many sessions, in one statement (a gateway's batch).
 
-
-async def mark_connected(db: Db, session_id: uuid.UUID, connection_id: str) -> float | None:
-    """The daemon answered: the open session's connection id, its logon ``daemon_connected``.
-
-    One statement (atomic without a transaction of its own): a gateway at 9 a.m. records a
-    thousand at once. Returns the seconds of the phase, as :func:`mark_session_logon`.
+    Each mark is a session, the daemon's connection id (``DAEMON_CONNECTED``: the open session
+    records it) and how many seconds ago the phase was reached (the
+    mark waited for the batch): the phase is recorded that long before the database's clock
+    now, never before the phase before it. Returns the seconds of each phase recorded, by
+    session.
     """
-    phase = _phase_update(LogonPhase.DAEMON_CONNECTED, "session_id = $1").replace("{extra}", "")
-    seconds: float | None = await db.fetchval(
-        f"""
-        WITH connected AS (
-            UPDATE desktop_sessions SET connection_id = $2, connected_at = now()
-             WHERE id = $1 AND ended_at IS NULL
-        ), phase AS ({phase})
-        SELECT (SELECT seconds FROM phase)
-        """,
-        session_id,
-        connection_id,
+    column = phase.column
+    earlier = ", ".join(f"l.{p.column}" for p in phase.earlier) or "l.asked_at"
+    connected = (
+        """, connected AS (
+            UPDATE desktop_sessions AS s
+               SET connection_id = m.connection_id, connected_at = now() - m.ago
+              FROM marks AS m
+             WHERE s.id = m.session_id AND s.ended_at IS NULL
+        )"""
+        if phase is LogonPhase.DAEMON_CONNECTED
+        else ""
     )
-    return seconds
+    rows = await db.fetch(
+        f"""
+        WITH marks AS (
+            SELECT session_id, connection_id, make_interval(secs => ago) AS ago
+              FROM unnest($1::uuid[], $2::text[], $3::float8[]) AS m(session_id, connection_id, ago)
+        ){connected}
+        UPDATE logons AS l SET {column} = GREATEST(clock_timestamp() - m.ago, {earlier})
+          FROM marks AS m
+         WHERE l.session_id = m.session_id
+           AND l.{column} IS NULL AND l.failed_at IS NULL AND l.first_frame_at IS NULL
+        RETURNING l.session_id, EXTRACT(EPOCH FROM l.{column} - GREATEST({earlier}))::float8
+        """,
+        [session_id for session_id, _, _ in marks],
+        [connection_id for _, connection_id, _ in marks],
+        [ago for _, _, ago in marks],
+    )
+    return {row[0]: row[1] for row in rows}
 
 
 async def fail_logon(db: Db, logon_id: uuid.UUID, reason: str) -> bool:

@@ -15,11 +15,18 @@ machine a round trip to PostgreSQL costs about a third of a millisecond whatever
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from tests.support.sessions import Estate, audit_actions, open_desktop, record_addresses
+from tests.support.sessions import (
+    Estate,
+    audit_actions,
+    connected_through,
+    open_desktop,
+    record_addresses,
+)
 from tests.support.statement_log import LoggedDatabase
 
 from deskpool.runtime import Runtime
@@ -150,3 +157,57 @@ async def test_listing_ones_pools_is_three_round_trips(
     assert [item["id"] for item in items] == [str(measured.pool.id)]
     assert counted.round_trips <= MOST_LISTING_ROUND_TRIPS, "\n".join(counted.texts())
     assert counted.flushed_commits == 0, "\n".join(counted.texts())
+
+
+#: Tunnels a gateway opens at once in the next test.
+AT_ONCE = 6
+
+
+async def test_a_gateway_records_the_phases_of_tunnels_opened_at_once_together(
+    client: Any,
+    estate: Callable[..., Awaitable[Estate]],
+    broker: PlatformSessionBroker,
+    pools_runtime: Runtime,
+    logged: LoggedDatabase,
+) -> None:
+    """The daemon answered, then drew, for six tunnels at once: a statement for each phase.
+
+    One by one they were a statement and a flushed commit per tunnel and phase (two thousand
+    of each at 9 a.m.); now the marks that wait go together (:mod:`.logon_marks`).
+    """
+    estates = [await estate(ready=1) for _ in range(AT_ONCE + 1)]
+    await record_addresses(pools_runtime, [d for one in estates for d in one.desktops])
+    await broker.heartbeat("gw-1", {})
+    warm, *grants = [(await connected_through(client, broker, one, "gw-1"))[1] for one in estates]
+    # The statements prepared (and their types learnt) on the first tunnel.
+    await broker.session_connected(warm.session_id, connection_id="$warm")
+    await broker.first_frame(warm.session_id)
+
+    mark = logged.log.mark()
+    await asyncio.gather(
+        *(
+            broker.session_connected(g.session_id, connection_id=f"$c-{g.session_id}")
+            for g in grants
+        )
+    )
+    connected = logged.log.since(mark)
+    mark = logged.log.mark()
+    await asyncio.gather(*(broker.first_frame(g.session_id) for g in grants))
+    drawn = logged.log.since(mark)
+
+    for counted in (connected, drawn):
+        assert counted.round_trips == 1, "\n".join(counted.texts())
+        assert counted.flushed_commits == 1, "\n".join(counted.texts())
+    async with pools_runtime.db.acquire() as connection:
+        rows = await connection.fetch(
+            "SELECT s.id, s.connection_id, s.connected_at, l.tunnel_opened_at, "
+            "l.daemon_connected_at, l.first_frame_at "
+            "FROM desktop_sessions s JOIN logons l ON l.session_id = s.id WHERE s.id = ANY($1)",
+            [g.session_id for g in grants],
+        )
+    assert len(rows) == AT_ONCE
+    for row in rows:
+        assert row["connection_id"] == f"$c-{row['id']}"
+        # Each phase when it was reached, in order.
+        assert row["tunnel_opened_at"] <= row["daemon_connected_at"] <= row["first_frame_at"]
+        assert row["connected_at"] is not None
