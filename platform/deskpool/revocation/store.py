@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from deskpool.db.rows import Db
+from deskpool.db.rows import Db, one_of_ids
 from deskpool.identity.store_roles import (
     ROLES_JSON_SQL,
     grants_json_sql,
@@ -56,7 +56,7 @@ class AccessRead:
 #: custom role once, on the first row (an uncorrelated subquery: computed once).
 _ACCESS = f"""
 WITH u AS (
-    SELECT id, disabled, claimed_groups, claimed_roles FROM users WHERE id = ANY($1::uuid[])
+    SELECT id, disabled, claimed_groups, claimed_roles FROM users WHERE {{users}}
 )
 SELECT u.id, u.disabled, u.claimed_roles,
 {grants_json_sql("= ANY(ug.group_ids)")} AS grants,
@@ -85,7 +85,8 @@ async def read_access(
     after any wait for those locks, sees what a revocation committed. The access watch reads
     every user with a stream this way, every two seconds (it was four statements a user).
     """
-    rows = await connection.fetch(_ACCESS, list(user_ids))
+    users, ids = one_of_ids("id", user_ids)
+    rows = await connection.fetch(_ACCESS.replace("{users}", users), ids)
     if not rows:
         return {}
     roles = next(roles_of_json(row["roles"]) for row in rows if row["roles"] is not None)

@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from deskpool.db.rows import Db, as_uuid, fetch_record, record_from_row
+from deskpool.db.rows import Db, as_uuid, fetch_record, one_of_ids, record_from_row
 from deskpool.desktops.store import desktop_from_row
 from deskpool.pools.model import Desktop, Pool
 from deskpool.pools.naming import name_key
@@ -229,6 +229,7 @@ async def what_opening_gives(
     once: counting every desktop of every listed pool for each of them read millions of rows
     (issue 39).
     """
+    pools, ids = one_of_ids("p.id", pool_ids)
     rows = await db.fetch(
         f"""
         SELECT p.id AS pool_id, r.ready,
@@ -249,9 +250,9 @@ async def what_opening_gives(
                                  AND d.assigned_user IS NULL AND NOT d.in_session
                                  AND NOT d.used_since_refresh) AS ready
                OFFSET 0) AS r  -- asked once, not again for each use of r.ready
-         WHERE p.id = ANY($1::uuid[])
+         WHERE {pools}
         """,
-        list(pool_ids),
+        ids,
     )
     return {row["pool_id"]: OpeningGives(row["ready"], row["startable"]) for row in rows}
 

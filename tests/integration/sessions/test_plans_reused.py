@@ -1,0 +1,53 @@
+"""The 9 a.m. statements of one user are planned once per connection, not on every execution.
+
+PostgreSQL plans a prepared statement for its parameters five times, then keeps a generic plan
+when that is priced no higher. A statement matching ``= ANY($1::uuid[])`` never gets there:
+the generic plan does not know the array's length and is priced above the custom ones made for
+one element, so every execution was planned again. In the storm (``pg_stat_statements`` with
+``track_planning``) what opening each listed pool gives was planned 1,010 times for 1,000
+calls (425 ms of planning for 60 ms of execution) and the redemption's access read 801 times
+for 1,007. Asked for one pool or one user, they now match with ``=``; the counts of custom and
+generic plans are PostgreSQL's own (``pg_prepared_statements``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+from tests.support.sessions import Estate
+
+from deskpool.revocation.store import read_access
+from deskpool.runtime import Runtime
+from deskpool.starts.store import what_opening_gives
+
+#: Executions of each statement: PostgreSQL decides after five custom plans.
+EXECUTIONS = 12
+
+
+async def _plans(connection: asyncpg.Connection, marker: str) -> tuple[int, int]:
+    """The custom and generic plans of the connection's prepared statement containing ``marker``."""
+    row = await connection.fetchrow(
+        "SELECT custom_plans, generic_plans FROM pg_prepared_statements "
+        "WHERE strpos(statement, $1) > 0 AND strpos(statement, 'pg_prepared_statements') = 0",
+        marker,
+    )
+    assert row is not None, marker
+    return row["custom_plans"], row["generic_plans"]
+
+
+async def test_one_users_access_and_pool_are_planned_once(
+    estate: Callable[..., Awaitable[Estate]], pools_runtime: Runtime
+) -> None:
+    owned = await estate(ready=1)
+    async with pools_runtime.db.acquire() as connection:
+        for _ in range(EXECUTIONS):
+            read = await read_access(connection, [uuid.UUID(owned.user.id)])
+            gives = await what_opening_gives(connection, [owned.pool.id])
+        assert read[uuid.UUID(owned.user.id)].entitled_pools == {owned.pool.id}
+        assert gives[owned.pool.id].ready
+        for marker in ("claimed_groups, claimed_roles FROM users", "r.ready,"):
+            custom, generic = await _plans(connection, marker)
+            assert custom <= 5, (marker, custom, generic)
+            assert generic == EXECUTIONS - custom, (marker, custom, generic)
