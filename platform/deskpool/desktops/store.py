@@ -184,11 +184,24 @@ async def desktops_held_by(
 
 
 #: What :func:`write_desktop` sets: parameters ``$2`` to ``$12`` of :func:`write_arguments`.
-WRITE_SET = """
-    state = $2, vm_id = $3, template = $4, assigned_user = $5, in_session = $6,
-    used_since_refresh = $7, failed_step = $8, last_error = $9, failure_count = $10,
-    last_failed_at = $11, state_changed_at = $12, updated_at = now()
-"""
+_WRITTEN = (
+    "state", "vm_id", "template", "assigned_user", "in_session", "used_since_refresh",
+    "failed_step", "last_error", "failure_count", "last_failed_at", "state_changed_at",
+)  # fmt: skip
+
+
+def write_set_sql(first: int) -> str:
+    """:data:`WRITE_SET` with its parameters from ``$first + 1`` (``$first`` is the id).
+
+    For a statement that writes a desktop beside other things, its own parameters first.
+    """
+    columns = (f"{column} = ${first + n}" for n, column in enumerate(_WRITTEN, 1))
+    return ", ".join(columns) + ", updated_at = now()"
+
+
+#: The ``SET`` of a desktop's write: ``$1`` is its id, ``$2`` to ``$12`` its columns
+#: (:func:`write_arguments`).
+WRITE_SET = write_set_sql(1)
 
 
 def write_arguments(desktop: Desktop) -> list[Any]:

@@ -34,12 +34,12 @@ from redis.exceptions import RedisError
 
 from deskpool.audit import record_audit_event
 from deskpool.client_policy.model import ClientPolicy, Transfer
-from deskpool.desktops import store as store_desktops
-from deskpool.desktops.states import SessionOpened
+from deskpool.desktops.states import SessionOpened, transition
 from deskpool.events import AuditEvent
 from deskpool.identity.access import holding_of
 from deskpool.kv import subscription
 from deskpool.live.publishers import publish, session_event
+from deskpool.pools.model import Desktop
 from deskpool.recordings import store as recordings_store
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretDecryptionFailed, SecretsUnavailable
@@ -101,6 +101,7 @@ async def _start_session(
     *,
     shadow_of: uuid.UUID | None = None,
     phases: list[tuple[LogonPhase, float | None]],
+    desktop: Desktop | None = None,
 ) -> SessionRecord:
     """Record the session a redeemed token starts, tie the token to it, audit ``session.start``.
 
@@ -122,8 +123,9 @@ async def _start_session(
     details = {"protocol": protocol} if shadow_of is None else {"shadow_of": str(shadow_of)}
     event = _event("session.start", str(issued.user_id), session_id, values, **details)
     started = await store.start_session(
-        connection, session_id, values, token_key=key, logon_id=issued.logon_id, event=event
-    )
+        connection, session_id, values, token_key=key, logon_id=issued.logon_id, event=event,
+        desktop=desktop,
+    )  # fmt: skip
     if issued.logon_id is not None:
         phases.append((LogonPhase.TUNNEL_OPENED, started.tunnel_opened))
     return started.session
@@ -253,6 +255,7 @@ class PlatformSessionBroker:
         desktop, pool, policy = await desktop_to_open(connection, issued.desktop_id, issued.pool_id)
         if desktop is None or pool is None or not desktop_still_held(desktop, issued.user_id):
             return "desktop_gone"
+        opened = transition(desktop, SessionOpened(), pool=pool, now=datetime.now(UTC))
         session = await _start_session(
             connection,
             key,
@@ -263,11 +266,8 @@ class PlatformSessionBroker:
             desktop.name,
             issued.protocol,
             phases=phases,
+            desktop=None if opened == desktop else opened,
         )
-        if not desktop.in_session:  # read FOR UPDATE above: no savepoint and no second read
-            await store_desktops.apply_event_to_locked(
-                connection, desktop, SessionOpened(), pool=pool
-            )
         recording = None
         if policy.recording.enabled:
             recording = await recordings_store.insert_recording(

@@ -20,7 +20,10 @@ import asyncpg
 
 from deskpool.audit import audit_event_ctes
 from deskpool.db.rows import Db, fetch_record, lock_clause, record_from_row
+from deskpool.desktops.store import write_arguments, write_set_sql
+from deskpool.errors import NotFound
 from deskpool.events import AuditEvent
+from deskpool.pools.model import Desktop
 from deskpool.sessions.model import SessionRecord, Watcher
 from deskpool.sessions.store_logons import tunnel_opened_sql
 from deskpool.sessions.tunnel import TunnelCounters
@@ -166,18 +169,27 @@ async def start_session(
     token_key: bytes,
     logon_id: uuid.UUID | None,
     event: AuditEvent,
+    desktop: Desktop | None = None,
 ) -> StartedSession:
     """Start a session record, tie the token and its logon to it, record ``event``: one statement.
 
     :param values: the session's columns (``user_id``, ``desktop_id``, ``pool_id``,
         ``desktop_name``, ``protocol``, ``gateway_id``, ``read_only``, ``shadow_of``).
+    :param desktop: the session's desktop as the session makes it (in session), written over
+        its row, which the caller locked; ``None``: nothing to write.
+    :raises NotFound: ``desktop`` is gone.
 
-    At 9 a.m. a gateway starts a thousand sessions at once: four statements each became one.
+    At 9 a.m. a gateway starts a thousand sessions at once: five statements each became one.
     """
     columns = list(_SESSION_COLUMNS)
     args: list[Any] = [session_id, *(values[column] for column in columns), token_key, logon_id]
     placeholders = ", ".join(f"${n}" for n in range(1, len(columns) + 2))
     token, logon = f"${len(columns) + 2}", f"${len(columns) + 3}"
+    written = "SELECT NULL::uuid AS id"
+    if desktop is not None:
+        first = len(args) + 1
+        written = f"UPDATE desktops SET {write_set_sql(first)} WHERE id = ${first} RETURNING id"
+        args += write_arguments(desktop)
     audit_sql, audit_args = audit_event_ctes(event, len(args) + 1)
     row = await connection.fetchrow(
         f"""
@@ -187,12 +199,17 @@ async def start_session(
             RETURNING *
         ), token AS (
             UPDATE connection_tokens SET session_id = $1 WHERE token_key = {token}
-        ), phase AS ({tunnel_opened_sql(f"{logon}::uuid", "$1")}), {audit_sql}
-        SELECT s.*, (SELECT seconds FROM phase) AS tunnel_seconds FROM started AS s
+        ), phase AS ({tunnel_opened_sql(f"{logon}::uuid", "$1")}),
+        desktop AS ({written}), {audit_sql}
+        SELECT s.*, (SELECT seconds FROM phase) AS tunnel_seconds,
+               (SELECT count(id) FROM desktop) AS desktops_written
+          FROM started AS s
         """,
         *args,
         *audit_args,
     )
+    if desktop is not None and not row["desktops_written"]:
+        raise NotFound(f"No desktop has the id {desktop.id}.")
     return StartedSession(session_from_row(row), row["tunnel_seconds"])
 
 
