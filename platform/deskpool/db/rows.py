@@ -95,11 +95,14 @@ def group_rows(
 def one_of_ids(column: str, ids: Collection[UUID], parameter: int = 1) -> tuple[str, Any]:
     """SQL matching ``column`` with one of ``ids`` as ``$parameter``, and that parameter.
 
-    One id is matched with ``=``. With ``= ANY($n::uuid[])`` PostgreSQL planned the statement
-    again on every execution: its generic plan, not knowing the array's length, is priced
-    above the custom plans made for one element, so it is never kept (at 9 a.m. the planning
-    of a user's statements cost several times their execution).
+    The ids are read in a subquery (an init plan), so that no plan is made for their values:
+    with ``= ANY($n::uuid[])``, or even ``= $n`` where the value told the planner more about
+    the rows of other tables (a pool's desktops), PostgreSQL priced the custom plans for the
+    values below its generic plan and planned the statement again on every execution (at
+    9 a.m. the planning of a user's statements cost several times their execution). Asked
+    through a subquery, custom and generic plans are priced the same and the generic one is
+    kept after PostgreSQL's five tries.
     """
     if len(ids) == 1:
-        return f"{column} = ${parameter}::uuid", next(iter(ids))
-    return f"{column} = ANY(${parameter}::uuid[])", list(ids)
+        return f"{column} = (SELECT ${parameter}::uuid)", next(iter(ids))
+    return f"{column} = ANY((SELECT ${parameter}::uuid[])::uuid[])", list(ids)

@@ -6,8 +6,9 @@ the generic plan does not know the array's length and is priced above the custom
 one element, so every execution was planned again. In the storm (``pg_stat_statements`` with
 ``track_planning``) what opening each listed pool gives was planned 1,010 times for 1,000
 calls (425 ms of planning for 60 ms of execution) and the redemption's access read 801 times
-for 1,007. Asked for one pool or one user, they now match with ``=``; the counts of custom and
-generic plans are PostgreSQL's own (``pg_prepared_statements``).
+for 1,007. The ids are now read in a subquery (:func:`deskpool.db.rows.one_of_ids`), for one
+id or many; the counts of custom and generic plans are PostgreSQL's own
+(``pg_prepared_statements``).
 """
 
 from __future__ import annotations
@@ -40,14 +41,18 @@ async def _plans(connection: asyncpg.Connection, marker: str) -> tuple[int, int]
 async def test_one_users_access_and_pool_are_planned_once(
     estate: Callable[..., Awaitable[Estate]], pools_runtime: Runtime
 ) -> None:
-    owned = await estate(ready=1)
+    owned, other = await estate(ready=1), await estate(ready=0)
+    users = [uuid.UUID(owned.user.id), uuid.UUID(other.user.id)]
     async with pools_runtime.db.acquire() as connection:
         for _ in range(EXECUTIONS):
-            read = await read_access(connection, [uuid.UUID(owned.user.id)])
+            read = await read_access(connection, users[:1])
             gives = await what_opening_gives(connection, [owned.pool.id])
-        assert read[uuid.UUID(owned.user.id)].entitled_pools == {owned.pool.id}
+            both = await read_access(connection, users)  # the access watch's many users
+        assert read[users[0]].entitled_pools == {owned.pool.id}
         assert gives[owned.pool.id].ready
-        for marker in ("claimed_groups, claimed_roles FROM users", "r.ready,"):
+        assert both[users[1]].entitled_pools == {other.pool.id}
+        markers = ("FROM users WHERE id = (SELECT", "FROM users WHERE id = ANY", "r.ready,")
+        for marker in markers:
             custom, generic = await _plans(connection, marker)
             assert custom <= 5, (marker, custom, generic)
             assert generic == EXECUTIONS - custom, (marker, custom, generic)
