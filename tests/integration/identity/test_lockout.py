@@ -167,7 +167,13 @@ async def test_two_admins_removing_each_other_at_once_leave_one(lone: Directory)
         lone.call(first, "PATCH", f"/api/v1/users/{second.id}", {"disabled": True}),
         lone.call(second, "PATCH", f"/api/v1/users/{first.id}", {"disabled": True}),
     )
-    assert sorted(status for status, _ in results) == [200, 409]
+    (done,) = [body for status, body in results if status == 200]
+    (refused,) = [(status, body) for status, body in results if status != 200]
+    # Refused as the last admin's removal (409) when both were under way at once, or as a
+    # disabled account (403) when the other change was committed before this request was
+    # authenticated: on a loaded machine one request can be answered before the other starts.
+    assert refused[0] == 409 or (refused[0] == 403 and "disabled" in str(refused[1])), refused
+    assert done["disabled"] is True
     enabled = await lone.runtime.db.fetchval("SELECT count(*) FROM users WHERE NOT disabled")
     assert enabled == 1
 
