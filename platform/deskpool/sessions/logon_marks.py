@@ -9,9 +9,10 @@ A :class:`PhaseMarks` writes one phase. A mark is written at once when nothing i
 written; while a statement is under way, the marks that arrive wait for it and then go
 together in the next (:func:`deskpool.sessions.store_logons.mark_sessions_reached`). Nobody
 waits longer than one statement before his own starts, and each caller still gets his own
-answer (the phase's seconds) or the statement's error. When a phase is recorded, the time it
-waited in the batch is taken off: the logon says when the phase was reached, not when it
-was written.
+answer (the phase's seconds) or his statement's error: a batch the database refuses is
+written again mark by mark, so a mark it cannot take fails alone. When a phase is recorded,
+the time it waited in the batch is taken off: the logon says when the phase was reached, not
+when it was written.
 """
 
 from __future__ import annotations
@@ -61,21 +62,43 @@ class PhaseMarks:
         """Write what waits, a batch at a time, until nothing does."""
         while self._waiting:
             batch, self._waiting = self._waiting, []
-            now = time.monotonic()
-            marks = [(m.session_id, m.connection_id, now - m.reached) for m in batch]
             try:
-                seconds = await store_logons.mark_sessions_reached(
-                    self._runtime.db, self._phase, marks
-                )
-            except Exception as error:  # every caller of the batch hears it
-                for waiting in batch:
-                    if not waiting.answer.done():
-                        waiting.answer.set_exception(error)
-                continue
+                await self._write_batch(batch)
             except BaseException:  # cancelled (the process stops): nobody is left waiting
                 for waiting in batch + self._waiting:
                     waiting.answer.cancel()
                 raise
-            for waiting in batch:
-                if not waiting.answer.done():
-                    waiting.answer.set_result(seconds.get(waiting.session_id))
+
+    async def _write_batch(self, batch: list[_Mark]) -> None:
+        """One statement for ``batch``; when it fails, each mark alone, so one fails alone."""
+        try:
+            seconds = await self._statement(batch)
+        except Exception as error:
+            if len(batch) == 1:
+                _answer(batch[0], error=error)
+                return
+            for waiting in batch:  # a value the database refuses fails its own mark only
+                try:
+                    alone = await self._statement([waiting])
+                except Exception as refused:
+                    _answer(waiting, error=refused)
+                else:
+                    _answer(waiting, alone.get(waiting.session_id))
+            return
+        for waiting in batch:
+            _answer(waiting, seconds.get(waiting.session_id))
+
+    async def _statement(self, batch: list[_Mark]) -> dict[uuid.UUID, float]:
+        now = time.monotonic()
+        marks = [(m.session_id, m.connection_id, now - m.reached) for m in batch]
+        return await store_logons.mark_sessions_reached(self._runtime.db, self._phase, marks)
+
+
+def _answer(mark: _Mark, seconds: float | None = None, *, error: Exception | None = None) -> None:
+    """Tell the caller of ``mark`` (unless he stopped waiting)."""
+    if mark.answer.done():
+        return
+    if error is not None:
+        mark.answer.set_exception(error)
+    else:
+        mark.answer.set_result(seconds)
