@@ -84,10 +84,9 @@ async def mark_sessions_reached(
     """Record ``phase`` for the logons of many sessions, in one statement (a gateway's batch).
 
     Each mark is a session, the daemon's connection id (``DAEMON_CONNECTED``: the open session
-    records it) and how many seconds ago the phase was reached (the
-    mark waited for the batch): the phase is recorded that long before the database's clock
-    now, never before the phase before it. Returns the seconds of each phase recorded, by
-    session.
+    records it) and how many seconds ago the phase was reached (the mark waited for the
+    batch): the phase is recorded that long before the database's clock now, never before the
+    phase before it. Returns the seconds of each phase recorded, by session.
     """
     column = phase.column
     earlier = ", ".join(f"l.{p.column}" for p in phase.earlier) or "l.asked_at"
