@@ -11,9 +11,8 @@ Every gateway process builds one (:func:`broker_factory`) and calls it for each 
 - :meth:`~PlatformSessionBroker.session_ended` closes the record, corrects ``in_session``,
   records ``session.end``, and applies the pool's after-disconnect policy;
 - :meth:`~PlatformSessionBroker.disconnect_requests` yields the sessions someone asked to
-  close: published on the gateway's Redis channel, and polled from the database on a timer of
-  its own, so a request made while Redis is away (stopped, or not answering) still arrives
-  within :data:`DISCONNECT_POLL_INTERVAL` seconds.
+  close: published on Redis, and polled from the database on a timer of its own, so a request
+  made while Redis is away still arrives within :data:`DISCONNECT_POLL_INTERVAL` seconds.
 """
 
 from __future__ import annotations
@@ -240,9 +239,8 @@ class PlatformSessionBroker:
             raise TokenRejected(rejection_reason(issued, now) or "used")
         issued, names = redeemed.issued, redeemed.names
         target = self._open_target(redeemed.sealed_target, key)
-        # Access is judged now, not when the token was issued: a user disabled since, or who
-        # lost the entitlement (or, for a shadow, sessions:manage), opens nothing. The user's
-        # row was share-locked by the redemption's statement.
+        # Access is judged now, not at issue: a user disabled since, or who lost the entitlement
+        # (a shadow: sessions:manage), opens nothing. His row was share-locked by the redemption.
         holding = await holding_of(connection, issued.user_id, locked=True)
         if not holding.keeps_session(issued.pool_id, read_only=issued.shadow_of is not None):
             await record_audit_event(connection, _refusal(issued, "access_revoked"))
@@ -255,7 +253,9 @@ class PlatformSessionBroker:
         desktop, pool, policy = await desktop_to_open(connection, issued.desktop_id, issued.pool_id)
         if desktop is None or pool is None or not desktop_still_held(desktop, issued.user_id):
             return "desktop_gone"
-        opened = transition(desktop, SessionOpened(), pool=pool, now=datetime.now(UTC))
+        opened = desktop  # in session already (another tunnel): nothing to write
+        if not desktop.in_session:
+            opened = transition(desktop, SessionOpened(), pool=pool, now=datetime.now(UTC))
         session = await _start_session(
             connection,
             key,
