@@ -16,17 +16,25 @@ from deskpool.db.rows import Db, fetch_record, record_from_row
 from deskpool.sessions.logons import LogonPhase, LogonRecord
 
 
-def _phase_update(phase: LogonPhase, where: str) -> str:
+def _phase_update(phase: LogonPhase, where: str, *, ago: str = "", joined: str = "") -> str:
     """``UPDATE logons`` setting ``phase`` now, once; returns the seconds since the phase before.
 
     A phase is recorded once, and never on a logon that failed or that already drew.
+
+    :param ago: SQL of an interval: the phase was reached that long before now (never before
+        the phase before it).
+    :param joined: a ``FROM`` clause whose rows ``where`` ties to logons; the logon's
+        ``session_id`` is returned beside the seconds.
     """
     column = phase.column
     earlier = ", ".join(p.column for p in phase.earlier) or "asked_at"
+    at = f"GREATEST(clock_timestamp() - {ago}, {earlier})" if ago else "clock_timestamp()"
+    also = "logons.session_id, " if joined else ""
     return f"""
-        UPDATE logons SET {column} = clock_timestamp(){{extra}}
+        UPDATE logons SET {column} = {at}{{extra}}
+        {joined}
          WHERE {where} AND {column} IS NULL AND failed_at IS NULL AND first_frame_at IS NULL
-        RETURNING EXTRACT(EPOCH FROM {column} - GREATEST({earlier}))::float8 AS seconds
+        RETURNING {also}EXTRACT(EPOCH FROM {column} - GREATEST({earlier}))::float8 AS seconds
         """
 
 
@@ -88,8 +96,9 @@ async def mark_sessions_reached(
     batch): the phase is recorded that long before the database's clock now, never before the
     phase before it. Returns the seconds of each phase recorded, by session.
     """
-    column = phase.column
-    earlier = ", ".join(f"l.{p.column}" for p in phase.earlier) or "l.asked_at"
+    update = _phase_update(
+        phase, "logons.session_id = m.session_id", ago="m.ago", joined="FROM marks AS m"
+    ).replace("{extra}", "")
     connected = (
         """, connected AS (
             UPDATE desktop_sessions AS s
@@ -106,17 +115,13 @@ async def mark_sessions_reached(
             SELECT session_id, connection_id, make_interval(secs => ago) AS ago
               FROM unnest($1::uuid[], $2::text[], $3::float8[]) AS m(session_id, connection_id, ago)
         ){connected}
-        UPDATE logons AS l SET {column} = GREATEST(clock_timestamp() - m.ago, {earlier})
-          FROM marks AS m
-         WHERE l.session_id = m.session_id
-           AND l.{column} IS NULL AND l.failed_at IS NULL AND l.first_frame_at IS NULL
-        RETURNING l.session_id, EXTRACT(EPOCH FROM l.{column} - GREATEST({earlier}))::float8
+        {update}
         """,
         [session_id for session_id, _, _ in marks],
         [connection_id for _, connection_id, _ in marks],
         [ago for _, _, ago in marks],
     )
-    return {row[0]: row[1] for row in rows}
+    return {row["session_id"]: row["seconds"] for row in rows}
 
 
 async def fail_logon(db: Db, logon_id: uuid.UUID, reason: str) -> bool:
