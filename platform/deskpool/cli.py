@@ -46,18 +46,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     """
     from deskpool.bound_ahead import bind_listeners_ahead, derive_public_urls
     from deskpool.host import Host, bootstrap, expand_components
+    from deskpool.serving_loop import run_serving
 
     environ, ahead = bind_listeners_ahead(_environ(), expand_components(args.components))
     process = bootstrap(derive_public_urls(environ, ahead), args.components)
-    asyncio.run(Host(process).run())
+    run_serving(Host(process).run())
     return 0
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
     """The quick start: migrate, then run everything with a development identity provider."""
     from deskpool.dev import run_dev
+    from deskpool.serving_loop import run_serving
 
-    asyncio.run(
+    run_serving(
         run_dev(
             _environ(), Path(args.state_dir), args.issuer_port, args.hypervisor, args.libvirt_prefix
         )

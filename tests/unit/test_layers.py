@@ -75,6 +75,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "plugins",
             "ops",
             "host",
+            "serving_loop",
         ),
     ),
     ("shared records", ("audit", "audit_query", "live", "idempotency")),
