@@ -17,6 +17,7 @@ No I/O happens here: the database layer loads grants and role definitions, and
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -172,7 +173,19 @@ def builtin_roles(catalog: PermissionCatalog | None = None) -> dict[str, Role]:
     :param catalog: the catalog whose ``:read`` permissions the auditor holds (plugins'
         resources included); the built-in catalog when omitted.
     """
-    catalog = catalog or PermissionCatalog.builtin()
+    if catalog is None:
+        # Every sign-in reads them (the custom roles are added to a copy): built once.
+        return dict(_builtin_catalog_roles())
+    return _roles_of(catalog)
+
+
+@functools.cache
+def _builtin_catalog_roles() -> Mapping[str, Role]:
+    return MappingProxyType(_roles_of(PermissionCatalog.builtin()))
+
+
+def _roles_of(catalog: PermissionCatalog) -> dict[str, Role]:
+    """The built-in roles for ``catalog`` (see :func:`builtin_roles`)."""
     managed = ("clusters", "pools", "desktops", "sessions", "jobs", "schedules")
     read_only = ("audit", "users", "groups", "roles", "license", "reports")
     operator = frozenset(

@@ -288,3 +288,13 @@ def test_disabling_or_enabling_needs_everything_the_user_holds() -> None:
     check_holds_all(users_manager, {"users:read"}, "disable it", "users")
     check_holds_all(users_manager, set(), "disable it", "users")
     check_holds_all(admin, {"platform:admin", "pools:manage"}, "enable this user", "users")
+
+
+def test_the_built_in_roles_are_built_once_and_handed_out_as_copies() -> None:
+    first = builtin_roles()
+    first["custom"] = Role("custom", frozenset({"pools:read"}))
+    del first["operator"]
+    again = builtin_roles()
+    assert "custom" not in again
+    assert again == builtin_roles(PermissionCatalog.builtin())
+    assert again["operator"] is builtin_roles()["operator"]
