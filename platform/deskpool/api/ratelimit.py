@@ -53,14 +53,23 @@ STORE_RETRY_SECONDS = 5.0
 #: How often locally counted requests are added to the shared counters, in seconds.
 FLUSH_SECONDS = 0.05
 
+#: Adds ``ARGV[i + 1]`` to the counter ``KEYS[i]`` for every key, opening a window of
+#: ``ARGV[1]`` ms where none is open; returns each counter's total and milliseconds left, in
+#: turn. A flush sends every caller counted since the last one in one call: as one call each
+#: in a pipeline, redis-py's packing and reading of the calls was 6 % of a busy api.
 _COUNT_SCRIPT = """
-local count = redis.call('INCRBY', KEYS[1], ARGV[2])
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl < 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
-  ttl = tonumber(ARGV[1])
+local answers = {}
+for i, key in ipairs(KEYS) do
+  local count = redis.call('INCRBY', key, ARGV[i + 1])
+  local ttl = redis.call('PTTL', key)
+  if ttl < 0 then
+    redis.call('PEXPIRE', key, ARGV[1])
+    ttl = tonumber(ARGV[1])
+  end
+  answers[#answers + 1] = count
+  answers[#answers + 1] = ttl
 end
-return {count, ttl}
+return answers
 """
 
 
@@ -215,21 +224,18 @@ class RateLimiter:
         # The amounts stay pending until the totals that include them are read back, so that a
         # request counted while the pipeline is out is judged on them too.
         try:
-            async with self._kv.pipeline(transaction=False) as pipe:
-                for caller, _, amount in pending:
-                    await self._count(
-                        keys=[self._key_prefix + caller],
-                        args=[WINDOW_SECONDS * 1000, amount],
-                        client=pipe,
-                    )
-                results = await pipe.execute()
+            answers = await self._count(
+                keys=[self._key_prefix + caller for caller, _, _ in pending],
+                args=[WINDOW_SECONDS * 1000, *(amount for _, _, amount in pending)],
+            )
         except (RedisError, OSError) as error:
             for _, window, amount in pending:
                 window.pending -= amount
             self._store_failed(error)
             return
         self._store_answered()
-        for (_, window, amount), (count, ttl_ms) in zip(pending, results, strict=True):
+        totals = zip(answers[::2], answers[1::2], strict=True)
+        for (_, window, amount), (count, ttl_ms) in zip(pending, totals, strict=True):
             window.pending -= amount
             window.shared_count = int(count)
             window.resets_at = min(window.resets_at, now + int(ttl_ms) / 1000)

@@ -251,3 +251,44 @@ def test_a_list_that_does_not_page_the_standard_way_is_refused(
     )
     with pytest.raises(ValueError, match=missing):
         check_page_contract(operation)
+
+
+async def test_a_flush_adds_every_callers_count_in_one_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import secrets
+
+    import redis.asyncio as redis
+    from redis.asyncio.connection import AbstractConnection
+
+    from deskpool.testing.services import ServiceAddresses
+
+    host, _, port = ServiceAddresses.from_environ().kv_addr.rpartition(":")
+    kv = redis.Redis(host=host, port=int(port))
+    limiter = RateLimiter(kv, f"deskpool-test-{secrets.token_hex(4)}:", per_minute=100)
+    callers = [f"principal:user-{n}" for n in range(50)]
+    try:
+        for caller in callers:  # each caller's first request opens its window in Redis
+            await limiter.count(caller)
+        for caller in callers:
+            await limiter.count(caller)
+            await limiter.count(caller)
+        packed: list[tuple[Any, ...]] = []
+        pack = AbstractConnection.pack_command
+
+        def counting(self: AbstractConnection, *args: Any) -> Any:
+            packed.append(args)
+            return pack(self, *args)
+
+        monkeypatch.setattr(AbstractConnection, "pack_command", counting)
+        await limiter.flush()
+        monkeypatch.undo()
+        assert len(packed) == 1
+        # Every caller's three requests are in the shared counter, and the process knows it.
+        shared = await kv.mget([limiter._key_prefix + caller for caller in callers])
+        assert shared == [b"3"] * 50
+        state = await limiter.count(callers[0])
+        assert state is not None
+        assert state.remaining == 100 - 4
+    finally:
+        await kv.aclose()
