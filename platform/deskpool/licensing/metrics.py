@@ -99,13 +99,13 @@ class LicenseMetrics:
         )
 
     def observe(self, judgement: Judgement, usage: Usage | None = None) -> None:
-        """Show ``judgement`` (and ``usage``, when counted)."""
+        """Show ``judgement`` (and what ``usage`` counted, when given)."""
         _one_hot(self.status, LicenseStatus, judgement.status.value)
         self.licensed.set(1 if judgement.licensed else 0)
         for resource in Resource:
             limit = judgement.limits.of(resource)
             self.limit.labels(resource.value).set(-1 if limit is None else limit)
-            if usage is not None:
+            if usage is not None and resource in usage.counted:
                 self.usage.labels(resource.value).set(usage.of(resource))
         license = judgement.license
         self.expires.set(license.expires_at.timestamp() if license is not None else 0)

@@ -353,20 +353,39 @@ def _span(delta: timedelta) -> str:
 
 @dataclass(frozen=True)
 class Usage:
-    """How much of each limited resource exists now."""
+    """How much of each limited resource exists now (of those counted)."""
 
     desktops: int = 0
     pools: int = 0
     sessions: int = 0
+    #: The resources counted: a session check counts the sessions alone (see
+    #: :meth:`of_sessions`); the others' figures are then not known, and not read.
+    counted: frozenset[Resource] = frozenset(Resource)
+
+    @classmethod
+    def of_sessions(cls, sessions: int) -> Usage:
+        """The usage a session check counts: the desktops with a session, nothing else.
+
+        Counting the desktops too made every opening read every desktop of the installation
+        (issue 39), for nothing the check needs.
+        """
+        return cls(sessions=sessions, counted=frozenset({Resource.SESSIONS}))
 
     def of(self, resource: Resource) -> int:
-        """The count of ``resource``."""
+        """The count of ``resource``.
+
+        :raises ValueError: ``resource`` was not counted.
+        """
+        if resource not in self.counted:
+            raise ValueError(f"the {resource.value} were not counted")
         value: int = getattr(self, resource.value)
         return value
 
     def as_dict(self) -> dict[str, int]:
-        """``{"desktops": ..., "pools": ..., "sessions": ...}``."""
-        return {resource.value: self.of(resource) for resource in Resource}
+        """``{"desktops": ..., "pools": ..., "sessions": ...}``, of the resources counted."""
+        return {
+            resource.value: self.of(resource) for resource in Resource if resource in self.counted
+        }
 
 
 def headroom(judgement: Judgement, usage: Usage, resource: Resource) -> int | None:

@@ -316,11 +316,15 @@ def has_session_sql(desktop: str) -> str:
     return "(" + " OR ".join(looks) + ")"
 
 
+#: The desktops with a session (:data:`SESSION_DESKTOPS`) counted, as a column ``sessions``:
+#: what a session check counts (:meth:`Usage.of_sessions`).
+SESSIONS_COLUMN = f"(SELECT count(*) FROM ({_SESSION_DESKTOPS}) AS s) AS sessions"
+
 #: What :class:`Usage` counts, as the columns of a ``SELECT``.
-USAGE_COLUMNS = _USAGE = f"""
+_USAGE = f"""
     (SELECT count(*) FROM desktops WHERE state <> 'deleting') AS desktops,
     (SELECT count(*) FROM pools) AS pools,
-    (SELECT count(*) FROM ({_SESSION_DESKTOPS}) AS s) AS sessions
+    {SESSIONS_COLUMN}
 """
 
 
@@ -357,22 +361,21 @@ async def unlock_growth_shared(connection: asyncpg.Connection) -> None:
 async def session_usage(
     connection: asyncpg.Connection, desktop_id: uuid.UUID | None
 ) -> tuple[Usage, bool, int]:
-    """The usage, whether ``desktop_id`` already has a session, and the server's connections.
+    """The sessions counted, whether ``desktop_id`` already has one, and the server's connections.
 
     The last is ``max_connections``: no more transactions than that can be open at once on
     the server, so no more than that can be adding a session while this one counts.
     """
     row = await connection.fetchrow(
         f"""
-        SELECT {_USAGE},
+        SELECT {SESSIONS_COLUMN},
                {has_session_sql("$1::uuid")} AS held,
                current_setting('max_connections')::int AS connections
         """,
         desktop_id,
     )
     assert row is not None
-    usage = Usage(desktops=row["desktops"], pools=row["pools"], sessions=row["sessions"])
-    return usage, bool(row["held"]), int(row["connections"])
+    return Usage.of_sessions(row["sessions"]), bool(row["held"]), int(row["connections"])
 
 
 async def session_desktops(db: Db) -> list[uuid.UUID]:

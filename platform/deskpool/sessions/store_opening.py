@@ -171,7 +171,7 @@ def candidates_sql(*, skip_locked: bool) -> str:
             UNION ALL
             SELECT false AS is_held, * FROM free
         )
-        SELECT {licensing.SNAPSHOT_COLUMNS}, {licensing.USAGE_COLUMNS},
+        SELECT {licensing.SNAPSHOT_COLUMNS}, {licensing.SESSIONS_COLUMN},
                current_setting('max_connections')::int AS connections,
                c.*, a.sealed AS address,
                c.id IS NOT NULL AND {licensing.has_session_sql("c.id")} AS has_session
@@ -219,7 +219,7 @@ async def read_candidates(
         for row in rows
         if row["id"] is not None
     ]
-    usage = Usage(desktops=first["desktops"], pools=first["pools"], sessions=first["sessions"])
+    usage = Usage.of_sessions(first["sessions"])
     return Candidates(
         held=[c for c in found if c.held],
         free=next((c for c in found if not c.held), None),

@@ -17,9 +17,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import pytest
 from tests.support.sessions import Estate
 
 from deskpool.licensing import store as licensing
+from deskpool.licensing.model import Resource
 from deskpool.runtime import Runtime
 from deskpool.sessions import store_opening
 
@@ -106,3 +108,47 @@ async def test_the_chosen_desktops_session_is_looked_up_by_its_own_rows(
     # The count reads every token once (the pool's 4 and the others'); the chosen desktop's
     # own rows are a handful more.
     assert tokens_read <= PENDING + 4 + 4, json.dumps(plan, indent=1)
+
+
+#: Desktops of the estate that no opening can take (stopped): the estate's size, not the pool's.
+ESTATE = 300
+
+
+async def test_an_opening_reads_no_desktop_it_could_not_take(
+    estate: Callable[..., Awaitable[Estate]], pools_runtime: Runtime
+) -> None:
+    # The license's session check needs the sessions; counting every desktop too (for a
+    # gauge) made each opening read the whole estate, a thousand rows at 9 a.m.
+    owned = await estate(ready=2)
+    async with pools_runtime.db.acquire() as connection:
+        await connection.execute(
+            "INSERT INTO desktops (pool_id, cluster_id, name, state, vm_id, template, node) "
+            "SELECT $1, cluster_id, 'stopped-' || n, 'stopped', 'stopped-' || n, template, node "
+            "FROM desktops, generate_series(1, $2) AS n WHERE id = $3",
+            owned.pool.id,
+            ESTATE,
+            owned.desktops[0],
+        )
+        await connection.execute("ANALYZE desktops")
+        explained = await connection.fetchval(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + store_opening.candidates_sql(skip_locked=True),
+            owned.pool.id,
+            uuid.UUID(owned.user.id),
+            "auto",
+        )
+        candidates = await store_opening.read_candidates(
+            connection, owned.pool.id, owned.user.id, "auto"
+        )
+        sessions = len(await connection.fetch(licensing.SESSION_DESKTOPS))
+    plan = json.loads(explained)[0]["Plan"]
+    desktops_read = sum(
+        (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)) * node["Actual Loops"]
+        for node in _nodes(plan)
+        if node.get("Relation Name") == "desktops"
+    )
+    assert desktops_read < ESTATE, json.dumps(plan, indent=1)
+    assert candidates.free is not None
+    assert candidates.usage.of(Resource.SESSIONS) == sessions
+    # What was not counted cannot be read as if it were none.
+    with pytest.raises(ValueError, match="desktops were not counted"):
+        candidates.usage.of(Resource.DESKTOPS)

@@ -263,3 +263,37 @@ def test_the_free_edition_runs_the_quick_start_demo() -> None:
     assert FREE_LIMITS.pools >= 2
     assert FREE_LIMITS.sessions is not None
     assert FREE_LIMITS.sessions >= 10
+
+
+def test_a_session_checks_usage_counts_the_sessions_alone(vendor: TestVendor) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from deskpool.licensing.metrics import LicenseMetrics
+
+    license = verify_document(
+        issue(vendor, limits={"desktops": 50, "sessions": 10}), trusted(vendor)
+    )
+    judged = judge(
+        license,
+        now=T0 - timedelta(days=1),
+        watermark=view(T0 - timedelta(days=1)),
+        build=BuildIntegrity.UNSIGNED,
+    )
+    counted = Usage.of_sessions(9)
+    assert counted.of(Resource.SESSIONS) == 9
+    assert counted.as_dict() == {"sessions": 9}
+    assert room_for_concurrent(judged, counted, Resource.SESSIONS, 1)
+    assert not room_for_concurrent(judged, counted, Resource.SESSIONS, 2)
+    # The desktops were not counted: reading them is an error, not a zero.
+    with pytest.raises(ValueError, match="desktops were not counted"):
+        counted.of(Resource.DESKTOPS)
+    # A gauge shows the last figure counted: a session check leaves the desktops' as it was.
+    registry = CollectorRegistry()
+    metrics = LicenseMetrics(registry)
+    metrics.observe(judged, Usage(desktops=30, pools=2, sessions=4))
+    metrics.observe(judged, counted)
+    shown = {
+        resource: registry.get_sample_value("deskpool_license_usage", {"resource": resource})
+        for resource in ("desktops", "pools", "sessions")
+    }
+    assert shown == {"desktops": 30, "pools": 2, "sessions": 9}
