@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
 from collections.abc import Collection
 from datetime import UTC, datetime
@@ -123,25 +124,43 @@ async def mark_access_changed(runtime: Runtime, users: Collection[uuid.UUID] | N
 # ------------------------------------------------------------------------------ principals
 
 
+#: How long a principal this process wrote is not written again while it signs in unchanged.
+#: Meanwhile the worker's refresh keeps every remembered principal as the database says; the
+#: bound covers a Redis that lost what it held.
+REWRITE_AFTER_SECONDS = 300.0
+#: Principals kept as written, at most (the longest unwritten are forgotten first).
+WRITTEN_KEPT = 100_000
+
+
 class PrincipalMemory:
     """The authenticator's memory of principals (:mod:`deskpool.identity.authenticator`).
 
     Principals are written in the background, those of the sign-ins made while a write is on
     its way in the next one: a cold sign-in waits for no Redis round trip, and a burst of
-    them costs a few writes (each one pipeline of two ``HSET``), not one each.
+    them costs a few writes (each one pipeline of two ``HSET``), not one each. A principal
+    this process wrote less than :data:`REWRITE_AFTER_SECONDS` ago, exactly as it signs in
+    now, is not written again: its JSON and its write were a tenth of a busy api's time.
     """
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self.keys = keys_of(runtime)
-        #: Principals to write: user id -> (remembered JSON, subject key).
-        self._pending: dict[str, tuple[str, str]] = {}
+        #: Principals to write: user id -> the principal.
+        self._pending: dict[str, Principal] = {}
+        #: Principals written: user id -> the principal and when (``time.monotonic``).
+        self._written: dict[str, tuple[Principal, float]] = {}
         self._writer: asyncio.Task[None] | None = None
 
     async def remember(self, principal: Principal) -> None:
         """Keep ``principal`` as of this sign-in (best effort, written in the background)."""
-        key = subject_key(principal.issuer, principal.subject, principal.kind)
-        self._pending[principal.id] = (RememberedPrincipal(principal).to_json(), key)
+        written = self._written.get(principal.id)
+        if (
+            written is not None
+            and written[0] == principal
+            and time.monotonic() - written[1] < REWRITE_AFTER_SECONDS
+        ):
+            return
+        self._pending[principal.id] = principal
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write(), name="principal-memory")
 
@@ -157,14 +176,31 @@ class PrincipalMemory:
                 async with self.runtime.kv.pipeline(transaction=False) as pipe:
                     pipe.hset(
                         self.keys.principals,
-                        mapping={user: remembered for user, (remembered, _) in batch.items()},
+                        mapping={
+                            user: RememberedPrincipal(principal).to_json()
+                            for user, principal in batch.items()
+                        },
                     )
                     pipe.hset(
-                        self.keys.subjects, mapping={key: user for user, (_, key) in batch.items()}
+                        self.keys.subjects,
+                        mapping={
+                            subject_key(p.issuer, p.subject, p.kind): user
+                            for user, p in batch.items()
+                        },
                     )
                     await pipe.execute()
             except (RedisError, OSError) as error:
                 log.warning("could not remember principals for outages: %s", type(error).__name__)
+                continue
+            self._remember_written(batch)
+
+    def _remember_written(self, batch: dict[str, Principal]) -> None:
+        now = time.monotonic()
+        for user, principal in batch.items():
+            self._written.pop(user, None)  # to the end: the oldest write is forgotten first
+            self._written[user] = (principal, now)
+        while len(self._written) > WRITTEN_KEPT:
+            del self._written[next(iter(self._written))]
 
     async def recall(self, token: VerifiedToken) -> Principal | None:
         """The principal of a known user as the snapshot holds it (``None``: not known).

@@ -37,6 +37,17 @@ def _principal(n: int) -> Principal:
     )
 
 
+def _token_of(principal: Principal) -> VerifiedToken:
+    """A token of ``principal``'s user, as it signs in."""
+    return VerifiedToken(
+        issuer=ISSUER,
+        subject=principal.subject,
+        audience=("deskpool",),
+        expires_at=time.time() + 60,
+        claims={"sub": principal.subject},
+    )
+
+
 async def test_a_burst_of_sign_ins_is_remembered_in_a_few_writes_and_recalled(
     runtime: Any, monkeypatch: Any
 ) -> None:
@@ -64,11 +75,64 @@ async def test_a_burst_of_sign_ins_is_remembered_in_a_few_writes_and_recalled(
 
     assert pipelines <= 3, f"{pipelines} writes for {SIGN_INS} sign-ins"
     for principal in principals:
-        token = VerifiedToken(
-            issuer=ISSUER,
-            subject=principal.subject,
-            audience=("deskpool",),
-            expires_at=time.time() + 60,
-            claims={"sub": principal.subject},
-        )
-        assert await memory.recall(token) == principal
+        assert await memory.recall(_token_of(principal)) == principal
+
+
+async def test_a_principal_signing_in_unchanged_is_not_written_again_for_a_while(
+    runtime: Any, monkeypatch: Any
+) -> None:
+    from deskpool.outage_brokering import snapshot
+
+    memory = PrincipalMemory(runtime)
+    writes: list[int] = []
+    opened = runtime.kv.pipeline
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        writes.append(1)
+        return opened(*args, **kwargs)
+
+    monkeypatch.setattr(runtime.kv, "pipeline", counted)
+    now = [1000.0]
+    monkeypatch.setattr(snapshot, "time", type("Clock", (), {"monotonic": lambda: now[0]}))
+    principal = _principal(1)
+
+    async def signed_in(signing: Principal) -> int:
+        before = len(writes)
+        await memory.remember(signing)
+        await memory.written()
+        return len(writes) - before
+
+    assert await signed_in(principal) == 1
+    # The same principal again: it is in Redis as it is (the worker's refresh keeps it so).
+    assert await signed_in(principal) == 0
+    # Changed (a group more): written at once.
+    changed = Principal(**{**vars(principal), "claimed_groups": ("staff",)})
+    assert await signed_in(changed) == 1
+    assert await signed_in(changed) == 0
+    # Unchanged, but long enough after: written again (Redis may have lost it meanwhile).
+    now[0] += snapshot.REWRITE_AFTER_SECONDS
+    assert await signed_in(changed) == 1
+
+
+async def test_a_principal_whose_write_failed_is_written_at_its_next_sign_in(
+    runtime: Any, monkeypatch: Any
+) -> None:
+    memory = PrincipalMemory(runtime)
+    principal = _principal(2)
+    opened = runtime.kv.pipeline
+    failing = True
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        if failing:
+            raise ConnectionError("the key-value store is away")
+        return opened(*args, **kwargs)
+
+    monkeypatch.setattr(runtime.kv, "pipeline", flaky)
+    await memory.remember(principal)
+    await memory.written()
+    failing = False
+    await memory.remember(principal)
+    await memory.written()
+    await runtime.kv.set(memory.keys.epoch, 0)
+    await runtime.kv.set(memory.keys.refreshed_epoch, 0)
+    assert await memory.recall(_token_of(principal)) == principal
