@@ -215,7 +215,7 @@ class RateLimiter:
         if not pending:
             return
         # The amounts stay pending until the totals that include them are read back, so that a
-        # request counted while the pipeline is out is judged on them too.
+        # request counted while the script call is out is judged on them too.
         try:
             answers = await self._count(
                 keys=[self._key_prefix + caller for caller, _, _ in pending],
