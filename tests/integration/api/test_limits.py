@@ -11,7 +11,7 @@ from tests.integration.api.extra_operations import PROBLEM, ApiClientFactory, Nu
 
 from deskpool.api.app import RATE_LIMITER_KEY
 from deskpool.api.pagination import PageLimits, PageQuery, check_page_contract, page_schema
-from deskpool.api.ratelimit import _COUNT_SCRIPT, RateLimiter, caller_key
+from deskpool.api.ratelimit import RateLimiter, caller_key
 from deskpool.api.routes import Operation, ResponseSpec
 
 RATE_LIMIT_HEADERS = ("RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset")
@@ -279,8 +279,10 @@ async def test_requests_wait_for_no_redis_and_a_flush_adds_every_callers_count_i
         return pack(self, *args)
 
     try:
-        # The connection open and the script known to Redis, so only the limiter's calls count.
-        await kv.script_load(_COUNT_SCRIPT)
+        # The connection open and the script known to Redis (a flush of another caller), so
+        # only the calls of the callers below count.
+        await limiter.count("principal:warming-up")
+        await limiter.flush()
         monkeypatch.setattr(AbstractConnection, "pack_command", counting)
         for caller in callers:
             await limiter.count(caller)
