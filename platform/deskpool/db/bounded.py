@@ -265,6 +265,11 @@ class BoundedPool(asyncpg.Pool):  # type: ignore[misc]
         :raises TimeoutError: no connection came back for ``bound`` seconds, an answer timed
             out meanwhile, or the turn did not come within :data:`LONGEST_TURN` bounds.
         """
+        if not self._queue.empty():
+            # A connection is free: no turn to wait for, so no timer to bound the wait (every
+            # request takes one or more). Opening it again, if it was closed while idle, has
+            # bounds of its own (CONNECT_TIMEOUT each try).
+            return await super().acquire(timeout=None)
         loop = asyncio.get_running_loop()
         latest = loop.time() + bound * LONGEST_TURN
         given_back = self.given_back
@@ -294,7 +299,42 @@ class BoundedPool(asyncpg.Pool):  # type: ignore[misc]
         """Give ``connection`` back, unless it is the task's shared connection."""
         if connection is not _shared():
             self.given_back += 1
-            await super().release(connection, timeout=timeout)
+            if not self._given_back_at_once(connection):
+                await super().release(connection, timeout=timeout)
+
+    def _given_back_at_once(self, proxy: Any) -> bool:
+        """Give back a connection that has nothing to undo, as asyncpg would, without a task.
+
+        asyncpg shields every release in a task of its own, for the round trips a reset may
+        take; a connection outside a transaction, with no statement bound of a task and no
+        cancellation under way, needs none (see :func:`release_reset`). ``False``: asyncpg's
+        own release is needed (it also refuses a connection not of this pool). Written
+        against asyncpg's pool (0.29 to 0.32); ``tests/integration/test_pool_release.py``
+        checks it gives back a usable connection.
+        """
+        holder = getattr(proxy, "_holder", None)
+        connection = getattr(proxy, "_con", None)
+        if (
+            type(proxy) is not asyncpg.pool.PoolConnectionProxy
+            or holder is None
+            or connection is None
+            or holder._pool is not self
+            or holder._generation != self._generation
+            or connection.is_closed()
+            or connection.is_in_transaction()
+            or connection._top_xact is not None
+            or getattr(connection, "_bound_taken", False)
+            or connection._protocol._is_cancelling()
+            or connection._protocol.queries_count >= holder._max_queries
+        ):
+            return False
+        connection._on_release()
+        connection._listeners.clear()
+        connection._log_listeners.clear()
+        holder._timeout = None
+        holder._release()
+        holder._setup_inactive_callback()
+        return True
 
 
 class BoundedAcquire:
