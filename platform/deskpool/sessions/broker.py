@@ -203,11 +203,17 @@ class PlatformSessionBroker:
             raise TokenRejected("unknown")
         key = token_key(token)
         phases: list[tuple[LogonPhase, float | None]] = []
+        leased: list[float] = []
         try:
             try:
                 async with self.runtime.db.acquire() as connection, connection.transaction():
                     # A token whose desktop is gone stays redeemed: the outcome is committed.
-                    outcome = await self._redeem(connection, key, gateway_id, phases)
+                    outcome = await self._redeem(connection, key, gateway_id, phases, leased)
+                if leased:
+                    # Committed: the lease holds for half a lease from when it was asked, as
+                    # after a heartbeat (a gateway's first comes a third of a lease after it
+                    # starts: until then every redemption of a 9 a.m. burst asked again).
+                    self._renewed[gateway_id] = max(self._renewed.get(gateway_id, 0.0), *leased)
             except TokenRejected as rejected:
                 outcome = rejected.reason
             if isinstance(outcome, str):
@@ -230,8 +236,12 @@ class PlatformSessionBroker:
         key: bytes,
         gateway_id: str,
         phases: list[tuple[LogonPhase, float | None]],
+        leased: list[float],
     ) -> TunnelGrant | str:
-        """The grant, or the reason a redeemed token opens nothing."""
+        """The grant, or the reason a redeemed token opens nothing.
+
+        When the gateway's lease was asked for, when (monotonic) is appended to ``leased``.
+        """
         redeemed = await store_tokens.redeem_token(connection, key)
         if redeemed is None:
             issued = await store_tokens.get_token(connection, key)
@@ -247,6 +257,7 @@ class PlatformSessionBroker:
             return "access_revoked"
         renewed = self._renewed.get(gateway_id)
         if renewed is None or time.monotonic() - renewed >= self.lease / 2:
+            leased.append(time.monotonic())
             await store.ensure_lease(connection, gateway_id, self.lease)
         if issued.shadow_of is not None:
             return await self._join(connection, key, issued, names, target, gateway_id)

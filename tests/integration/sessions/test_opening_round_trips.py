@@ -133,6 +133,38 @@ async def test_a_redemption_is_a_handful_of_round_trips(
     assert None not in (connected["connected_at"], connected["daemon_connected_at"])
 
 
+async def test_a_gateway_asks_for_its_lease_once_until_half_of_it_has_passed(
+    client: Any,
+    estate: Callable[..., Awaitable[Estate]],
+    broker: PlatformSessionBroker,
+    pools_runtime: Runtime,
+    logged: LoggedDatabase,
+) -> None:
+    # A gateway started moments before 9 a.m. has not heartbeaten yet (its first heartbeat
+    # comes a third of a lease after it starts): its first redemption makes sure of the lease,
+    # and the next ones, once that committed, rely on it as on a heartbeat. Every one of the
+    # storm's 1,000 redemptions asked for it before.
+    users = [await estate(ready=1) for _ in range(3)]
+    await record_addresses(pools_runtime, [d for user in users for d in user.desktops])
+    tokens = []
+    for user in users:
+        assert (await client.get("/api/v1/me", headers=user.user.headers)).status == 200
+        tokens.append((await open_desktop(client, user))["connection"]["token"])
+    leases = []
+    for token in tokens:
+        mark = logged.log.mark()
+        await broker.redeem(token, gateway_id="gw-started-now")
+        texts = logged.log.since(mark).texts()
+        leases.append(any("gateway_leases" in text for text in texts))
+
+    assert leases == [True, False, False]
+    async with pools_runtime.db.acquire() as connection:
+        assert await connection.fetchval(
+            "SELECT lease_expires_at > now() FROM gateway_leases WHERE gateway_id = $1",
+            "gw-started-now",
+        )
+
+
 #: What listing one's pools does: the page of entitled pools (the entitlements read in the
 #: same statement), what opening each gives, the desktops the user holds in them. It was 4:
 #: the entitlements were read apart, before the pools.
