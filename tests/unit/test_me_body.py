@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from marshmallow import fields
+
 from deskpool.api.resources.identity_schemas import MeSchema
 from deskpool.api.resources.me import ACCESS_FIELDS, PERSON_FIELDS, MeRenderer, _me
 from deskpool.identity.principal import GroupRef, Principal
@@ -31,7 +33,10 @@ def _principal(
 
 
 def test_the_fields_split_are_the_schemas_fields_in_its_order() -> None:
-    assert tuple(MeSchema().fields) == PERSON_FIELDS + ACCESS_FIELDS
+    schema = MeSchema()
+    assert tuple(schema.fields) == PERSON_FIELDS + ACCESS_FIELDS
+    # Who the caller is is rendered without the schema: it must stay text.
+    assert {type(schema.fields[name]) for name in PERSON_FIELDS} == {fields.String}
 
 
 def test_a_body_is_the_schemas_rendering_of_the_caller() -> None:
