@@ -6,6 +6,7 @@ so it exists exactly when the change was committed. Details never contain secret
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -83,10 +84,12 @@ NAMED_EVENT_TYPES: dict[str, str] = {
 }
 
 
+@functools.lru_cache(maxsize=1024)
 def event_type(action: str, outcome: Outcome) -> str:
     """The type of the event an audit event of ``action`` and ``outcome`` is to subscribers.
 
     A named type (:data:`NAMED_EVENT_TYPES`) when a rule names it, else ``audit.<action>``.
+    Kept per action and outcome: every audit event asks (each sign-in's statement too).
     """
     for prefix, is_prefix, needed, named in _NAMED_TYPES:
         matches = action.startswith(prefix) if is_prefix else action == prefix
@@ -105,13 +108,19 @@ def subscription_keys(action: str, outcome: Outcome) -> list[str]:
     """Every filter a subscription may list that selects this event.
 
     Its type and ``audit.<action>`` (an audit event by kind, whatever its type), each with its
-    prefix wildcards (``session.*``, ``audit.pool.*``, ``audit.*``), and ``*``.
+    prefix wildcards (``session.*``, ``audit.pool.*``, ``audit.*``), and ``*``. A new list
+    each time, made from the keys kept per action and outcome.
     """
+    return list(_subscription_keys(action, outcome))
+
+
+@functools.lru_cache(maxsize=1024)
+def _subscription_keys(action: str, outcome: Outcome) -> tuple[str, ...]:
     keys = ["*", *_with_wildcards(f"audit.{action}")]
     named = event_type(action, outcome)
     if not named.startswith("audit."):
         keys += _with_wildcards(named)
-    return keys
+    return tuple(keys)
 
 
 def webhook_payload(event_id: int, event: AuditEvent) -> dict[str, Any]:

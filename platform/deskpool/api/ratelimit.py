@@ -77,11 +77,12 @@ return answers
 def seconds_until(resets_at: float, now: float) -> int:
     """Whole seconds from ``now`` until a window ``resets_at`` (both monotonic), 1 to 60.
 
-    Rounded to the millisecond before the ceiling: ``(now + 60.0) - now`` is 60.000000000007
-    for many a monotonic ``now``, which would tell a client to wait 61 seconds of a 60-second
-    window.
+    Half a millisecond is forgiven before the ceiling: ``(now + 60.0) - now`` is
+    60.000000000007 for many a monotonic ``now``, which would tell a client to wait 61 seconds
+    of a 60-second window. (Not ``round(…, 3)``: rounding a float to digits is slow, and this
+    runs for every request.)
     """
-    return min(WINDOW_SECONDS, max(1, math.ceil(round(resets_at - now, 3))))
+    return min(WINDOW_SECONDS, max(1, math.ceil(resets_at - now - 0.0005)))
 
 
 @dataclass(frozen=True)

@@ -176,3 +176,12 @@ def test_an_outcome_is_read_from_its_text_and_nothing_else_is_one() -> None:
     ]
     with pytest.raises(ValueError, match="not an audit outcome: 'Success'"):
         outcome_of("Success")
+
+
+def test_the_keys_kept_per_action_are_handed_out_as_new_lists() -> None:
+    # Kept per action and outcome (every audit event asks): a caller changing its list must
+    # not change what the next one gets.
+    first = subscription_keys("desktop.allocate", "success")
+    first.append("changed")
+    assert subscription_keys("desktop.allocate", "success") == first[:-1]
+    assert "changed" not in subscription_keys("desktop.allocate", "success")
