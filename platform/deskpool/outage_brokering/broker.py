@@ -2,8 +2,9 @@
 
 :class:`OutageSessionBroker` is the platform's broker
 (:class:`deskpool.sessions.broker.PlatformSessionBroker`) with one more source of tokens: a
-token issued while the database was away lives in Redis and is taken once (``GETDEL``), so it
-is looked for there first. Its redemption judges access on the snapshot (the user remembered,
+token issued while the database was away lives in Redis and is taken once (``GETDEL``); it
+says so (:func:`deskpool.sessions.model.issued_from_snapshot`), so only such a token is looked
+for there. Its redemption judges access on the snapshot (the user remembered,
 not disabled, still entitled to the pool or holding ``pools:manage``, the snapshot fresh, the
 desktop still his there) and starts the session under an id of the gateway's own, journaled
 (``session_start``). What the gateway then reports of such a session (its connection, first
@@ -27,7 +28,12 @@ from deskpool.runtime import Runtime
 from deskpool.secrets import SecretDecryptionFailed, SecretsUnavailable
 from deskpool.sessions import store
 from deskpool.sessions.broker import DEFAULT_LEASE, PlatformSessionBroker, lease_of
-from deskpool.sessions.model import plausible_token, target_from_json, token_key
+from deskpool.sessions.model import (
+    issued_from_snapshot,
+    plausible_token,
+    target_from_json,
+    token_key,
+)
 from deskpool.sessions.tokens import token_context
 from deskpool.sessions.tunnel import (
     SessionEndReason,
@@ -52,13 +58,16 @@ class OutageSessionBroker(PlatformSessionBroker):
         """A token from the snapshot, else the database's (see the module's description)."""
         if not plausible_token(token):
             raise TokenRejected("unknown")
+        if not issued_from_snapshot(token):
+            # The database's: no round trip to Redis (a thousand redemptions at 9 a.m.).
+            return await super().redeem(token, gateway_id=gateway_id)
         key = token_key(token)
         try:
             record = await claims.take_token(self.runtime.kv, self.keys, key)
         except (RedisError, OSError):
-            record = None
+            raise TokenRejected("unavailable") from None
         if record is None:
-            return await super().redeem(token, gateway_id=gateway_id)
+            raise TokenRejected("unknown")  # the database never had it either
         return await self._redeem_from_snapshot(key, record, gateway_id)
 
     async def _redeem_from_snapshot(

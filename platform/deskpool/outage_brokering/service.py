@@ -234,7 +234,7 @@ async def _issue(
     """A connection token to ``desktop`` kept in Redis, and its issue journaled."""
     kv, keys = runtime.kv, keys_of(runtime)
     target = open_target(runtime, desktop)
-    token = new_token()
+    token = new_token(from_snapshot=True)
     key = token_key(token)
     sealed = runtime.secret_store.encrypt(
         json.dumps(target_to_json(target)).encode(), token_context(key)

@@ -167,9 +167,24 @@ def preferred_protocol(policy: SessionPolicy) -> str | None:
 # ------------------------------------------------------------------------------ tokens
 
 
-def new_token() -> str:
-    """A new connection token: URL-safe text of :data:`TOKEN_BYTES` random bytes."""
-    return secrets.token_urlsafe(TOKEN_BYTES)
+#: What a token issued from the outage snapshot starts with (``.`` is no character of the
+#: random part): a gateway looks in Redis only for those (see :func:`issued_from_snapshot`).
+SNAPSHOT_TOKEN_PREFIX = "o."
+
+
+def new_token(*, from_snapshot: bool = False) -> str:
+    """A new connection token: URL-safe text of :data:`TOKEN_BYTES` random bytes.
+
+    :param from_snapshot: issued from the outage snapshot (kept in Redis, not the database):
+        it starts with :data:`SNAPSHOT_TOKEN_PREFIX`.
+    """
+    token = secrets.token_urlsafe(TOKEN_BYTES)
+    return SNAPSHOT_TOKEN_PREFIX + token if from_snapshot else token
+
+
+def issued_from_snapshot(token: str) -> bool:
+    """Whether ``token`` was issued from the outage snapshot (else by the database)."""
+    return token.startswith(SNAPSHOT_TOKEN_PREFIX)
 
 
 def token_key(token: str) -> bytes:
@@ -179,7 +194,8 @@ def token_key(token: str) -> bytes:
 
 def plausible_token(token: str) -> bool:
     """Whether ``token`` could be one this server issued (a cheap check before any lookup)."""
-    return 20 <= len(token) <= 100 and all(c.isalnum() or c in "-_" for c in token)
+    random_part = token.removeprefix(SNAPSHOT_TOKEN_PREFIX)
+    return 20 <= len(random_part) <= 100 and all(c.isalnum() or c in "-_" for c in random_part)
 
 
 def target_to_json(target: DesktopTarget) -> dict[str, Any]:
