@@ -19,7 +19,7 @@ What each act writes, with the time it happened:
   ``tunnel_opened``, the desktop ``in_session``, audited ``session.start``;
 - ``audit``: the audit event (a refused call) as it was, at its time;
 - ``session_end``: the session ends as the gateway said
-  (:func:`deskpool.sessions.broker.end_session`, with its audit event and the pool's rule after
+  (:func:`deskpool.sessions.ending.end_session`, with its audit event and the pool's rule after
   a disconnect).
 
 A desktop that was no longer the user's to take when the act is written (changed by other
@@ -48,7 +48,7 @@ from deskpool.outages import DATABASE, outage_of
 from deskpool.pools import store as store_pools
 from deskpool.pools.model import DesktopState
 from deskpool.runtime import Runtime
-from deskpool.sessions.broker import end_session
+from deskpool.sessions.ending import end_session
 from deskpool.sessions.tunnel import SessionEndReason, TunnelCounters
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 import time
@@ -43,6 +42,7 @@ from deskpool.recordings import store as recordings_store
 from deskpool.runtime import Runtime
 from deskpool.secrets import SecretDecryptionFailed, SecretsUnavailable
 from deskpool.sessions import store, store_logons, store_policies, store_tokens, transfers
+from deskpool.sessions.ending import end_session, session_audit_event
 from deskpool.sessions.logon_marks import PhaseMarks
 from deskpool.sessions.logon_timing import observe_phase
 from deskpool.sessions.logons import LogonPhase
@@ -52,7 +52,6 @@ from deskpool.sessions.model import (
     SessionRecord,
     UserNames,
     desktop_still_held,
-    logs_off_at_end,
     plausible_token,
     rejection_reason,
     target_from_json,
@@ -60,11 +59,7 @@ from deskpool.sessions.model import (
 )
 from deskpool.sessions.reassert import reassert_sessions
 from deskpool.sessions.service import (
-    SYSTEM_ACTOR,
-    close_desktop_session,
     disconnect_channel,
-    log_off,
-    publish_disconnect,
 )
 from deskpool.sessions.store_opening import desktop_to_open
 from deskpool.sessions.tokens import token_context
@@ -120,7 +115,7 @@ async def _start_session(
     }
     session_id = uuid.uuid4()
     details = {"protocol": protocol} if shadow_of is None else {"shadow_of": str(shadow_of)}
-    event = _event("session.start", str(issued.user_id), session_id, values, **details)
+    event = session_audit_event("session.start", str(issued.user_id), session_id, values, **details)
     started = await store.start_session(
         connection, session_id, values, token_key=key, logon_id=issued.logon_id, event=event,
         desktop=desktop,
@@ -144,28 +139,6 @@ def _refusal(issued: IssuedToken, reason: str) -> AuditEvent:
             "pool_id": str(issued.pool_id),
             "user_id": str(issued.user_id),
             "shadow_of": None if issued.shadow_of is None else str(issued.shadow_of),
-        },
-    )
-
-
-def _event(
-    action: str, actor: str, session_id: uuid.UUID, session: Mapping[str, Any], **details: Any
-) -> AuditEvent:
-    """The audit event of a session: ``session`` holds its columns (a record's, or to insert)."""
-    return AuditEvent(
-        action=action,
-        actor=actor,
-        resource_type="sessions",
-        resource_id=str(session_id),
-        outcome="success",
-        occurred_at=datetime.now(UTC),
-        details={
-            "desktop_id": str(session["desktop_id"]),
-            "pool_id": str(session["pool_id"]),
-            "user_id": str(session["user_id"]),
-            "gateway_id": session["gateway_id"],
-            "read_only": session["read_only"],
-            **details,
         },
     )
 
@@ -543,69 +516,3 @@ def lease_of(runtime: Runtime) -> float:
 def broker_factory(runtime: Runtime, *, lease: float | None = None) -> PlatformSessionBroker:
     """The broker a gateway process uses (``GATEWAY_LEASE_DURATION`` when declared)."""
     return PlatformSessionBroker(runtime, lease=lease_of(runtime) if lease is None else lease)
-
-
-# ------------------------------------------------------------------------------ ending
-
-
-async def end_session(
-    runtime: Runtime,
-    session_id: uuid.UUID,
-    reason: SessionEndReason,
-    counters: TunnelCounters | None,
-) -> SessionRecord | None:
-    """End an open session: record, ``in_session``, audit, after-disconnect policy.
-
-    A session an administrator or a policy asked to close records the reason it was asked
-    for. Read-only viewers of the session are asked to close too. Idempotent: ``None`` when
-    the session is unknown or has ended already.
-    """
-    async with runtime.db.acquire() as connection, connection.transaction():
-        current = await store.get_session(connection, session_id, for_update=True)
-        if current is None or not current.is_open:
-            return None
-        recorded = reason
-        if current.disconnect_reason == SessionEndReason.ACCESS_REVOKED:
-            # However the tunnel ended once access was taken away, its user is logged off.
-            recorded = SessionEndReason.ACCESS_REVOKED
-        elif reason is SessionEndReason.ADMIN_DISCONNECT and current.disconnect_reason:
-            try:
-                recorded = SessionEndReason(current.disconnect_reason)
-            except ValueError:
-                recorded = reason
-        ended = await store.end_session(connection, session_id, str(recorded), counters)
-        assert ended is not None
-        await store_logons.fail_session_logon(connection, session_id, str(recorded))
-        actor = str(ended.user_id) if recorded is SessionEndReason.CLIENT_CLOSED else SYSTEM_ACTOR
-        await record_audit_event(
-            connection,
-            _event(
-                "session.end",
-                actor,
-                ended.id,
-                dataclasses.asdict(ended),
-                reason=str(recorded),
-                bytes_to_desktop=ended.bytes_to_desktop,
-                bytes_to_browser=ended.bytes_to_browser,
-                duration_seconds=round(
-                    ((ended.ended_at or ended.started_at) - ended.started_at).total_seconds(), 3
-                ),
-            ),
-        )
-        shadows: list[uuid.UUID] = []
-        if not ended.read_only:
-            await close_desktop_session(connection, ended.desktop_id)
-            shadows = await store.open_shadows_of(connection, ended.id)
-            policy = await store_policies.get_policy(connection, ended.pool_id)
-            if logs_off_at_end(policy, recorded):
-                await log_off(connection, ended.desktop_id, f"session ended ({recorded})")
-        watching = [
-            await store.request_disconnect(connection, s, "desktop_closed") for s in shadows
-        ]
-    for viewer in watching:
-        if viewer is not None:
-            await publish_disconnect(runtime, viewer)
-    await publish(runtime=runtime, event=session_event("ended", ended))
-    if ended.shadow_of is not None:
-        await publish_watch(runtime, ended.shadow_of)
-    return ended

@@ -38,7 +38,7 @@ async def log_off_my_desktop(
     """Log the caller off the desktop they hold, whatever the pool's after-disconnect policy.
 
     With a tunnel open, its gateway is asked to close it (reason ``user_logoff``), and its end
-    logs the user off (:func:`deskpool.sessions.broker.end_session`); with none, the user is
+    logs the user off (:func:`deskpool.sessions.ending.end_session`); with none, the user is
     logged off now. Either way the pool's rule for a desktop after log-off applies: a persistent
     desktop becomes ``ready`` and stays the user's, a non-persistent one is rebuilt. A desktop
     the user is not logged on to (``ready``, being rebuilt) is answered as it is, except that a
