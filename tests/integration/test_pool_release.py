@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
+from unittest import mock
 
 import pytest
 from tests.support.statement_log import LoggedDatabase
@@ -90,23 +91,18 @@ class _LoopWork:
     def counting(self) -> Iterator[None]:
         loop = asyncio.get_running_loop()
         factory = loop.get_task_factory()
-        call_at = loop.call_at
 
         def task(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Future[Any]:
             self.tasks += 1
             return asyncio.Task(coro, loop=loop, **kwargs)
 
-        def timer(when: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
-            self.timers += 1
-            return call_at(when, callback, *args, **kwargs)
-
         loop.set_task_factory(task)
-        loop.call_at = timer  # type: ignore[method-assign, assignment]
         try:
-            yield
+            with mock.patch.object(loop, "call_at", wraps=loop.call_at) as timer:
+                yield
+            self.timers += timer.call_count
         finally:
             loop.set_task_factory(factory)
-            del loop.call_at
 
 
 async def test_a_free_connection_is_taken_and_given_back_without_a_wait_of_its_own(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from unittest import mock
 
 from marshmallow import fields
 
@@ -56,18 +57,10 @@ def test_a_body_is_the_schemas_rendering_of_the_caller() -> None:
 
 def test_members_of_one_team_share_the_rendering_of_what_they_may_do() -> None:
     renderer = MeRenderer()
-    dumped: list[object] = []
-    access = renderer._access
-    original = access.dump
-
-    def counting(obj: object, **kwargs: object) -> object:
-        dumped.append(obj)
-        return original(obj, **kwargs)  # type: ignore[arg-type]
-
-    access.dump = counting  # type: ignore[method-assign]
-    for n in range(1, 21):
-        renderer.body(_principal(n))
-    renderer.body(_principal(21, admin=True))
+    with mock.patch.object(renderer._access, "dump", wraps=renderer._access.dump) as dump:
+        for n in range(1, 21):
+            renderer.body(_principal(n))
+        renderer.body(_principal(21, admin=True))
 
     # Twenty colleagues with the same groups and roles, and one administrator.
-    assert len(dumped) == 2
+    assert dump.call_count == 2

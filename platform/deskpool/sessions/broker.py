@@ -58,9 +58,7 @@ from deskpool.sessions.model import (
     token_key,
 )
 from deskpool.sessions.reassert import reassert_sessions
-from deskpool.sessions.service import (
-    disconnect_channel,
-)
+from deskpool.sessions.service import disconnect_channel
 from deskpool.sessions.store_opening import desktop_to_open
 from deskpool.sessions.tokens import token_context
 from deskpool.sessions.tunnel import (

@@ -111,14 +111,7 @@ async def test_a_principal_signing_in_unchanged_is_not_written_again_for_a_while
     from deskpool.outage_brokering import snapshot
 
     memory = PrincipalMemory(runtime)
-    writes: list[int] = []
-    opened = runtime.kv.pipeline
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        writes.append(1)
-        return opened(*args, **kwargs)
-
-    monkeypatch.setattr(runtime.kv, "pipeline", counted)
+    writes = _counting_pipelines(runtime, monkeypatch)
     now = [1000.0]
     monkeypatch.setattr(snapshot, "time", type("Clock", (), {"monotonic": lambda: now[0]}))
     principal = _principal(1)
