@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -214,4 +214,98 @@ async def note_handed_out(
         until,
         user_id,
         held_key(user_id, pool_id),
+    )
+
+
+#: Queued last in a refresh's transaction, so it runs at the ``EXEC`` and sees what openings
+#: did while the refresh read the database and built its write: a desktop withheld or handed
+#: out meanwhile stays out of the ready desktops, and the holder, held key and count a hand-out
+#: noted meanwhile are kept over what the database showed before it. (Watching the withheld
+#: desktops instead gave the refresh up whenever one was withheld: at 9 a.m. every half
+#: second for as long as the storm lasted, each time after reading the whole database.)
+#: KEYS: taken, holders, held, counted, then the ready desktops of the enabled pools. ARGV:
+#: now (ms); since when a hand-out counts as meanwhile (ms); :data:`TAKEN_FOR_MS`; the number
+#: of holders read; each holder's desktop, user and held key; then pairs (the ready
+#: desktops' index in KEYS, a desktop ready in the database). Answers the hand-outs kept.
+_INSTALL_HOLDERS_AND_READY = """
+local now, since, taken_for = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local out, meanwhile = {}, {}
+local taken = redis.call('HGETALL', KEYS[1])
+for i = 1, #taken, 2 do
+  local until_ms = tonumber(taken[i + 1])
+  if until_ms < now then
+    redis.call('HDEL', KEYS[1], taken[i])
+  else
+    out[taken[i]] = true
+    if until_ms - taken_for >= since then meanwhile[taken[i]] = true end
+  end
+end
+local kept = {}
+local held = redis.call('HGETALL', KEYS[3])
+for i = 1, #held, 2 do
+  local desktop = held[i + 1]
+  if meanwhile[desktop] then
+    local user = redis.call('HGET', KEYS[2], desktop)
+    if user then kept[#kept + 1] = {desktop, user, held[i]} end
+  end
+end
+redis.call('DEL', KEYS[2], KEYS[3])
+local i = 5
+for _ = 1, tonumber(ARGV[4]) do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
+  redis.call('HSET', KEYS[3], ARGV[i + 2], ARGV[i])
+  i = i + 3
+end
+for _, hand_out in ipairs(kept) do
+  redis.call('HSET', KEYS[2], hand_out[1], hand_out[2])
+  redis.call('HSET', KEYS[3], hand_out[3], hand_out[1])
+  redis.call('SADD', KEYS[4], hand_out[1])
+end
+while i <= #ARGV do
+  if not out[ARGV[i + 1]] then redis.call('SADD', KEYS[tonumber(ARGV[i])], ARGV[i + 1]) end
+  i = i + 2
+end
+return #kept
+"""
+
+#: A hand-out noted up to this long before a refresh began reading counts as meanwhile: the
+#: api process that noted it and the worker may not agree on the time to the millisecond.
+CLOCKS_DIFFER_MS = 5_000
+
+
+def install_holders_and_ready(
+    pipe: redis.client.Pipeline,
+    keys: Keys,
+    *,
+    read_from_ms: int,
+    holders: Collection[tuple[str, str, str]],
+    ready: Mapping[uuid.UUID, Collection[str]],
+) -> None:
+    """Queue, last in a refresh's transaction, its holders and ready desktops.
+
+    :param read_from_ms: when the refresh began reading the database (ms since the epoch).
+    :param holders: each desktop held in the database, its user and held key.
+    :param ready: the desktops ready in the database, by enabled pool.
+    """
+    ready_keys = [keys.ready(pool_id) for pool_id in ready]
+    arguments: list[EncodableT] = [
+        int(datetime.now(UTC).timestamp() * 1000),
+        read_from_ms - CLOCKS_DIFFER_MS,
+        TAKEN_FOR_MS,
+        len(holders),
+    ]
+    for holder in holders:
+        arguments.extend(holder)
+    for index, desktops in enumerate(ready.values(), 5):
+        for desktop in desktops:
+            arguments.extend((index, desktop))
+    pipe.eval(
+        _INSTALL_HOLDERS_AND_READY,
+        4 + len(ready_keys),
+        keys.taken,
+        keys.holders,
+        keys.held,
+        keys.counted,
+        *ready_keys,
+        *arguments,
     )

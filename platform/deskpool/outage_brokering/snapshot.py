@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 
 import redis.asyncio as redis
 from redis.exceptions import RedisError
+from redis.typing import EncodableT, FieldT
 
 from deskpool.auth import VerifiedToken
 from deskpool.errors import DeskpoolError, ServiceUnavailable
@@ -37,6 +38,7 @@ from deskpool.identity.sign_in import resolve_effective
 from deskpool.licensing.model import Resource
 from deskpool.licensing.service import current_judgement
 from deskpool.outage_brokering import store
+from deskpool.outage_brokering.claims import install_holders_and_ready
 from deskpool.outage_brokering.model import (
     TARGET_SECRET_KIND,
     Keys,
@@ -338,6 +340,7 @@ async def refresh_snapshot(runtime: Runtime, *, every_principal: bool = True) ->
         return False
     kv, keys = runtime.kv, keys_of(runtime)
     await kv.setnx(keys.epoch, 0)
+    read_from_ms = int(datetime.now(UTC).timestamp() * 1000)
     acts_before, epoch_before, revocations_before = await kv.mget(
         keys.acts, keys.epoch, keys.revocations
     )
@@ -378,15 +381,26 @@ async def refresh_snapshot(runtime: Runtime, *, every_principal: bool = True) ->
         for row in pool_rows
     }
     enabled = {row.id for row in pool_rows if row.state == "enabled"}
-    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    holders: list[tuple[str, str, str]] = []
+    ready: dict[uuid.UUID, list[str]] = {}
+    for desktop in desktops:
+        if desktop.id not in targets:
+            continue
+        if desktop.state is DesktopState.IN_USE and desktop.assigned_user:
+            holders.append(
+                (
+                    str(desktop.id),
+                    desktop.assigned_user,
+                    held_key(desktop.assigned_user, desktop.pool_id),
+                )
+            )
+        elif desktop.pool_id in enabled:
+            ready.setdefault(desktop.pool_id, []).append(str(desktop.id))
     async with kv.pipeline(transaction=True) as pipe:
-        await pipe.watch(keys.acts, keys.epoch, keys.taken, keys.revoked)
+        # Not the withheld desktops: what openings withhold meanwhile is read at the EXEC.
+        await pipe.watch(keys.acts, keys.epoch, keys.revoked)
         if await pipe.get(keys.acts) != acts_before or await pipe.get(keys.epoch) != epoch_before:
             return False
-        taken = {
-            (k.decode() if isinstance(k, bytes) else str(k)): int(v)
-            for k, v in (await pipe.hgetall(keys.taken)).items()
-        }
         old_pools = await pipe.hkeys(keys.pools)
         # Revocations the database showed when it was read are in this snapshot.
         seen = int(revocations_before or 0)
@@ -398,35 +412,32 @@ async def refresh_snapshot(runtime: Runtime, *, every_principal: bool = True) ->
         pipe.multi()
         for old in old_pools:
             pipe.delete(keys.ready(old.decode() if isinstance(old, bytes) else str(old)))
-        pipe.delete(keys.pools, keys.desktops, keys.holders, keys.held, keys.counted, keys.license)
-        for kept in snapshot_pools.values():
-            pipe.hset(keys.pools, str(kept.id), kept.to_json())
-        for desktop in desktops:
-            entry = targets.get(desktop.id)
-            if entry is None:
-                continue
-            pipe.hset(keys.desktops, str(desktop.id), entry.to_json())
-            if desktop.state is DesktopState.IN_USE and desktop.assigned_user:
-                pipe.hset(keys.holders, str(desktop.id), desktop.assigned_user)
-                pipe.hset(
-                    keys.held, held_key(desktop.assigned_user, desktop.pool_id), str(desktop.id)
-                )
-            elif desktop.pool_id in enabled and taken.get(str(desktop.id), 0) < now_ms:
-                pipe.sadd(keys.ready(desktop.pool_id), str(desktop.id))
+        pipe.delete(keys.pools, keys.desktops, keys.counted, keys.license)
+        if snapshot_pools:
+            pipe.hset(
+                keys.pools,
+                mapping={str(kept.id): kept.to_json() for kept in snapshot_pools.values()},
+            )
+        if targets:
+            pipe.hset(
+                keys.desktops,
+                mapping={str(desktop): entry.to_json() for desktop, entry in targets.items()},
+            )
         if counted:
             pipe.sadd(keys.counted, *(str(d) for d in counted))
         pipe.hset(keys.license, "limit", "" if limit is None else str(limit))
-        expired = [d for d, until in taken.items() if until < now_ms]
-        if expired:
-            pipe.hdel(keys.taken, *expired)
-        for user_id, text in principals.items():
-            pipe.hset(keys.principals, user_id, text)
+        if principals:
+            principal_fields: dict[FieldT, EncodableT] = dict(principals.items())
+            pipe.hset(keys.principals, mapping=principal_fields)
         if gone:
             pipe.hdel(keys.principals, *gone)
         if revoked:
             pipe.hdel(keys.revoked, *revoked)
         pipe.set(keys.refreshed_epoch, epoch_before or b"0")
         pipe.set(keys.refreshed_at, datetime.now(UTC).isoformat())
+        install_holders_and_ready(
+            pipe, keys, read_from_ms=read_from_ms, holders=holders, ready=ready
+        )
         try:
             await pipe.execute()
         except redis.WatchError:
