@@ -6,16 +6,12 @@
 -- rows of each kind would count, ignoring the two clocks of the count (a token's expiry, a
 -- pending logon's ten minutes): their sum is never below the count (each kind is a superset
 -- of its part, and the union counts each desktop once). An opening far from the limit reads
--- the sum (128 rows); one the sum leaves in doubt counts, with the growth lock alone.
+-- the sum (sixty-four rows); one the sum leaves in doubt counts, with the growth lock alone.
 --
--- A transaction changes its shard when it commits (deferred triggers), so it holds the
--- shard's row for its commit alone: changed at each row, an opening whose backend fell on the
--- shard of a gateway's redemption waited for the rest of it (in the storm 111 of 550 samples
--- of pg_stat_activity found openings waiting so). 128 shards, one per backend
--- (pg_backend_pid() % 128): two commits wait for each other only when their backends fall on
--- one shard, and a transaction always changes the same one (no deadlock among them). Tokens
--- that expire unused are marked lapsed by the job that fails their logons
--- (sessions.store_logons.fail_unused_tokens), so that they leave the tally too.
+-- Sixty-four shards, one per backend (pg_backend_pid() % 64): a change waits for another
+-- transaction's only when both backends fall on one shard, and a transaction always changes
+-- the same one. Tokens that expire unused are marked lapsed by the job that fails their
+-- logons (sessions.store_logons.fail_unused_tokens), so that they leave the tally too.
 
 ALTER TABLE connection_tokens ADD COLUMN lapsed boolean NOT NULL DEFAULT false;
 UPDATE connection_tokens SET lapsed = true WHERE redeemed_at IS NULL AND expires_at <= now();
@@ -26,7 +22,13 @@ CREATE TABLE license_session_tally (
     shard    smallint PRIMARY KEY,
     sessions bigint   NOT NULL DEFAULT 0
 );
-INSERT INTO license_session_tally (shard) SELECT generate_series(0, 127);
+INSERT INTO license_session_tally (shard) SELECT generate_series(0, 63);
+
+CREATE FUNCTION license_session_tally_add(delta integer) RETURNS void
+LANGUAGE sql AS $$
+    UPDATE license_session_tally SET sessions = sessions + delta
+     WHERE shard = pg_backend_pid() % 64
+$$;
 
 -- Whether the row counted before the change and counts after it, by table; one row changes
 -- the tally by one at most.
@@ -62,26 +64,22 @@ BEGIN
                   AND NEW.failed_at IS NULL AND NEW.desktop_id IS NOT NULL;
         END IF;
     END IF;
-    IF counted <> counts THEN  -- a statement of its own: PL/pgSQL keeps its plan
-        UPDATE license_session_tally SET sessions = sessions + CASE WHEN counts THEN 1 ELSE -1 END
-         WHERE shard = pg_backend_pid() % 128;
+    IF counted <> counts THEN
+        PERFORM license_session_tally_add(CASE WHEN counts THEN 1 ELSE -1 END);
     END IF;
     RETURN NULL;
 END $$;
 
 -- An update can change whether a row counts only through the columns named.
-CREATE CONSTRAINT TRIGGER desktop_sessions_tally
+CREATE TRIGGER desktop_sessions_tally
     AFTER INSERT OR DELETE OR UPDATE OF ended_at, read_only ON desktop_sessions
-    DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW EXECUTE FUNCTION license_session_tally_rows();
-CREATE CONSTRAINT TRIGGER connection_tokens_tally
+CREATE TRIGGER connection_tokens_tally
     AFTER INSERT OR DELETE OR UPDATE OF redeemed_at, shadow_of, lapsed ON connection_tokens
-    DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW EXECUTE FUNCTION license_session_tally_rows();
-CREATE CONSTRAINT TRIGGER logons_tally
+CREATE TRIGGER logons_tally
     AFTER INSERT OR DELETE OR UPDATE OF allocated_at, token_issued_at, failed_at, desktop_id
     ON logons
-    DEFERRABLE INITIALLY DEFERRED
     FOR EACH ROW EXECUTE FUNCTION license_session_tally_rows();
 
 -- After the triggers (whose creation waits for the tables' writers), what already counts.
