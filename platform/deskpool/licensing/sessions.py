@@ -59,7 +59,6 @@ async def check_opening_session(
     counted: tuple[Usage, bool, int],
     *,
     alone: bool,
-    exact: bool = True,
 ) -> bool:
     """:func:`check_can_open_session` on what an opening read after taking the growth lock.
 
@@ -74,16 +73,9 @@ async def check_opening_session(
     keep sharing the lock (issue 39's storm: the last hundred of a thousand users went one
     at a time). ``False``: the lock is shared and the room not certain (the caller opens
     again with the lock ``alone``).
-
-    ``exact`` false: the usage's sessions are a bound never below the count (the tally of
-    migration 0037), read with the lock shared. Room under it is room under the count, so a
-    ``True`` stands; it is not shown in the metrics (not a count). Alone, the sessions are
-    always counted.
     """
-    if alone and not exact:
-        raise ValueError("a check with the growth lock alone counts the sessions")
     judgement = _judge(connection, context, await _read(connection, context, read))
-    return _session_verdict(connection, context, judgement, *counted, alone, exact)
+    return _session_verdict(connection, context, judgement, *counted, alone)
 
 
 def _session_verdict(
@@ -94,13 +86,12 @@ def _session_verdict(
     held: bool,
     connections: int,
     alone: bool,
-    exact: bool = True,
 ) -> bool:
     room = room_for_concurrent(judgement, usage, Resource.SESSIONS, connections)
     if alone:  # far from the limit again (sessions ended): the next check shares the lock
         context.sessions_near_limit = not room
     if held or (room and not alone):
-        if room and exact:
+        if room:
             _observe(connection, context, judgement, usage)
         return True
     if not alone:

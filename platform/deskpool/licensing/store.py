@@ -319,10 +319,6 @@ def has_session_sql(desktop: str) -> str:
 #: The desktops with a session (:data:`SESSION_DESKTOPS`) counted, as a column ``sessions``:
 #: what a session check counts (:meth:`Usage.of_sessions`).
 SESSIONS_COLUMN = f"(SELECT count(*) FROM ({_SESSION_DESKTOPS}) AS s) AS sessions"
-#: Never fewer than :data:`SESSIONS_COLUMN` counts, read from the tally the rows' triggers keep
-#: (migration 0037) in sixty-four rows instead of counting every desktop with a session: an
-#: opening far from the limit needs no more (room under the bound is room under the count).
-SESSIONS_BOUND_COLUMN = "(SELECT sum(sessions) FROM license_session_tally)::bigint AS sessions"
 
 #: What :class:`Usage` counts, as the columns of a ``SELECT``.
 _USAGE = f"""

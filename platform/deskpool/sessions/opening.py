@@ -168,10 +168,8 @@ async def _open(
         pool, policy = locked.pool, locked.policy
         # Alone (no other opening in the way), a free desktop the worker locked a moment is
         # waited for: passed over, the only free desktop of a pool was refused 503.
-        # Shared, the sessions' bound is enough (room under it is room under the count); one
-        # it leaves in doubt opens again alone, and counts.
         seen = await store_opening.read_candidates(
-            connection, pool.id, user, preference_of(policy), skip_locked=not alone, exact=alone
+            connection, pool.id, user, preference_of(policy), skip_locked=not alone
         )
         try:
             chosen = await _choose(connection, pool, seen, user)
@@ -202,7 +200,6 @@ async def _open(
                 seen.license,
                 (usage, has_session, concurrent),
                 alone=alone,
-                exact=seen.exact,
             ):
                 raise _LockAlone()
             target = _known_target(runtime, chosen)

@@ -163,24 +163,13 @@ async def fail_session_logon(db: Db, session_id: uuid.UUID, reason: str) -> None
 
 
 async def fail_unused_tokens(db: Db) -> int:
-    """Logons whose token expired unredeemed failed with ``token_expired``; return how many.
-
-    The tokens are marked lapsed, which takes them out of the license's session tally
-    (migration 0037): the tally does not read the clock, and would otherwise keep every token
-    never used.
-    """
+    """Logons whose token expired unredeemed failed with ``token_expired``; return how many."""
     status: str = await db.execute(
         """
         UPDATE logons l SET failed_at = t.expires_at, failure_reason = 'token_expired'
           FROM connection_tokens t
          WHERE t.logon_id = l.id AND t.redeemed_at IS NULL AND t.expires_at <= now()
            AND l.failed_at IS NULL AND l.tunnel_opened_at IS NULL
-        """
-    )
-    await db.execute(
-        """
-        UPDATE connection_tokens SET lapsed = true
-         WHERE redeemed_at IS NULL AND NOT lapsed AND expires_at <= now()
         """
     )
     return int(status.rsplit(" ", 1)[-1])

@@ -140,8 +140,6 @@ class Candidates:
     license: licensing.Snapshot
     usage: Usage
     connections: int
-    #: Whether ``usage`` counted the sessions, else it bounds them from above (the tally).
-    exact: bool
 
     def counted(self, candidate: Candidate | None) -> tuple[Usage, bool, int]:
         """What the license's session check counts for ``candidate`` (see ``session_usage``).
@@ -152,14 +150,9 @@ class Candidates:
         return self.usage, has_session, self.connections
 
 
-def candidates_sql(*, skip_locked: bool, exact: bool) -> str:
-    """:func:`read_candidates`'s statement ($1 the pool, $2 the user, $3 the preference).
-
-    :param exact: the sessions counted (:data:`licensing.SESSIONS_COLUMN`), else their bound
-        read (:data:`licensing.SESSIONS_BOUND_COLUMN`).
-    """
+def candidates_sql(*, skip_locked: bool) -> str:
+    """:func:`read_candidates`'s statement ($1 the pool, $2 the user, $3 the preference)."""
     skip = " SKIP LOCKED" if skip_locked else ""
-    sessions = licensing.SESSIONS_COLUMN if exact else licensing.SESSIONS_BOUND_COLUMN
     return f"""
         WITH held AS (
             SELECT * FROM desktops
@@ -178,7 +171,7 @@ def candidates_sql(*, skip_locked: bool, exact: bool) -> str:
             UNION ALL
             SELECT false AS is_held, * FROM free
         )
-        SELECT {licensing.SNAPSHOT_COLUMNS}, {sessions},
+        SELECT {licensing.SNAPSHOT_COLUMNS}, {licensing.SESSIONS_COLUMN},
                current_setting('max_connections')::int AS connections,
                c.*, a.sealed AS address,
                c.id IS NOT NULL AND {licensing.has_session_sql("c.id")} AS has_session
@@ -197,14 +190,12 @@ async def read_candidates(
     preference: str,
     *,
     skip_locked: bool = True,
-    exact: bool = True,
 ) -> Candidates:
     """The user's desktops of the pool (locked); when he holds none, the oldest free one.
 
     Each with its address recorded for ``preference`` (from the VM it has now) and whether
-    it has a session; and what the license's session check counts (``exact``), or a bound of
-    it never below (the tally: enough far from the limit). Call it after :func:`lock_pool`, in
-    the same transaction.
+    it has a session; and what the license's session check counts. Call it after
+    :func:`lock_pool`, in the same transaction.
 
     :param skip_locked: a free desktop another transaction has locked is passed over (so
         that openings sharing the growth lock take different desktops); ``False`` waits for
@@ -212,7 +203,7 @@ async def read_candidates(
         moment, and passing it over would refuse a pool whose only free desktop it is).
     """
     rows = await connection.fetch(
-        candidates_sql(skip_locked=skip_locked, exact=exact),
+        candidates_sql(skip_locked=skip_locked),
         pool_id,
         as_uuid(user),
         preference,
@@ -235,7 +226,6 @@ async def read_candidates(
         license=licensing.snapshot_from_row(first),
         usage=usage,
         connections=int(first["connections"]),
-        exact=exact,
     )
 
 
