@@ -9,6 +9,10 @@ holds one desktop per pool, and the license's limit holds, across every api proc
 Tokens issued from the snapshot live in Redis for their lifetime and are taken once
 (``GETDEL``); every act that follows (the session's start, connection, first frame, end) is
 appended to the same journal (:func:`journal`).
+
+Openings through the database take a desktop out of the ready desktops (:func:`withhold`,
+:func:`note_handed_out`); a refresh's write reads what they did at its ``EXEC``
+(:func:`install_holders_and_ready`), so neither undoes the other.
 """
 
 from __future__ import annotations
@@ -75,6 +79,11 @@ for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
 local id = redis.call('XADD', KEYS[7], '*', unpack(fields))
 return {kind, desktop, id}
 """
+
+
+def now_ms() -> int:
+    """Now, in milliseconds since the epoch (what the snapshot's scripts compare)."""
+    return int(datetime.now(UTC).timestamp() * 1000)
 
 
 @dataclass(frozen=True)
@@ -188,7 +197,7 @@ return 1
 
 async def withhold(kv: redis.Redis, keys: Keys, desktop_id: uuid.UUID, pool_id: uuid.UUID) -> None:
     """Take a desktop out of its pool's ready desktops, for a refresh that read before too."""
-    until = int(datetime.now(UTC).timestamp() * 1000) + TAKEN_FOR_MS
+    until = now_ms() + TAKEN_FOR_MS
     await kv.eval(_TAKE_OUT, 2, keys.taken, keys.ready(pool_id), str(desktop_id), until)
 
 
@@ -201,7 +210,7 @@ async def note_handed_out(
     :data:`~deskpool.outage_brokering.model.TAKEN_FOR_MS` whatever a refresh that read the
     database before the change writes.
     """
-    until = int(datetime.now(UTC).timestamp() * 1000) + TAKEN_FOR_MS
+    until = now_ms() + TAKEN_FOR_MS
     await kv.eval(
         _TAKE_OUT,
         5,
@@ -289,7 +298,7 @@ def install_holders_and_ready(
     """
     ready_keys = [keys.ready(pool_id) for pool_id in ready]
     arguments: list[EncodableT] = [
-        int(datetime.now(UTC).timestamp() * 1000),
+        now_ms(),
         read_from_ms - CLOCKS_DIFFER_MS,
         TAKEN_FOR_MS,
         len(holders),

@@ -38,7 +38,7 @@ from deskpool.identity.sign_in import resolve_effective
 from deskpool.licensing.model import Resource
 from deskpool.licensing.service import current_judgement
 from deskpool.outage_brokering import store
-from deskpool.outage_brokering.claims import install_holders_and_ready
+from deskpool.outage_brokering.claims import install_holders_and_ready, now_ms
 from deskpool.outage_brokering.model import (
     TARGET_SECRET_KIND,
     Keys,
@@ -340,7 +340,7 @@ async def refresh_snapshot(runtime: Runtime, *, every_principal: bool = True) ->
         return False
     kv, keys = runtime.kv, keys_of(runtime)
     await kv.setnx(keys.epoch, 0)
-    read_from_ms = int(datetime.now(UTC).timestamp() * 1000)
+    read_from_ms = now_ms()
     acts_before, epoch_before, revocations_before = await kv.mget(
         keys.acts, keys.epoch, keys.revocations
     )
