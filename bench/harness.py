@@ -78,7 +78,10 @@ class CpuTimes:
 
 @dataclass(frozen=True)
 class ProcessTimes:
-    """One process: its parent, CPU ticks used so far (all threads) and title."""
+    """One process: its parent, CPU ticks used so far (all threads) and command line.
+
+    A PostgreSQL backend's command line (its title) names its database.
+    """
 
     ppid: int
     ticks: int
@@ -93,12 +96,7 @@ def read_processes() -> dict[int, ProcessTimes]:
             continue
         try:
             stat = (entry / "stat").read_text()
-            title = ""
-            name = stat[stat.index("(") + 1 : stat.rindex(")")]
-            if name.startswith("postgres"):
-                title = (
-                    (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                )
+            title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except (OSError, ValueError):
             continue  # it exited meanwhile
         fields = stat[stat.rindex(")") + 2 :].split()
@@ -208,6 +206,7 @@ class LoadMonitor:
         self._started = 0.0
         self._cpu = CpuTimes(0, 0, 0)
         self._processes: dict[int, ProcessTimes] = {}
+        self._last: dict[int, ProcessTimes] = {}
 
     def generator(self, pid: int) -> None:
         """Count ``pid`` as the load generator (call before :meth:`stop`)."""
@@ -227,10 +226,25 @@ class LoadMonitor:
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
 
+    def cpu_by_part(self, part_of: Callable[[int, ProcessTimes], str | None]) -> dict[str, float]:
+        """CPU seconds each part used from :meth:`start` to :meth:`stop`.
+
+        ``part_of`` names the part a process (alive at the stop) belongs to, or ``None``.
+        """
+        parts: dict[str, float] = {}
+        for pid, process in self._last.items():
+            part = part_of(pid, process)
+            if part is not None:
+                before = self._processes.get(pid)
+                ticks = process.ticks - (before.ticks if before else 0)
+                parts[part] = parts.get(part, 0.0) + ticks / CLOCK_TICKS
+        return parts
+
     def _ours(self, processes: dict[int, ProcessTimes]) -> set[int]:
         ours = descendants(processes, os.getpid())
         for pid, process in processes.items():
-            if process.title and any(marker in process.title for marker in self.markers):
+            postgres = process.title.startswith("postgres")
+            if postgres and any(marker in process.title for marker in self.markers):
                 ours.add(pid)
         return ours
 
@@ -238,7 +252,7 @@ class LoadMonitor:
         """Take the last reading (before the run's processes exit) and judge the run."""
         seconds = time.perf_counter() - self._started
         cpu = CpuTimes.read()
-        processes = read_processes()
+        processes = self._last = read_processes()
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

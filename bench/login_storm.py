@@ -47,6 +47,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -57,7 +58,16 @@ import redis.asyncio as redis
 from auth_me import FIGURES as ME_FIGURES
 from auth_me import ROTATE, Bench, IssuerThread, deskpool_api, listening_port, wait_for
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from harness import Figure, Load, LoadMonitor, Run, Series, percentile, print_run
+from harness import (
+    Figure,
+    Load,
+    LoadMonitor,
+    ProcessTimes,
+    Run,
+    Series,
+    percentile,
+    print_run,
+)
 
 from deskpool.db import migrate
 from deskpool.testing.idp import TestIdentityProvider
@@ -99,6 +109,18 @@ TARGET_OPEN_RATE = 0.5
 TARGET_WALL = 15.0
 TARGET_USER_P99 = 5.0
 
+#: What the two cores did in a storm, by part: deskpool's processes and PostgreSQL's backends
+#: of the run's database, then what stands in for the rest of the world (the desktop daemon
+#: simulators: guacd and the desktops) and the benchmark's own client (its users).
+CPU_PARTS = (
+    ("postgres", "PostgreSQL"),
+    ("api", "api"),
+    ("gateway", "gateway"),
+    ("worker", "worker"),
+    ("simulators", "desktop daemon simulators"),
+    ("client", "the benchmark's client"),
+)
+
 STORM_FIGURES = (
     Figure("wall", "wall time to the last user's first frame, s", 2),
     Figure("served", "users with a first frame"),
@@ -115,6 +137,7 @@ STORM_FIGURES = (
     Figure("server_errors", "5xx answers"),
     Figure("double", "double allocations (database)"),
     Figure("without", "users without a desktop (database)"),
+    *(Figure(f"cpu_{part}", f"CPU seconds in the storm: {label}", 1) for part, label in CPU_PARTS),
 )
 ALLOCATION_FIGURES = (Figure("rate", "allocations/s", ratio=True),)
 
@@ -337,6 +360,7 @@ class Deployment(Part):
                     log(f"  {side} round {number}: storm begins at {began_at:.1f}")
                     result = await storm(apis, gateways, tokens, within=args.within)
                     load = monitor.stop()
+                    cpu = monitor.cpu_by_part(storm_part(database.rsplit("/", 1)[-1]))
                     log(f"  {side} round {number}: storm from {began_at:.1f} to {time.time():.1f}")
                     check = await check_allocations(db, self.idp.issuer_url, result)
                     keep_logs(args.logs, f"{side}-{number}", running_processes)
@@ -357,6 +381,8 @@ class Deployment(Part):
         figures = storm_figures(result)
         figures["double"] = check.desktops_with_several_users + check.users_with_several
         figures["without"] = check.users_without_desktop
+        for part, _ in CPU_PARTS:
+            figures[f"cpu_{part}"] = cpu.get(part, 0.0)
         for reason, count in sorted(result.retries().items()):
             log(f"  {side} round {number}: retried {count} x {reason}")
         for reason, count in sorted(result.server_errors().items()):
@@ -367,6 +393,26 @@ class Deployment(Part):
             log(f"  {side} round {number}: ALLOCATION CHECK FAILED: {check}")
         self.reasons[side, number] = (result.retries(), result.server_errors(), result.failures())
         return Run(side, number, figures, load)
+
+
+def storm_part(database: str) -> Callable[[int, ProcessTimes], str | None]:
+    """Which of :data:`CPU_PARTS` a process of a storm on ``database`` is (``None``: none)."""
+
+    def part_of(pid: int, process: ProcessTimes) -> str | None:
+        title = process.title
+        if pid == os.getpid():
+            return "client"
+        if title.startswith("postgres") and database in title:
+            return "postgres"
+        if "deskpool.desktopd" in title:
+            return "simulators"
+        if "licensed_deskpool.py" in title:
+            for role in ("api", "gateway", "worker"):
+                if f" run {role}" in title:
+                    return role
+        return None
+
+    return part_of
 
 
 def keep_logs(folder: str, prefix: str, processes: dict[str, DeskpoolProcess]) -> None:

@@ -1,7 +1,13 @@
-"""The benchmark harness: which runs it refuses, and what its tables print (no timing)."""
+"""The benchmark harness: which runs it refuses, what its tables print, whose CPU it counts."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+
+from bench import harness
 from bench.harness import CORES, Figure, Load, Run, Series, judge, percentile, spread
 
 
@@ -67,3 +73,35 @@ def test_percentile_is_the_nearest_rank() -> None:
     values = [float(n) for n in range(1, 101)]
     assert percentile(values, 0.5) == 50.0
     assert percentile(values, 0.99) == 99.0
+
+
+def test_the_cpu_of_each_part_is_what_its_processes_used_during_the_run() -> None:
+    spin = (
+        "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
+        "print('spun', flush=True)\ntime.sleep(60)"
+    )
+    monitor = harness.LoadMonitor()
+    monitor.start()
+    child = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
+    try:
+        end = time.process_time() + 0.2
+        while time.process_time() < end:
+            pass
+        assert child.stdout is not None
+        assert child.stdout.readline() == "spun\n"  # its 0.3 s used, it waits to be read
+        monitor.stop()
+
+        def part_of(pid: int, process: harness.ProcessTimes) -> str | None:
+            if pid == os.getpid():
+                return "this"
+            if pid == child.pid:
+                return "child" if "process_time" in process.title else "untitled"
+            return None
+
+        parts = monitor.cpu_by_part(part_of)
+    finally:
+        child.kill()
+        child.wait()
+    assert set(parts) == {"this", "child"}
+    assert parts["this"] >= 0.2
+    assert 0.3 <= parts["child"] < 2.0
