@@ -170,7 +170,7 @@ def candidates_sql(*, skip_locked: bool) -> str:
             SELECT true AS is_held, * FROM held
             UNION ALL
             SELECT false AS is_held, * FROM free
-        )
+        ), {licensing.SESSION_DESKTOPS_CTE}
         SELECT {licensing.SNAPSHOT_COLUMNS}, {licensing.SESSIONS_COLUMN},
                current_setting('max_connections')::int AS connections,
                c.*, a.sealed AS address,

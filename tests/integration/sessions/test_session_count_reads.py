@@ -5,9 +5,10 @@ the desktops with a session for the license and tells whether the chosen desktop
 Asked as ``EXISTS`` over the union of :data:`deskpool.licensing.store.SESSION_DESKTOPS`,
 PostgreSQL built that union a second time (a hashed subplan): at 9 a.m. every opening read
 every open session and pending token twice, and the thousandth opening a thousand rows more
-than it needed (2.4 of its 4.3 ms in the storm, ``auto_explain``). The chosen desktop is now
-looked up by its own rows (:func:`deskpool.licensing.store.has_session_sql`), which must say
-exactly what membership in the union says: checked here for each kind of row.
+than it needed (2.4 of its 4.3 ms in the storm, ``auto_explain``). The union is now built once
+(materialized, :data:`deskpool.licensing.store.SESSION_DESKTOPS_CTE`), counted and asked from
+there; what the session check says of a desktop (``session_usage``) must be exactly its
+membership in the union: checked here for each kind of row.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _nodes(child)
 
 
-async def test_the_chosen_desktops_session_is_looked_up_by_its_own_rows(
+async def test_a_desktop_has_a_session_exactly_when_the_union_holds_it(
     estate: Callable[..., Awaitable[Estate]], pools_runtime: Runtime
 ) -> None:
     owned = await estate(ready=7)
@@ -83,9 +84,7 @@ async def test_the_chosen_desktops_session_is_looked_up_by_its_own_rows(
         looked_up = {
             desktop_id
             for desktop_id in desktops
-            if await connection.fetchval(
-                f"SELECT {licensing.has_session_sql('$1::uuid')}", desktop_id
-            )
+            if (await licensing.session_usage(connection, desktop_id))[1]
         }
         assert {pending, logon} <= members
         assert not {redeemed, expired, shadow, old_logon} & members
