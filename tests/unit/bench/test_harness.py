@@ -77,18 +77,18 @@ def test_percentile_is_the_nearest_rank() -> None:
 
 def test_the_cpu_of_each_part_is_what_its_processes_used_during_the_run() -> None:
     spin = (
-        "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n"
+        "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\n"
         "print('spun', flush=True)\ntime.sleep(60)"
     )
     monitor = harness.LoadMonitor()
     monitor.start()
     child = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
     try:
-        end = time.process_time() + 0.2
+        end = time.process_time() + 0.5
         while time.process_time() < end:
             pass
         assert child.stdout is not None
-        assert child.stdout.readline() == "spun\n"  # its 0.3 s used, it waits to be read
+        assert child.stdout.readline() == "spun\n"  # its 0.5 s used, it waits to be read
         monitor.stop()
 
         def part_of(pid: int, process: harness.ProcessTimes) -> str | None:
@@ -103,5 +103,6 @@ def test_the_cpu_of_each_part_is_what_its_processes_used_during_the_run() -> Non
         child.kill()
         child.wait()
     assert set(parts) == {"this", "child"}
-    assert parts["this"] >= 0.2
-    assert 0.3 <= parts["child"] < 2.0
+    # The kernel counts CPU time in ticks (10 ms), sampled: within a tenth of what was spun.
+    assert parts["this"] >= 0.45
+    assert 0.45 <= parts["child"] < 2.0
