@@ -166,16 +166,23 @@ async def desktops_of_pools(
     return group_rows(rows, "pool_id", pool_ids, desktop_from_row)
 
 
+def held_order_sql(desktop: str) -> str:
+    """SQL: the order of a user's desktops (``desktop`` an alias of ``desktops``), in use first."""
+    return (
+        f"CASE {desktop}.state WHEN 'in_use' THEN 0 WHEN 'ready' THEN 1 ELSE 2 END, "
+        f"{desktop}.created_at, {desktop}.name, {desktop}.id"
+    )
+
+
 async def desktops_held_by(
     db: Db, user_id: str | uuid.UUID, pool_ids: Collection[uuid.UUID] | None = None
 ) -> list[Desktop]:
     """The desktops assigned to the user (in ``pool_ids`` if given), in use first, then ready."""
     rows = await db.fetch(
-        """
-        SELECT * FROM desktops
+        f"""
+        SELECT * FROM desktops AS d
          WHERE assigned_user = $1 AND ($2::uuid[] IS NULL OR pool_id = ANY($2))
-         ORDER BY CASE state WHEN 'in_use' THEN 0 WHEN 'ready' THEN 1 ELSE 2 END,
-                  created_at, name, id
+         ORDER BY {held_order_sql("d")}
         """,
         as_uuid(user_id),
         None if pool_ids is None else list(pool_ids),

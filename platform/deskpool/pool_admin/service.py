@@ -26,8 +26,6 @@ from typing import TYPE_CHECKING, Any
 from deskpool.actor import Actor
 from deskpool.client_policy.model import changed_members
 from deskpool.clusters.repository import get_cluster
-from deskpool.db.rows import Db
-from deskpool.desktops import store as store_desktops
 from deskpool.desktops.jobs import CLUSTERS, enqueue_orphan_deletion
 from deskpool.errors import (
     InvalidCursor,
@@ -39,6 +37,8 @@ from deskpool.identity import rules
 from deskpool.identity.refusals import audited_refusals
 from deskpool.jobs.model import Job
 from deskpool.licensing.service import check_can_create_pool
+from deskpool.pool_admin import store
+from deskpool.pool_admin.store import HeldPool as HeldPool
 from deskpool.pools import store as store_pools
 from deskpool.pools import store_entitlements
 from deskpool.pools.commands import ChangePool, CreatePool, DomainJoinInput
@@ -57,7 +57,6 @@ from deskpool.pools.lookups import (
     get_pool as get_pool,
 )
 from deskpool.pools.model import (
-    Desktop,
     OsType,
     Pool,
     PoolState,
@@ -81,7 +80,6 @@ from deskpool.rollouts import store as rollout_store
 from deskpool.rollouts.model import RolloutConflict
 from deskpool.sessions import service as sessions
 from deskpool.sessions.model import PolicyChange, SessionPolicy
-from deskpool.starts import store as starts_store
 from deskpool.unset import Unset
 
 if TYPE_CHECKING:
@@ -452,18 +450,6 @@ async def list_entitlements(
     )
 
 
-@dataclass(frozen=True)
-class HeldPool:
-    """A pool as a user sees it: what opening it gives now and the desktops the user holds."""
-
-    record: PoolRecord
-    #: A free ready desktop: opening the pool allocates one at once.
-    ready: bool
-    held: list[Desktop]
-    #: None ready, but opening the pool starts or builds one for the user (start on connect).
-    startable: bool = False
-
-
 async def entitled_pool_ids(
     runtime: Runtime, user_id: str | uuid.UUID, group_ids: Iterable[str | uuid.UUID]
 ) -> set[uuid.UUID]:
@@ -481,28 +467,9 @@ async def my_pools(
 ) -> tuple[list[PoolRecord], list[HeldPool]]:
     """A user's entitled pools, ``limit + 1`` for a page, and what the page's hold for him.
 
-    The entitled pools, then what each of the page's holds, on one connection taken once: at
-    9 a.m. a thousand first sign-ins list their pools at once, and five trips through the
-    pool's queue made every one of them wait for the last (issue 39).
+    One statement (:func:`deskpool.pool_admin.store.my_pools`): at 9 a.m. a thousand first
+    sign-ins list their pools at once (issue 39). The pool after the page is read whole too,
+    to tell whether a next page exists.
     """
-    async with runtime.db.acquire() as connection:
-        records = await store_pools.list_entitled_pools(
-            connection, user_id, group_ids, limit=limit + 1, after=after
-        )
-        return records, await _held_in_pools(connection, user_id, records[:limit])
-
-
-async def _held_in_pools(
-    db: Db, user_id: str | uuid.UUID, records: Sequence[PoolRecord]
-) -> list[HeldPool]:
-    ids = [record.pool.id for record in records]
-    gives = await starts_store.what_opening_gives(db, ids)
-    held: dict[uuid.UUID, list[Desktop]] = {pool_id: [] for pool_id in ids}
-    for desktop in await store_desktops.desktops_held_by(db, user_id, ids):
-        held[desktop.pool_id].append(desktop)
-    nothing = starts_store.OpeningGives(ready=False, startable=False)  # a pool deleted since
-    shown = []
-    for record in records:
-        opening = gives.get(record.pool.id, nothing)
-        shown.append(HeldPool(record, opening.ready, held[record.pool.id], opening.startable))
-    return shown
+    shown = await store.my_pools(runtime.db, user_id, group_ids, limit=limit + 1, after=after)
+    return [one.record for one in shown], shown[:limit]

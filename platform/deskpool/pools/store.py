@@ -345,22 +345,39 @@ async def list_entitled_pools(
     Entitled directly or through one of ``group_ids``; in name order (without case), after the
     ``after`` key, as :func:`list_pools`.
     """
-    after_name, after_id = after if after is not None else (None, None)
     rows = await db.fetch(
-        f"""{_SELECT_POOL}
+        ENTITLED_POOLS, *entitled_pools_arguments(user_id, group_ids, limit=limit, after=after)
+    )
+    return [pool_record_from_row(row) for row in rows]
+
+
+#: :func:`list_entitled_pools`'s statement, its arguments :func:`entitled_pools_arguments`
+#: (``$3`` the user); a statement that reads more of each listed pool reads it ``WITH``.
+ENTITLED_POOLS = f"""{_SELECT_POOL}
         WHERE ($1::text IS NULL OR (lower(p.name), p.id) > ($1, $2::uuid))
           AND p.id IN (SELECT e.pool_id FROM pool_entitlements e
                         WHERE (e.subject_type = 'user' AND e.subject_id = $3)
                            OR (e.subject_type = 'group' AND e.subject_id = ANY($4::uuid[])))
         ORDER BY lower(p.name), p.id
-        LIMIT $5""",
+        LIMIT $5"""
+
+
+def entitled_pools_arguments(
+    user_id: str | uuid.UUID,
+    group_ids: Iterable[str | uuid.UUID],
+    *,
+    limit: int,
+    after: PoolCursor | None,
+) -> tuple[Any, ...]:
+    """The arguments ``$1`` to ``$5`` of :data:`ENTITLED_POOLS`."""
+    after_name, after_id = after if after is not None else (None, None)
+    return (
         after_name,
         None if after_id is None else uuid.UUID(after_id),
         as_uuid(user_id),
         [as_uuid(group_id) for group_id in group_ids],
         limit,
     )
-    return [pool_record_from_row(row) for row in rows]
 
 
 def reconcile_relevant_change(current: Pool, proposed: Pool) -> bool:

@@ -217,6 +217,33 @@ class OpeningGives:
     startable: bool
 
 
+def opening_gives_sql(pool: str) -> str:
+    """SQL: what opening the pool ``pool`` (an alias of ``pools``) gives, as a lateral row.
+
+    A ``CROSS JOIN LATERAL`` item with the columns ``ready`` and ``startable`` (see
+    :class:`OpeningGives` and :func:`what_opening_gives`), for a statement that reads pools.
+    """
+    return f"""(
+        SELECT r.ready,
+               CASE WHEN r.ready THEN false
+                    WHEN EXISTS (SELECT 1 FROM desktops AS d
+                                  WHERE d.pool_id = {pool}.id AND d.assigned_user IS NULL
+                                    AND NOT d.in_session AND d.state IN {_STARTABLE_STATES})
+                    THEN true
+                    WHEN {pool}.state = 'enabled'
+                    THEN (SELECT count(*) FROM (SELECT 1 FROM desktops AS d
+                                                 WHERE d.pool_id = {pool}.id
+                                                 LIMIT {pool}.max_size) AS counted)
+                         < {pool}.max_size
+                    ELSE false END AS startable
+          FROM (SELECT EXISTS (SELECT 1 FROM desktops AS d
+                                WHERE d.pool_id = {pool}.id AND d.state = 'ready'
+                                  AND d.assigned_user IS NULL AND NOT d.in_session
+                                  AND NOT d.used_since_refresh) AS ready
+                OFFSET 0) AS r  -- asked once, not again for each use of r.ready
+        )"""
+
+
 async def what_opening_gives(
     db: Db, pool_ids: Collection[uuid.UUID]
 ) -> dict[uuid.UUID, OpeningGives]:
@@ -232,24 +259,9 @@ async def what_opening_gives(
     pools, ids = one_of_ids("p.id", pool_ids)
     rows = await db.fetch(
         f"""
-        SELECT p.id AS pool_id, r.ready,
-               CASE WHEN r.ready THEN false
-                    WHEN EXISTS (SELECT 1 FROM desktops AS d
-                                  WHERE d.pool_id = p.id AND d.assigned_user IS NULL
-                                    AND NOT d.in_session AND d.state IN {_STARTABLE_STATES})
-                    THEN true
-                    WHEN p.state = 'enabled'
-                    THEN (SELECT count(*) FROM (SELECT 1 FROM desktops AS d
-                                                 WHERE d.pool_id = p.id
-                                                 LIMIT p.max_size) AS counted) < p.max_size
-                    ELSE false END AS startable
+        SELECT p.id AS pool_id, g.ready, g.startable
           FROM pools AS p
-         CROSS JOIN LATERAL (
-               SELECT EXISTS (SELECT 1 FROM desktops AS d
-                               WHERE d.pool_id = p.id AND d.state = 'ready'
-                                 AND d.assigned_user IS NULL AND NOT d.in_session
-                                 AND NOT d.used_since_refresh) AS ready
-               OFFSET 0) AS r  -- asked once, not again for each use of r.ready
+         CROSS JOIN LATERAL {opening_gives_sql("p")} AS g
          WHERE {pools}
         """,
         ids,

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 from tests.support.sessions import Estate
 
+from deskpool.pool_admin.store import my_pools
 from deskpool.revocation.store import read_access
 from deskpool.runtime import Runtime
 from deskpool.starts.store import what_opening_gives
@@ -48,10 +49,17 @@ async def test_one_users_access_and_pool_are_planned_once(
             read = await read_access(connection, users[:1])
             gives = await what_opening_gives(connection, [owned.pool.id])
             both = await read_access(connection, users)  # the access watch's many users
+            listed = await my_pools(connection, users[0], [], limit=51, after=None)
         assert read[users[0]].entitled_pools == {owned.pool.id}
         assert gives[owned.pool.id].ready
         assert both[users[1]].entitled_pools == {other.pool.id}
-        markers = ("FROM users WHERE id = (SELECT", "FROM users WHERE id = ANY", "r.ready,")
+        assert [(shown.record.pool.id, shown.ready) for shown in listed] == [(owned.pool.id, True)]
+        markers = (
+            "FROM users WHERE id = (SELECT",
+            "FROM users WHERE id = ANY",
+            "p.id AS pool_id, g.ready",
+            "WITH page AS",
+        )
         for marker in markers:
             custom, generic = await _plans(connection, marker)
             assert custom <= 5, (marker, custom, generic)
