@@ -7,6 +7,10 @@ limits and usage, the watermark, the build's integrity and the activation report
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
+from enum import StrEnum
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from deskpool.licensing.model import (
@@ -20,15 +24,35 @@ from deskpool.licensing.model import (
 )
 
 
-def _one_hot(
-    gauge: Gauge, values: type[LicenseStatus | BuildIntegrity | WatermarkIntegrity], current: str
-) -> None:
+class _Children:
+    """A labelled gauge's children, each looked up on its first use only.
+
+    ``labels`` is not cheap; a child is made when first set, as before, so a resource never
+    counted is not shown as 0.
+    """
+
+    def __init__(self, gauge: Gauge) -> None:
+        self.gauge = gauge
+        self.made: dict[str, Gauge] = {}
+
+    def __getitem__(self, value: str) -> Gauge:
+        child = self.made.get(value)
+        if child is None:
+            child = self.made[value] = self.gauge.labels(value)
+        return child
+
+
+def _one_hot(children: _Children, values: Iterable[StrEnum], current: str) -> None:
     for value in values:
-        gauge.labels(value.value).set(1 if value.value == current else 0)
+        children[value.value].set(1 if value.value == current else 0)
 
 
 class LicenseMetrics:
     """The licensing metrics of one process.
+
+    Every opening shows the judgement, the watermark and the sessions counted (issue 39's
+    storm: a thousand at once): the labelled gauges' children are bound once, and a
+    judgement or watermark equal to the one shown last is not set again.
 
     :param registry: the process's registry (``runtime.metrics``).
     """
@@ -97,24 +121,45 @@ class LicenseMetrics:
             ["resource"],
             registry=registry,
         )
+        self._status = _Children(self.status)
+        self._limit = _Children(self.limit)
+        self._usage = _Children(self.usage)
+        self._watermark_integrity = _Children(self.watermark_integrity)
+        self._build = _Children(self.build)
+        #: What :meth:`observe` and :meth:`observe_watermark` showed last.
+        self._judged: tuple[LicenseStatus, bool, tuple[int | None, ...], float] | None = None
+        self._watermark: tuple[datetime | None, WatermarkIntegrity] | None = None
 
     def observe(self, judgement: Judgement, usage: Usage | None = None) -> None:
         """Show ``judgement`` (and what ``usage`` counted, when given)."""
-        _one_hot(self.status, LicenseStatus, judgement.status.value)
-        self.licensed.set(1 if judgement.licensed else 0)
-        for resource in Resource:
-            limit = judgement.limits.of(resource)
-            self.limit.labels(resource.value).set(-1 if limit is None else limit)
-            if usage is not None and resource in usage.counted:
-                self.usage.labels(resource.value).set(usage.of(resource))
         license = judgement.license
-        self.expires.set(license.expires_at.timestamp() if license is not None else 0)
+        shown = (
+            judgement.status,
+            judgement.licensed,
+            tuple(judgement.limits.of(resource) for resource in Resource),
+            license.expires_at.timestamp() if license is not None else 0,
+        )
+        if shown != self._judged:
+            status, licensed, limits, expires = shown
+            _one_hot(self._status, LicenseStatus, status.value)
+            self.licensed.set(1 if licensed else 0)
+            for resource, limit in zip(Resource, limits, strict=True):
+                self._limit[resource.value].set(-1 if limit is None else limit)
+            self.expires.set(expires)
+            self._judged = shown
+        if usage is not None:
+            for resource in usage.counted:
+                self._usage[resource.value].set(usage.of(resource))
 
     def observe_watermark(self, view: WatermarkView) -> None:
         """Show the watermark and its integrity."""
+        shown = (view.instant, view.integrity)
+        if shown == self._watermark:
+            return
         self.watermark.set(view.instant.timestamp() if view.instant is not None else 0)
-        _one_hot(self.watermark_integrity, WatermarkIntegrity, view.integrity.value)
+        _one_hot(self._watermark_integrity, WatermarkIntegrity, view.integrity.value)
+        self._watermark = shown
 
     def observe_build(self, state: BuildIntegrity) -> None:
         """Show the build manifest's verdict."""
-        _one_hot(self.build, BuildIntegrity, state.value)
+        _one_hot(self._build, BuildIntegrity, state.value)
