@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,20 +71,92 @@ def _entry(raw_id: Any, raw_fields: Mapping[Any, Any]) -> tuple[str, LiveEvent]:
 
 
 async def publish(kv: redis.Redis, prefix: str, event: LiveEvent) -> str | None:
-    """Add ``event`` to the stream; its id, or ``None`` when Redis failed (logged, not raised)."""
-    # The stream entry as redis types it (its dict is invariant in the key and value types).
-    entry: dict[FieldT, EncodableT] = {key: value for key, value in event.fields().items()}
+    """Add ``event`` to the stream; its id, or ``None`` when Redis failed (logged, not raised).
+
+    Returns once the event is in the stream. Events published while another write of this
+    client is on its way go together in the next write (:class:`_Gathering`): at 9 a.m. every
+    opening and redemption publishes one, and an ``XADD`` each was 4 % of the api's and 6 % of
+    the gateway's time (issue 39). Alone, an event is written at once, by itself.
+    """
+    loop = asyncio.get_running_loop()
+    key = stream_key(prefix)
+    gatherings = _GATHERINGS.setdefault(kv, {})
+    gathering = gatherings.get(key)
+    if gathering is None or gathering.loop is not loop:
+        gathering = gatherings[key] = _Gathering(loop)
+    written: asyncio.Future[str | None] = loop.create_future()
+    gathering.waiting.append((event, written))
+    if gathering.writer is None or gathering.writer.done():
+        gathering.writer = loop.create_task(gathering.write(kv, key), name="live-publish")
+    # A caller cancelled meanwhile does not take its event back: it is written all the same.
+    return await asyncio.shield(written)
+
+
+@dataclass(eq=False)
+class _Gathering:
+    """The events waiting to be added to one stream through one client, and their writer."""
+
+    loop: asyncio.AbstractEventLoop
+    waiting: list[tuple[LiveEvent, asyncio.Future[str | None]]] = field(default_factory=list)
+    writer: asyncio.Task[None] | None = None
+
+    async def write(self, kv: redis.Redis, key: str) -> None:
+        """Write what waits, in order, one batch at a time, until nothing does."""
+        batch: list[tuple[LiveEvent, asyncio.Future[str | None]]] = []
+        try:
+            while self.waiting:
+                batch, self.waiting = self.waiting, []
+                ids = await _add(kv, key, [event for event, _ in batch])
+                for (_, written), entry_id in zip(batch, ids, strict=True):
+                    if not written.done():
+                        written.set_result(entry_id)
+                batch = []
+        finally:
+            # Cancelled (the process stops): nobody waits for ever for an event not written.
+            for _, written in (*batch, *self.waiting):
+                if not written.done():
+                    written.set_result(None)
+
+
+#: The gatherings of each client, by stream key (a client that is gone takes its own along).
+_GATHERINGS: weakref.WeakKeyDictionary[redis.Redis, dict[str, _Gathering]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def _add(kv: redis.Redis, key: str, events: Sequence[LiveEvent]) -> list[str | None]:
+    """``XADD`` ``events`` to the stream ``key`` in order, in one command; their ids.
+
+    Every id is ``None`` when Redis failed (logged, not raised).
+    """
     try:
-        raw = await kv.xadd(
-            stream_key(prefix),
-            entry,
-            maxlen=STREAM_LENGTH,
-            approximate=True,
-        )
+        if len(events) == 1:
+            # The stream entry as redis types it (its dict is invariant in its types).
+            entry: dict[FieldT, EncodableT] = dict(events[0].fields().items())
+            raw: Any = [await kv.xadd(key, entry, maxlen=STREAM_LENGTH, approximate=True)]
+        else:
+            raw = await _script(kv, key, events, _XADD_EACH, _XADD_EACH_SHA)
     except (RedisError, OSError) as error:
-        log.warning("live event %s of %s not published: %s", event.type, event.resource_id, error)
-        return None
-    return _text(raw)
+        for event in events:
+            log.warning(
+                "live event %s of %s not published: %s", event.type, event.resource_id, error
+            )
+        return [None] * len(events)
+    return [_text(entry_id) for entry_id in raw]
+
+
+async def _script(
+    kv: redis.Redis, key: str, events: Sequence[LiveEvent], script: str, sha: str
+) -> Any:
+    """Run ``script`` (:data:`_XADD_MANY`'s arguments) over ``events``, loading it if needed."""
+    batch = json.dumps(
+        [[part for field in event.fields().items() for part in field] for event in events],
+        separators=(",", ":"),
+    )
+    try:
+        return await kv.evalsha(sha, 1, key, STREAM_LENGTH, batch)
+    except NoScriptError:
+        return await kv.eval(script, 1, key, STREAM_LENGTH, batch)
 
 
 #: XADDs to the stream ``KEYS[1]`` the events of ``ARGV[2]`` (a JSON list of their fields, as
@@ -97,6 +170,16 @@ end
 return #events
 """
 _XADD_MANY_SHA = hashlib.sha1(_XADD_MANY.encode()).hexdigest()
+#: :data:`_XADD_MANY` returning the entries' ids, in order (:func:`publish`'s batches).
+_XADD_EACH = """
+local events = cjson.decode(ARGV[2])
+local ids = {}
+for i, fields in ipairs(events) do
+  ids[i] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(fields))
+end
+return ids
+"""
+_XADD_EACH_SHA = hashlib.sha1(_XADD_EACH.encode()).hexdigest()
 
 
 async def publish_many(kv: redis.Redis, prefix: str, events: Sequence[LiveEvent]) -> int:
@@ -107,16 +190,8 @@ async def publish_many(kv: redis.Redis, prefix: str, events: Sequence[LiveEvent]
     """
     if not events:
         return 0
-    batch = json.dumps(
-        [[part for field in event.fields().items() for part in field] for event in events],
-        separators=(",", ":"),
-    )
-    key = stream_key(prefix)
     try:
-        try:
-            added = await kv.evalsha(_XADD_MANY_SHA, 1, key, STREAM_LENGTH, batch)
-        except NoScriptError:
-            added = await kv.eval(_XADD_MANY, 1, key, STREAM_LENGTH, batch)
+        added = await _script(kv, stream_key(prefix), events, _XADD_MANY, _XADD_MANY_SHA)
     except (RedisError, OSError) as error:
         log.warning("%d live event(s) not published: %s", len(events), error)
         return 0
