@@ -111,6 +111,11 @@ class _Gathering:
                     if not written.done():
                         written.set_result(entry_id)
                 batch = []
+        except Exception as error:  # not Redis's failures (those are logged, ids None): a bug
+            for _, written in (*batch, *self.waiting):
+                if not written.done():
+                    written.set_exception(error)  # raised in its publisher, as it was before
+            self.waiting = []
         finally:
             # Cancelled (the process stops): nobody waits for ever for an event not written.
             for _, written in (*batch, *self.waiting):

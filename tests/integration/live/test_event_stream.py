@@ -188,3 +188,23 @@ async def test_events_published_at_once_share_a_command_and_each_caller_gets_its
         assert alone == (await bus.read_after(runtime.kv, prefix, last))[0][0]
     finally:
         await runtime.kv.delete(bus.stream_key(prefix))
+
+
+async def test_a_publisher_whose_batch_fails_unexpectedly_gets_the_error(
+    runtime: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault that is not Redis's reaches the publishers, as when each wrote alone."""
+    prefix = f"{runtime.config['KVSTORE_KEY_PREFIX']}faulty:"
+
+    async def broken(*args: Any, **options: Any) -> Any:
+        raise ValueError("a bug")
+
+    monkeypatch.setattr(runtime.kv, "execute_command", broken)
+    outcomes = await asyncio.gather(
+        *(bus.publish(runtime.kv, prefix, LiveEvent("job.failed", str(n), {})) for n in range(3)),
+        return_exceptions=True,
+    )
+    assert [type(outcome) for outcome in outcomes] == [ValueError] * 3
+    monkeypatch.undo()
+    assert await bus.publish(runtime.kv, prefix, LiveEvent("job.failed", "after", {}))
+    await runtime.kv.delete(bus.stream_key(prefix))
