@@ -174,18 +174,11 @@ def held_order_sql(desktop: str) -> str:
     )
 
 
-async def desktops_held_by(
-    db: Db, user_id: str | uuid.UUID, pool_ids: Collection[uuid.UUID] | None = None
-) -> list[Desktop]:
-    """The desktops assigned to the user (in ``pool_ids`` if given), in use first, then ready."""
+async def desktops_held_by(db: Db, user_id: str | uuid.UUID) -> list[Desktop]:
+    """The desktops assigned to the user, in use first, then ready."""
     rows = await db.fetch(
-        f"""
-        SELECT * FROM desktops AS d
-         WHERE assigned_user = $1 AND ($2::uuid[] IS NULL OR pool_id = ANY($2))
-         ORDER BY {held_order_sql("d")}
-        """,
+        f"SELECT * FROM desktops AS d WHERE assigned_user = $1 ORDER BY {held_order_sql('d')}",
         as_uuid(user_id),
-        None if pool_ids is None else list(pool_ids),
     )
     return [desktop_from_row(row) for row in rows]
 

@@ -60,7 +60,7 @@ async def my_pools(
     """Up to ``limit`` of the pools a user is entitled to, as he sees them, in one statement.
 
     Entitled directly or through one of ``group_ids``; in name order (without case), after
-    the ``after`` key, as :func:`deskpool.pools.store.list_entitled_pools`.
+    the ``after`` key, as :func:`deskpool.pools.store.list_pools`.
     """
     rows = await db.fetch(
         _MY_POOLS,

@@ -332,27 +332,10 @@ async def list_pools(
     return [pool_record_from_row(row) for row in rows]
 
 
-async def list_entitled_pools(
-    db: Db,
-    user_id: str | uuid.UUID,
-    group_ids: Iterable[str | uuid.UUID],
-    *,
-    limit: int,
-    after: PoolCursor | None = None,
-) -> list[PoolRecord]:
-    """Up to ``limit`` of the pools a user is entitled to, in one statement.
-
-    Entitled directly or through one of ``group_ids``; in name order (without case), after the
-    ``after`` key, as :func:`list_pools`.
-    """
-    rows = await db.fetch(
-        ENTITLED_POOLS, *entitled_pools_arguments(user_id, group_ids, limit=limit, after=after)
-    )
-    return [pool_record_from_row(row) for row in rows]
-
-
-#: :func:`list_entitled_pools`'s statement, its arguments :func:`entitled_pools_arguments`
-#: (``$3`` the user); a statement that reads more of each listed pool reads it ``WITH``.
+#: Up to ``$5`` of the pools a user (``$3``) is entitled to, directly or through one of his
+#: groups (``$4``); in name order (without case), after the key ``($1, $2)``, as
+#: :func:`list_pools`. Its arguments: :func:`entitled_pools_arguments`. A statement that
+#: reads more of each listed pool reads it ``WITH`` (``deskpool.pool_admin.store``).
 ENTITLED_POOLS = f"""{_SELECT_POOL}
         WHERE ($1::text IS NULL OR (lower(p.name), p.id) > ($1, $2::uuid))
           AND p.id IN (SELECT e.pool_id FROM pool_entitlements e

@@ -254,7 +254,8 @@ async def what_opening_gives(
     on its way or powered off, then whether it may grow (its desktops counted up to
     ``max_size``, no further). At 9 a.m. a thousand first sign-ins list their pools at
     once: counting every desktop of every listed pool for each of them read millions of rows
-    (issue 39).
+    (issue 39). The listing itself reads the same with its page (:func:`opening_gives_sql`,
+    ``deskpool.pool_admin.store``).
     """
     pools, ids = one_of_ids("p.id", pool_ids)
     rows = await db.fetch(
