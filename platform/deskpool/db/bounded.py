@@ -25,6 +25,7 @@ of the same server.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -204,6 +205,53 @@ async def release_reset(connection: asyncpg.Connection) -> None:
         connection._bound_taken = False
 
 
+class Turns:
+    """Turns at a pool's ``size`` connections, first come, first served.
+
+    asyncpg's pool waits in an :class:`asyncio.Queue`, which lets a caller that runs between a
+    connection's return and the woken waiter's resumption take the connection; the waiter
+    then queues again at the back, and under a burst may lose its turn again and again (a
+    cold ``GET /me`` p99 of 0.4 s against 0.08 s on uvloop, which runs new requests earlier).
+    Here a turn given back goes straight to the longest waiter, and a newcomer waits behind
+    every waiter.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.free = size
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def take_at_once(self) -> bool:
+        """Take a turn if one is free and nobody waits for one."""
+        if self.free > 0 and not self._waiters:
+            self.free -= 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        """A turn, after every caller that waited before this one."""
+        if self.take_at_once():
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.give_back()  # given a turn just as the wait ended: the next one's
+            else:
+                self._waiters.remove(waiter)
+            raise
+
+    def give_back(self) -> None:
+        """Give a turn back: to the longest waiter, if any."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self.free += 1
+
+
 class BoundedPool(asyncpg.Pool):  # type: ignore[misc]
     """A pool whose ``acquire()`` waits ``acquire_timeout`` at most with no connection given back.
 
@@ -226,6 +274,9 @@ class BoundedPool(asyncpg.Pool):  # type: ignore[misc]
                 await init(connection)
 
         super().__init__(*args, init=adopt, connection_class=BoundedConnection, **kwargs)
+        self.turns = Turns(self._maxsize)
+        #: The connections handed out, each holding a turn until it is given back.
+        self._turns_held: set[Any] = set()
 
     def answer_timed_out(self) -> None:
         """A connection's answer did not come in time: fail acquiring for a moment.
@@ -260,16 +311,16 @@ class BoundedPool(asyncpg.Pool):  # type: ignore[misc]
         return BoundedAcquire(self, bound)
 
     async def in_turn(self, bound: float) -> Any:
-        """A connection when the caller's turn comes (see the class).
+        """A connection when the caller's turn comes (see the class and :class:`Turns`).
 
         :raises TimeoutError: no connection came back for ``bound`` seconds, an answer timed
             out meanwhile, or the turn did not come within :data:`LONGEST_TURN` bounds.
         """
-        if not self._queue.empty():
-            # A connection is free: no turn to wait for, so no timer to bound the wait (every
-            # request takes one or more). Opening it again, if it was closed while idle, has
-            # bounds of its own (CONNECT_TIMEOUT each try).
-            return await super().acquire(timeout=None)
+        if not self._queue.empty() and self.turns.take_at_once():
+            # A connection is free and nobody waits: no turn to wait for, so no timer to
+            # bound the wait (every request takes one or more). Opening it again, if it was
+            # closed while idle, has bounds of its own (CONNECT_TIMEOUT each try).
+            return await self._handed_out(None)
         loop = asyncio.get_running_loop()
         latest = loop.time() + bound * LONGEST_TURN
         given_back = self.given_back
@@ -285,22 +336,41 @@ class BoundedPool(asyncpg.Pool):  # type: ignore[misc]
             given_back = self.given_back
             look = loop.call_at(min(now + bound, latest), moving_on, turn)
 
-        # asyncpg's own wait, in this task, keeps the caller's place in its queue; a timeout
-        # pushed on while the queue moves bounds it.
+        # A timeout pushed on while the queue moves bounds the wait for a turn and for the
+        # connection it gives (asyncpg's own queue, where a connection closed underneath
+        # comes back a moment after its turn did).
         async with asyncio.timeout(None) as turn:
             look = loop.call_later(bound, moving_on, turn)
             try:
-                return await super().acquire(timeout=None)
+                await self.turns.take()
+                return await self._handed_out(None)
             finally:
                 if look is not None:
                     look.cancel()
+
+    async def _handed_out(self, timeout: float | None) -> Any:  # noqa: ASYNC109
+        """asyncpg's connection for a turn taken; the turn given back if none comes."""
+        try:
+            connection = await super().acquire(timeout=timeout)
+        except BaseException:
+            self.turns.give_back()
+            raise
+        self._turns_held.add(connection)
+        return connection
 
     async def release(self, connection: Any, *, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Give ``connection`` back, unless it is the task's shared connection."""
         if connection is not _shared():
             self.given_back += 1
-            if not self._given_back_at_once(connection):
-                await super().release(connection, timeout=timeout)
+            try:
+                if not self._given_back_at_once(connection):
+                    await super().release(connection, timeout=timeout)
+            finally:
+                # Its turn ends with it, whatever became of the connection (closed
+                # underneath, given back twice: one turn).
+                if connection in self._turns_held:
+                    self._turns_held.discard(connection)
+                    self.turns.give_back()
 
     def _given_back_at_once(self, proxy: Any) -> bool:
         """Give back a connection that has nothing to undo, as asyncpg would, without a task.
