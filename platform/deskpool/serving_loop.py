@@ -10,16 +10,22 @@ a busy api went to the collector (read with ``gc.callbacks``), in pauses of up t
 (``bench/performance-notes.md`` part C, fifth session). Reference counting still frees almost
 everything at once; the collector is only for cycles, and it still runs.
 
-uvloop was measured too and not kept: the cold ``GET /me`` served as many requests per second
-as with the collector settled, but its p99 latency was 0.9 s against 0.07 to 0.1 s.
+The loop is uvloop's (libuv's, in C) rather than asyncio's own: in the 9 a.m. storm (issue 39)
+the api spent 15 % less CPU, the gateway 12 % and the worker 12 % (``bench/performance-notes.md``
+part C, tenth session), on two cores where every process shares them. Measured earlier and not
+kept then, it gave the cold ``GET /me`` a p99 of 0.4 s against 0.08 s: uvloop runs a new
+request sooner, and asyncpg's pool (an :class:`asyncio.Queue`) let it take a connection from a
+caller already woken for it, who queued again at the back. Turns at a connection are first
+come, first served now (:class:`deskpool.db.bounded.Turns`): 0.07 s on uvloop.
 """
 
 from __future__ import annotations
 
-import asyncio
 import gc
 from collections.abc import Coroutine
 from typing import Any
+
+import uvloop
 
 #: Allocations (net of deallocations) before the youngest generation is collected. Python's
 #: default, 700, is a few requests' worth; objects freed by reference counting before it is
@@ -40,6 +46,6 @@ def settle_collector() -> None:
 
 
 def run_serving(main: Coroutine[Any, Any, None]) -> None:
-    """Run ``main`` to its end, the collector settled first."""
+    """Run ``main`` to its end on uvloop's event loop, the collector settled first."""
     settle_collector()
-    asyncio.run(main)
+    uvloop.run(main)

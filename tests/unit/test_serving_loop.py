@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import weakref
 from collections.abc import Iterator
 
 import pytest
+import uvloop
 
 from deskpool.serving_loop import (
     MIDDLE_THRESHOLD,
@@ -58,3 +60,15 @@ def test_a_serving_process_runs_with_start_up_frozen_and_young_collections_rarer
     # What existed at start is in the permanent generation, out of every collection's walk.
     assert seen["walked by collections"] is False
     assert seen["cycle collected"] is True
+
+
+@pytest.mark.usefixtures("collector_restored")
+def test_a_serving_process_runs_on_uvloop() -> None:
+    seen: dict[str, object] = {}
+
+    async def main() -> None:
+        seen["loop"] = asyncio.get_running_loop()
+
+    run_serving(main())
+
+    assert isinstance(seen["loop"], uvloop.Loop)
