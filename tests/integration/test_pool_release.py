@@ -4,7 +4,8 @@ asyncpg's default release sends ``SELECT pg_advisory_unlock_all(); CLOSE ALL; UN
 RESET ALL`` every time: one round trip per ``acquire``, 12 % of the api in the login storm.
 Every component's pool (``connect_pool``) undoes only what the platform can leave behind: an
 open transaction, and a task's statement bound. Counted in the statement log of a private
-server (:mod:`tests.support.statement_log`).
+server (:mod:`tests.support.statement_log`). And what a type is, asked of the database once for
+all of a pool's connections, not once by each.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
+import asyncpg
 import pytest
 from tests.support.statement_log import LoggedDatabase
 
@@ -130,3 +132,57 @@ async def test_a_free_connection_is_taken_and_given_back_without_a_wait_of_its_o
     assert (taking.tasks, taking.timers) == (0, 0)
     # The one timer: asyncpg's own, closing the connection once idle for too long.
     assert (giving_back.tasks, giving_back.timers) == (0, 1)
+
+
+async def test_the_pools_connections_learn_a_type_from_the_database_once(
+    logged: LoggedDatabase, make_config: Callable[..., Any]
+) -> None:
+    # asyncpg asks the database what a type is (a recursive catalog query, about 5 ms of
+    # planning, between two JIT settings) on each connection, the first time a statement of
+    # that connection uses it: at 9 a.m. about 60 times in a storm, as the pools open their
+    # connections (issue 39). The pool's connections ask once.
+    pool = await connect_pool(make_config(DATABASE_MAX_CONNS="3").config)
+    try:
+        mark = logged.log.mark()
+        held = [await pool.acquire() for _ in range(3)]
+        try:
+            for connection in held:
+                ids = await connection.fetchval("SELECT $1::uuid[]", [])
+                assert ids == []
+            counted = logged.log.since(mark)
+        finally:
+            for connection in held:
+                await pool.release(connection)
+    finally:
+        await pool.close()
+
+    asked = [s for s in counted if s.kind != "parse" and "typeinfo_tree" in s.text]
+    assert len(asked) == 1, counted.texts()
+
+
+async def test_a_type_changed_under_the_pool_is_learnt_again(
+    logged: LoggedDatabase, make_config: Callable[..., Any]
+) -> None:
+    # asyncpg drops what its connections know of types when a row no longer matches it (a
+    # migration altered the type): every connection of the pool then asks again.
+    admin = await asyncpg.connect(logged.url)
+    pool = await connect_pool(make_config(DATABASE_MAX_CONNS="2").config)
+    try:
+        await admin.execute("DROP TYPE IF EXISTS changing; CREATE TYPE changing AS (a int)")
+        async with pool.acquire() as connection:
+            assert tuple(await connection.fetchval("SELECT ROW(1)::changing")) == (1,)
+        await admin.execute("ALTER TYPE changing ADD ATTRIBUTE b text")
+        first, second = await pool.acquire(), await pool.acquire()
+        try:
+            with contextlib.suppress(asyncpg.OutdatedSchemaCacheError):
+                await first.fetchval("SELECT ROW(1, 'x')::changing")
+            for connection in (first, second):
+                row = await connection.fetchval("SELECT ROW(1, 'x')::changing")
+                assert tuple(row) == (1, "x")
+        finally:
+            await pool.release(first)
+            await pool.release(second)
+    finally:
+        await pool.close()
+        await admin.execute("DROP TYPE IF EXISTS changing")
+        await admin.close()

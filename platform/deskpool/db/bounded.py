@@ -135,6 +135,31 @@ class BoundedConnection(asyncpg.Connection):  # type: ignore[misc]
     #: The task's statement bound was given to the server (see :func:`release_reset`).
     _bound_taken: bool = False
 
+    async def _introspect_types(self, typeoids: Any, timeout: Any) -> Any:  # noqa: ASYNC109
+        """What the database says of types, asked once for all the pool's connections.
+
+        asyncpg asks on each connection the first time one of its statements uses a type it
+        has no codec for (a recursive catalog query, about 5 ms of planning, between two JIT
+        settings): at 9 a.m. about 60 times in a storm as the pools open their connections
+        (issue 39). The pool keeps the answers; asyncpg's own invalidation (a row that no
+        longer matches a type, :meth:`_drop_local_type_cache`) forgets them.
+        """
+        pool = self._pool_of_connection
+        if pool is None:
+            return await super()._introspect_types(typeoids, timeout)
+        asked = frozenset(typeoids)
+        known = pool.known_types.get(asked)
+        if known is None:
+            known = await super()._introspect_types(typeoids, timeout)
+            pool.known_types[asked] = known
+        return known
+
+    def _drop_local_type_cache(self) -> None:
+        pool = self._pool_of_connection
+        if pool is not None:
+            pool.known_types.clear()
+        super()._drop_local_type_cache()
+
     def _timed_out(self) -> None:
         if not self.is_closed():
             self.terminate()
@@ -275,6 +300,9 @@ class BoundedPool(asyncpg.Pool):  # type: ignore[misc]
 
         super().__init__(*args, init=adopt, connection_class=BoundedConnection, **kwargs)
         self.turns = Turns(self._maxsize)
+        #: What the database said of types, by the type ids asked about (see
+        #: :meth:`BoundedConnection._introspect_types`).
+        self.known_types: dict[frozenset[int], Any] = {}
         #: The connections handed out, each holding a turn until it is given back.
         self._turns_held: set[Any] = set()
 
