@@ -348,7 +348,7 @@ class BoundedPool(asyncpg.Pool):  # type: ignore[misc]
             # A connection is free and nobody waits: no turn to wait for, so no timer to
             # bound the wait (every request takes one or more). Opening it again, if it was
             # closed while idle, has bounds of its own (CONNECT_TIMEOUT each try).
-            return await self._handed_out(None)
+            return await self._handed_out()
         loop = asyncio.get_running_loop()
         latest = loop.time() + bound * LONGEST_TURN
         given_back = self.given_back
@@ -371,15 +371,18 @@ class BoundedPool(asyncpg.Pool):  # type: ignore[misc]
             look = loop.call_later(bound, moving_on, turn)
             try:
                 await self.turns.take()
-                return await self._handed_out(None)
+                return await self._handed_out()
             finally:
                 if look is not None:
                     look.cancel()
 
-    async def _handed_out(self, timeout: float | None) -> Any:  # noqa: ASYNC109
-        """asyncpg's connection for a turn taken; the turn given back if none comes."""
+    async def _handed_out(self) -> Any:
+        """asyncpg's connection for a turn taken; the turn given back if none comes.
+
+        asyncpg's own wait is unbounded: the caller's (:meth:`in_turn`) bounds it.
+        """
         try:
-            connection = await super().acquire(timeout=timeout)
+            connection = await super().acquire(timeout=None)
         except BaseException:
             self.turns.give_back()
             raise
