@@ -235,6 +235,13 @@ class Deployment(Part):
         }
         return deployment_environ(base, database, self.idp, admin=ADMIN, **QUICK_INTERVALS)
 
+    def new_users(self) -> list[tuple[str, str]]:
+        """``--users`` subjects no API has seen, each with a token carrying the storm's claim."""
+        return [
+            (subject, self.idp.issue_token(subject, expires_in=3600, claims={"groups": [CLAIM]}))
+            for subject in new_subjects(self.args.users)
+        ]
+
     def deskpool(self, env: dict[str, str], *arguments: str) -> None:
         """Run a ``deskpool`` command of the licensed launcher to its end."""
         subprocess.run([*self.command, *arguments], env=env, check=True, capture_output=True)
@@ -344,15 +351,7 @@ class Deployment(Part):
                 db = await asyncpg.connect(database)
                 try:
                     await wait_ready(db, self.prepared, within=300)
-                    tokens = [
-                        (
-                            subject,
-                            self.idp.issue_token(
-                                subject, expires_in=3600, claims={"groups": [CLAIM]}
-                            ),
-                        )
-                        for subject in new_subjects(args.users)
-                    ]
+                    tokens = self.new_users()
                     monitor = LoadMonitor(markers=[database.rsplit("/", 1)[-1]])
                     monitor.start()
                     began_at = time.time()
@@ -780,23 +779,33 @@ async def bench(args: argparse.Namespace) -> None:
             deployment.stop()
 
 
-def main() -> None:
-    """Parse the arguments and run the rounds."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+def deployment_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments of every benchmark run on a :class:`Deployment` (users, rounds, pools)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--users", type=int, default=1000, help="users in the storm")
     parser.add_argument("--runs", type=int, default=3, help="rounds (each side once per round)")
     parser.add_argument("--per-pool", type=int, default=250, help="desktops per pool")
+    parser.add_argument("--within", type=float, default=120, help="seconds a user may take")
+    parser.add_argument(
+        "--daemons", type=int, default=4, help="desktop daemon simulator processes (one address)"
+    )
+    parser.add_argument("--keep-starved", action="store_true", help="for developing only")
+    parser.add_argument(
+        "--logs", default="", help="a folder for every process's whole log, by side and round"
+    )
+    return parser
+
+
+def main() -> None:
+    """Parse the arguments and run the rounds."""
+    parser = deployment_parser((__doc__ or "").splitlines()[0])
     parser.add_argument(
         "--processes", type=int, nargs="+", default=[1, 2], help="api and gateway processes"
     )
-    parser.add_argument("--within", type=float, default=120, help="seconds a user may take")
     parser.add_argument("--me-users", type=int, default=12000, help="users of the /me series")
     parser.add_argument("--seconds", type=int, default=5, help="seconds per wrk run")
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1, help="wrk threads")
-    parser.add_argument(
-        "--daemons", type=int, default=4, help="desktop daemon simulator processes (one address)"
-    )
     parser.add_argument(
         "--parts",
         nargs="+",
@@ -808,10 +817,6 @@ def main() -> None:
         "--baseline",
         default="",
         help="a source tree (git archive of another commit): its storms run as more sides",
-    )
-    parser.add_argument("--keep-starved", action="store_true", help="for developing only")
-    parser.add_argument(
-        "--logs", default="", help="a folder for every process's whole log, by side and round"
     )
     args = parser.parse_args()
     if shutil.which("wrk") is None:

@@ -14,9 +14,10 @@ each with a token the API has never seen, along the path a browser takes:
 
 Each user's step durations, the answers that were refused (by status and problem type) and
 retried, and the 5xx answers are recorded. :func:`check_allocations` reads the database: no
-desktop went to two users and every user got one. :func:`daemon_processes` starts several
-desktop daemon simulator processes on one address, for a burst one process cannot answer in
-time.
+desktop went to two users and every user got one. :func:`open_at_once` sends only the
+openings of users who signed in before, all at once (``bench/openings_alone.py``).
+:func:`daemon_processes` starts several desktop daemon simulator processes on one address, for
+a burst one process cannot answer in time.
 """
 
 from __future__ import annotations
@@ -386,13 +387,65 @@ async def storm(
             )
             for index, (subject, token) in enumerate(tokens)
         ]
-        await asyncio.sleep(0)
-        started = time.perf_counter()
-        go.set()
-        runs = await asyncio.gather(*users)
-        wall = time.perf_counter() - started
+        result = await _all_at_once(go, users)
         await asyncio.gather(*(tunnel.ws.close() for tunnel in tunnels), return_exceptions=True)
-    return StormResult(list(runs), wall)
+    return result
+
+
+async def _all_at_once(go: asyncio.Event, users: list[asyncio.Task[UserRun]]) -> StormResult:
+    """Let every user waiting on ``go`` go at once; their runs and the seconds until the last."""
+    await asyncio.sleep(0)  # every user is waiting on ``go`` before the clock starts
+    started = time.perf_counter()
+    go.set()
+    runs = await asyncio.gather(*users)
+    return StormResult(list(runs), time.perf_counter() - started)
+
+
+async def open_at_once(
+    api_url: str,
+    tokens: Sequence[tuple[str, str]],
+    pool_ids: Sequence[str],
+    *,
+    within: float = 120,
+) -> StormResult:
+    """Every ``(subject, token)`` opens a desktop at once, and nothing else: the openings alone.
+
+    The users have signed in before (their principals are the API's to recall, as after
+    ``list_pools`` in :func:`storm`); user *i* opens ``pool_ids[i % len]``, the next pool on a
+    refusal, as a user of :func:`storm` does. Each user's ``open_desktop`` step and ``total``
+    are the opening's seconds; ``wall`` runs until the last answer.
+    """
+    go = asyncio.Event()
+    api = api_url.rstrip("/") + "/api/v1"
+
+    async def one_user(index: int, subject: str, token: str) -> UserRun:
+        run = UserRun(subject)
+        headers = {"Authorization": f"Bearer {token}"}
+
+        def pool_url(attempt: int) -> str:
+            return f"{api}/me/pools/{pool_ids[(index + attempt) % len(pool_ids)]}/desktop"
+
+        await go.wait()
+        run.started = time.perf_counter()
+        try:
+            async with asyncio.timeout(within):
+                opened = await _request(http, run, "open_desktop", "POST", pool_url, headers)
+            run.desktop_id = str(opened["id"])
+            run.total = run.steps["open_desktop"] = time.perf_counter() - run.started
+        except _Failed as failed:
+            run.failure = str(failed)
+        except TimeoutError:
+            run.failure = f"no desktop opened within {within} s"
+        except aiohttp.ClientError as error:
+            run.failure = f"{type(error).__name__}: {error}"
+        return run
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+        users = [
+            asyncio.create_task(one_user(index, subject, token))
+            for index, (subject, token) in enumerate(tokens)
+        ]
+        return await _all_at_once(go, users)
 
 
 async def check_allocations(
