@@ -13,6 +13,11 @@ seconds at once (:class:`redis.exceptions.ConnectionError`), and then asks the s
 callers' degraded behaviour (requests served without rate limits, a live event lost, a 503 that
 names the store) comes at once rather than after a hang.
 
+A process keeps at most :data:`KV_CONNECTIONS` connections to the store; a command that finds
+them all in use waits for one, as long as ``KVSTORE_TIMEOUT`` at most, and then fails without
+the pause: the store answered, the process is busy (at 9 a.m. a thousand openings at once
+each send a few commands).
+
 Pub/sub subscriptions wait for messages without a bound (redis-py reads them without the socket
 timeout); their subscribing is bounded like any command, and their listeners reconnect.
 """
@@ -26,6 +31,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as redis
+from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -43,6 +49,13 @@ log = logging.getLogger(__name__)
 
 #: Seconds during which commands fail at once after one timed out or could not connect.
 PAUSE_AFTER_FAILURE = 2.0
+#: Connections to the store a process keeps at most (redis-py's own default number). redis-py's
+#: default pool refuses a command at once when they are all in use, which a burst of requests
+#: does: the pause above then failed every command for 2 s (issue 39). Commands wait for one
+#: instead (:class:`redis.asyncio.BlockingConnectionPool`).
+KV_CONNECTIONS = 100
+#: What the pool raises when no connection came back within its wait (redis-py's message).
+_NO_CONNECTION = "No connection available."
 
 
 class BoundedRedis(redis.Redis):
@@ -68,18 +81,38 @@ class BoundedRedis(redis.Redis):
             # untyped methods by their names.
             return await redis.Redis.execute_command(self, *args, **options)
         except (KvTimeoutError, KvConnectionError, OSError) as error:
-            # A failure met while the pause runs (a command sent before it began) does not
-            # lengthen it, as for the database's (deskpool.db.bounded): a busy API would
-            # otherwise keep refusing long after the store answers again.
-            if time.monotonic() >= self._failed_until:
-                log.warning(
-                    "the key-value store did not answer (%s: %s); commands fail at once for %.0f s",
-                    type(error).__name__,
-                    error,
-                    PAUSE_AFTER_FAILURE,
-                )
-                self._failed_until = time.monotonic() + PAUSE_AFTER_FAILURE
+            # Every connection busy with commands the store answers is not the store's fault
+            # (a frozen store times those commands out, and they start the pause).
+            if not no_connection_in_time(error):
+                self._store_failed(error)
             raise
+
+    def _store_failed(self, error: BaseException) -> None:
+        # A failure met while the pause runs (a command sent before it began) does not
+        # lengthen it, as for the database's (deskpool.db.bounded): a busy API would
+        # otherwise keep refusing long after the store answers again.
+        if time.monotonic() >= self._failed_until:
+            log.warning(
+                "the key-value store did not answer (%s: %s); commands fail at once for %.0f s",
+                type(error).__name__,
+                error,
+                PAUSE_AFTER_FAILURE,
+            )
+            self._failed_until = time.monotonic() + PAUSE_AFTER_FAILURE
+
+
+def no_connection_in_time(error: BaseException) -> bool:
+    """Whether ``error`` is the pool's: no connection came back within its wait.
+
+    :class:`redis.asyncio.BlockingConnectionPool` raises a plain ``ConnectionError`` from the
+    ``TimeoutError`` of its wait; connecting to a store that does not answer raises redis's
+    own ``TimeoutError`` instead, and one that refuses a ``ConnectionError`` from an ``OSError``.
+    """
+    return (
+        type(error) is KvConnectionError
+        and isinstance(error.__cause__, TimeoutError)
+        and str(error) == _NO_CONNECTION
+    )
 
 
 def kv_client(config: Config) -> BoundedRedis:
@@ -89,7 +122,9 @@ def kv_client(config: Config) -> BoundedRedis:
     """
     address: HostPort = config["KVSTORE_ADDR"]
     bound = config.duration("KVSTORE_TIMEOUT")
-    return BoundedRedis(
+    pool = BlockingConnectionPool(
+        max_connections=KV_CONNECTIONS,
+        timeout=bound,
         host=address.host,
         port=address.port,
         password=config["KVSTORE_PASSWORD"] or None,
@@ -101,6 +136,9 @@ def kv_client(config: Config) -> BoundedRedis:
         # redis-py's default (three more, on timeouts too) made one command cost 4 bounds.
         retry=Retry(NoBackoff(), 1, supported_errors=(KvConnectionError,)),
     )
+    client = BoundedRedis(connection_pool=pool)
+    client.auto_close_connection_pool = True  # as redis-py's from_pool: closed with the client
+    return client
 
 
 async def connect_kv(config: Config) -> redis.Redis:

@@ -52,3 +52,25 @@ async def test_a_failure_during_the_pause_does_not_lengthen_it(
     await asyncio.sleep(0)
     assert not asked.done()
     asked.cancel()
+
+
+def _raised_from(error: BaseException, cause: BaseException) -> BaseException:
+    error.__cause__ = cause
+    return error
+
+
+@pytest.mark.parametrize(
+    ("error", "busy"),
+    [
+        # the pool's wait for one of its connections ran out: the store answered
+        (_raised_from(KvConnectionError("No connection available."), TimeoutError()), True),
+        # connecting was refused, or timed out: the store is away
+        (_raised_from(KvConnectionError("Error 111 connecting"), OSError(111, "refused")), False),
+        (KvTimeoutError("Timeout connecting to server"), False),
+        (KvConnectionError("No connection available."), False),
+    ],
+)
+def test_only_a_wait_for_a_busy_pool_is_told_from_a_store_away(
+    error: BaseException, busy: bool
+) -> None:
+    assert kv.no_connection_in_time(error) is busy
