@@ -507,7 +507,9 @@ def declare_core_settings(registry: SettingRegistry) -> None:
         "1s",
         "How long connecting to the key-value store and each of its answers may take; past it "
         "the command fails and the next ones fail at once for 2 s (the caller's degraded "
-        "behaviour, or 503 `dependency_unavailable`).",
+        "behaviour, or 503 `dependency_unavailable`). Also how long a command waits for one "
+        "of the process's 100 connections to the store when all are busy (then it fails "
+        "alone).",
         type_name="duration",
     )
     data.add(
