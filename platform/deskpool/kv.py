@@ -35,6 +35,7 @@ from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.driver_info import DriverInfo
 from redis.exceptions import ConnectionError as KvConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as KvTimeoutError
@@ -123,6 +124,9 @@ def kv_client(config: Config) -> BoundedRedis:
     address: HostPort = config["KVSTORE_ADDR"]
     bound = config.duration("KVSTORE_TIMEOUT")
     pool = BlockingConnectionPool(
+        # What redis-py names itself to the store with, its version read from the package's
+        # metadata once here rather than for each connection the pool opens.
+        driver_info=DriverInfo(),
         max_connections=KV_CONNECTIONS,
         timeout=bound,
         host=address.host,

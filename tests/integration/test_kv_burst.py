@@ -11,12 +11,14 @@ limiting was suspended, with two warnings logged per opening (issue 39, seen wit
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import logging
 import secrets
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+import redis.utils
 from redis.exceptions import ConnectionError as KvConnectionError
 
 from deskpool import kv
@@ -61,3 +63,28 @@ async def test_a_command_that_finds_no_connection_in_time_fails_without_a_pause(
             await pool.release(connection)
     assert await client.get("deskpool-test-burst-absent") is None
     await client.aclose()
+
+
+async def test_new_connections_do_not_each_read_the_librarys_metadata(
+    make_config: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py names itself to the store on every new connection (``CLIENT SETINFO``).
+
+    Its version comes from the package's metadata on disk, read once per client when the
+    client makes its pool, but once per connection for a pool made apart: in a burst the
+    pool opens its connections at once, each paying for the read (py-spy, issue 39).
+    """
+    reads = []
+
+    def counted() -> str:
+        reads.append(1)
+        return importlib.metadata.version("redis")
+
+    monkeypatch.setattr(redis.utils, "get_lib_version", counted)
+    client = kv.kv_client(make_config().config)
+    try:
+        await asyncio.gather(*(client.ping() for _ in range(20)))
+        assert len(client.connection_pool._available_connections) > 1
+        assert len(reads) <= 1
+    finally:
+        await client.aclose()
