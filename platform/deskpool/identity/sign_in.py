@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import asyncpg
@@ -91,15 +92,8 @@ async def sign_in(
     if bootstrap_admin_reason(config, token) is not None:
         async with connection.transaction():
             return await sign_in_bootstrap(connection, config, token)
-    new_id = uuid.uuid4()
-    fields = _user_fields(token)
     signed = await store_sign_in.sign_in_user(
-        connection,
-        fields,
-        created_event=_created_event(
-            str(new_id), token.issuer, token.subject, token.email, fields.kind
-        ),
-        new_id=new_id,
+        connection, _user_fields(token), occurred_at=datetime.now(UTC), new_id=uuid.uuid4()
     )
     effective = resolve_permissions(
         signed.user_grants, signed.group_grants, signed.roles, claimed_roles=token.roles
@@ -125,16 +119,10 @@ def _created_event(
     user_id: str, issuer: str, subject: str, email: str | None, kind: str
 ) -> AuditEvent:
     return Actor(user_id).audit_event(
-        "user.create",
+        store_sign_in.CREATED_ACTION,
         "users",
         user_id,
-        {
-            "reason": "first sign-in",
-            "issuer": issuer,
-            "subject": subject,
-            "email": email,
-            "kind": kind,
-        },
+        store_sign_in.created_details(issuer, subject, email, kind),
     )
 
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 
 import asyncpg
 
 from deskpool.audit import AUDIT_TABLE, outbox_insert
-from deskpool.events import AuditEvent, event_type, subscription_keys
+from deskpool.events import event_type, subscription_keys
 from deskpool.identity.store import UPSERT_USER_CTES, UserFields, UserRow, user_row
 from deskpool.identity.store_roles import GRANTS_AND_ROLES_SQL, grants_and_roles
 from deskpool.permissions import Grant, Role
@@ -28,19 +29,61 @@ from deskpool.permissions import Grant, Role
 #: Why a user stored before users had kinds took the kind of its first sign-in since (the
 #: ``user.update`` event of that sign-in).
 SETTLED_REASON = "first sign-in since users are keyed by kind; the user stored before took its kind"
+#: The action of a user's first sign-in, and why its event says the user was created.
+CREATED_ACTION = "user.create"
+CREATED_REASON = "first sign-in"
+
+
+def created_details(
+    issuer: str, subject: str, email: str | None, kind: str
+) -> dict[str, str | None]:
+    """The details of a first sign-in's ``user.create`` event (as :data:`_SIGN_IN` writes them)."""
+    return {
+        "reason": CREATED_REASON,
+        "issuer": issuer,
+        "subject": subject,
+        "email": email,
+        "kind": kind,
+    }
+
+
+def _text(value: str) -> str:
+    """``value`` as an SQL string literal (a constant of this module, never a request's)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _texts(values: list[str]) -> str:
+    """``values`` as an SQL ``text[]`` literal."""
+    return "ARRAY[" + ", ".join(map(_text, values)) + "]::text[]"
+
+
+#: What the first sign-in's ``user.create`` event is to webhook subscribers, and the settling
+#: sign-in's ``user.update``: constants, written into the statement rather than sent with each
+#: sign-in (issue 39: the cold ``GET /me`` built and sent them every time).
+_CREATED_TYPE = _text(event_type(CREATED_ACTION, "success"))
+_CREATED_KEYS = _texts(subscription_keys(CREATED_ACTION, "success"))
+_SETTLED_TYPE = _text(event_type("user.update", "success"))
+_SETTLED_KEYS = _texts(subscription_keys("user.update", "success"))
+
+#: The ``user.create`` event's details, as :func:`created_details` gives them.
+_CREATED_DETAILS = (
+    f"jsonb_build_object('reason', {_text(CREATED_REASON)}, 'issuer', $2::text, "
+    "'subject', $3::text, 'email', $4::text, 'kind', $8::text)"
+)
 
 _SIGN_IN = f"""
 WITH {UPSERT_USER_CTES},
 audited AS (
     INSERT INTO {AUDIT_TABLE} (occurred_at, actor, action, resource_type, resource_id,
                                outcome, request_id, source_address, details)
-    SELECT $9, u.id::text, $10, 'users', u.id::text, 'success', NULL, NULL, $11::jsonb
+    SELECT $9, u.id::text, {_text(CREATED_ACTION)}, 'users', u.id::text, 'success', NULL, NULL,
+           {_CREATED_DETAILS}
       FROM upserted u WHERE u.created
     RETURNING *
 ),
 audited_outbox AS ({
     outbox_insert(
-        "audited", type_sql="$12::text", keys_sql="$13::text[]", timestamp_sql="$14::text"
+        "audited", type_sql=_CREATED_TYPE, keys_sql=_CREATED_KEYS, timestamp_sql="$10::text"
     )
 }),
 settled_audited AS (
@@ -53,7 +96,7 @@ settled_audited AS (
 ),
 settled_outbox AS ({
     outbox_insert(
-        "settled_audited", type_sql="$15::text", keys_sql="$16::text[]", timestamp_sql="$14::text"
+        "settled_audited", type_sql=_SETTLED_TYPE, keys_sql=_SETTLED_KEYS, timestamp_sql="$10::text"
     )
 }),
 user_groups AS (
@@ -92,29 +135,18 @@ async def sign_in_user(
     connection: asyncpg.Connection,
     fields: UserFields,
     *,
-    created_event: AuditEvent,
+    occurred_at: datetime,
     new_id: uuid.UUID,
 ) -> SignedIn:
     """Create or refresh the user and read what its principal is made of, in one statement.
 
     The user is written as :func:`~deskpool.identity.store.upsert_user` writes it; the
-    statement is atomic on its own (no transaction needed).
-
-    :param created_event: the ``user.create`` event, recorded only if this creates the user
-        (its actor and resource are the created user's id, ``new_id``).
-    :param new_id: the id the user gets if this creates it.
+    statement is atomic on its own (no transaction needed). Creating the user records its
+    ``user.create`` event (actor and resource the created user's id, ``new_id``; details
+    :func:`created_details`), settling it a ``user.update`` event, both at ``occurred_at``.
     """
     row = await connection.fetchrow(
-        _SIGN_IN,
-        *fields.parameters(new_id),
-        created_event.occurred_at,
-        created_event.action,
-        json.dumps(created_event.details, default=str),
-        event_type(created_event.action, created_event.outcome),
-        subscription_keys(created_event.action, created_event.outcome),
-        created_event.occurred_at.isoformat(),
-        event_type("user.update", "success"),
-        subscription_keys("user.update", "success"),
+        _SIGN_IN, *fields.parameters(new_id), occurred_at, occurred_at.isoformat()
     )
     assert row is not None
     user = user_row(row)

@@ -17,7 +17,7 @@ import asyncpg
 from tests.support.statement_log import statements_of
 
 from deskpool.auth import VerifiedToken
-from deskpool.identity.sign_in import resolve_effective, sign_in
+from deskpool.identity.sign_in import _created_event, resolve_effective, sign_in
 
 ISSUER = "https://issuer.sign-in.test"
 
@@ -79,7 +79,13 @@ async def test_a_first_sign_in_is_one_statement_and_resolves_what_the_database_s
     assert [(event["actor"], event["resource_id"]) for event in events] == [
         (principal.id, principal.id)
     ]
-    assert json.loads(events[0]["details"])["subject"] == f"cold-{tag}"
+    # The details the statement builds are those of the statement-by-statement path's event.
+    assert (
+        json.loads(events[0]["details"])
+        == _created_event(
+            principal.id, ISSUER, f"cold-{tag}", f"cold-{tag}@example.test", "human"
+        ).details
+    )
 
     # Made a member of a group between two sign-ins: the second one sees it (no cache), and
     # writes no second user.create event.
