@@ -299,7 +299,13 @@ async def lock_pool_growth(connection: asyncpg.Connection, pool_id: uuid.UUID) -
 
 
 async def reservable(connection: asyncpg.Connection, pool_id: uuid.UUID) -> Desktop | None:
-    """A free desktop of the pool on its way to ready, oldest first, locked (``SKIP LOCKED``)."""
+    """A free desktop of the pool on its way to ready, oldest first, locked.
+
+    Call it with the license's growth lock held alone, as an open that grows its pool does: no
+    other open can then hold such a desktop, and a lock on it is the worker's (a provisioning
+    step, a moment long), which is waited for. Passed over (``SKIP LOCKED``), the only desktop
+    of a pool at its maximum was refused 503 "none is free" while it was being built.
+    """
     row = await connection.fetchrow(
         """
         SELECT * FROM desktops
@@ -308,7 +314,7 @@ async def reservable(connection: asyncpg.Connection, pool_id: uuid.UUID) -> Desk
                          'waiting_for_windows', 'refreshing')
          ORDER BY created_at, name, id
          LIMIT 1
-         FOR UPDATE SKIP LOCKED
+         FOR UPDATE
         """,
         pool_id,
     )

@@ -96,6 +96,42 @@ async def test_a_desktop_already_being_built_is_reserved_before_another_is_made(
     assert len(await pool_desktops(pools_runtime, place.pool.id)) == 1
 
 
+async def test_a_desktop_being_built_that_the_worker_locks_a_moment_is_waited_for(
+    client: Any, estate: MakeEstate, pools_runtime: Runtime
+) -> None:
+    """The only desktop of a pool at its maximum, being built, locked by a provisioning step.
+
+    Passed over (``SKIP LOCKED``), it left the open nothing to reserve and no room to build:
+    503 "at its maximum of 1 desktops and none is free" while the desktop was on its way
+    (seen in ``tests/e2e/test_vnc_console.py`` on a loaded machine). The open holds the growth
+    lock alone there, so no other open can hold the desktop: the lock is the worker's, a
+    moment long, and is waited for.
+    """
+    place = await estate(ready=1, max_size=1)
+    worker = await pools_runtime.db.acquire()
+    try:
+        await worker.execute(
+            "UPDATE desktops SET state = 'provisioning' WHERE id = $1", place.desktops[0]
+        )
+        step = worker.transaction()
+        await step.start()
+        await worker.execute("SELECT 1 FROM desktops WHERE id = $1 FOR UPDATE", place.desktops[0])
+        opening = asyncio.ensure_future(
+            client.post(f"/api/v1/me/pools/{place.pool.id}/desktop", headers=place.user.headers)
+        )
+        await asyncio.sleep(0.3)
+        assert not opening.done()
+        await step.commit()
+        response = await opening
+    finally:
+        await pools_runtime.db.release(worker)
+    pending = await response.json()
+    assert response.status == 202, pending
+    assert pending["id"] == str(place.desktops[0])
+    assert pending["state"] == "provisioning"
+    assert len(await pool_desktops(pools_runtime, place.pool.id)) == 1
+
+
 async def test_at_its_maximum_the_pool_answers_503_with_how_long_to_wait(
     client: Any, estate: MakeEstate, pools_runtime: Runtime, new_caller: NewCaller
 ) -> None:
