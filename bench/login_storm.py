@@ -382,16 +382,22 @@ class Deployment(Part):
         figures["without"] = check.users_without_desktop
         for part, _ in CPU_PARTS:
             figures[f"cpu_{part}"] = cpu.get(part, 0.0)
-        for reason, count in sorted(result.retries().items()):
-            log(f"  {side} round {number}: retried {count} x {reason}")
-        for reason, count in sorted(result.server_errors().items()):
-            log(f"  {side} round {number}: 5xx {count} x {reason}")
-        for reason, count in sorted(result.failures().items()):
-            log(f"  {side} round {number}: NOT SERVED {count} x {reason}")
+        log_reasons(f"{side} round {number}", result, "NOT SERVED")
         if not check.sound:
             log(f"  {side} round {number}: ALLOCATION CHECK FAILED: {check}")
         self.reasons[side, number] = (result.retries(), result.server_errors(), result.failures())
         return Run(side, number, figures, load)
+
+
+def log_reasons(run: str, result: StormResult, not_done: str) -> None:
+    """Log the refusals retried, the 5xx answers and the users ``not_done``, by reason."""
+    for title, found in (
+        ("retried", result.retries()),
+        ("5xx", result.server_errors()),
+        (not_done, result.failures()),
+    ):
+        for reason, count in sorted(found.items()):
+            log(f"  {run}: {title} {count} x {reason}")
 
 
 def storm_part(database: str) -> Callable[[int, ProcessTimes], str | None]:

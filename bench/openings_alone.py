@@ -44,6 +44,7 @@ from login_storm import (
     forget_prefix,
     keep_logs,
     log,
+    log_reasons,
     storm_part,
 )
 
@@ -169,12 +170,7 @@ class OpeningsAlone(Deployment):
         }
         if times:
             figures.update({f"open_{q}": percentile(times, q / 100) for q in (50, 95, 99)})
-        for reason, count in sorted(result.retries().items()):
-            log(f"  openings round {number}: retried {count} x {reason}")
-        for reason, count in sorted(result.server_errors().items()):
-            log(f"  openings round {number}: 5xx {count} x {reason}")
-        for reason, count in sorted(result.failures().items()):
-            log(f"  openings round {number}: NOT OPENED {count} x {reason}")
+        log_reasons(f"openings round {number}", result, "NOT OPENED")
         return Run(DESKPOOL, number, figures, load)
 
 

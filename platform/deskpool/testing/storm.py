@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -273,51 +273,58 @@ async def _one_user(
     await go.wait()
     started = run.started = time.perf_counter()
     mark = started
+    async with _until_stopped(run, within, "first image"):
+        page = await _request(http, run, "list_pools", "GET", f"{api}/me/pools", headers)
+        now = time.perf_counter()
+        run.steps["list_pools"], mark = now - mark, now
+        listed = page["items"]
+        if not listed:
+            raise _Failed("list_pools: no pool listed")
+        # Users spread over the pools, as people pick different ones: user i the i-th
+        # pool of the list (in its order, which every user sees the same), or the next
+        # one shown available after it; one who finds a pool empty tries the next. (Picking
+        # the i-th of the pools shown available made the spread drift as pools filled:
+        # the last users found theirs empty, and were answered 503 no_desktop_available.)
+        turned = [listed[(first_pool + n) % len(listed)] for n in range(len(listed))]
+        pools = [pool for pool in turned if pool["availability"] == "available"] or turned
+
+        def pool_url(attempt: int) -> str:
+            pool = pools[attempt % len(pools)]
+            return f"{api}/me/pools/{pool['id']}/desktop"
+
+        opened = await _request(http, run, "open_desktop", "POST", pool_url, headers)
+        now = time.perf_counter()
+        run.steps["open_desktop"], mark = now - mark, now
+        run.desktop_id = str(opened["id"])
+        client = await WebSocketTunnelClient.connect(
+            http, gateway_url, {"token": opened["connection"]["token"]}
+        )
+        tunnels.append(client)
+        await client.tunnel_id(within)
+        now = time.perf_counter()
+        run.steps["redeem"], mark = now - mark, now
+        while (await client.read(within)).opcode not in ("img", "png"):
+            pass
+        now = time.perf_counter()
+        run.steps["first_frame"] = now - mark
+        run.total = now - started
+    return run
+
+
+@contextlib.asynccontextmanager
+async def _until_stopped(run: UserRun, within: float, awaited: str) -> AsyncIterator[None]:
+    """A user's steps, ``within`` seconds at most; why they stopped early goes to ``run``."""
     try:
         async with asyncio.timeout(within):
-            page = await _request(http, run, "list_pools", "GET", f"{api}/me/pools", headers)
-            now = time.perf_counter()
-            run.steps["list_pools"], mark = now - mark, now
-            listed = page["items"]
-            if not listed:
-                raise _Failed("list_pools: no pool listed")
-            # Users spread over the pools, as people pick different ones: user i the i-th
-            # pool of the list (in its order, which every user sees the same), or the next
-            # one shown available after it; one who finds a pool empty tries the next. (Picking
-            # the i-th of the pools shown available made the spread drift as pools filled:
-            # the last users found theirs empty, and were answered 503 no_desktop_available.)
-            turned = [listed[(first_pool + n) % len(listed)] for n in range(len(listed))]
-            pools = [pool for pool in turned if pool["availability"] == "available"] or turned
-
-            def pool_url(attempt: int) -> str:
-                pool = pools[attempt % len(pools)]
-                return f"{api}/me/pools/{pool['id']}/desktop"
-
-            opened = await _request(http, run, "open_desktop", "POST", pool_url, headers)
-            now = time.perf_counter()
-            run.steps["open_desktop"], mark = now - mark, now
-            run.desktop_id = str(opened["id"])
-            client = await WebSocketTunnelClient.connect(
-                http, gateway_url, {"token": opened["connection"]["token"]}
-            )
-            tunnels.append(client)
-            await client.tunnel_id(within)
-            now = time.perf_counter()
-            run.steps["redeem"], mark = now - mark, now
-            while (await client.read(within)).opcode not in ("img", "png"):
-                pass
-            now = time.perf_counter()
-            run.steps["first_frame"] = now - mark
-            run.total = now - started
+            yield
     except _Failed as failed:
         run.failure = str(failed)
     except TunnelClosed as closed:
         run.failure = f"tunnel closed: {closed}"
     except TimeoutError:
-        run.failure = f"no first image within {within} s"
+        run.failure = f"no {awaited} within {within} s"
     except aiohttp.ClientError as error:
         run.failure = f"{type(error).__name__}: {error}"
-    return run
 
 
 @dataclass
@@ -427,17 +434,10 @@ async def open_at_once(
 
         await go.wait()
         run.started = time.perf_counter()
-        try:
-            async with asyncio.timeout(within):
-                opened = await _request(http, run, "open_desktop", "POST", pool_url, headers)
+        async with _until_stopped(run, within, "desktop opened"):
+            opened = await _request(http, run, "open_desktop", "POST", pool_url, headers)
             run.desktop_id = str(opened["id"])
             run.total = run.steps["open_desktop"] = time.perf_counter() - run.started
-        except _Failed as failed:
-            run.failure = str(failed)
-        except TimeoutError:
-            run.failure = f"no desktop opened within {within} s"
-        except aiohttp.ClientError as error:
-            run.failure = f"{type(error).__name__}: {error}"
         return run
 
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
